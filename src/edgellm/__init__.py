@@ -1,0 +1,31 @@
+"""edgellm: run GGUF quantized language models fast on ordinary CPUs."""
+
+from . import errors
+from .errors import (
+    ContextOverflowError,
+    EdgeLLMError,
+    GGUFError,
+    ModelNotFoundError,
+    UnsupportedModelError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LLM",
+    "errors",
+    "EdgeLLMError",
+    "GGUFError",
+    "UnsupportedModelError",
+    "ContextOverflowError",
+    "ModelNotFoundError",
+    "__version__",
+]
+
+
+def __getattr__(name):  # keep `import edgellm` light: the engine loads on first use
+    if name == "LLM":
+        from .api import LLM
+
+        return LLM
+    raise AttributeError(name)

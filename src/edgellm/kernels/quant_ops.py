@@ -1,0 +1,114 @@
+"""Row-level quantize / dequantize / dot product over numpy arrays, on the C twin or on numba.
+
+Function names follow ggml's: `quantize_row_<t>_ref`, `dequantize_row_<t>`,
+`vec_dot_<t>_<act>_generic`. The C functions come from the cffi module (csrc/quants_generic.c,
+csrc/kquants_generic.c); the numba ones (kernels/numba_quants.py, numba_kquants.py) have the
+same names and take numpy arrays instead of pointers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..quants import QType, type_info
+
+BACKENDS = ("c", "numba")
+
+
+def _lname(t: QType) -> str:
+    """ggml's spelling in function names: q4_0, q4_K, f16."""
+    n = QType(t).name
+    return n[:-2].lower() + "_K" if n.endswith("_K") else n.lower()
+
+
+def c_module():
+    """(ffi, lib) of the compiled kernels, or None where they were not built."""
+    try:
+        from .. import _kernels  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _kernels.ffi, _kernels.lib
+
+
+def _numba_module(t: QType):
+    from . import numba_kquants, numba_quants
+
+    return numba_kquants if QType(t).name.endswith("_K") else numba_quants
+
+
+def _c_or_fail():
+    m = c_module()
+    if m is None:
+        raise RuntimeError("edgellm's C kernels are not built")
+    return m
+
+
+def _as_f32_2d(x) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def quantize_rows(t: QType, x, backend: str = "c") -> np.ndarray:
+    """Reference-quantize float rows [rows, n] of x into uint8 [rows, row_bytes]."""
+    t = QType(t)
+    x = _as_f32_2d(x)
+    rows, n = x.shape
+    out = np.zeros((rows, type_info(t).row_bytes(n)), dtype=np.uint8)
+    if t == QType.F32:
+        out[:] = x.view(np.uint8)
+        return out
+    name = f"quantize_row_{_lname(t)}_ref"
+    if backend == "c":
+        ffi, lib = _c_or_fail()
+        fn = getattr(lib, name)
+        for r in range(rows):
+            fn(ffi.from_buffer("float[]", x[r]), ffi.from_buffer(out[r]), n)
+    else:
+        fn = getattr(_numba_module(t), name)
+        for r in range(rows):
+            fn(x[r], out[r])
+    return out
+
+
+def dequantize_rows(t: QType, data, n: int, backend: str = "c") -> np.ndarray:
+    """uint8 [rows, row_bytes] (or flat) holding rows of n values -> float32 [rows, n]."""
+    t = QType(t)
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    rb = type_info(t).row_bytes(n)
+    data = data.reshape(-1, rb)
+    out = np.empty((data.shape[0], n), dtype=np.float32)
+    if t == QType.F32:
+        out[:] = data.view(np.float32)
+        return out
+    name = f"dequantize_row_{_lname(t)}"
+    if backend == "c":
+        ffi, lib = _c_or_fail()
+        fn = getattr(lib, name)
+        for r in range(data.shape[0]):
+            fn(ffi.from_buffer(data[r]), ffi.from_buffer("float[]", out[r]), n)
+    else:
+        fn = getattr(_numba_module(t), name)
+        for r in range(data.shape[0]):
+            fn(data[r], out[r])
+    return out
+
+
+def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c") -> float:
+    """Dot product of one weight row of type t with one activation row of its vec_dot_type."""
+    t = QType(t)
+    act = type_info(t).vec_dot_type
+    name = f"vec_dot_{_lname(t)}_{_lname(act)}_generic"
+    w_row = np.ascontiguousarray(w_row, dtype=np.uint8).reshape(-1)
+    act_row = np.ascontiguousarray(act_row, dtype=np.uint8).reshape(-1)
+    if backend == "c":
+        ffi, lib = _c_or_fail()
+        s = ffi.new("float *")
+        getattr(lib, name)(n, s, ffi.from_buffer(w_row), ffi.from_buffer(act_row))
+        return float(s[0])
+    return float(getattr(_numba_module(t), name)(n, w_row, act_row))
+
+
+def quantize_activation(t: QType, x, backend: str = "c") -> np.ndarray:
+    """Quantize a float row to the activation type weight type t dots with (Q8_0, Q8_1, Q8_K, F16...)."""
+    act = type_info(QType(t)).vec_dot_type
+    return quantize_rows(act, x, backend)[0]

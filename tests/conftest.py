@@ -1,0 +1,52 @@
+"""Shared fixtures: the two real models (fetched through edgellm's own resolver, then cached)
+and llama.cpp's reference outputs on them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("EDGELLM_SHARED", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+REFERENCE = FIXTURES / "reference"
+
+# alias in models.toml -> reference fixture key
+REAL_MODELS = {
+    "smollm2-135m-instruct": "smollm2-135m-instruct-q4_1",
+    "gemma3-270m": "gemma3-270m-q4_k_m",
+}
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"reference fixtures not found at {FIXTURES} (set EDGELLM_SHARED)")
+    return FIXTURES
+
+
+def _resolve(alias: str) -> Path:
+    from edgellm.registry import resolve
+
+    return Path(resolve(alias, progress=False))
+
+
+@pytest.fixture(scope="session", params=sorted(REAL_MODELS))
+def real_model(request):
+    """(alias, path, reference dict) for each real model."""
+    alias = request.param
+    ref = json.loads((REFERENCE / f"{REAL_MODELS[alias]}.public.json").read_text())
+    return alias, _resolve(alias), ref
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return _resolve("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return _resolve("gemma3-270m")
