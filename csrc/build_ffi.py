@@ -5,48 +5,58 @@ Run by setup.py at install time; `python csrc/build_ffi.py` builds in place for 
 
 import glob
 import os
+import shutil
 
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _headers() -> list[str]:
+    return sorted(glob.glob(os.path.join(HERE, "api", "*.h")))
 
 
 def _cdef() -> str:
     parts = []
-    for path in sorted(glob.glob(os.path.join(HERE, "api", "*.h"))):
+    for path in _headers():
         with open(path) as f:
             parts.append(f.read())
     return "\n".join(parts)
 
 
 def _sources() -> list[str]:
-    # relative to the project root, where setup.py (and the dev build below) run
-    return sorted(os.path.join("csrc", os.path.basename(p)) for p in glob.glob(os.path.join(HERE, "*.c")))
+    # relative to the project root, where setup.py runs
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "*.c")))
 
 
-def _compile_args() -> list[str]:
-    args = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
-    # No -march=native: one build runs on any CPU of its architecture; ISA-specific files raise
-    # their own target with pragmas / attributes and are chosen at run time (kernels/dispatch).
-    return args
+# No -march=native: one build runs on any CPU of its architecture; ISA-specific files raise
+# their own target with pragmas / attributes and are chosen at run time.
+COMPILE_ARGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
 
 
-ffibuilder = FFI()
-ffibuilder.cdef(_cdef())
-ffibuilder.set_source(
-    "edgellm._kernels",
-    "#include \"common.h\"\n" + "\n".join(
-        f'#include "api/{os.path.basename(p)}"' for p in sorted(glob.glob(os.path.join(HERE, "api", "*.h")))),
-    sources=_sources(),
-    include_dirs=[HERE],
-    extra_compile_args=_compile_args(),
-    libraries=["m", "pthread"],
-)
+def make_builder(absolute: bool = False) -> FFI:
+    ffi = FFI()
+    ffi.cdef(_cdef())
+    sources = _sources()
+    if absolute:
+        sources = [os.path.join(ROOT, s) for s in sources]
+    ffi.set_source(
+        "edgellm._kernels",
+        '#include "common.h"\n' + "\n".join(f'#include "api/{os.path.basename(p)}"' for p in _headers()),
+        sources=sources,
+        include_dirs=[HERE],
+        extra_compile_args=COMPILE_ARGS,
+        libraries=["m", "pthread"],
+    )
+    return ffi
+
+
+ffibuilder = make_builder()
 
 if __name__ == "__main__":
     # development build: writes src/edgellm/_kernels*.so
-    os.chdir(os.path.join(HERE, ".."))
-    so = ffibuilder.compile(tmpdir="build/ffi", verbose=False)
-    import shutil
-    shutil.copy(so, os.path.join("src", "edgellm", os.path.basename(so)))
-    print("built", os.path.join("src", "edgellm", os.path.basename(so)))
+    so = make_builder(absolute=True).compile(tmpdir=os.path.join(ROOT, "build", "ffi"), verbose=False)
+    dest = os.path.join(ROOT, "src", "edgellm", os.path.basename(so))
+    shutil.copy(so, dest)
+    print("built", os.path.relpath(dest, ROOT))
