@@ -1,1 +1,77 @@
-"""Kernels: the only package that knows about ISAs (C through cffi, or numba without a compiler)."""
+"""Kernels: the only package that knows about ISAs.
+
+Two backends run the same engine protocol (`decode`, `clear`, `truncate`, `shift`, `n_past`):
+- "c": csrc/ built through cffi at install; the ISA path (generic, avx2, avx512, neon) is chosen
+  at run time from CPU features, or forced with EDGELLM_ISA.
+- "numba": pure Python + numba, for installs without a C compiler (slow, but complete).
+EDGELLM_BACKEND=c|numba forces one.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from ..errors import EdgeLLMError
+
+ISA_NAMES = ("generic", "avx2", "avx512", "neon")
+_warned = False
+
+
+def c_module():
+    """(ffi, lib) of the compiled kernels, or None where they were not built."""
+    try:
+        from .. import _kernels  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _kernels.ffi, _kernels.lib
+
+
+def _apply_isa(lib) -> None:
+    want = os.environ.get("EDGELLM_ISA", "").strip().lower()
+    if not want:
+        lib.el_get_isa()
+        return
+    if want not in ISA_NAMES:
+        raise EdgeLLMError(f"EDGELLM_ISA={want!r}: expected one of {', '.join(ISA_NAMES)}")
+    got = ISA_NAMES[lib.el_set_isa(ISA_NAMES.index(want))]
+    if got != want:
+        raise EdgeLLMError(f"EDGELLM_ISA={want}: this CPU cannot run it (best: {ISA_NAMES[lib.el_cpu_isa_best()]})")
+
+
+def backend_name() -> str:
+    """The backend engines will use: EDGELLM_BACKEND, else C when built, else numba."""
+    global _warned
+    want = os.environ.get("EDGELLM_BACKEND", "").strip().lower()
+    if want not in ("", "c", "numba"):
+        raise EdgeLLMError(f"EDGELLM_BACKEND={want!r}: expected 'c' or 'numba'")
+    if want == "numba":
+        return "numba"
+    if c_module() is not None:
+        return "c"
+    if want == "c":
+        raise EdgeLLMError("EDGELLM_BACKEND=c but the C kernels were not built (no compiler at install?)")
+    if not _warned:
+        warnings.warn("edgellm's C kernels are not built; running on the (slower) numba kernels", stacklevel=3)
+        _warned = True
+    return "numba"
+
+
+def isa_name() -> str:
+    if backend_name() == "numba":
+        return "numba"
+    ffi, lib = c_module()
+    _apply_isa(lib)
+    return ISA_NAMES[lib.el_get_isa()]
+
+
+def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int):
+    if backend_name() == "c":
+        from .cengine import CEngine
+
+        ffi, lib = c_module()
+        _apply_isa(lib)
+        return CEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, lib=lib, ffi=ffi)
+    from .numba_engine import NumbaEngine
+
+    return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..quants import QType, type_info
+from . import c_module
 
 BACKENDS = ("c", "numba")
 
@@ -19,15 +20,6 @@ def _lname(t: QType) -> str:
     """ggml's spelling in function names: q4_0, q4_K, f16."""
     n = QType(t).name
     return n[:-2].lower() + "_K" if n.endswith("_K") else n.lower()
-
-
-def c_module():
-    """(ffi, lib) of the compiled kernels, or None where they were not built."""
-    try:
-        from .. import _kernels  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _kernels.ffi, _kernels.lib
 
 
 def _numba_module(t: QType):

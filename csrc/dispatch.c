@@ -1,0 +1,104 @@
+/* Kernel dispatch: the type-traits table, filled at run time for the ISA the CPU supports
+ * (or the one forced by EDGELLM_ISA through el_set_isa). */
+#include <stdlib.h>
+#include "el_internal.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+el_type_traits el_traits[EL_NTYPES];
+el_vec_ops el_vops;
+static int current_isa = -1;
+
+/* ---- generic float helpers ---- */
+static float dot_f16_f32_generic(int n, const el_half *x, const float *y) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += el_half_to_float(x[i]) * y[i];
+    return s;
+}
+static void axpy_f16_generic(int n, float a, const el_half *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] += a * el_half_to_float(x[i]);
+}
+static void f32_to_f16_generic(int n, const float *x, el_half *y) {
+    for (int i = 0; i < n; i++) y[i] = el_float_to_half(x[i]);
+}
+
+static void quantize_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
+static void dequantize_row_f32(const void *x, float *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
+
+void el_register_generic(el_type_traits *t) {
+#define T(id, b, sz, vdt, ff, tf, vd) t[id] = (el_type_traits){b, sz, vdt, ff, tf, vd, NULL}
+    T(EL_F32, 1, 4, EL_F32, quantize_row_f32, dequantize_row_f32, vec_dot_f32_f32_generic);
+    T(EL_F16, 1, 2, EL_F16, quantize_row_f16_ref, dequantize_row_f16, vec_dot_f16_f16_generic);
+    T(EL_BF16, 1, 2, EL_BF16, quantize_row_bf16_ref, dequantize_row_bf16, vec_dot_bf16_bf16_generic);
+    T(EL_Q4_0, 32, 18, EL_Q8_0, quantize_row_q4_0_ref, dequantize_row_q4_0, vec_dot_q4_0_q8_0_generic);
+    T(EL_Q4_1, 32, 20, EL_Q8_1, quantize_row_q4_1_ref, dequantize_row_q4_1, vec_dot_q4_1_q8_1_generic);
+    T(EL_Q5_0, 32, 22, EL_Q8_0, quantize_row_q5_0_ref, dequantize_row_q5_0, vec_dot_q5_0_q8_0_generic);
+    T(EL_Q5_1, 32, 24, EL_Q8_1, quantize_row_q5_1_ref, dequantize_row_q5_1, vec_dot_q5_1_q8_1_generic);
+    T(EL_Q8_0, 32, 34, EL_Q8_0, quantize_row_q8_0_ref, dequantize_row_q8_0, vec_dot_q8_0_q8_0_generic);
+    T(EL_Q8_1, 32, 36, EL_Q8_1, quantize_row_q8_1_ref, NULL, NULL);
+    T(EL_Q2_K, 256, 84, EL_Q8_K, quantize_row_q2_K_ref, dequantize_row_q2_K, vec_dot_q2_K_q8_K_generic);
+    T(EL_Q3_K, 256, 110, EL_Q8_K, quantize_row_q3_K_ref, dequantize_row_q3_K, vec_dot_q3_K_q8_K_generic);
+    T(EL_Q4_K, 256, 144, EL_Q8_K, quantize_row_q4_K_ref, dequantize_row_q4_K, vec_dot_q4_K_q8_K_generic);
+    T(EL_Q5_K, 256, 176, EL_Q8_K, quantize_row_q5_K_ref, dequantize_row_q5_K, vec_dot_q5_K_q8_K_generic);
+    T(EL_Q6_K, 256, 210, EL_Q8_K, quantize_row_q6_K_ref, dequantize_row_q6_K, vec_dot_q6_K_q8_K_generic);
+    T(EL_Q8_K, 256, 292, EL_Q8_K, quantize_row_q8_K_ref, dequantize_row_q8_K, NULL);
+#undef T
+}
+
+/* ---- CPU features ---- */
+int el_cpu_isa_best(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return EL_ISA_GENERIC;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!(osxsave && avx && fma && f16c)) return EL_ISA_GENERIC;
+    unsigned xlo, xhi;
+    __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6) != 6) return EL_ISA_GENERIC;  /* OS saves XMM+YMM */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return EL_ISA_GENERIC;
+    int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+    if (!avx2) return EL_ISA_GENERIC;
+    if (avx512f && avx512bw && avx512vl && (xlo & 0xe6) == 0xe6) return EL_ISA_AVX512;
+    return EL_ISA_AVX2;
+#elif defined(__aarch64__)
+    return EL_ISA_NEON;
+#else
+    return EL_ISA_GENERIC;
+#endif
+}
+
+int el_set_isa(int isa) {
+    int best = el_cpu_isa_best();
+    if (isa < 0 || isa > best) isa = best;
+#if defined(__x86_64__)
+    if (isa == EL_ISA_NEON) isa = best;
+#else
+    if (isa == EL_ISA_AVX2 || isa == EL_ISA_AVX512) isa = best;
+#endif
+    el_type_traits t[EL_NTYPES];
+    memset(t, 0, sizeof(t));
+    el_register_generic(t);
+    el_vops.dot_f16_f32 = dot_f16_f32_generic;
+    el_vops.axpy_f16 = axpy_f16_generic;
+    el_vops.f32_to_f16 = f32_to_f16_generic;
+#if defined(__x86_64__)
+    if (isa >= EL_ISA_AVX2) el_register_avx2(t);
+    if (isa >= EL_ISA_AVX512) el_register_avx512(t);
+#endif
+#if defined(__aarch64__)
+    if (isa == EL_ISA_NEON) el_register_neon(t);
+#endif
+    memcpy(el_traits, t, sizeof(t));
+    current_isa = isa;
+    return isa;
+}
+
+int el_get_isa(void) {
+    if (current_isa < 0) el_set_isa(-1);
+    return current_isa;
+}

@@ -1,0 +1,89 @@
+/* Internal interfaces shared by the engine's C files (not exported through cffi). */
+#ifndef EDGELLM_INTERNAL_H
+#define EDGELLM_INTERNAL_H
+
+#include "common.h"
+#include "api/engine.h"
+#include "api/quants_legacy.h"
+#include "api/quants_k.h"
+
+/* ggml type ids used here */
+enum {
+    EL_F32 = 0, EL_F16 = 1, EL_Q4_0 = 2, EL_Q4_1 = 3, EL_Q5_0 = 6, EL_Q5_1 = 7, EL_Q8_0 = 8,
+    EL_Q8_1 = 9, EL_Q2_K = 10, EL_Q3_K = 11, EL_Q4_K = 12, EL_Q5_K = 13, EL_Q6_K = 14,
+    EL_Q8_K = 15, EL_BF16 = 30, EL_NTYPES = 40
+};
+
+enum { EL_ISA_GENERIC = 0, EL_ISA_AVX2 = 1, EL_ISA_AVX512 = 2, EL_ISA_NEON = 3 };
+
+typedef void (*el_from_float_fn)(const float *x, void *y, int64_t k);
+typedef void (*el_to_float_fn)(const void *x, float *y, int64_t k);
+typedef void (*el_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+/* Tile of dot products: out[c*ldo + r] = W_row(r) . A_row(c) for r < nr, c < nc, rows of n
+ * values; W rows ldw bytes apart (weight type), A rows lda bytes apart (its vec_dot_type). */
+typedef void (*el_gemm_fn)(int n, const void *w, size_t ldw, int nr,
+                           const void *a, size_t lda, int nc, float *out, size_t ldo);
+
+typedef struct {
+    int blck;                 /* values per block */
+    int size;                 /* bytes per block */
+    int vec_dot_type;         /* activation type the dot product takes */
+    el_from_float_fn from_float;  /* quantize a row into this type (activations) */
+    el_to_float_fn to_float;
+    el_vec_dot_fn vec_dot;    /* weight row (this type) . activation row (vec_dot_type) */
+    el_gemm_fn gemm;          /* many rows x many activation rows; NULL = loop over vec_dot */
+} el_type_traits;
+
+/* Per-ISA registration: each overrides the entries it accelerates (dispatch.c calls them). */
+void el_register_generic(el_type_traits *t);
+#if defined(__x86_64__)
+void el_register_avx2(el_type_traits *t);    /* x86_avx2.c   (AVX2 + FMA + F16C) */
+void el_register_avx512(el_type_traits *t);  /* x86_avx512.c (AVX-512 F/BW/VL, VNNI when present) */
+#endif
+#if defined(__aarch64__)
+void el_register_neon(el_type_traits *t);    /* arm_neon.c (dotprod when present) */
+#endif
+
+/* float vector helpers used by attention, dispatched like the quant kernels */
+typedef struct {
+    float (*dot_f16_f32)(int n, const el_half *x, const float *y);
+    void (*axpy_f16)(int n, float a, const el_half *x, float *y);   /* y += a*x */
+    void (*f32_to_f16)(int n, const float *x, el_half *y);
+} el_vec_ops;
+extern el_vec_ops el_vops;
+
+/* filled by el_set_isa(); entries with blck == 0 are unsupported */
+extern el_type_traits el_traits[EL_NTYPES];
+
+static inline size_t el_row_size(int type, int64_t n) {
+    return (size_t)(n / el_traits[type].blck) * el_traits[type].size;
+}
+
+/* ---- thread pool: one persistent pool per context; fn runs on every thread ---- */
+typedef struct el_pool el_pool;
+typedef void (*el_task_fn)(void *arg, int ith, int nth);
+el_pool *el_pool_new(int n_threads);
+void el_pool_free(el_pool *pool);
+int el_pool_size(const el_pool *pool);
+void el_pool_run(el_pool *pool, el_task_fn fn, void *arg);  /* returns when all threads finish */
+void el_pool_barrier(el_pool *pool);                        /* inside fn: wait for all threads */
+
+/* ---- float ops (ops.c) ---- */
+void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps);  /* w may be NULL */
+void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
+             const float *cache);  /* cache: cos,sin pairs for n_rot/2 dims at this pos */
+void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
+                   const float *freq_factors, const el_model_desc *d);
+float el_gelu_tanh(float x);
+float el_silu(float x);
+
+/* row range [r0, r1) of thread ith out of nth for n rows, aligned to `align` rows */
+static inline void el_split(int64_t n, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1) {
+    int64_t chunks = (n + align - 1) / align;
+    int64_t per = (chunks + nth - 1) / nth;
+    int64_t a = per * ith * align, b = per * (ith + 1) * align;
+    *r0 = a < n ? a : n;
+    *r1 = b < n ? b : n;
+}
+
+#endif

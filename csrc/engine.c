@@ -1,0 +1,583 @@
+/* The forward pass of a decoder-only transformer (llama / gemma3 family) over GGUF weights.
+ *
+ * One el_decode call evaluates a batch of tokens: every pool thread runs `forward_task`, which
+ * walks the layers; phases are split by rows (or attention heads) across threads and separated
+ * by barriers. Activations are quantized once per matmul input into the weight's vec_dot type.
+ *
+ * KV cache: per layer, f16 K and V laid out [n_head_kv][slot][head_dim]. Global layers use
+ * slot == position (capacity n_ctx); sliding-window layers use a ring, slot == position % cap,
+ * cap = n_swa + n_batch, so a batch never overwrites a key that one of its tokens still sees.
+ * Each group keeps the position held by every slot (-1 = empty); attention masks by position.
+ */
+#include <stdlib.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include "el_internal.h"
+
+#define ALIGN 64
+#define ROW_TILE 16   /* weight rows per work item */
+#define TOK_TILE 8    /* activation rows per gemm call */
+
+enum { G_GLOBAL = 0, G_SWA = 1 };
+
+typedef struct {
+    int cap;
+    int32_t *pos;   /* [cap] position held, -1 empty */
+} kv_group;
+
+struct el_ctx {
+    el_model_desc d;
+    el_layer *layers;
+    int n_ctx, n_batch, n_threads;
+    el_pool *pool;
+    kv_group g[2];
+    el_half **k, **v;   /* per layer [n_head_kv][cap][head_dim] */
+    int next_pos;
+    int max_k;          /* widest matmul input */
+    /* scratch, n_batch rows each */
+    float *x;      /* [n_batch, n_embd] residual stream */
+    float *xn;     /* [n_batch, max(n_embd, q_dim)] normed input / attention output */
+    float *q;      /* [n_batch, n_head * head_dim_k] */
+    float *kc;     /* [n_batch, n_head_kv * head_dim_k] */
+    float *vc;     /* [n_batch, n_head_kv * head_dim_v] */
+    float *tmp;    /* [n_batch, n_embd] */
+    float *gate;   /* [n_batch, n_ff] */
+    float *up;     /* [n_batch, n_ff] */
+    uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
+    float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
+    float *scores; /* [n_threads, max cap] */
+    int32_t *tok;  /* [n_batch] */
+};
+
+static _Thread_local char last_error[256];
+const char *el_last_error(void) { return last_error; }
+#define FAIL(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); goto fail; } while (0)
+
+static void *amalloc(size_t n) {
+    void *p = NULL;
+    if (n == 0) n = ALIGN;
+    if (posix_memalign(&p, ALIGN, (n + ALIGN - 1) / ALIGN * ALIGN) != 0) return NULL;
+    return p;
+}
+
+static int tensor_ok(const el_tensor *t, int64_t ne0, int64_t ne1) {
+    if (!t->data) return 0;
+    if (t->type < 0 || t->type >= EL_NTYPES || el_traits[t->type].blck == 0) return 0;
+    if (el_traits[t->type].vec_dot == NULL && ne1 > 1 && el_traits[t->type].to_float == NULL) return 0;
+    if (t->ne0 != ne0 || (ne1 >= 0 && t->ne1 != ne1)) return 0;
+    return t->ne0 % el_traits[t->type].blck == 0 && t->row_bytes == el_row_size(t->type, t->ne0);
+}
+
+static int norm_ok(const el_tensor *t, int64_t n) {
+    return !t->data || (t->type == EL_F32 && t->ne0 == n && t->ne1 == 1);
+}
+
+el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads) {
+    el_get_isa();
+    el_ctx *c = calloc(1, sizeof(el_ctx));
+    if (!c) { snprintf(last_error, sizeof last_error, "out of memory"); return NULL; }
+    c->d = *desc;
+    const el_model_desc *d = &c->d;
+    if (d->n_layer <= 0 || d->n_embd <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 ||
+        d->n_head % d->n_head_kv || d->head_dim_k <= 0 || d->head_dim_v <= 0 || d->n_ff <= 0 ||
+        d->n_vocab <= 0 || d->n_rot < 0 || d->n_rot > d->head_dim_k || d->n_rot % 2)
+        FAIL("inconsistent hyperparameters");
+    if (n_ctx <= 0 || n_batch <= 0) FAIL("n_ctx and n_batch must be positive");
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->layers = malloc(sizeof(el_layer) * (size_t)d->n_layer);
+    if (!c->layers) FAIL("out of memory");
+    memcpy(c->layers, desc->layers, sizeof(el_layer) * (size_t)d->n_layer);
+    c->d.layers = c->layers;
+
+    const int qd = d->n_head * d->head_dim_k, kd = d->n_head_kv * d->head_dim_k;
+    const int vd = d->n_head_kv * d->head_dim_v, od = d->n_head * d->head_dim_v;
+    if (!tensor_ok(&d->tok_embd, d->n_embd, d->n_vocab) || !el_traits[d->tok_embd.type].to_float)
+        FAIL("token_embd: bad shape or type");
+    if (!tensor_ok(&d->output, d->n_embd, d->n_vocab)) FAIL("output: bad shape or unsupported type");
+    if (!norm_ok(&d->output_norm, d->n_embd)) FAIL("output_norm: bad shape");
+    if (d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != d->n_rot / 2))
+        FAIL("rope_freqs: bad shape");
+    int any_swa = 0;
+    for (int l = 0; l < d->n_layer; l++) {
+        const el_layer *L = &c->layers[l];
+        any_swa |= L->is_swa;
+        if (!tensor_ok(&L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->w_gate, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->w_up, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
+        if (!tensor_ok(&L->w_down, d->n_ff, d->n_embd)) FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
+        if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd) ||
+            !norm_ok(&L->attn_post_norm, d->n_embd) || !norm_ok(&L->ffn_post_norm, d->n_embd) ||
+            !norm_ok(&L->attn_q_norm, d->head_dim_k) || !norm_ok(&L->attn_k_norm, d->head_dim_k))
+            FAIL("blk.%d: a norm weight has a bad shape", l);
+        if (!norm_ok(&L->bq, qd) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
+            FAIL("blk.%d: a bias has a bad shape", l);
+    }
+    if (any_swa && d->n_swa <= 0) FAIL("sliding-window layers without a window size");
+
+    c->g[G_GLOBAL].cap = n_ctx;
+    c->g[G_SWA].cap = any_swa ? EL_MIN(n_ctx, d->n_swa + n_batch) : 0;
+    for (int gi = 0; gi < 2; gi++) {
+        if (!c->g[gi].cap) continue;
+        c->g[gi].pos = malloc(sizeof(int32_t) * (size_t)c->g[gi].cap);
+        if (!c->g[gi].pos) FAIL("out of memory");
+    }
+    c->k = calloc((size_t)d->n_layer, sizeof(el_half *));
+    c->v = calloc((size_t)d->n_layer, sizeof(el_half *));
+    if (!c->k || !c->v) FAIL("out of memory");
+    for (int l = 0; l < d->n_layer; l++) {
+        const int cap = c->g[c->layers[l].is_swa ? G_SWA : G_GLOBAL].cap;
+        c->k[l] = amalloc(sizeof(el_half) * (size_t)cap * kd);
+        c->v[l] = amalloc(sizeof(el_half) * (size_t)cap * vd);
+        if (!c->k[l] || !c->v[l]) FAIL("out of memory for the KV cache (n_ctx %d)", n_ctx);
+    }
+
+    int max_k = EL_MAX(EL_MAX(d->n_embd, od), d->n_ff);
+    c->max_k = max_k;
+    const size_t B = (size_t)n_batch;
+    c->x = amalloc(4 * B * d->n_embd);
+    c->xn = amalloc(4 * B * EL_MAX(d->n_embd, od));
+    c->q = amalloc(4 * B * qd);
+    c->kc = amalloc(4 * B * kd);
+    c->vc = amalloc(4 * B * vd);
+    c->tmp = amalloc(4 * B * d->n_embd);
+    c->gate = amalloc(4 * B * d->n_ff);
+    c->up = amalloc(4 * B * d->n_ff);
+    c->actq = amalloc(B * (size_t)max_k * 4 + 1024);  /* every act type takes <= 4 bytes/value */
+    c->rope = amalloc(4 * B * (d->n_rot ? d->n_rot : 2));
+    c->tok = amalloc(4 * B);
+    if (!c->x || !c->xn || !c->q || !c->kc || !c->vc || !c->tmp || !c->gate || !c->up || !c->actq ||
+        !c->rope || !c->tok)
+        FAIL("out of memory for scratch buffers (n_batch %d)", n_batch);
+    if (el_ctx_set_threads(c, n_threads) != 0) FAIL("cannot start %d threads", n_threads);
+    el_kv_clear(c);
+    return c;
+fail:
+    el_ctx_free(c);
+    return NULL;
+}
+
+int el_ctx_set_threads(el_ctx *c, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (c->pool && el_pool_size(c->pool) == n_threads) return 0;
+    el_pool_free(c->pool);
+    free(c->scores);
+    c->pool = el_pool_new(n_threads);
+    c->n_threads = n_threads;
+    c->scores = amalloc(sizeof(float) * (size_t)n_threads * EL_MAX(c->g[0].cap, c->g[1].cap));
+    return c->pool && c->scores ? 0 : -1;
+}
+
+void el_ctx_free(el_ctx *c) {
+    if (!c) return;
+    el_pool_free(c->pool);
+    if (c->k) for (int l = 0; l < c->d.n_layer; l++) free(c->k[l]);
+    if (c->v) for (int l = 0; l < c->d.n_layer; l++) free(c->v[l]);
+    free(c->k); free(c->v);
+    free(c->g[0].pos); free(c->g[1].pos);
+    free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
+    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->tok);
+    free(c->layers);
+    free(c);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* matmul inside a pool task: y[m, :] = W . x[m, :] for m < M                                   */
+
+typedef struct {
+    const float *src;  /* what actq holds (this thread's view; identical on every thread) */
+    int type, m, k;
+    int in_use;        /* actq may be read by another thread since the last barrier */
+} act_state;
+
+/* every barrier of a forward pass goes through here, so act_state knows actq is free again */
+static void sync(el_ctx *c, act_state *st) {
+    el_pool_barrier(c->pool);
+    st->in_use = 0;
+}
+
+/* Contents of x must not change between matmuls that share its quantized copy, unless the
+ * pointer changes too: callers quantize a buffer, use it, and only then overwrite it. */
+static void quantize_acts(el_ctx *c, act_state *st, int vdt, const float *x, int m, int k, int ldx,
+                          int ith, int nth) {
+    if (st->src == x && st->type == vdt && st->m == m && st->k == k) return;
+    if (st->in_use) sync(c, st);
+    const size_t rs = el_row_size(vdt, k);
+    for (int r = ith; r < m; r += nth)
+        el_traits[vdt].from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
+    st->src = x; st->type = vdt; st->m = m; st->k = k;
+    sync(c, st);
+}
+
+static void gemm_loop(const el_type_traits *tt, int n, const uint8_t *w, size_t ldw, int nr,
+                      const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
+    if (tt->gemm) { tt->gemm(n, w, ldw, nr, a, lda, nc, out, ldo); return; }
+    for (int ci = 0; ci < nc; ci++)
+        for (int r = 0; r < nr; r++)
+            tt->vec_dot(n, out + (size_t)ci * ldo + r, w + (size_t)r * ldw, a + (size_t)ci * lda);
+}
+
+/* no barrier at the end: callers batch independent matmuls (q, k, v) and then barrier once */
+static void matmul(el_ctx *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
+                   float *y, int ldy, int ith, int nth) {
+    const el_type_traits *tt = &el_traits[w->type];
+    const int k = (int)w->ne0, vdt = tt->vec_dot_type;
+    quantize_acts(c, st, vdt, x, m, k, ldx, ith, nth);
+    const size_t rs = el_row_size(vdt, k);
+    st->in_use = 1;
+    int64_t r0, r1;
+    el_split(w->ne1, ith, nth, ROW_TILE, &r0, &r1);
+    const uint8_t *wd = w->data;
+    for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
+        const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
+        for (int mb = 0; mb < m; mb += TOK_TILE) {
+            const int nc = EL_MIN(TOK_TILE, m - mb);
+            gemm_loop(tt, k, wd + (size_t)rb * w->row_bytes, w->row_bytes, nr,
+                      c->actq + (size_t)mb * rs, rs, nc, y + (size_t)mb * ldy + rb, (size_t)ldy);
+        }
+    }
+}
+
+static void add_bias(float *y, const el_tensor *b, int m, int n, int ld, int ith, int nth) {
+    if (!b->data) return;
+    const float *bb = b->data;
+    for (int r = ith; r < m; r += nth)
+        for (int i = 0; i < n; i++) y[(size_t)r * ld + i] += bb[i];
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    el_ctx *c;
+    int n;            /* tokens in this step */
+    int pos0;
+    float *logits;
+    int all_logits;
+} fwd_args;
+
+static int layer_group(const el_ctx *c, int l) { return c->layers[l].is_swa ? G_SWA : G_GLOBAL; }
+static int slot_of(const el_ctx *c, int gi, int pos) { return gi == G_SWA ? pos % c->g[G_SWA].cap : pos; }
+
+static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
+    const el_model_desc *d = &c->d;
+    const int gi = layer_group(c, l);
+    const kv_group *g = &c->g[gi];
+    const int hk = d->head_dim_k, hv = d->head_dim_v, cap = g->cap;
+    const int group = d->n_head / d->n_head_kv;
+    const int n_slots = gi == G_GLOBAL ? pos0 + n : cap;
+    float *sc = c->scores + (size_t)ith * EL_MAX(c->g[0].cap, c->g[1].cap);
+    const int od = d->n_head * hv;
+    for (int task = ith; task < n * d->n_head; task += nth) {
+        const int m = task / d->n_head, h = task % d->n_head, kvh = h / group;
+        const int p = pos0 + m;
+        const float *q = c->q + (size_t)m * d->n_head * hk + (size_t)h * hk;
+        const el_half *K = c->k[l] + (size_t)kvh * cap * hk;
+        const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
+        float mx = -INFINITY;
+        for (int s = 0; s < n_slots; s++) {
+            const int ps = g->pos[s];
+            if (ps < 0 || ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[s] = -INFINITY; continue; }
+            float v = el_vops.dot_f16_f32(hk, K + (size_t)s * hk, q) * d->attn_scale;
+            if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
+            sc[s] = v;
+            if (v > mx) mx = v;
+        }
+        float *out = c->xn + (size_t)m * od + (size_t)h * hv;
+        memset(out, 0, sizeof(float) * hv);
+        double sum = 0.0;
+        for (int s = 0; s < n_slots; s++) {
+            if (sc[s] == -INFINITY) continue;
+            const float e = expf(sc[s] - mx);
+            sum += e;
+            el_vops.axpy_f16(hv, e, V + (size_t)s * hv, out);
+        }
+        const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+        for (int i = 0; i < hv; i++) out[i] *= inv;
+    }
+}
+
+static void forward_task(void *arg, int ith, int nth) {
+    fwd_args *a = arg;
+    el_ctx *c = a->c;
+    const el_model_desc *d = &c->d;
+    const int n = a->n, pos0 = a->pos0;
+    const int E = d->n_embd, hk = d->head_dim_k, hv = d->head_dim_v;
+    const int qd = d->n_head * hk, kd = d->n_head_kv * hk, vd = d->n_head_kv * hv, od = d->n_head * hv;
+    act_state st = {0};
+
+    /* token embeddings */
+    for (int m = ith; m < n; m += nth) {
+        const el_tensor *te = &d->tok_embd;
+        float *xr = c->x + (size_t)m * E;
+        el_traits[te->type].to_float((const uint8_t *)te->data + (size_t)c->tok[m] * te->row_bytes, xr, E);
+        if (d->embd_scale != 1.0f) for (int i = 0; i < E; i++) xr[i] *= d->embd_scale;
+    }
+    sync(c, &st);
+
+    float rope_base = -1, rope_scale = -1;
+    for (int l = 0; l < d->n_layer; l++) {
+        const el_layer *L = &c->layers[l];
+        const int gi = layer_group(c, l);
+        /* attention block */
+        for (int m = ith; m < n; m += nth)
+            el_rmsnorm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
+        if (d->n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale)) {
+            rope_base = L->rope_base; rope_scale = L->rope_scale;
+            for (int m = ith; m < n; m += nth)
+                el_rope_cache(c->rope + (size_t)m * d->n_rot, d->n_rot, (float)(pos0 + m), rope_base,
+                              rope_scale, d->rope_freqs.data, d);
+        }
+        sync(c, &st);
+        matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
+        matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
+        matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
+        sync(c, &st);
+        /* per token: biases, q/k norms, rope, store k and v */
+        for (int m = ith; m < n; m += nth) {
+            float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
+            if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
+            if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
+            if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
+            if (L->attn_q_norm.data)
+                for (int h = 0; h < d->n_head; h++) el_rmsnorm(q + h * hk, q + h * hk, L->attn_q_norm.data, hk, d->norm_eps);
+            if (L->attn_k_norm.data)
+                for (int h = 0; h < d->n_head_kv; h++) el_rmsnorm(k + h * hk, k + h * hk, L->attn_k_norm.data, hk, d->norm_eps);
+            if (d->n_rot) {
+                const float *rc = c->rope + (size_t)m * d->n_rot;
+                el_rope(q, d->n_head, hk, d->n_rot, d->rope_type, rc);
+                el_rope(k, d->n_head_kv, hk, d->n_rot, d->rope_type, rc);
+            }
+            const int cap = c->g[gi].cap, slot = slot_of(c, gi, pos0 + m);
+            for (int h = 0; h < d->n_head_kv; h++) {
+                el_vops.f32_to_f16(hk, k + h * hk, c->k[l] + ((size_t)h * cap + slot) * hk);
+                el_vops.f32_to_f16(hv, v + h * hv, c->v[l] + ((size_t)h * cap + slot) * hv);
+            }
+        }
+        sync(c, &st);
+        attention(c, l, n, pos0, ith, nth);
+        sync(c, &st);
+        matmul(c, &st, &L->wo, c->xn, n, od, c->tmp, E, ith, nth);
+        sync(c, &st);
+        for (int m = ith; m < n; m += nth) {
+            float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
+            if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
+            if (L->attn_post_norm.data) el_rmsnorm(t, t, L->attn_post_norm.data, E, d->norm_eps);
+            for (int i = 0; i < E; i++) xr[i] += t[i];
+            el_rmsnorm(t, xr, L->ffn_norm.data, E, d->norm_eps);
+        }
+        sync(c, &st);
+        /* feed-forward block: down(act(gate(x)) * up(x)) */
+        matmul(c, &st, &L->w_gate, c->tmp, n, E, c->gate, d->n_ff, ith, nth);
+        matmul(c, &st, &L->w_up, c->tmp, n, E, c->up, d->n_ff, ith, nth);
+        sync(c, &st);
+        {
+            int64_t r0, r1;
+            el_split((int64_t)n * d->n_ff, ith, nth, 64, &r0, &r1);
+            float *gt = c->gate, *up = c->up;
+            if (d->act == EL_ACT_GELU_TANH) for (int64_t i = r0; i < r1; i++) gt[i] = el_gelu_tanh(gt[i]) * up[i];
+            else for (int64_t i = r0; i < r1; i++) gt[i] = el_silu(gt[i]) * up[i];
+        }
+        sync(c, &st);
+        matmul(c, &st, &L->w_down, c->gate, n, d->n_ff, c->tmp, E, ith, nth);
+        sync(c, &st);
+        for (int m = ith; m < n; m += nth) {
+            float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
+            if (L->ffn_post_norm.data) el_rmsnorm(t, t, L->ffn_post_norm.data, E, d->norm_eps);
+            for (int i = 0; i < E; i++) xr[i] += t[i];
+        }
+        sync(c, &st);
+    }
+    if (!a->logits) return;
+    /* final norm and output projection, for every row or just the last */
+    const int m0 = a->all_logits ? 0 : n - 1, mo = n - m0;
+    for (int m = m0 + ith; m < n; m += nth)
+        el_rmsnorm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
+    sync(c, &st);
+    matmul(c, &st, &d->output, c->tmp + (size_t)m0 * E, mo, E, a->logits, d->n_vocab, ith, nth);
+    sync(c, &st);
+    if (d->final_softcap > 0) {
+        int64_t r0, r1;
+        el_split((int64_t)mo * d->n_vocab, ith, nth, 64, &r0, &r1);
+        const float cap = d->final_softcap;
+        for (int64_t i = r0; i < r1; i++) a->logits[i] = cap * tanhf(a->logits[i] / cap);
+    }
+}
+
+int el_decode(el_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits) {
+    if (n <= 0 || !tokens) return -2;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->d.n_vocab) return -2;
+    if (c->next_pos + n > c->n_ctx) return -1;
+    for (int done = 0; done < n;) {
+        const int step = EL_MIN(c->n_batch, n - done);
+        const int pos0 = c->next_pos;
+        memcpy(c->tok, tokens + done, sizeof(int32_t) * step);
+        for (int gi = 0; gi < 2; gi++)
+            if (c->g[gi].cap)
+                for (int m = 0; m < step; m++) c->g[gi].pos[slot_of(c, gi, pos0 + m)] = pos0 + m;
+        const int last = done + step == n;
+        fwd_args a = {c, step, pos0, NULL, all_logits};
+        if (logits && all_logits) a.logits = logits + (size_t)done * c->d.n_vocab;
+        else if (logits && last) a.logits = logits;
+        el_pool_run(c->pool, forward_task, &a);
+        c->next_pos += step;
+        done += step;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache management                                                                          */
+
+void el_kv_clear(el_ctx *c) {
+    for (int gi = 0; gi < 2; gi++)
+        for (int s = 0; s < c->g[gi].cap; s++) c->g[gi].pos[s] = -1;
+    c->next_pos = 0;
+}
+
+int el_kv_next_pos(const el_ctx *c) { return c->next_pos; }
+int el_kv_capacity(const el_ctx *c) { return c->n_ctx; }
+
+int el_kv_truncate(el_ctx *c, int p) {
+    if (p < 0) p = 0;
+    if (p >= c->next_pos) return 0;
+    for (int gi = 0; gi < 2; gi++)
+        for (int s = 0; s < c->g[gi].cap; s++)
+            if (c->g[gi].pos[s] >= p) c->g[gi].pos[s] = -1;
+    c->next_pos = p;
+    if (c->g[G_SWA].cap) {  /* the ring must still hold the window before p */
+        for (int q = EL_MAX(0, p - c->d.n_swa + 1); q < p; q++)
+            if (c->g[G_SWA].pos[slot_of(c, G_SWA, q)] != q) return -1;
+    }
+    return 0;
+}
+
+/* rotate the stored keys of one slot by `delta` positions (RoPE angles add up) */
+static void rerope_slot(el_ctx *c, int l, int cap, int slot, const float *rc, float *buf) {
+    const el_model_desc *d = &c->d;
+    const int hk = d->head_dim_k;
+    for (int h = 0; h < d->n_head_kv; h++) {
+        el_half *kp = c->k[l] + ((size_t)h * cap + slot) * hk;
+        dequantize_row_f16(kp, buf, hk);
+        el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
+        el_vops.f32_to_f16(hk, buf, kp);
+    }
+}
+
+int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
+    const el_model_desc *d = &c->d;
+    const int n_used = c->next_pos;
+    if (n_keep < 0 || n_discard <= 0 || n_keep + n_discard > n_used) return -2;
+    const int hk = d->head_dim_k, hv = d->head_dim_v;
+    float *buf = malloc(sizeof(float) * (size_t)(hk + 2 * d->n_rot + 2));
+    if (!buf) return -3;
+    float *rc = buf + hk;
+    /* a rotation by -n_discard, without YaRN magnitude scaling (that is applied once already) */
+    el_model_desc dd = *d;
+    dd.yarn_attn_factor = 1.0f;
+    for (int l = 0; l < d->n_layer; l++) {
+        const el_layer *L = &c->layers[l];
+        const int gi = layer_group(c, l), cap = c->g[gi].cap;
+        if (d->n_rot) {
+            el_rope_cache(rc, d->n_rot, (float)(-n_discard), L->rope_base, L->rope_scale, d->rope_freqs.data, &dd);
+            if (d->yarn_ext_factor != 0.0f) {  /* undo the magnitude term el_rope_cache folded in */
+                const float ms = 1.0f + 0.1f * logf(1.0f / L->rope_scale);
+                for (int i = 0; i < d->n_rot; i++) rc[i] /= ms;
+            }
+        }
+        if (gi == G_GLOBAL) {
+            const int n_move = n_used - n_keep - n_discard;
+            for (int h = 0; h < d->n_head_kv; h++) {
+                el_half *K = c->k[l] + (size_t)h * cap * hk, *V = c->v[l] + (size_t)h * cap * hv;
+                memmove(K + (size_t)n_keep * hk, K + (size_t)(n_keep + n_discard) * hk, sizeof(el_half) * (size_t)n_move * hk);
+                memmove(V + (size_t)n_keep * hv, V + (size_t)(n_keep + n_discard) * hv, sizeof(el_half) * (size_t)n_move * hv);
+            }
+            if (d->n_rot) for (int s = n_keep; s < n_keep + n_move; s++) rerope_slot(c, l, cap, s, rc, buf);
+        } else {
+            /* permute the ring: entries past the discarded range move to slot (pos - n_discard) % cap */
+            const size_t kbytes = sizeof(el_half) * (size_t)d->n_head_kv * cap * hk;
+            const size_t vbytes = sizeof(el_half) * (size_t)d->n_head_kv * cap * hv;
+            el_half *K2 = malloc(kbytes), *V2 = malloc(vbytes);
+            if (!K2 || !V2) { free(K2); free(V2); free(buf); return -3; }
+            memcpy(K2, c->k[l], kbytes);
+            memcpy(V2, c->v[l], vbytes);
+            const int32_t *pos = c->g[gi].pos;
+            for (int s = 0; s < cap; s++) {
+                const int ps = pos[s];
+                if (ps < n_keep + n_discard) continue;
+                const int ns = (ps - n_discard) % cap;
+                for (int h = 0; h < d->n_head_kv; h++) {
+                    memcpy(c->k[l] + ((size_t)h * cap + ns) * hk, K2 + ((size_t)h * cap + s) * hk, sizeof(el_half) * hk);
+                    memcpy(c->v[l] + ((size_t)h * cap + ns) * hv, V2 + ((size_t)h * cap + s) * hv, sizeof(el_half) * hv);
+                }
+                if (d->n_rot) rerope_slot(c, l, cap, ns, rc, buf);
+            }
+            free(K2); free(V2);
+        }
+    }
+    /* positions */
+    for (int s = 0; s < c->g[G_GLOBAL].cap; s++) c->g[G_GLOBAL].pos[s] = s < n_used - n_discard ? s : -1;
+    if (c->g[G_SWA].cap) {
+        const int cap = c->g[G_SWA].cap;
+        int32_t *np = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!np) { free(buf); return -3; }
+        for (int s = 0; s < cap; s++) np[s] = -1;
+        for (int s = 0; s < cap; s++) {
+            const int ps = c->g[G_SWA].pos[s];
+            if (ps < 0) continue;
+            if (ps < n_keep) np[s] = ps;
+            else if (ps >= n_keep + n_discard) np[(ps - n_discard) % cap] = ps - n_discard;
+        }
+        memcpy(c->g[G_SWA].pos, np, sizeof(int32_t) * (size_t)cap);
+        free(np);
+    }
+    c->next_pos = n_used - n_discard;
+    free(buf);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    const el_tensor *w;
+    const float *x;
+    int m;
+    float *y;
+    uint8_t *actq;
+    el_pool *pool;
+} mm_args;
+
+static void mm_task(void *arg, int ith, int nth) {
+    mm_args *a = arg;
+    const el_tensor *w = a->w;
+    const el_type_traits *tt = &el_traits[w->type];
+    const int k = (int)w->ne0, vdt = tt->vec_dot_type;
+    const size_t rs = el_row_size(vdt, k);
+    for (int r = ith; r < a->m; r += nth) el_traits[vdt].from_float(a->x + (size_t)r * k, a->actq + r * rs, k);
+    el_pool_barrier(a->pool);
+    int64_t r0, r1;
+    el_split(w->ne1, ith, nth, ROW_TILE, &r0, &r1);
+    for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
+        const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
+        for (int mb = 0; mb < a->m; mb += TOK_TILE)
+            gemm_loop(tt, k, (const uint8_t *)w->data + (size_t)rb * w->row_bytes, w->row_bytes, nr,
+                      a->actq + (size_t)mb * rs, rs, EL_MIN(TOK_TILE, a->m - mb), a->y + (size_t)mb * w->ne1 + rb,
+                      (size_t)w->ne1);
+    }
+}
+
+int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads) {
+    el_get_isa();
+    if (w->type < 0 || w->type >= EL_NTYPES || !el_traits[w->type].vec_dot) return -2;
+    if (w->ne0 % el_traits[w->type].blck) return -2;
+    mm_args a = {w, x, m, y, amalloc((size_t)m * w->ne0 * 4 + 1024), el_pool_new(n_threads)};
+    if (!a.actq || !a.pool) { free(a.actq); el_pool_free(a.pool); return -3; }
+    el_pool_run(a.pool, mm_task, &a);
+    free(a.actq);
+    el_pool_free(a.pool);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* Small float ops of the forward pass: RMS norm, RoPE, activations. */
+#include "el_internal.h"
+
+void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;  /* double accumulation, as ggml's rms_norm */
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    if (w) for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+    else for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* YaRN correction range (dims whose wavelength crosses the original context), as
+ * ggml_rope_yarn_corr_dims computes it. */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+/* cos/sin for one position: cache[2i], cache[2i+1] for rotation pair i < n_rot/2.
+ * theta_i = pos * base^(-2i/n_rot) (computed by repeated multiplication as ggml does),
+ * divided by freq_factors[i] when present, scaled by `scale` (linear) and YaRN-mixed. */
+void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
+                   const float *freq_factors, const el_model_desc *d) {
+    const float theta_scale = powf(base, -2.0f / n_rot);
+    const float ext = d->yarn_ext_factor;
+    float mscale = d->yarn_attn_factor > 0 ? d->yarn_attn_factor : 1.0f;
+    float lo = 0, hi = 0;
+    if (ext != 0.0f) {
+        lo = floorf(yarn_corr_dim(n_rot, d->n_ctx_orig, d->yarn_beta_fast, base));
+        hi = ceilf(yarn_corr_dim(n_rot, d->n_ctx_orig, d->yarn_beta_slow, base));
+        lo = EL_MAX(0, lo);
+        hi = EL_MIN(n_rot - 1, hi);
+        mscale *= 1.0f + 0.1f * logf(1.0f / scale);
+    }
+    float theta = pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        const float extrap = freq_factors ? theta / freq_factors[i] : theta;
+        float t = scale * extrap;
+        if (ext != 0.0f) {
+            const float y = (i - lo) / EL_MAX(0.001f, hi - lo);
+            const float ramp = (1.0f - EL_MIN(1.0f, EL_MAX(0.0f, y))) * ext;
+            t = t * (1.0f - ramp) + extrap * ramp;
+        }
+        cache[2 * i] = cosf(t) * mscale;
+        cache[2 * i + 1] = sinf(t) * mscale;
+        theta *= theta_scale;
+    }
+}
+
+/* Rotate n_heads heads of head_dim values in place; NORM pairs (2i, 2i+1), NEOX pairs
+ * (i, i + n_rot/2). Dims past n_rot are left as they are. */
+void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache) {
+    const int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            const float c = cache[2 * i], s = cache[2 * i + 1];
+            const int a = rope_type == EL_ROPE_NEOX ? i : 2 * i;
+            const int b = rope_type == EL_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+float el_gelu_tanh(float x) {
+    const float k = 0.79788456080286535588f;  /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+float el_silu(float x) { return x / (1.0f + expf(-x)); }

@@ -1,0 +1,317 @@
+"""The Python API: `LLM` (load once; tokenize, logits, generate, chat) and `Session` (a KV cache
+you feed token by token). The CLI is a thin shell over these.
+
+    llm = edgellm.LLM("smollm2-135m-instruct")
+    llm.generate("The capital of France is", max_tokens=16, temperature=0)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import kernels, models
+from .chat import ChatTemplate
+from .errors import ContextOverflowError, EdgeLLMError, GGUFError
+from .gguf_file import GGUFFile
+from .models.base import bind_weights
+from .registry import resolve
+from .sampling import Sampler, SamplingParams, StopChecker
+from .tokenizer import Tokenizer
+
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+DEFAULT_MAX_TOKENS = 256
+_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+                  "frequency_penalty", "presence_penalty")
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (hyper-threads share one core's units)."""
+    try:
+        avail = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        avail = os.cpu_count() or 1
+    cores = set()
+    try:
+        for cpu in (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(avail)):
+            base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+            with open(base + "core_id") as f:
+                core = f.read().strip()
+            with open(base + "physical_package_id") as f:
+                pkg = f.read().strip()
+            cores.add((pkg, core))
+    except OSError:
+        return max(1, avail)
+    return max(1, min(avail, len(cores) or avail))
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
+    stop_reason: str = ""  # "eog", "stop", "length"
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+class Session:
+    """A persistent KV cache: `feed(ids)` continues where the last call stopped."""
+
+    def __init__(self, llm: "LLM", engine=None):
+        self._llm = llm
+        self._engine = engine or llm._new_engine()
+        self._tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._engine.n_ctx
+
+    def reset(self) -> None:
+        self._engine.clear()
+        self._tokens.clear()
+
+    def feed(self, ids: Sequence[int]) -> np.ndarray:
+        """Evaluate ids after what the session holds; returns the logits of the last one."""
+        ids = self._llm._check_ids(ids)
+        if not ids:
+            raise ValueError("feed() needs at least one token")
+        if len(self._tokens) + len(ids) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{len(self._tokens) + len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
+        self._tokens.extend(ids)
+        try:
+            return self._engine.decode(ids)
+        finally:  # the engine's position is the truth, also after an interrupt
+            del self._tokens[self._engine.n_past:]
+
+    # -- used by generation --
+
+    def _prefill(self, ids: list[int]) -> np.ndarray:
+        """Make the cache hold exactly ids, reusing the longest common prefix; logits of the last."""
+        if len(ids) > self.n_ctx:
+            raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
+        n = 0
+        for a, b in zip(self._tokens, ids):
+            if a != b:
+                break
+            n += 1
+        n = min(n, len(ids) - 1)  # re-evaluate at least the last token to get its logits
+        if n < len(self._tokens):
+            if not self._engine.truncate(n):
+                self._engine.clear()
+                n = 0
+            del self._tokens[n:]
+        return self.feed(ids[n:])
+
+    def _make_room(self, n_keep: int) -> None:
+        """Context full: drop the older half of what follows the first n_keep tokens."""
+        n_keep = max(0, min(n_keep, len(self._tokens) - 2))
+        n_discard = max(1, (len(self._tokens) - n_keep) // 2)
+        self._engine.shift(n_keep, n_discard)
+        del self._tokens[n_keep:n_keep + n_discard]
+
+
+class LLM:
+    """A loaded model. `model` is an alias from models.toml or a path to a .gguf file."""
+
+    def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
+                 seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
+                 progress: bool = False):
+        if n_ctx < 0 or n_batch <= 0:
+            raise ValueError("n_ctx must be >= 0 (0 = the model's training context) and n_batch > 0")
+        if n_threads is not None and n_threads <= 0:
+            raise ValueError("n_threads must be positive")
+        self.path = resolve(model, progress=progress)
+        self.gguf = GGUFFile(self.path)
+        self.config = models.load_config(self.gguf)
+        self._weights = bind_weights(self.gguf, self.config)
+        self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        if self.tokenizer.n_vocab != self.config.n_vocab:
+            raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
+                            f"{self.config.n_vocab} output rows")
+        self.n_ctx = n_ctx or self.config.n_ctx_train
+        self.n_batch = min(n_batch, self.n_ctx)
+        self.n_threads = n_threads or physical_cores()
+        self.seed = seed
+        self.template = ChatTemplate.from_metadata(self.gguf.metadata, chat_template=chat_template)
+        self._session: Session | None = None  # generate/chat reuse its cache across calls
+        self.last_stats = GenerationStats()
+
+    # -- basics --
+
+    @property
+    def n_vocab(self) -> int:
+        return self.config.n_vocab
+
+    @property
+    def backend(self) -> str:
+        return kernels.isa_name()
+
+    def _new_engine(self):
+        return kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
+                                     n_batch=self.n_batch, n_threads=self.n_threads)
+
+    def _check_ids(self, ids) -> list[int]:
+        out = [int(i) for i in ids]
+        for i in out:
+            if not 0 <= i < self.n_vocab:
+                raise ValueError(f"token id {i} is outside the vocabulary [0, {self.n_vocab})")
+        return out
+
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
+        return self.tokenizer.decode(self._check_ids(ids), special=special)
+
+    def session(self) -> Session:
+        return Session(self)
+
+    def _main_session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self)
+        return self._session
+
+    def logits(self, ids: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        """float32 [len(ids), n_vocab] (or [n_vocab]) from one batch on a fresh context."""
+        ids = self._check_ids(ids)
+        if not ids:
+            raise ValueError("logits() needs at least one token")
+        if len(ids) > self.n_ctx:
+            raise ContextOverflowError(f"{len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
+        s = self._main_session()
+        s.reset()
+        s._tokens.extend(ids)
+        try:
+            return s._engine.decode(ids, all_logits=not last_only)
+        finally:
+            del s._tokens[s._engine.n_past:]
+
+    # -- generation --
+
+    def _sampling(self, kw: dict, seed) -> SamplingParams:
+        unknown = set(kw) - set(_SAMPLING_KEYS)
+        if unknown:
+            raise TypeError(f"unknown sampling option(s): {', '.join(sorted(unknown))}")
+        params = {k: v for k, v in kw.items() if v is not None}
+        return SamplingParams(seed=self.seed if seed is None else seed, **params)
+
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 min_p: float | None = None, repeat_penalty: float | None = None,
+                 frequency_penalty: float | None = None, presence_penalty: float | None = None,
+                 seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
+                 repeat_last_n: int | None = None):
+        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces."""
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
+        params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                     repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                                     presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
+        it = self._stream(ids, params, max_tokens, stop)
+        return it if stream else "".join(it)
+
+    def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
+             stop: str | Sequence[str] | None = None, seed: int | None = None, **sampling):
+        """Reply to a conversation rendered with the model's chat template."""
+        text = self.template.render(messages, add_generation_prompt=True)
+        ids = self.chat_tokens(text)
+        params = self._sampling(sampling, seed)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings))
+        return it if stream else "".join(it)
+
+    def chat_tokens(self, rendered: str) -> list[int]:
+        """Tokens of a rendered chat prompt: special tokens parsed, BOS not doubled."""
+        bos = self.tokenizer.bos_id
+        ids = self.tokenize(rendered, add_bos=True, special=True)
+        if bos is not None and len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]
+        return ids
+
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop) -> Iterator[str]:
+        if not ids:
+            raise ValueError("the prompt is empty (and the model adds no BOS token)")
+        if len(ids) > self.n_ctx:
+            raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+        return self._generate_iter(ids, params, max_tokens, stops)
+
+    def _generate_iter(self, ids, params, max_tokens, stops) -> Iterator[str]:
+        session = self._main_session()
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        sampler = Sampler(params, self.n_vocab)
+        detok = self.tokenizer.streaming_decoder()
+        checker = StopChecker(stops)
+        eog = self.tokenizer.eog_ids
+        n_keep = 1 if (self.tokenizer.bos_id is not None and ids[0] == self.tokenizer.bos_id) else 0
+        limit = max_tokens if max_tokens is not None and max_tokens >= 0 else None
+        t0 = time.perf_counter()
+        try:
+            logits = session._prefill(ids)
+        except BaseException:
+            session.reset()
+            raise
+        stats.prompt_seconds = time.perf_counter() - t0
+        history = list(ids)
+        t1 = time.perf_counter()
+        stats.stop_reason = "length"
+        try:
+            while limit is None or stats.generated_tokens < limit:
+                tok = sampler.sample(logits, history)
+                if tok in eog:
+                    stats.stop_reason = "eog"
+                    break
+                stats.generated_tokens += 1
+                history.append(tok)
+                emit, done = checker.feed(detok.add(tok))
+                if emit:
+                    yield emit
+                if done:
+                    stats.stop_reason = "stop"
+                    break
+                if limit is not None and stats.generated_tokens >= limit:
+                    break
+                if len(session) >= session.n_ctx:
+                    if limit is None and len(history) - len(ids) >= session.n_ctx:
+                        break  # an unbounded reply as long as the whole context: stop
+                    session._make_room(n_keep)
+                logits = session.feed([tok])
+            if stats.stop_reason != "stop":
+                tail, _ = checker.feed(detok.flush(), final=True)
+                if tail:
+                    yield tail
+        finally:
+            stats.decode_seconds = time.perf_counter() - t1
+
+    def close(self) -> None:
+        self._session = None
+        self.gguf.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LLM({str(self.path)!r}, arch={self.config.arch}, n_ctx={self.n_ctx}, n_threads={self.n_threads})"
