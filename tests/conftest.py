@@ -10,7 +10,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("EDGELLM_SHARED", REPO.parent / "shared"))
+
+
+def _find_shared() -> Path:
+    """../shared next to the checkout (or next to any parent folder), or $EDGELLM_SHARED."""
+    if os.environ.get("EDGELLM_SHARED"):
+        return Path(os.environ["EDGELLM_SHARED"])
+    for parent in REPO.parents:
+        if (parent / "shared" / "fixtures").is_dir():
+            return parent / "shared"
+    return REPO.parent / "shared"
+
+
+SHARED = _find_shared()
 FIXTURES = SHARED / "fixtures"
 REFERENCE = FIXTURES / "reference"
 

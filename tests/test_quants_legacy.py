@@ -8,8 +8,6 @@ tests/test-quantize-fns.cpp on its synthetic data.
 
 from __future__ import annotations
 
-import sys
-import types
 
 import gguf
 import numpy as np
@@ -17,15 +15,8 @@ import pytest
 
 from edgellm.quants import BLOCK_DTYPES, QType, type_info
 
-try:
-    from edgellm.kernels import numba_kquants  # noqa: F401
-except ImportError:
-    # quant_ops imports the K-quant twins alongside these; until that module is merged in, an
-    # empty stand-in lets the numba backend serve the types tested here.
-    sys.modules["edgellm.kernels.numba_kquants"] = types.ModuleType("edgellm.kernels.numba_kquants")
-
-from edgellm.kernels import numba_quants  # noqa: E402
-from edgellm.kernels import quant_ops  # noqa: E402
+from edgellm.kernels import numba_quants
+from edgellm.kernels import quant_ops
 
 LEGACY = [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0]
 FLOATS = [QType.F16, QType.BF16]

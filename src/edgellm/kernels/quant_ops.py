@@ -23,9 +23,13 @@ def _lname(t: QType) -> str:
 
 
 def _numba_module(t: QType):
-    from . import numba_kquants, numba_quants
+    if QType(t).name.endswith("_K"):
+        from . import numba_kquants
 
-    return numba_kquants if QType(t).name.endswith("_K") else numba_quants
+        return numba_kquants
+    from . import numba_quants
+
+    return numba_quants
 
 
 def _c_or_fail():
@@ -40,10 +44,22 @@ def _as_f32_2d(x) -> np.ndarray:
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
+def _bytes(a, want: int, what: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype != np.uint8:
+        raise TypeError(f"{what}: expected uint8 bytes, got {a.dtype}")
+    a = np.ascontiguousarray(a).reshape(-1)
+    if a.size != want:
+        raise ValueError(f"{what}: expected {want} bytes, got {a.size}")
+    return a
+
+
 def quantize_rows(t: QType, x, backend: str = "c") -> np.ndarray:
     """Reference-quantize float rows [rows, n] of x into uint8 [rows, row_bytes]."""
     t = QType(t)
     x = _as_f32_2d(x)
+    if type_info(t).block_size > 1 and not np.all(np.isfinite(x)):
+        raise ValueError(f"cannot quantize NaN or infinite values to {t.name}")
     rows, n = x.shape
     out = np.zeros((rows, type_info(t).row_bytes(n)), dtype=np.uint8)
     if t == QType.F32:
@@ -90,8 +106,8 @@ def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c") -> float:
     t = QType(t)
     act = type_info(t).vec_dot_type
     name = f"vec_dot_{_lname(t)}_{_lname(act)}_generic"
-    w_row = np.ascontiguousarray(w_row, dtype=np.uint8).reshape(-1)
-    act_row = np.ascontiguousarray(act_row, dtype=np.uint8).reshape(-1)
+    w_row = _bytes(w_row, type_info(t).row_bytes(n), "weight row")
+    act_row = _bytes(act_row, type_info(act).row_bytes(n), "activation row")
     if backend == "c":
         ffi, lib = _c_or_fail()
         s = ffi.new("float *")
