@@ -32,7 +32,7 @@ def _sources() -> list[str]:
 
 # No -march=native: one build runs on any CPU of its architecture; ISA-specific files raise
 # their own target with pragmas / attributes and are chosen at run time.
-COMPILE_ARGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+COMPILE_ARGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-ffp-contract=off", "-Wall", "-Wno-unused-function"]
 
 
 def make_builder(absolute: bool = False) -> FFI:

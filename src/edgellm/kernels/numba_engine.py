@@ -13,18 +13,9 @@ import numpy as np
 from ..errors import ContextOverflowError
 from ..models.base import ACT_GELU_TANH, ROPE_NEOX, ModelConfig, ModelWeights
 from ..quants import QType, type_info
-from . import numba_kquants, numba_quants
+from .quant_ops import _lname, _numba_module as _module
 
 _MATMULS: dict = {}
-
-
-def _lname(t: QType) -> str:
-    n = QType(t).name
-    return n[:-2].lower() + "_K" if n.endswith("_K") else n.lower()
-
-
-def _module(t: QType):
-    return numba_kquants if QType(t).name.endswith("_K") else numba_quants
 
 
 def _kernels_for(t: QType):
