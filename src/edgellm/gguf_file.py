@@ -1,0 +1,439 @@
+"""GGUF files: header, metadata and tensor infos, validated up front; tensors as views of one mmap.
+
+Format facts relied on (ggml/include/gguf.h, ggml/src/gguf.cpp, gguf-py constants.py):
+- little-endian; "GGUF", u32 version, u64 tensor count, u64 KV count;
+- a KV pair is a string key, a u32 value type and the value; a string is a u64 byte length and
+  that many UTF-8 bytes (no NUL); an array is a u32 element type, a u64 count and the elements;
+- a tensor info is a string name, u32 n_dims (<= 4), n_dims x i64 ne (ne[0] is the row length,
+  the fastest-varying dimension), u32 ggml type and a u64 offset relative to the data section;
+- the data section starts at the first multiple of `general.alignment` (a u32, default 32) after
+  the tensor infos, and every tensor offset is a multiple of it;
+- versions 2 and 3 share this layout (v1 had 32-bit counts and lengths); a big-endian file (a v3
+  feature) reads back here as a version with its low 16 bits zero.
+"""
+
+from __future__ import annotations
+
+import enum
+import mmap
+import os
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import GGUFError
+from .quants import QType, type_info
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+ALIGNMENT_KEY = "general.alignment"
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_NESTING = 8  # gguf-py writes arrays of arrays; llama.cpp reads none, so a few levels suffice
+
+_HEADER_BYTES = 24  # magic, version, n_tensors, n_kv
+_MIN_KV_BYTES = 8 + 1 + 4 + 1  # non-empty key, value type, smallest value (one byte)
+_MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # non-empty name, n_dims, one dim, type, offset
+_INT64_MAX = 2**63 - 1
+
+
+class ValueType(enum.IntEnum):
+    """GGUF metadata value types (gguf_type in gguf.h)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+_V = ValueType
+_SCALAR_STRUCTS = {
+    _V.UINT8: struct.Struct("<B"),
+    _V.INT8: struct.Struct("<b"),
+    _V.UINT16: struct.Struct("<H"),
+    _V.INT16: struct.Struct("<h"),
+    _V.UINT32: struct.Struct("<I"),
+    _V.INT32: struct.Struct("<i"),
+    _V.FLOAT32: struct.Struct("<f"),
+    _V.BOOL: struct.Struct("<B"),  # one byte, 0 or 1
+    _V.UINT64: struct.Struct("<Q"),
+    _V.INT64: struct.Struct("<q"),
+    _V.FLOAT64: struct.Struct("<d"),
+}
+_ARRAY_DTYPES = {t: np.dtype(s.format) for t, s in _SCALAR_STRUCTS.items()}
+_U32 = _SCALAR_STRUCTS[_V.UINT32]
+_U64 = _SCALAR_STRUCTS[_V.UINT64]
+
+# Tensor types tensor_array() returns with their element dtype (bf16 as its raw 16 bits).
+_TENSOR_DTYPES = {
+    QType.F32: np.dtype("<f4"),
+    QType.F16: np.dtype("<f2"),
+    QType.BF16: np.dtype("<u2"),
+    QType.F64: np.dtype("<f8"),
+    QType.I8: np.dtype("i1"),
+    QType.I16: np.dtype("<i2"),
+    QType.I32: np.dtype("<i4"),
+    QType.I64: np.dtype("<i8"),
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # ggml order: shape[0] = ne[0] = row length
+    qtype: QType
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+    n_elements: int
+
+    @property
+    def rows(self) -> int:
+        return self.n_elements // self.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        return type_info(self.qtype).row_bytes(self.shape[0])
+
+
+class _Reader:
+    """Bounds-checked little-endian reads from the mapped file; every error names what was read."""
+
+    def __init__(self, buf: mmap.mmap, where: str):
+        self.buf = buf
+        self.size = len(buf)
+        self.pos = 0
+        self.where = where
+
+    def fail(self, msg: str) -> GGUFError:
+        return GGUFError(f"{self.where}: {msg}")
+
+    def need(self, n: int, what: str) -> None:
+        left = self.size - self.pos
+        if n > left:
+            raise self.fail(f"truncated: {what} needs {n} bytes at offset {self.pos}, "
+                            f"the file has {left} left")
+
+    def scalar(self, st: struct.Struct, what: str):
+        self.need(st.size, what)
+        (v,) = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return v
+
+    def string(self, what: str) -> str:
+        n = self.scalar(_U64, f"{what} (length)")
+        self.need(n, what)
+        s = str(self.buf[self.pos : self.pos + n], "utf-8", "surrogateescape")
+        self.pos += n
+        return s
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        st = _SCALAR_STRUCTS.get(vtype)
+        if st is not None:
+            v = self.scalar(st, what)
+            if vtype == _V.BOOL:
+                if v > 1:
+                    raise self.fail(f"{what}: bool value is {v}, not 0 or 1")
+                return bool(v)
+            return v
+        if vtype == _V.STRING:
+            return self.string(what)
+        if vtype == _V.ARRAY:
+            return self.array(what, depth)
+        raise self.fail(f"{what}: unknown value type {vtype}")
+
+    def array(self, what: str, depth: int) -> Any:
+        etype = self.scalar(_U32, f"{what} (array element type)")
+        n = self.scalar(_U64, f"{what} (array length)")
+        dtype = _ARRAY_DTYPES.get(etype)
+        if dtype is not None:
+            return self.numeric_array(dtype, etype == _V.BOOL, n, what)
+        if etype == _V.STRING:
+            return self.string_array(n, what)
+        if etype == _V.ARRAY:
+            if depth + 1 >= MAX_ARRAY_NESTING:
+                raise self.fail(f"{what}: arrays nested more than {MAX_ARRAY_NESTING} deep")
+            self.need(n * 12, f"{what} ({n} nested arrays)")  # each: element type + count
+            return [self.array(what, depth + 1) for _ in range(n)]
+        raise self.fail(f"{what}: unknown array element type {etype}")
+
+    def numeric_array(self, dtype: np.dtype, is_bool: bool, n: int, what: str) -> np.ndarray:
+        nbytes = n * dtype.itemsize
+        self.need(nbytes, f"{what} ({n} x {dtype.name})")
+        # A read-only mmap gives read-only views. Unaligned views work but are slow to compute
+        # with, so those arrays are copied (one memcpy, next to nothing beside parsing).
+        arr = np.frombuffer(self.buf, dtype, count=n, offset=self.pos)
+        if self.pos % dtype.itemsize:
+            arr = arr.copy()
+            arr.flags.writeable = False
+        self.pos += nbytes
+        if is_bool:
+            if n and arr.max() > 1:
+                raise self.fail(f"{what}: bool array holds a value other than 0 or 1")
+            arr = arr.view(np.bool_)
+        return arr
+
+    def string_array(self, n: int, what: str) -> list[str]:
+        self.need(n * 8, f"{what} ({n} strings)")  # each string has at least its 8-byte length
+        # The lengths chain the element positions, so they are found by a tight serial walk
+        # (struct bounds-checks each length read; only the last payload can run past the end).
+        buf = self.buf
+        unpack = _U64.unpack_from
+        starts = [0] * n
+        pos = self.pos
+        try:
+            for i in range(n):
+                starts[i] = pos
+                pos += 8 + unpack(buf, pos)[0]
+        except (struct.error, OverflowError):
+            raise self.fail(f"truncated: {what}: a string runs past the end of the file") from None
+        if pos > self.size:
+            raise self.fail(f"truncated: {what}: the last string runs past the end of the file")
+        self.pos = pos
+        return _decode_strings(buf, starts, pos) if n else []
+
+
+# Two noncharacters, 4 UTF-8 bytes each: exactly the size of a string's length field.
+_SEPARATOR = "\U0010ffff\U0010fffe"
+_SEPARATOR_U64 = int.from_bytes(_SEPARATOR.encode(), "little")
+
+
+def _decode_strings(buf: mmap.mmap, starts: list[int], end: int) -> list[str]:
+    """Decode the strings whose u64 length fields sit at `starts` (the last one ends at `end`).
+
+    Fast path: copy the run, overwrite every length field with the 8 bytes of _SEPARATOR, decode
+    once and split. The separator starts with 0xF4, never a continuation byte, so a sequence a
+    string leaves unfinished ends there and the next string starts afresh: each piece equals
+    decoding its string alone. A string that itself holds the separator adds pieces; then the
+    strings are decoded one by one.
+    """
+    n = len(starts)
+    base = starts[0]
+    run = np.frombuffer(buf, np.uint8, count=end - base, offset=base).copy()
+    # every byte offset of the run read as an (unaligned) u64, to write the n fields in one go
+    fields = np.ndarray((run.size - 7,), "<u8", run.data, 0, (1,))
+    fields[np.fromiter(starts, np.int64, count=n) - base] = _SEPARATOR_U64
+    parts = str(run[8:].data, "utf-8", "surrogateescape").split(_SEPARATOR)
+    if len(parts) == n:
+        return parts
+    ends = starts[1:] + [end]
+    return [str(buf[s + 8 : e], "utf-8", "surrogateescape") for s, e in zip(starts, ends)]
+
+
+def _map_file(path: Path) -> mmap.mmap:
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise GGUFError(f"{path}: is a directory, not a GGUF file")
+        if not stat.S_ISREG(st.st_mode):
+            raise GGUFError(f"{path}: not a regular file")
+        if st.st_size == 0:
+            raise GGUFError(f"{path}: empty file, not a GGUF file")
+        with open(path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise GGUFError(f"{path}: no such file") from None
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot open: {e.strerror or e}") from None
+
+
+class GGUFFile:
+    """A GGUF file, parsed and checked when opened; tensor data stays in the read-only mapping."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._mm: mmap.mmap | None = None
+        self._u8: np.ndarray | None = None
+        mm = _map_file(self.path)
+        try:
+            self._parse(mm)
+        except BaseException:
+            _release(mm)
+            raise
+        self._mm = mm
+        self._u8 = np.frombuffer(mm, np.uint8)
+
+    def _parse(self, mm: mmap.mmap) -> None:
+        r = _Reader(mm, str(self.path))
+        self.file_size = r.size
+        magic = mm[:4]
+        if magic != MAGIC:
+            if len(magic) < 4 and MAGIC.startswith(magic):
+                raise r.fail(f"truncated: {len(magic)}-byte file")
+            raise r.fail(f"not a GGUF file (magic {magic!r}, expected {MAGIC!r})")
+        r.pos = 4
+        version = r.scalar(_U32, "version")
+        if version not in SUPPORTED_VERSIONS:
+            if version and version & 0xFFFF == 0:
+                raise r.fail(f"big-endian GGUF file (version field {version:#010x}); "
+                             "only little-endian is supported")
+            supported = ", ".join(map(str, SUPPORTED_VERSIONS))
+            raise r.fail(f"unsupported version {version} (supported: {supported})")
+        self.version = version
+        n_tensors = r.scalar(_U64, "tensor count")
+        n_kv = r.scalar(_U64, "metadata KV count")
+        if n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_INFO_BYTES > r.size - _HEADER_BYTES:
+            raise r.fail(f"header claims {n_kv} metadata pairs and {n_tensors} tensors, "
+                         f"more than a {r.size}-byte file can hold")
+
+        self.metadata: dict[str, Any] = {}
+        alignment_type = None
+        for i in range(n_kv):
+            key = r.string(f"key of metadata pair #{i}")
+            if not key:
+                raise r.fail(f"metadata pair #{i} has an empty key")
+            if key in self.metadata:
+                raise r.fail(f"duplicate metadata key {key!r}")
+            what = f"metadata key {key!r}"
+            vtype = r.scalar(_U32, f"{what} (value type)")
+            self.metadata[key] = r.value(vtype, what)
+            if key == ALIGNMENT_KEY:
+                alignment_type = vtype
+
+        self.alignment = DEFAULT_ALIGNMENT
+        if alignment_type is not None:
+            a = self.metadata[ALIGNMENT_KEY]
+            if alignment_type != _V.UINT32:
+                raise r.fail(f"metadata key {ALIGNMENT_KEY!r} must be a uint32, "
+                             f"not {_type_name(alignment_type)}")
+            if a <= 0 or a & (a - 1):
+                raise r.fail(f"metadata key {ALIGNMENT_KEY!r} is {a}, not a power of two")
+            self.alignment = a
+
+        raw = [self._tensor_info(r, i) for i in range(n_tensors)]
+        self.data_offset = -(-r.pos // self.alignment) * self.alignment
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, shape, qtype, rel, nbytes, n_el in raw:
+            if name in self.tensors:
+                raise r.fail(f"duplicate tensor name {name!r}")
+            if rel % self.alignment:
+                raise r.fail(f"tensor {name!r}: offset {rel} is not a multiple of "
+                             f"the alignment {self.alignment}")
+            offset = self.data_offset + rel
+            if offset + nbytes > r.size:
+                raise r.fail(f"truncated: tensor {name!r} data [{offset}, {offset + nbytes}) "
+                             f"runs past the end of the {r.size}-byte file")
+            self.tensors[name] = TensorInfo(name, shape, qtype, offset, nbytes, n_el)
+        by_offset = sorted(self.tensors.values(), key=lambda t: t.offset)
+        for prev, t in zip(by_offset, by_offset[1:]):
+            if t.offset < prev.offset + prev.nbytes:
+                raise r.fail(f"tensor {t.name!r} data overlaps tensor {prev.name!r}")
+
+    @staticmethod
+    def _tensor_info(r: _Reader, i: int) -> tuple:
+        name = r.string(f"name of tensor #{i}")
+        if not name:
+            raise r.fail(f"tensor #{i} has an empty name")
+        what = f"tensor {name!r}"
+        n_dims = r.scalar(_U32, f"{what} (n_dims)")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise r.fail(f"{what}: {n_dims} dimensions, expected 1 to {MAX_DIMS}")
+        r.need(8 * n_dims, f"{what} (shape)")
+        shape = struct.unpack_from(f"<{n_dims}q", r.buf, r.pos)
+        r.pos += 8 * n_dims
+        tid = r.scalar(_U32, f"{what} (type)")
+        rel = r.scalar(_U64, f"{what} (offset)")
+        if min(shape) <= 0:
+            raise r.fail(f"{what}: shape {list(shape)} has a dimension <= 0")
+        n_el = 1
+        for d in shape:
+            n_el *= d
+        if n_el > _INT64_MAX:
+            raise r.fail(f"{what}: shape {list(shape)} has more than 2**63-1 elements")
+        try:
+            info = type_info(tid)
+        except (ValueError, KeyError):
+            raise r.fail(f"{what}: unknown ggml type id {tid}") from None
+        if shape[0] % info.block_size:
+            raise r.fail(f"{what}: row length {shape[0]} is not a multiple of "
+                         f"{info.qtype.name}'s block size {info.block_size}")
+        return name, shape, info.qtype, rel, n_el // info.block_size * info.type_size, n_el
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def require(self, key: str, types: type | tuple[type, ...] | None = None) -> Any:
+        """The value of `key`; GGUFError if it is missing or (given `types`) of another type.
+
+        bool does not pass for int: a flag stored where a count belongs is an error.
+        """
+        if key not in self.metadata:
+            raise GGUFError(f"{self.path}: required metadata key {key!r} is missing")
+        v = self.metadata[key]
+        if types is not None:
+            types = types if isinstance(types, tuple) else (types,)
+            if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+                expected = " or ".join(t.__name__ for t in types)
+                raise GGUFError(f"{self.path}: metadata key {key!r} is a {type(v).__name__}, "
+                                f"expected {expected}")
+        return v
+
+    # --- tensors ----------------------------------------------------------------------------
+
+    def _data(self, name: str) -> tuple[TensorInfo, np.ndarray]:
+        t = self.tensors.get(name)
+        if t is None:
+            raise GGUFError(f"{self.path}: no tensor named {name!r}")
+        if self._u8 is None:
+            raise GGUFError(f"{self.path}: file is closed")
+        return t, self._u8[t.offset : t.offset + t.nbytes]
+
+    def tensor_bytes(self, name: str) -> np.ndarray:
+        """uint8 [rows, row_bytes], a read-only view into the mapping (no copy)."""
+        t, raw = self._data(name)
+        return raw.reshape(t.rows, t.row_bytes)
+
+    def tensor_array(self, name: str) -> np.ndarray:
+        """Float/int tensors as typed views in numpy order [..., ne1, ne0] (bf16 as uint16);
+        quantized tensors as tensor_bytes."""
+        t, raw = self._data(name)
+        dtype = _TENSOR_DTYPES.get(t.qtype)
+        if dtype is None:
+            return raw.reshape(t.rows, t.row_bytes)
+        return raw.view(dtype).reshape(t.shape[::-1])
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drop the mapping. Views already handed out keep it alive until they are gone."""
+        mm, self._mm, self._u8 = self._mm, None, None
+        if mm is not None:
+            _release(mm)
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"GGUFFile({str(self.path)!r}, version={self.version}, "
+                f"{len(self.metadata)} keys, {len(self.tensors)} tensors)")
+
+
+def _release(mm: mmap.mmap) -> None:
+    try:
+        mm.close()
+    except BufferError:
+        pass  # numpy views (metadata arrays, tensors) still use it; it unmaps when they go
+
+
+def _type_name(vtype: int) -> str:
+    try:
+        return ValueType(vtype).name.lower()
+    except ValueError:
+        return f"type#{vtype}"
