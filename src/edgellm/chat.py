@@ -1,0 +1,269 @@
+"""Chat templates: the Jinja2 template a GGUF file carries (``tokenizer.chat_template``), rendered
+in a sandbox the way Hugging Face transformers renders it, with a built-in fallback for models
+that carry none."""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import TemplateError, TokenizerError
+
+# Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
+# ones a template writes become its stop strings.
+END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+# Built-in templates, used when the GGUF file has none. They write no BOS: the tokenizer adds it
+# when the model's metadata asks for one.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Gemma has no system role: system text goes at the top of the next user turn, then a blank
+# line; "assistant" is "model"; contents are trimmed (as llama.cpp's built-in "gemma" template
+# in src/llama-chat.cpp, and Google's own Gemma 3 template).
+GEMMA_TEMPLATE = (
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}"
+    "{% set ns.system = ns.system + (message['content'] | trim) %}"
+    "{% else %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{% if ns.system and role != 'model' %}{{ ns.system + '\n\n' }}{% set ns.system = '' %}{% endif %}"
+    "{{ (message['content'] | trim) + '<end_of_turn>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+GEMMA_ARCHS = frozenset({"gemma", "gemma2", "gemma3", "gemma3n"})
+
+# Work a template may do in one render: items produced by range(), total, and the size of a
+# string or list built with * (templates need a few thousand at most; these stop runaway ones).
+MAX_RANGE_ITEMS = 1_000_000
+MAX_REPEAT_LEN = 1_000_000
+MAX_POWER_EXPONENT = 1_000
+
+
+class _RaisedByTemplate(Exception):
+    """raise_exception() called by the template itself."""
+
+
+def _raise_exception(message: str):
+    raise _RaisedByTemplate(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    # as transformers' chat-template tojson: plain json.dumps, non-ASCII kept, no HTML escaping
+    # (Jinja's own tojson escapes <, >, & and ' for HTML)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """transformers' chat-template environment (immutable sandbox, trim_blocks, lstrip_blocks, loop
+    controls), with no loader (so no include/import/extends), unsafe attribute access as an error
+    rather than a silent undefined, and bounds on * and **."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(self):
+        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols], loader=None)
+        self.filters["tojson"] = _tojson
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        del self.globals["lipsum"]  # lipsum(n) builds n paragraphs: no template needs it
+
+    def unsafe_undefined(self, obj, attribute):
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__} objects is not allowed")
+
+    def call_binop(self, context, op, left, right):
+        if op == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_REPEAT_LEN:
+                    raise SecurityError(f"repetition would build {len(seq) * times} items (limit {MAX_REPEAT_LEN})")
+            return operator.mul(left, right)
+        if isinstance(right, (int, float)) and abs(right) > MAX_POWER_EXPONENT:
+            raise SecurityError(f"exponent {right} is too large (limit {MAX_POWER_EXPONENT})")
+        return operator.pow(left, right)
+
+
+_ENV = _Sandbox()
+
+
+def _budgeted_range():
+    """A range() for one render: the sandbox's (each at most 100000 items) with a total budget."""
+    left = MAX_RANGE_ITEMS
+    safe_range = _ENV.globals["range"]
+
+    def limited_range(*args):
+        nonlocal left
+        r = safe_range(*args)
+        left -= len(r)
+        if left < 0:
+            raise SecurityError(f"the template iterates over more than {MAX_RANGE_ITEMS} range items")
+        return r
+
+    return limited_range
+
+
+def _compile(source: str) -> jinja2.Template:
+    try:
+        return _ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+
+
+def _normalize_messages(messages) -> list[dict]:
+    """Check the messages and return copies whose content is a string: a list of text parts is
+    joined with newlines (as llama.cpp's common chat code does for templates that take strings)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        raise TemplateError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    if not messages:
+        raise TemplateError("messages is empty: give at least one message")
+    out = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise TemplateError(f"message {i} must be a dict with 'role' and 'content', got {type(msg).__name__}")
+        role = msg.get("role")
+        if not isinstance(role, str) or not role:
+            raise TemplateError(f"message {i}: 'role' must be a non-empty string, got {role!r}")
+        if "content" not in msg:
+            raise TemplateError(f"message {i} ({role}) has no 'content'")
+        content = msg["content"]
+        if isinstance(content, (list, tuple)):
+            texts = []
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind != "text":
+                    raise TemplateError(
+                        f"message {i} ({role}): content part {j} must be "
+                        f"{{'type': 'text', 'text': ...}}, got {part!r:.80}"
+                    )
+                if not isinstance(part.get("text"), str):
+                    raise TemplateError(f"message {i} ({role}): content part {j} has no string 'text'")
+                texts.append(part["text"])
+            content = "\n".join(texts)
+        elif not isinstance(content, str):
+            raise TemplateError(
+                f"message {i} ({role}): 'content' must be a string or a list of text parts, "
+                f"got {type(content).__name__}"
+            )
+        out.append({**msg, "content": content})
+    return out
+
+
+class ChatTemplate:
+    """Turns a list of chat messages into the prompt text the model was trained on.
+
+    ``template`` is Jinja2 source (a GGUF's ``tokenizer.chat_template``); None picks a built-in
+    one by ``arch`` (Gemma turns for gemma architectures, ChatML otherwise). ``bos_token`` and
+    ``eos_token`` are the texts the template sees as ``bos_token``/``eos_token``. With
+    ``add_bos``/``add_eos`` (the tokenizer adds BOS/EOS itself), a BOS the template writes at the
+    start and an EOS it writes at the end are removed from the result, so they are not doubled
+    (as llama.cpp's common_chat_template_direct_apply)."""
+
+    def __init__(
+        self,
+        template: str | None,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        arch: str | None = None,
+        add_bos: bool = False,
+        add_eos: bool = False,
+    ):
+        if template is not None and not isinstance(template, str):
+            raise TemplateError(f"chat template must be a string, got {type(template).__name__}")
+        self.is_builtin = template is None or not template.strip()
+        if self.is_builtin:
+            template = GEMMA_TEMPLATE if arch in GEMMA_ARCHS else CHATML_TEMPLATE
+        self.source = template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.arch = arch
+        self.add_bos = add_bos
+        self.add_eos = add_eos
+        self._template = _compile(template)
+        stops = [m for m in END_OF_TURN_MARKERS if m in template]
+        if eos_token and eos_token not in stops:
+            stops.append(eos_token)
+        self.stop_strings: list[str] = stops
+
+    @classmethod
+    def from_metadata(
+        cls,
+        meta: Mapping[str, Any],
+        token_text: Callable[[int], str] | None = None,
+        *,
+        add_bos: bool | None = None,
+        add_eos: bool | None = None,
+    ) -> ChatTemplate:
+        """From GGUF metadata: ``tokenizer.chat_template``, ``general.architecture``, and the BOS/EOS
+        texts (``tokenizer.ggml.bos_token_id``/``eos_token_id`` looked up with ``token_text``, or in
+        ``tokenizer.ggml.tokens``). ``add_bos``/``add_eos`` default to the
+        ``tokenizer.ggml.add_bos_token``/``add_eos_token`` keys (False when absent; pass the
+        tokenizer's own decision when it infers one)."""
+
+        def text_of(key: str) -> str:
+            tid = meta.get(key)
+            if tid is None:
+                return ""
+            if token_text is not None:
+                return token_text(int(tid))
+            tokens = meta.get("tokenizer.ggml.tokens")
+            if tokens is None:
+                raise TokenizerError(f"{key} is set but tokenizer.ggml.tokens is missing")
+            if not 0 <= int(tid) < len(tokens):
+                raise TokenizerError(f"{key} = {tid} is outside the vocabulary of {len(tokens)} tokens")
+            return str(tokens[int(tid)])
+
+        return cls(
+            meta.get("tokenizer.chat_template"),
+            bos_token=text_of("tokenizer.ggml.bos_token_id"),
+            eos_token=text_of("tokenizer.ggml.eos_token_id"),
+            arch=meta.get("general.architecture"),
+            add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)) if add_bos is None else add_bos,
+            add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)) if add_eos is None else add_eos,
+        )
+
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+        """The prompt for ``messages`` (dicts with a ``role`` and a string or list-of-text-parts
+        ``content``), ending with the assistant's turn opener if ``add_generation_prompt``."""
+        msgs = _normalize_messages(messages)
+        try:
+            text = self._template.render(
+                messages=msgs,
+                add_generation_prompt=bool(add_generation_prompt),
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                range=_budgeted_range(),
+            )
+        except _RaisedByTemplate as e:
+            raise TemplateError(f"the chat template rejected the messages: {e}") from None
+        except SecurityError as e:
+            raise TemplateError(f"the chat template attempted something not allowed: {e}") from None
+        except TypeError as e:
+            if "no loader" in str(e):
+                raise TemplateError("chat templates cannot include or import other templates") from None
+            raise TemplateError(f"the chat template failed to render: {e}") from None
+        except (jinja2.TemplateError, ArithmeticError, LookupError, ValueError, AttributeError, RecursionError) as e:
+            raise TemplateError(f"the chat template failed to render: {type(e).__name__}: {e}") from None
+        if self.add_bos and self.bos_token and text.startswith(self.bos_token):
+            text = text[len(self.bos_token) :]
+        if self.add_eos and self.eos_token and text.endswith(self.eos_token):
+            text = text[: -len(self.eos_token)]
+        return text

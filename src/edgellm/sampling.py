@@ -1,0 +1,391 @@
+"""Choosing the next token: logit processors, then a seeded draw; and stop strings over streamed text.
+
+The chain follows llama.cpp's common sampler (src/llama-sampler.cpp, common/sampling.cpp) in its
+default order:
+
+    penalties -> top_k -> top_p -> min_p -> temperature -> draw from the softmax
+
+so top_p and min_p judge probabilities at temperature 1, and temperature only reshapes what they
+kept. Temperature 0 means greedy: argmax of the penalized logits, no random numbers used.
+
+Each step is a plain function. The filters map a candidate set, ``Candidates(ids, logits)``, to a
+subset, and touch the whole vocabulary only with O(n) vectorized passes (max, exp, partition,
+masks); only top_p sorts, and only a pool of best tokens big enough to hold its nucleus. Ties
+are always broken by position, never by sort internals, so a seed fixes the outcome.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+# Defaults as llama.cpp's common_params_sampling (common/common.h).
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
+DEFAULT_REPEAT_PENALTY = 1.0
+DEFAULT_REPEAT_LAST_N = 64
+
+# top_p looks for its nucleus among the best 256 tokens first (llama.cpp's top_p tries the same
+# 256 on large vocabularies), then among 8x as many at a time, before sorting everything.
+_TOP_P_FIRST_POOL = 256
+_TOP_P_POOL_GROWTH = 8
+# draw() walks the candidates' probabilities in blocks of this many
+_DRAW_BLOCK = 1024
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to choose tokens. ``temperature=0`` is greedy; ``top_k<=0``, ``top_p=1`` and ``min_p=0``
+    switch those filters off; ``repeat_last_n=0`` switches penalties off, ``-1`` looks at the whole
+    history. ``seed=None`` draws a fresh random seed."""
+
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K
+    top_p: float = DEFAULT_TOP_P
+    min_p: float = DEFAULT_MIN_P
+    repeat_penalty: float = DEFAULT_REPEAT_PENALTY
+    repeat_last_n: int = DEFAULT_REPEAT_LAST_N
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        for name in ("top_k", "repeat_last_n"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
+        if self.repeat_penalty <= 0:
+            raise ValueError(f"repeat_penalty must be > 0 (1 disables it), got {self.repeat_penalty}")
+        if self.repeat_last_n < -1:
+            raise ValueError(
+                f"repeat_last_n must be >= -1 (-1: whole history, 0: no penalties), got {self.repeat_last_n}"
+            )
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# logit processors
+
+
+def apply_penalties(
+    logits: np.ndarray,
+    history: Sequence[int],
+    *,
+    repeat_penalty: float = 1.0,
+    repeat_last_n: int = DEFAULT_REPEAT_LAST_N,
+    frequency_penalty: float = 0.0,
+    presence_penalty: float = 0.0,
+) -> np.ndarray:
+    """Penalize the tokens seen in the last ``repeat_last_n`` ids of ``history`` (-1: all of it).
+
+    As llama.cpp's penalties sampler: a seen token's logit is divided by ``repeat_penalty`` when
+    positive and multiplied by it when <= 0, then lowered by ``count * frequency_penalty +
+    presence_penalty`` (count = occurrences in the window). Returns a new array when anything
+    changes; ``logits`` itself is never modified."""
+    disabled = repeat_penalty == 1.0 and frequency_penalty == 0.0 and presence_penalty == 0.0
+    if disabled or repeat_last_n == 0 or len(history) == 0:
+        return logits
+    window = history if repeat_last_n < 0 else history[-repeat_last_n:]
+    ids = np.asarray(window)
+    if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError("history must be a sequence of integer token ids")
+    if ids.size == 0:
+        return logits
+    if ids.min() < 0 or ids.max() >= logits.shape[0]:
+        bad = ids[(ids < 0) | (ids >= logits.shape[0])][0]
+        raise ValueError(f"history holds token id {int(bad)}, outside the vocabulary [0, {logits.shape[0]})")
+    tokens, counts = np.unique(ids, return_counts=True)
+    seen = logits[tokens]
+    seen = np.where(seen <= 0, seen * repeat_penalty, seen / repeat_penalty)
+    seen = seen - (counts * frequency_penalty + presence_penalty)
+    out = logits.copy()
+    out[tokens] = seen
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate filters: (ids, logits) -> (ids, logits), a subset
+
+
+class Candidates(NamedTuple):
+    ids: np.ndarray  # (n,) int64 token ids
+    logits: np.ndarray  # (n,) float32 logits of those ids
+
+
+def all_candidates(logits: np.ndarray, ids: np.ndarray | None = None) -> Candidates:
+    """The whole vocabulary (pass a cached ``arange`` as ``ids`` to skip allocating one)."""
+    return Candidates(np.arange(logits.shape[0], dtype=np.int64) if ids is None else ids, logits)
+
+
+def top_k(c: Candidates, k: int) -> Candidates:
+    """The ``k`` largest logits, in their original order; ``k <= 0`` or ``k >= n`` keeps
+    everything. Among tokens tied at the cut, the earliest are kept."""
+    n = c.ids.shape[0]
+    if k <= 0 or k >= n:
+        return c
+    cut = np.partition(c.logits, n - k)[n - k]  # O(n) selection: the k-th largest value
+    best = np.flatnonzero(c.logits >= cut)
+    extra = best.shape[0] - k
+    if extra > 0:  # more ties at the cut than slots: drop the latest of them
+        tied = np.flatnonzero(c.logits[best] == cut)
+        best = np.delete(best, tied[-extra:])
+    return Candidates(c.ids[best], c.logits[best])
+
+
+def _softmax_weights(logits: np.ndarray) -> np.ndarray:
+    """exp(logit - max): unnormalized probabilities in (0, 1], -inf -> 0. Float32 like the logits
+    (half the memory traffic of float64); callers accumulate sums in float64."""
+    w = logits - logits.max()
+    return np.exp(w, out=w)
+
+
+def _best_first(logits: np.ndarray) -> np.ndarray:
+    """Indices ordering float32 ``logits`` (no NaN) from largest to smallest, ties by index.
+
+    One in-place sort of 64-bit keys instead of a two-key lexsort (about 8x faster on 256k
+    values): the high half is the float's bits mapped so that unsigned order is descending value
+    order (IEEE 754 floats order like sign-magnitude integers), the low half is the index."""
+    bits = (logits + np.float32(0)).view(np.uint32)  # a copy; + 0 turns -0.0 into +0.0
+    # non-negative: flip the 31 value bits (bigger value -> smaller key, sign bit 0 sorts first);
+    # negative: keep (bigger magnitude -> bigger key, sign bit 1 sorts after the non-negatives)
+    bits ^= (np.uint32(1) - (bits >> np.uint32(31))) * np.uint32(0x7FFFFFFF)
+    keys = bits.astype(np.uint64)
+    keys <<= np.uint64(32)
+    keys |= np.arange(logits.shape[0], dtype=np.uint64)
+    keys.sort()
+    return keys.astype(np.uint32)  # the low halves: indices
+
+
+def top_p(c: Candidates, p: float, *, mass: float | None = None) -> Candidates:
+    """Nucleus: the fewest best tokens whose probabilities (softmax over ``c``) sum to >= ``p``.
+    Returned sorted, best first (ties by original order). ``p >= 1`` keeps everything.
+
+    ``mass``: when ``c`` is the best part of a larger set (what min_p keeps of it), the larger
+    set's sum of exp(logit - max), so probabilities are those of the larger set."""
+    n = c.ids.shape[0]
+    if p >= 1.0 or n <= 1:
+        return c
+    w = _softmax_weights(c.logits)
+    target = p * (w.sum(dtype=np.float64) if mass is None else mass)
+    # Sort only a pool of the best tokens (the best `size`, with all ties of the last) that holds
+    # the nucleus, trying size = 256, 2048, ... A float32 dot product estimates a pool's mass so
+    # pools too light are skipped unsorted; the float64 running sum has the last word.
+    size = _TOP_P_FIRST_POOL
+    while True:
+        if size >= n:
+            pool = np.arange(n)
+        else:
+            floor = np.partition(w, n - size)[n - size]
+            inside = w >= floor
+            if np.dot(w, inside) < target:
+                size *= _TOP_P_POOL_GROWTH
+                continue
+            pool = np.flatnonzero(inside)
+        order = pool[_best_first(c.logits[pool])]
+        cum = np.cumsum(w[order].astype(np.float64))
+        if cum[-1] >= target or pool.shape[0] == n:
+            break
+        size *= _TOP_P_POOL_GROWTH
+    # the first position whose running sum reaches the target is the last one kept
+    keep = min(int(np.searchsorted(cum, target, side="left")) + 1, order.shape[0])
+    chosen = order[:keep]
+    return Candidates(c.ids[chosen], c.logits[chosen])
+
+
+def min_p(c: Candidates, p: float) -> Candidates:
+    """Keep tokens whose probability is at least ``p`` times the best one's, i.e. logit >=
+    max + ln(p) (llama.cpp's min_p). Always keeps the best token; ``p <= 0`` keeps everything."""
+    if p <= 0.0 or c.ids.shape[0] <= 1:
+        return c
+    keep = c.logits >= c.logits.max() + math.log(p)
+    return Candidates(c.ids[keep], c.logits[keep])
+
+
+def apply_temperature(c: Candidates, temperature: float) -> Candidates:
+    """Divide logits by ``temperature`` (> 0), shifted first so the best is 0: the softmax is
+    the same, and a tiny temperature sends logits to -inf instead of overflowing to +inf."""
+    return Candidates(c.ids, (c.logits - c.logits.max()) / np.float32(temperature))
+
+
+def draw(c: Candidates, rng: np.random.Generator) -> int:
+    """One token from the softmax of the candidates, by inverse CDF of one uniform draw over the
+    candidates in their given order (deterministic, so a seed fixes the outcome).
+
+    Two levels, so no running sum spans the whole vocabulary (that alone costs ~1-2 ms at 256k):
+    pick a block of _DRAW_BLOCK candidates by the running sums of block masses, then the token
+    inside it by its own running sum."""
+    w = _softmax_weights(c.logits)
+    starts = np.arange(0, w.shape[0], _DRAW_BLOCK)
+    block_mass = np.add.reduceat(w, starts, dtype=np.float64)
+    block_cum = np.cumsum(block_mass)
+    r = rng.random() * block_cum[-1]
+    b = int(np.searchsorted(block_cum, r, side="right"))
+    if b >= starts.shape[0]:  # r rounded up to the total: the last block with mass
+        b = int(np.flatnonzero(block_mass)[-1])
+    r -= block_cum[b - 1] if b else 0.0
+    seg = w[starts[b] : starts[b] + _DRAW_BLOCK]  # a block with mass > 0, as r fell inside it
+    i = int(np.searchsorted(np.cumsum(seg.astype(np.float64)), r, side="right"))
+    if i >= seg.shape[0]:  # rounding again: the last token of the block with weight
+        i = int(np.flatnonzero(seg)[-1])
+    return int(c.ids[starts[b] + i])
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Sampler:
+    """Chooses token ids from logits with ``params``; owns its random generator (numpy PCG64), so
+    the same seed, logits and history give the same ids."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int):
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        if not _is_int(n_vocab) or n_vocab <= 0:
+            raise ValueError(f"n_vocab must be a positive integer, got {n_vocab!r}")
+        self.params = params
+        self.n_vocab = int(n_vocab)
+        self._ids = np.arange(self.n_vocab, dtype=np.int64)
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> None:
+        """Restart the random stream from ``seed``, else from ``params.seed``, else a fresh random
+        seed (kept in ``self.seed`` so a run can be repeated)."""
+        if seed is None:
+            seed = self.params.seed
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy)
+        elif not _is_int(seed) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        self.seed = int(seed)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+
+    def _check_logits(self, logits) -> np.ndarray:
+        x = np.asarray(logits)
+        if x.shape != (self.n_vocab,):
+            raise ValueError(f"logits must have shape ({self.n_vocab},), got {x.shape}")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise ValueError(f"logits must be floating point, got dtype {x.dtype}")
+        return x if x.dtype == np.float32 else x.astype(np.float32)
+
+    def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        """Next token id in [0, n_vocab) given this step's logits and the ids so far (prompt and
+        generated, the window penalties look at)."""
+        p = self.params
+        x = apply_penalties(
+            self._check_logits(logits),
+            history,
+            repeat_penalty=p.repeat_penalty,
+            repeat_last_n=p.repeat_last_n,
+            frequency_penalty=p.frequency_penalty,
+            presence_penalty=p.presence_penalty,
+        )
+        best = x.max()
+        if np.isnan(best):
+            raise ValueError("logits contain NaN")
+        if best == -np.inf:
+            raise ValueError("every logit is -inf: no token can be chosen")
+        if p.greedy:
+            return int(np.argmax(x))  # first of the tied maxima, as llama.cpp's greedy
+        if best == np.inf:  # +inf tokens take all the probability, shared equally
+            x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
+        c = all_candidates(x, self._ids)
+        c = top_k(c, p.top_k)
+        if p.min_p > 0 and p.top_p < 1:
+            # min_p(top_p(c)): both keep a best-first prefix of c, so this is the shorter prefix,
+            # found faster by cutting with min_p first (one mask) and running top_p on the few
+            # tokens left, with the probabilities of all of c.
+            mass = _softmax_weights(c.logits).sum(dtype=np.float64)
+            c = top_p(min_p(c, p.min_p), p.top_p, mass=mass)
+        else:
+            c = min_p(top_p(c, p.top_p), p.min_p)
+        c = apply_temperature(c, p.temperature)
+        return draw(c, self._rng)
+
+
+# ---------------------------------------------------------------------------------------------
+# stop strings over streamed text
+
+
+class StopMatch(NamedTuple):
+    safe: int  # text[:safe] can be shown now (all of it is final when stopped)
+    stopped: bool  # a stop string occurs at text[safe:]
+
+
+def find_stop(text: str, stops: Sequence[str]) -> StopMatch:
+    """Where ``text`` must end for ``stops``: at the earliest stop string if one occurs (stopped),
+    else before the longest tail of ``text`` that could still grow into a stop string."""
+    first = -1
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (first < 0 or i < first):
+            first = i
+    if first >= 0:
+        return StopMatch(first, True)
+    hold = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), hold, -1):
+            if text.endswith(s[:n]):
+                hold = n
+                break
+    return StopMatch(len(text) - hold, False)
+
+
+class StopChecker:
+    """Feed streamed text pieces; get back the text that is safe to show. Text that might be the
+    start of a stop string is held back until it is ruled out (or the stream ends: ``flush``)."""
+
+    def __init__(self, stops: Sequence[str] = ()):
+        if isinstance(stops, str):
+            raise ValueError("stops must be a list of strings, not a single string")
+        stops = list(stops)
+        for s in stops:
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"stop strings must be non-empty str, got {s!r}")
+        self.stops = stops
+        self.stopped = False
+        # Not yet shown. Nothing shown can begin a stop string: a shown tail that was a prefix of
+        # one would have been held back, so searching the pending text alone suffices.
+        self._pending = ""
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        """Add a piece; return (text to show now, whether a stop string was reached). After a
+        stop, the text before it has been returned and further pieces are ignored."""
+        if self.stopped:
+            return "", True
+        self._pending += piece
+        safe, self.stopped = find_stop(self._pending, self.stops)
+        out, self._pending = self._pending[:safe], ("" if self.stopped else self._pending[safe:])
+        return out, self.stopped
+
+    def flush(self) -> str:
+        """The stream ended without a stop: release what was held back."""
+        out, self._pending = self._pending, ""
+        return out

@@ -1,0 +1,296 @@
+"""Chat templates: the real models' templates (read with gguf-py), the built-in fallbacks, the
+sandbox, transformers-compatible helpers, and message validation."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from edgellm.chat import ChatTemplate
+from edgellm.errors import TemplateError, TokenizerError
+
+KEYS = (
+    "general.architecture",
+    "tokenizer.chat_template",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token",
+)
+
+CHAT = [
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi! How can I help?"},
+    {"role": "user", "content": "Tell me a joke."},
+]
+SYSTEM = {"role": "system", "content": "You are terse."}
+
+
+def read_meta(path, with_tokens: bool):
+    """GGUF metadata as plain values, read by gguf-py; plus a token-text lookup."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    meta = {k: reader.fields[k].contents() for k in KEYS if k in reader.fields}
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    if with_tokens:
+        meta["tokenizer.ggml.tokens"] = tokens.contents()
+    return meta, tokens.contents
+
+
+@pytest.fixture(scope="module")
+def smollm2_meta(smollm2_path):
+    return read_meta(smollm2_path, with_tokens=True)[0]
+
+
+@pytest.fixture(scope="module")
+def gemma3_meta(gemma3_path):
+    return read_meta(gemma3_path, with_tokens=False)
+
+
+# --------------------------------------------------------------------------------------------
+# the real models
+
+
+@pytest.mark.real
+def test_smollm2_template_from_gguf(smollm2_meta):
+    t = ChatTemplate.from_metadata(smollm2_meta)
+    assert not t.is_builtin and t.source == smollm2_meta["tokenizer.chat_template"]
+    assert (t.bos_token, t.eos_token, t.arch) == ("<|im_start|>", "<|im_end|>", "llama")
+    assert t.stop_strings == ["<|im_end|>"]
+    # no system message: the template adds SmolLM's default one
+    assert t.render(CHAT) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHello!<|im_end|>\n"
+        "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n"
+        "<|im_start|>user\nTell me a joke.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert t.render([SYSTEM] + CHAT, add_generation_prompt=False) == (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n"
+        "<|im_start|>user\nHello!<|im_end|>\n"
+        "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n"
+        "<|im_start|>user\nTell me a joke.<|im_end|>\n"
+    )
+
+
+@pytest.mark.real
+@pytest.mark.slow  # gguf-py reads all 262144 tokens of the file's metadata (~10 s)
+def test_gemma3_gguf_has_no_template_so_the_gemma_fallback_is_used(gemma3_meta):
+    meta, token_text = gemma3_meta
+    assert "tokenizer.chat_template" not in meta  # this GGUF carries none
+    t = ChatTemplate.from_metadata(meta, token_text)
+    assert t.is_builtin and t.arch == "gemma3"
+    assert (t.bos_token, t.eos_token, t.add_bos) == ("<bos>", "<eos>", True)
+    assert t.stop_strings == ["<end_of_turn>", "<eos>"]
+    assert t.render(CHAT) == (
+        "<start_of_turn>user\nHello!<end_of_turn>\n"
+        "<start_of_turn>model\nHi! How can I help?<end_of_turn>\n"
+        "<start_of_turn>user\nTell me a joke.<end_of_turn>\n"
+        "<start_of_turn>model\n"
+    )
+    # Gemma has no system turn: it opens the first user turn, then a blank line
+    assert t.render([SYSTEM] + CHAT, add_generation_prompt=False) == (
+        "<start_of_turn>user\nYou are terse.\n\nHello!<end_of_turn>\n"
+        "<start_of_turn>model\nHi! How can I help?<end_of_turn>\n"
+        "<start_of_turn>user\nTell me a joke.<end_of_turn>\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# fallbacks and metadata
+
+
+def test_chatml_fallback_for_other_architectures():
+    t = ChatTemplate(None, arch="llama", eos_token="<|im_end|>")
+    assert t.is_builtin and t.stop_strings == ["<|im_end|>"]
+    assert t.render([SYSTEM, CHAT[0]]) == (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert ChatTemplate("", arch=None).source == ChatTemplate(None).source
+
+
+def test_gemma_fallback_trims_and_keeps_system_for_the_next_user_turn():
+    t = ChatTemplate(None, arch="gemma")
+    msgs = [{"role": "user", "content": "  hi \n"}, {"role": "system", "content": " later system "}, CHAT[1], CHAT[2]]
+    assert t.render(msgs, add_generation_prompt=False) == (
+        "<start_of_turn>user\nhi<end_of_turn>\n"
+        "<start_of_turn>model\nHi! How can I help?<end_of_turn>\n"
+        "<start_of_turn>user\nlater system\n\nTell me a joke.<end_of_turn>\n"
+    )
+
+
+def test_bos_written_by_template_is_dropped_when_tokenizer_adds_one():
+    src = "{{ bos_token }}{% for m in messages %}[{{ m['content'] }}]{% endfor %}{{ eos_token }}"
+    kw = dict(bos_token="<s>", eos_token="</s>")
+    assert ChatTemplate(src, **kw).render(CHAT[:1]) == "<s>[Hello!]</s>"
+    assert ChatTemplate(src, add_bos=True, **kw).render(CHAT[:1]) == "[Hello!]</s>"
+    assert ChatTemplate(src, add_bos=True, add_eos=True, **kw).render(CHAT[:1]) == "[Hello!]"
+
+
+def test_from_metadata_lookups_and_errors():
+    meta = {
+        "general.architecture": "llama",
+        "tokenizer.chat_template": "{{ bos_token }}|{{ eos_token }}",
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.tokens": ["<s>", "x", "</s>"],
+    }
+    t = ChatTemplate.from_metadata(meta)
+    assert t.render(CHAT[:1]) == "<s>|</s>" and not t.add_bos
+    assert ChatTemplate.from_metadata(meta, add_bos=True).render(CHAT[:1]) == "|</s>"
+    assert ChatTemplate.from_metadata(meta, lambda i: f"<{i}>").render(CHAT[:1]) == "<0>|<2>"
+    with pytest.raises(TokenizerError, match="eos_token_id = 7"):
+        ChatTemplate.from_metadata({**meta, "tokenizer.ggml.eos_token_id": 7})
+    no_tokens = {k: v for k, v in meta.items() if k != "tokenizer.ggml.tokens"}
+    with pytest.raises(TokenizerError, match="tokenizer.ggml.tokens is missing"):
+        ChatTemplate.from_metadata(no_tokens)
+    bare = ChatTemplate.from_metadata({"general.architecture": "gemma3"})
+    assert bare.is_builtin and bare.bos_token == "" and bare.stop_strings == ["<end_of_turn>"]
+
+
+# --------------------------------------------------------------------------------------------
+# environment: transformers-compatible behaviour
+
+
+def test_trim_and_lstrip_blocks_as_transformers():
+    src = "A\n    {% if true %}\nB\n    {% endif %}\nC"
+    assert ChatTemplate(src).render(CHAT[:1]) == "A\nB\nC"
+
+
+def test_tojson_like_transformers():
+    t = ChatTemplate("{{ messages[0]['content'] | tojson }}|{{ {'k': [1, 2]} | tojson(indent=2) }}")
+    out = t.render([{"role": "user", "content": "héllo <b> & 'q'"}])
+    first, second = out.split("|", 1)
+    assert first == '"héllo <b> & \'q\'"'  # non-ASCII kept, no HTML escaping
+    assert second == json.dumps({"k": [1, 2]}, indent=2)
+
+
+def test_raise_exception_becomes_template_error():
+    t = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok")
+    assert t.render(CHAT[:1]) == "ok"
+    with pytest.raises(TemplateError, match="rejected the messages: first must be user"):
+        t.render([SYSTEM])
+
+
+def test_strftime_now_and_loop_controls():
+    year = datetime.now().year
+    out = ChatTemplate("{{ strftime_now('%Y') }}").render(CHAT[:1])
+    assert int(out) in (year, year + 1)  # a render straddling New Year's midnight
+    loop = "{% for m in messages %}{% if loop.index0 == 1 %}{% break %}{% endif %}{{ m['role'] }};{% endfor %}"
+    assert ChatTemplate(loop).render(CHAT) == "user;"
+    skip = "{% for m in messages %}{% if m['role'] == 'assistant' %}{% continue %}{% endif %}{{ m['role'] }};{% endfor %}"
+    assert ChatTemplate(skip).render(CHAT) == "user;user;"
+
+
+def test_undefined_variables_are_falsy_as_in_transformers():
+    assert ChatTemplate("{% if tools %}T{% else %}none{% endif %}").render(CHAT[:1]) == "none"
+
+
+# --------------------------------------------------------------------------------------------
+# sandbox
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "{{ ''.__class__.__mro__ }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{{ joiner.__init__.__globals__['os'] }}",
+        "{{ namespace.__init__.__globals__ }}",
+        "{{ messages.__class__.__base__.__subclasses__() }}",
+        "{{ '{0.__class__}'.format(1) }}",
+        "{{ messages[0].__class__ }}",
+        "{{ raise_exception.__globals__ }}",
+        "{{ strftime_now.__globals__ }}",
+    ],
+)
+def test_sandbox_blocks_python_internals(src):
+    with pytest.raises(TemplateError, match="not allowed"):
+        ChatTemplate(src).render(CHAT[:1])
+
+
+@pytest.mark.parametrize(
+    "src, match",
+    [
+        ("{% include '/etc/passwd' %}", "cannot include or import"),
+        ("{% import 'macros.j2' as m %}", "cannot include or import"),
+        ("{% from 'macros.j2' import x %}", "cannot include or import"),
+        ("{% extends 'base.j2' %}", "cannot include or import"),
+        ("{{ messages.append({'role': 'x'}) }}", "not allowed"),  # immutable sandbox
+        ("{{ messages[0].update({'role': 'x'}) }}", "not allowed"),
+        ("{{ lipsum(1000000) }}", "undefined"),
+        ("{{ 'a' * 100000000 }}", "repetition"),
+        ("{{ [0] * 100000000 }}", "repetition"),
+        ("{{ 10 ** 100000000 }}", "exponent"),
+        ("{{ range(100000000) | list }}", "Range too big"),
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range items"),
+    ],
+)
+def test_sandbox_blocks_files_mutation_and_runaway_work(src, match):
+    with pytest.raises(TemplateError, match=match):
+        ChatTemplate(src).render(CHAT[:1])
+
+
+def test_range_budget_is_per_render():
+    t = ChatTemplate("{% for i in range(90000) %}{% endfor %}{{ messages | length }}")
+    for _ in range(15):  # 15 x 90000 is over the budget in total, not within one render
+        assert t.render(CHAT) == "3"
+
+
+def test_template_syntax_error_is_reported_at_construction():
+    with pytest.raises(TemplateError, match="syntax error at line 2"):
+        ChatTemplate("ok\n{% for m in messages %}")
+    with pytest.raises(TemplateError, match="must be a string"):
+        ChatTemplate(b"{{ x }}")
+
+
+def test_runtime_failures_are_template_errors():
+    with pytest.raises(TemplateError, match="failed to render"):
+        ChatTemplate("{{ messages[0]['content'] + 1 }}").render(CHAT[:1])
+    with pytest.raises(TemplateError, match="failed to render"):
+        ChatTemplate("{{ undefined_thing.attr }}").render(CHAT[:1])
+    with pytest.raises(TemplateError, match="failed to render"):
+        ChatTemplate("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render(CHAT[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# messages
+
+
+def test_text_parts_are_joined_with_newlines():
+    t = ChatTemplate(None)
+    parts = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+    assert t.render([{"role": "user", "content": parts}], add_generation_prompt=False) == (
+        "<|im_start|>user\none\ntwo<|im_end|>\n"
+    )
+
+
+def test_extra_message_keys_reach_the_template_and_input_is_not_modified():
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "x"}], "name": "ann"}]
+    assert ChatTemplate("{{ messages[0]['name'] }}:{{ messages[0]['content'] }}").render(msgs) == "ann:x"
+    assert msgs[0]["content"] == [{"type": "text", "text": "x"}]
+
+
+@pytest.mark.parametrize(
+    "messages, match",
+    [
+        ("hello", "must be a list of dicts"),
+        ({"role": "user", "content": "x"}, "must be a list of dicts"),
+        ([], "empty"),
+        (["hello"], "message 0 must be a dict"),
+        ([{"content": "x"}], "message 0: 'role' must be a non-empty string"),
+        ([{"role": 3, "content": "x"}], "'role' must be a non-empty string"),
+        ([{"role": "user"}], r"message 0 \(user\) has no 'content'"),
+        ([{"role": "user", "content": "x"}, {"role": "user", "content": 5}], r"message 1 \(user\): 'content' must be"),
+        ([{"role": "user", "content": None}], "'content' must be a string or a list"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": "u"}]}], "content part 0 must be"),
+        ([{"role": "user", "content": [{"type": "text"}]}], "content part 0 has no string 'text'"),
+        ([{"role": "user", "content": ["plain"]}], "content part 0 must be"),
+    ],
+)
+def test_bad_messages_are_rejected_clearly(messages, match):
+    with pytest.raises(TemplateError, match=match):
+        ChatTemplate(None).render(messages)
