@@ -27,6 +27,8 @@ static void f32_to_f16_generic(int n, const float *x, el_half *y) {
     for (int i = 0; i < n; i++) y[i] = el_float_to_half(x[i]);
 }
 
+static void dequantize_row_f16_vop(int n, const el_half *x, float *y) { dequantize_row_f16(x, y, n); }
+
 static void quantize_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 static void dequantize_row_f32(const void *x, float *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 
@@ -86,6 +88,7 @@ int el_set_isa(int isa) {
     el_vops.dot_f16_f32 = dot_f16_f32_generic;
     el_vops.axpy_f16 = axpy_f16_generic;
     el_vops.f32_to_f16 = f32_to_f16_generic;
+    el_vops.f16_to_f32 = dequantize_row_f16_vop;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);
     if (isa >= EL_ISA_AVX512) el_register_avx512(t);
@@ -94,6 +97,7 @@ int el_set_isa(int isa) {
     if (isa == EL_ISA_NEON) el_register_neon(t);
 #endif
     memcpy(el_traits, t, sizeof(t));
+    el_gelu_init();
     current_isa = isa;
     return isa;
 }

@@ -49,6 +49,7 @@ typedef struct {
     float (*dot_f16_f32)(int n, const el_half *x, const float *y);
     void (*axpy_f16)(int n, float a, const el_half *x, float *y);   /* y += a*x */
     void (*f32_to_f16)(int n, const float *x, el_half *y);
+    void (*f16_to_f32)(int n, const el_half *x, float *y);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 
@@ -75,6 +76,7 @@ void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
 void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
                    const float *freq_factors, const el_model_desc *d);
 float el_gelu_tanh(float x);
+void el_gelu_init(void);  /* builds the f16 GELU table; dispatch calls it */
 float el_silu(float x);
 
 /* row range [r0, r1) of thread ith out of nth for n rows, aligned to `align` rows */

@@ -46,6 +46,7 @@ struct el_ctx {
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
     float *scores; /* [n_threads, max cap] */
+    float *qround; /* [n_threads, head_dim_k] floats, then as many halves */
     int32_t *tok;  /* [n_batch] */
 };
 
@@ -168,8 +169,10 @@ int el_ctx_set_threads(el_ctx *c, int n_threads) {
     free(c->scores);
     c->pool = el_pool_new(n_threads);
     c->n_threads = n_threads;
+    free(c->qround);
     c->scores = amalloc(sizeof(float) * (size_t)n_threads * EL_MAX(c->g[0].cap, c->g[1].cap));
-    return c->pool && c->scores ? 0 : -1;
+    c->qround = amalloc((sizeof(float) + sizeof(el_half)) * (size_t)n_threads * c->d.head_dim_k);
+    return c->pool && c->scores && c->qround ? 0 : -1;
 }
 
 void el_ctx_free(el_ctx *c) {
@@ -180,7 +183,7 @@ void el_ctx_free(el_ctx *c) {
     free(c->k); free(c->v);
     free(c->g[0].pos); free(c->g[1].pos);
     free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
-    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->tok);
+    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->qround); free(c->tok);
     free(c->layers);
     free(c);
 }
@@ -262,6 +265,9 @@ typedef struct {
 static int layer_group(const el_ctx *c, int l) { return c->layers[l].is_swa ? G_SWA : G_GLOBAL; }
 static int slot_of(const el_ctx *c, int gi, int pos) { return gi == G_SWA ? pos % c->g[G_SWA].cap : pos; }
 
+/* Attention of every (token, head) pair, with the rounding llama.cpp's default (non-flash)
+ * path applies: q rounded to f16 before q.k, softmax in f32 (sum in double), probabilities
+ * rounded to f16 before they weight V. (Its outputs are the reference we are held to.) */
 static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const el_model_desc *d = &c->d;
     const int gi = layer_group(c, l);
@@ -270,33 +276,39 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const int group = d->n_head / d->n_head_kv;
     const int n_slots = gi == G_GLOBAL ? pos0 + n : cap;
     float *sc = c->scores + (size_t)ith * EL_MAX(c->g[0].cap, c->g[1].cap);
+    float *qr = c->qround + (size_t)ith * hk;
+    el_half *qh = (el_half *)(c->qround + (size_t)nth * hk) + (size_t)ith * hk;
     const int od = d->n_head * hv;
     for (int task = ith; task < n * d->n_head; task += nth) {
         const int m = task / d->n_head, h = task % d->n_head, kvh = h / group;
         const int p = pos0 + m;
-        const float *q = c->q + (size_t)m * d->n_head * hk + (size_t)h * hk;
+        el_vops.f32_to_f16(hk, c->q + (size_t)m * d->n_head * hk + (size_t)h * hk, qh);
+        el_vops.f16_to_f32(hk, qh, qr);
         const el_half *K = c->k[l] + (size_t)kvh * cap * hk;
         const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
         float mx = -INFINITY;
         for (int s = 0; s < n_slots; s++) {
             const int ps = g->pos[s];
             if (ps < 0 || ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[s] = -INFINITY; continue; }
-            float v = el_vops.dot_f16_f32(hk, K + (size_t)s * hk, q) * d->attn_scale;
+            float v = el_vops.dot_f16_f32(hk, K + (size_t)s * hk, qr) * d->attn_scale;
             if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
             sc[s] = v;
             if (v > mx) mx = v;
         }
-        float *out = c->xn + (size_t)m * od + (size_t)h * hv;
-        memset(out, 0, sizeof(float) * hv);
         double sum = 0.0;
         for (int s = 0; s < n_slots; s++) {
             if (sc[s] == -INFINITY) continue;
-            const float e = expf(sc[s] - mx);
-            sum += e;
-            el_vops.axpy_f16(hv, e, V + (size_t)s * hv, out);
+            sc[s] = expf(sc[s] - mx);
+            sum += sc[s];
         }
         const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int i = 0; i < hv; i++) out[i] *= inv;
+        float *out = c->xn + (size_t)m * od + (size_t)h * hv;
+        memset(out, 0, sizeof(float) * hv);
+        for (int s = 0; s < n_slots; s++) {
+            if (sc[s] == -INFINITY) continue;
+            const float w = el_half_to_float(el_float_to_half(sc[s] * inv));
+            if (w != 0.0f) el_vops.axpy_f16(hv, w, V + (size_t)s * hv, out);
+        }
     }
 }
 

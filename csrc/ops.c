@@ -63,9 +63,27 @@ void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type, cons
     }
 }
 
-float el_gelu_tanh(float x) {
+static float gelu_tanh_exact(float x) {
     const float k = 0.79788456080286535588f;  /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* GELU (tanh form) at half precision, as ggml computes it on CPU: the input is rounded to
+ * f16 and the result is looked up in an f16 table; |x| >= 10 passes through (x or 0).
+ * Matching this keeps gemma's FFN outputs where llama.cpp's are. */
+static el_half gelu_table[1 << 16];
+static int gelu_ready;
+
+void el_gelu_init(void) {
+    if (gelu_ready) return;
+    for (int i = 0; i < (1 << 16); i++) gelu_table[i] = el_float_to_half(gelu_tanh_exact(el_half_to_float((el_half)i)));
+    gelu_ready = 1;
+}
+
+float el_gelu_tanh(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return el_half_to_float(gelu_table[el_float_to_half(x)]);
 }
 
 float el_silu(float x) { return x / (1.0f + expf(-x)); }

@@ -40,11 +40,18 @@ static void f32_to_f16_avx2(int n, const float *x, el_half *y) {
     for (; i < n; i++) y[i] = el_float_to_half(x[i]);
 }
 
+static void f16_to_f32_avx2(int n, const el_half *x, float *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = el_half_to_float(x[i]);
+}
+
 void el_register_avx2(el_type_traits *t) {
     (void)t;
     el_vops.dot_f16_f32 = dot_f16_f32_avx2;
     el_vops.axpy_f16 = axpy_f16_avx2;
     el_vops.f32_to_f16 = f32_to_f16_avx2;
+    el_vops.f16_to_f32 = f16_to_f32_avx2;
 }
 
 #pragma GCC pop_options

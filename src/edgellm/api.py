@@ -153,7 +153,11 @@ class LLM:
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = n_threads or physical_cores()
         self.seed = seed
-        self.template = ChatTemplate.from_metadata(self.gguf.metadata, chat_template=chat_template)
+        meta = self.gguf.metadata
+        if chat_template is not None:
+            meta = {**meta, "tokenizer.chat_template": chat_template}
+        self.template = ChatTemplate.from_metadata(meta, add_bos=self.tokenizer.add_bos,
+                                                   add_eos=self.tokenizer.add_eos)
         self._session: Session | None = None  # generate/chat reuse its cache across calls
         self.last_stats = GenerationStats()
 
@@ -297,7 +301,9 @@ class LLM:
                     session._make_room(n_keep)
                 logits = session.feed([tok])
             if stats.stop_reason != "stop":
-                tail, _ = checker.feed(detok.flush(), final=True)
+                tail, stopped = checker.feed(detok.flush())
+                if not stopped:
+                    tail += checker.flush()
                 if tail:
                     yield tail
         finally:
