@@ -1,8 +1,9 @@
 """ARM NEON kernels (csrc/arm_neon.c) without ARM hardware: cross-compiled for aarch64 and run
 under qemu-user on CPU models with and without the dot product extension.
 
-The checker (tests/neon/test_neon.c) compares every NEON kernel with its generic twin and every
-gemm tile with the same level's vec_dot; here we run it on three CPUs and check that the run-time
+The checker (tests/neon/test_neon.c, linked with the whole library) compares every NEON kernel
+with its generic twin, every gemm tile with the same level's vec_dot, and el_matmul with the
+dispatched vec_dot; here we run it on three CPUs and check that the run-time
 dispatch chose the level each CPU has (Cortex-A72 = Raspberry Pi 4: no sdot, so a wrong choice
 dies of SIGILL; Cortex-A76 = Raspberry Pi 5 and `max`: sdot).
 
@@ -103,6 +104,7 @@ def test_neon_kernels_match_generic_twins(qemu, checker, cpu, has_dotprod):
     want = "yes" if has_dotprod else "no"
     assert f"dotprod: {want}\n" in r.stdout, f"{cpu} should report dotprod: {want}\n{out}"
     assert f"dispatch: isa 3, level {'dotprod' if has_dotprod else 'neon'}\n" in r.stdout, out
+    assert re.search(r"^el_matmul: \d+ checks, 0 failures$", r.stdout, re.M), out
     levels = dict(re.findall(r"^level (\w+): \d+ checks, (\d+) failures$", r.stdout, re.M))
     assert levels == ({"neon": "0", "dotprod": "0"} if has_dotprod else {"neon": "0"}), out
     assert re.search(r"^RESULT OK \(\d+ checks, 0 failures\)$", r.stdout, re.M), out

@@ -20,9 +20,6 @@ CSRC = ROOT / "csrc"
 CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
 
-# what the checker links: the generic twins it compares against, dispatch (el_set_isa, el_vops),
-# ops.c (dispatch builds the GELU table) and the kernels under test
-SOURCES = ["quants_generic.c", "kquants_generic.c", "dispatch.c", "ops.c", "arm_neon.c"]
 
 
 def compile_args() -> list[str]:
@@ -40,8 +37,8 @@ def build(out: Path, cc: str = CC) -> Path:
     """Compile and statically link the checker into `out`; raises CalledProcessError on failure."""
     cmd = [
         cc, *compile_args(), "-static", f"-I{CSRC}",
-        str(HERE / "test_neon.c"), *(str(CSRC / s) for s in SOURCES),
-        "-o", str(out), "-lm",
+        str(HERE / "test_neon.c"), *(str(p) for p in sorted(CSRC.glob("*.c"))),  # the whole library
+        "-o", str(out), "-lm", "-pthread",
     ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out

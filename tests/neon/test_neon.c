@@ -9,7 +9,8 @@
  *   - gemm: every element of every tile bit-identical to the same level's vec_dot, for tiles of
  *     any position and size, and nothing written outside the tile;
  *   - el_vops: conversions and axpy bit-identical to the portable code, dot within tolerance;
- *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports.
+ *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports;
+ *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -244,6 +245,40 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
     }
 }
 
+/* el_matmul on 2 threads, rows spanning several 16-row tiles and tokens several 8-row passes */
+static void test_matmul(const type_case *tc) {
+    enum { ROWS = 40, M = 13 };
+    const int type = tc->id, vdt = gen[type].vec_dot_type, n = gen[type].blck == 256 ? 512 : 96;
+    const size_t ldw = el_row_size(type, n), lda = el_row_size(vdt, n);
+    uint8_t *W = malloc(ROWS * ldw), *A = malloc(M * lda);
+    float *x = malloc(sizeof(float) * M * (size_t)n), y[M][ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        random_row(x, n);
+        gen[type].from_float(x, W + r * ldw, n);
+    }
+    for (int m = 0; m < M; m++) {
+        random_row(x + (size_t)m * n, n);
+        gen[vdt].from_float(x + (size_t)m * n, A + m * lda, n);
+    }
+    const el_tensor w = {type, W, n, ROWS, ldw};
+    checks++;
+    if (el_matmul(&w, x, M, &y[0][0], 2) != 0) {
+        fail("el_matmul(%s) failed", tc->name);
+    } else {
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < ROWS; r++) {
+                float want;
+                el_traits[type].vec_dot(n, &want, W + r * ldw, A + m * lda);
+                checks++;
+                if (!same_bits(y[m][r], want))
+                    fail("el_matmul(%s) [token %d, row %d] = %.9g, vec_dot %.9g", tc->name, m, r, y[m][r], want);
+            }
+    }
+    free(W);
+    free(A);
+    free(x);
+}
+
 int main(void) {
     const int has_dp = el_neon_has_dotprod();
     printf("dotprod: %s\n", has_dp ? "yes" : "no");
@@ -268,6 +303,11 @@ int main(void) {
             fail("dispatch: %s kernels are not the %s level's", TYPES[i].name, has_dp ? "dotprod" : "neon");
     }
     printf("dispatch: isa %d, level %s\n", isa, has_dp ? "dotprod" : "neon");
+    {
+        const int f0 = failures, c0 = checks;
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) test_matmul(&TYPES[i]);
+        printf("el_matmul: %d checks, %d failures\n", checks - c0, failures - f0);
+    }
 
     for (int dp = 0; dp <= has_dp; dp++) {
         const char *level = dp ? "dotprod" : "neon";
