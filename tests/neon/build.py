@@ -21,7 +21,6 @@ CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
 
 
-
 def compile_args() -> list[str]:
     """COMPILE_ARGS of csrc/build_ffi.py, read without importing it (importing builds a cffi FFI)."""
     tree = ast.parse((CSRC / "build_ffi.py").read_text())
