@@ -1,0 +1,648 @@
+/* AArch64 NEON kernels at two levels chosen at run time: plain ARMv8.0 NEON (e.g. Cortex-A72)
+ * and the same kernels with the int8 dot product `sdot` (FEAT_DotProd, ARMv8.2+: Cortex-A76,
+ * Apple M1). Every file of the library is built with the same flags and no -march, and GCC 12
+ * will not inline vdotq_s32 under a target pragma or attribute, so `sdot` is emitted with inline
+ * assembly; it only runs inside kernels registered when the CPU reports the feature.
+ *
+ * Numerics. Quantized types: each block's integer dot product is exact (int32), and its float
+ * step is the generic twin's expression with the same operands in the same order
+ * (quants_generic.c, kquants_generic.c), evaluated lane-wise. Results are therefore identical
+ * to the generic twins' bits at both levels, and gemm to vec_dot, whatever the tile.
+ * F32 / F16: float products accumulated in double, 8 lanes (value i goes to lane i % 8), lanes
+ * summed pairwise at the end, the last n % 8 products added in order; gemm and vec_dot share
+ * this code, so they agree bit for bit (the generic twin sums in one sequential double).
+ *
+ * gemm tiles: 4 weight rows at a time (one lane each; a remainder row alone) against up to 8
+ * activation rows; each weight block is decoded once and used for every activation row. */
+#if defined(__aarch64__)
+
+/* every float multiply and add rounded on its own, as the twins: GCC writes vmulq_f32 as `a * b`,
+ * which it could otherwise fuse with a following add */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <arm_neon.h>
+#include "el_internal.h"
+
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  /* Linux arch/arm64 uapi hwcap.h */
+#endif
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
+/* field positions the kernels read through one pointer for several block types */
+_Static_assert(offsetof(block_q4_0, d) == 0 && offsetof(block_q4_1, d) == 0 && offsetof(block_q5_0, d) == 0 &&
+               offsetof(block_q5_1, d) == 0 && offsetof(block_q8_0, d) == 0 && offsetof(block_q8_1, d) == 0,
+               "legacy blocks start with d");
+_Static_assert(offsetof(block_q4_1, m) == 2 && offsetof(block_q5_1, m) == 2, "m follows d");
+_Static_assert(offsetof(block_q5_K, dmin) == offsetof(block_q4_K, dmin) &&
+               offsetof(block_q5_K, scales) == offsetof(block_q4_K, scales), "Q5_K begins as Q4_K");
+
+#define EL_INLINE static inline __attribute__((always_inline))
+#define MAX_NC 8  /* activation rows one tile call keeps accumulators for */
+
+/* 1 when the CPU executes sdot (FEAT_DotProd) */
+int el_neon_has_dotprod(void) {
+#if defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0 && v != 0;
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* shared pieces                                                                              */
+
+/* hardware half -> float (exact for every non-NaN half) */
+EL_INLINE float h2f(const el_half *p) {
+    __fp16 h;
+    memcpy(&h, p, sizeof h);
+    return (float)h;
+}
+
+/* acc plus the 16 products a[i]*b[i] spread over its 4 lanes. Which lane gets which product
+ * differs between the levels; callers only use the sum over all lanes, which is exact. */
+EL_INLINE int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b, const int dp) {
+    if (dp) {
+        __asm__(".arch armv8.2-a+dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+        return acc;
+    }
+    /* int8*int8 fits int16; pairs are added only once widened to int32 */
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_high_s8(a, b));
+}
+
+/* Lane r = total of p[r] (R == 4); every lane = total of p[0] (R == 1). */
+EL_INLINE int32x4_t row_sums(const int32x4_t *p, const int R) {
+    if (R == 1) return vdupq_n_s32(vaddvq_s32(p[0]));
+    return vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]));
+}
+
+/* Lane r = half *p[r] as float (R == 4); every lane = *p[0] (R == 1). */
+EL_INLINE float32x4_t row_halves(const el_half *const *p, const int R) {
+    if (R == 1) return vdupq_n_f32(h2f(p[0]));
+    uint16x4_t h = vdup_n_u16(0);
+    h = vld1_lane_u16(p[0], h, 0);
+    h = vld1_lane_u16(p[1], h, 1);
+    h = vld1_lane_u16(p[2], h, 2);
+    h = vld1_lane_u16(p[3], h, 3);
+    return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+/* out[c*ldo + r] = lane r of acc[c], r < R */
+EL_INLINE void store_tile(const float32x4_t *acc, const int R, const int nc, float *out, size_t ldo) {
+    for (int c = 0; c < nc; c++) {
+        if (R == 4) vst1q_f32(out + (size_t)c * ldo, acc[c]);
+        else out[(size_t)c * ldo] = vgetq_lane_f32(acc[c], 0);
+    }
+}
+
+/* 16 bits -> 16 bytes, byte j = 0x10 if bit j is set (the fifth bit of Q5 values) */
+EL_INLINE uint8x16_t fifth_bits(uint32_t bits16) {
+    static const uint8_t lane_bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t sel = vcombine_u8(vdup_n_u8((uint8_t)bits16), vdup_n_u8((uint8_t)(bits16 >> 8)));
+    return vandq_u8(vtstq_u8(sel, vld1q_u8(lane_bit)), vdupq_n_u8(0x10));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* legacy types: 32-value blocks against Q8_0 / Q8_1 (layouts in common.h)                     */
+
+EL_INLINE size_t q32_size(const int T) {
+    return T == EL_Q4_0 ? sizeof(block_q4_0) : T == EL_Q4_1 ? sizeof(block_q4_1)
+         : T == EL_Q5_0 ? sizeof(block_q5_0) : T == EL_Q5_1 ? sizeof(block_q5_1) : sizeof(block_q8_0);
+}
+
+/* block -> values 0..15 in *lo, 16..31 in *hi, as the int8 the twin multiplies */
+EL_INLINE void q32_decode(const int T, const void *blk, int8x16_t *lo, int8x16_t *hi) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    switch (T) {
+    case EL_Q4_0: {  /* (nibble - 8) */
+        const uint8x16_t v = vld1q_u8(((const block_q4_0 *)blk)->qs);
+        *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, m4)), vdupq_n_s8(8));
+        *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+        break;
+    }
+    case EL_Q4_1: {  /* nibble; the min is applied in float */
+        const uint8x16_t v = vld1q_u8(((const block_q4_1 *)blk)->qs);
+        *lo = vreinterpretq_s8_u8(vandq_u8(v, m4));
+        *hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+        break;
+    }
+    case EL_Q5_0:
+    case EL_Q5_1: {  /* nibble | fifth bit (bit j of qh for value j) [- 16 for Q5_0] */
+        const uint8_t *qs = T == EL_Q5_0 ? ((const block_q5_0 *)blk)->qs : ((const block_q5_1 *)blk)->qs;
+        const uint8_t *qhp = T == EL_Q5_0 ? ((const block_q5_0 *)blk)->qh : ((const block_q5_1 *)blk)->qh;
+        uint32_t qh;
+        memcpy(&qh, qhp, 4);
+        const uint8x16_t v = vld1q_u8(qs);
+        *lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), fifth_bits(qh & 0xFFFF)));
+        *hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v, 4), fifth_bits(qh >> 16)));
+        if (T == EL_Q5_0) {
+            *lo = vsubq_s8(*lo, vdupq_n_s8(16));
+            *hi = vsubq_s8(*hi, vdupq_n_s8(16));
+        }
+        break;
+    }
+    default: {  /* EL_Q8_0 */
+        const int8_t *qs = ((const block_q8_0 *)blk)->qs;
+        *lo = vld1q_s8(qs);
+        *hi = vld1q_s8(qs + 16);
+        break;
+    }
+    }
+}
+
+/* R weight rows (blocks of type T, rows ldw bytes apart) . nc activation rows -> out */
+EL_INLINE void tile_q32(const int T, int nb, const uint8_t *w, size_t ldw, const int R,
+                        const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
+    const size_t bsz = q32_size(T);
+    const int q81 = T == EL_Q4_1 || T == EL_Q5_1;  /* activations are Q8_1, weights carry a min */
+    const size_t asz = q81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    float32x4_t acc[MAX_NC];
+    for (int c = 0; c < nc; c++) acc[c] = vdupq_n_f32(0.0f);
+    for (int b = 0; b < nb; b++) {
+        int8x16_t lo[4], hi[4];
+        const el_half *dptr[4], *mp[4];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bsz;
+            q32_decode(T, blk, &lo[r], &hi[r]);
+            dptr[r] = (const el_half *)blk;  /* d is every block's first field */
+            mp[r] = (const el_half *)blk + 1;  /* m follows d in q4_1 / q5_1 */
+        }
+        const float32x4_t dx = row_halves(dptr, R);
+        const float32x4_t mx = q81 ? row_halves(mp, R) : vdupq_n_f32(0.0f);
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *ablk = a + (size_t)c * lda + (size_t)b * asz;
+            const int8_t *yq = q81 ? ((const block_q8_1 *)ablk)->qs : ((const block_q8_0 *)ablk)->qs;
+            const int8x16_t y0 = vld1q_s8(yq), y1 = vld1q_s8(yq + 16);
+            int32x4_t p[4];
+            for (int r = 0; r < R; r++) p[r] = dot_s8(dot_s8(vdupq_n_s32(0), lo[r], y0, dp), hi[r], y1, dp);
+            const float32x4_t si = vcvtq_f32_s32(row_sums(p, R));
+            const float32x4_t dy = vdupq_n_f32(h2f((const el_half *)ablk));
+            float32x4_t t;
+            switch (T) {  /* the twins' expressions, operand order kept */
+            case EL_Q4_0: t = vmulq_f32(vmulq_f32(si, dx), dy); break;          /* sumi * dx * dy */
+            case EL_Q5_0: t = vmulq_f32(vmulq_f32(dx, dy), si); break;          /* dx * dy * sumi */
+            case EL_Q8_0: t = vmulq_f32(si, vmulq_f32(dx, dy)); break;          /* sumi * (dx * dy) */
+            default: {                                                          /* dx*dy*sumi + mx*sy */
+                const float32x4_t sy = vdupq_n_f32(h2f(&((const block_q8_1 *)ablk)->s));
+                t = vaddq_f32(vmulq_f32(vmulq_f32(dx, dy), si), vmulq_f32(mx, sy));
+                break;
+            }
+            }
+            acc[c] = vaddq_f32(acc[c], t);
+        }
+    }
+    store_tile(acc, R, nc, out, ldo);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* K-quants: 256-value super-blocks against Q8_K                                               */
+
+/* One super-block decoded: its 256 values in order as int8, a scale per group of G values
+ * (G = 32 for Q4_K/Q5_K, else 16), and the mins (per group; Q2_K, Q4_K, Q5_K). */
+typedef struct {
+    int8_t q[QK_K] __attribute__((aligned(16)));
+    int32_t sc[16];
+    int16_t mn[16];
+    const el_half *d, *dmin;
+} kblock;
+
+EL_INLINE size_t k_size(const int T) {
+    return T == EL_Q2_K ? sizeof(block_q2_K) : T == EL_Q3_K ? sizeof(block_q3_K)
+         : T == EL_Q4_K ? sizeof(block_q4_K) : T == EL_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K);
+}
+
+/* 6-bit (scale, min) pairs of Q4_K / Q5_K from their 12 bytes, as ggml's get_scale_min_k4,
+ * four at a time in 32-bit words: pairs 0-3 are the low 6 bits of bytes 0-3 / 4-7; pairs 4-7
+ * take their low 4 bits from bytes 8-11 and their top 2 bits from the top of bytes 0-3 / 4-7. */
+EL_INLINE void k4_scales(const uint8_t *s, kblock *k) {
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    const uint32_t w[4] = {
+        u[0] & 0x3f3f3f3fu,                                               /* scales 0-3 */
+        (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4),        /* scales 4-7 */
+        u[1] & 0x3f3f3f3fu,                                               /* mins 0-3 */
+        ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4), /* mins 4-7 */
+    };
+    uint8_t b[16];
+    memcpy(b, w, 16);
+    for (int j = 0; j < 8; j++) {
+        k->sc[j] = b[j];
+        k->mn[j] = b[8 + j];
+    }
+}
+
+/* 16 6-bit scales of Q3_K (minus 32), as the twin's q3_K_scale, in 32-bit words: low nibbles
+ * from bytes 0-7 (scales 0-7 low halves, 8-15 high halves), 2 top bits from bytes 8-11. */
+EL_INLINE void q3_scales(const uint8_t *s, kblock *k) {
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    const uint32_t w[4] = {
+        (u[0] & 0x0f0f0f0fu) | ((u[2] & 0x03030303u) << 4),
+        (u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4),
+        ((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4),
+        ((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4),
+    };
+    uint8_t b[16];
+    memcpy(b, w, 16);
+    for (int j = 0; j < 16; j++) k->sc[j] = (int32_t)b[j] - 32;
+}
+
+EL_INLINE void k_decode(const int T, const void *blk, kblock *k) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(3);
+    switch (T) {
+    case EL_Q2_K: {
+        /* byte l of 32-byte chunk h holds values 128h + 32s + l at bits 2s */
+        const block_q2_K *x = blk;
+        for (int h = 0; h < 2; h++) {
+            const uint8x16_t v0 = vld1q_u8(x->qs + 32 * h), v1 = vld1q_u8(x->qs + 32 * h + 16);
+            int8_t *q = k->q + 128 * h;
+            vst1q_u8((uint8_t *)q, vandq_u8(v0, m2));
+            vst1q_u8((uint8_t *)q + 16, vandq_u8(v1, m2));
+            vst1q_u8((uint8_t *)q + 32, vandq_u8(vshrq_n_u8(v0, 2), m2));
+            vst1q_u8((uint8_t *)q + 48, vandq_u8(vshrq_n_u8(v1, 2), m2));
+            vst1q_u8((uint8_t *)q + 64, vandq_u8(vshrq_n_u8(v0, 4), m2));
+            vst1q_u8((uint8_t *)q + 80, vandq_u8(vshrq_n_u8(v1, 4), m2));
+            vst1q_u8((uint8_t *)q + 96, vshrq_n_u8(v0, 6));
+            vst1q_u8((uint8_t *)q + 112, vshrq_n_u8(v1, 6));
+        }
+        for (int g = 0; g < 16; g++) {  /* scales[g] = scale | min << 4 */
+            k->sc[g] = x->scales[g] & 0xF;
+            k->mn[g] = x->scales[g] >> 4;
+        }
+        k->d = &x->d;
+        k->dmin = &x->dmin;
+        break;
+    }
+    case EL_Q3_K: {
+        /* low 2 bits as Q2_K; value v's high bit is bit v/32 of hmask[v%32], clear means -4 */
+        const block_q3_K *x = blk;
+        const uint8x16_t hm0 = vld1q_u8(x->hmask), hm1 = vld1q_u8(x->hmask + 16), four = vdupq_n_u8(4);
+        for (int h = 0; h < 2; h++) {
+            const uint8x16_t v0 = vld1q_u8(x->qs + 32 * h), v1 = vld1q_u8(x->qs + 32 * h + 16);
+            for (int s = 0; s < 4; s++) {
+                const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << (4 * h + s)));
+                const int8x16_t shift = vdupq_n_s8((int8_t)(-2 * s));
+                const uint8x16_t l0 = vandq_u8(vshlq_u8(v0, shift), m2), l1 = vandq_u8(vshlq_u8(v1, shift), m2);
+                const uint8x16_t h0 = vandq_u8(vtstq_u8(hm0, bit), four), h1 = vandq_u8(vtstq_u8(hm1, bit), four);
+                int8_t *q = k->q + 128 * h + 32 * s;
+                vst1q_s8(q, vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l0, h0)), vreinterpretq_s8_u8(four)));
+                vst1q_s8(q + 16, vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l1, h1)), vreinterpretq_s8_u8(four)));
+            }
+        }
+        q3_scales(x->scales, k);
+        k->d = &x->d;
+        k->dmin = NULL;
+        break;
+    }
+    case EL_Q4_K:
+    case EL_Q5_K: {
+        /* 32-byte chunk j: values 64j + l in the low nibbles, 64j + 32 + l in the high ones;
+         * Q5_K: value v's fifth bit is bit v/32 of qh[v%32]. Both blocks begin d, dmin, scales. */
+        const block_q4_K *x4 = blk;
+        const uint8_t *qs = T == EL_Q4_K ? x4->qs : ((const block_q5_K *)blk)->qs;
+        for (int j = 0; j < 4; j++) {
+            const uint8x16_t v0 = vld1q_u8(qs + 32 * j), v1 = vld1q_u8(qs + 32 * j + 16);
+            uint8x16_t q0 = vandq_u8(v0, m4), q1 = vandq_u8(v1, m4);
+            uint8x16_t q2 = vshrq_n_u8(v0, 4), q3 = vshrq_n_u8(v1, 4);
+            if (T == EL_Q5_K) {
+                const block_q5_K *x = blk;
+                const uint8x16_t qh0 = vld1q_u8(x->qh), qh1 = vld1q_u8(x->qh + 16), b5 = vdupq_n_u8(0x10);
+                const uint8x16_t blo = vdupq_n_u8((uint8_t)(1u << (2 * j))), bhi = vdupq_n_u8((uint8_t)(2u << (2 * j)));
+                q0 = vorrq_u8(q0, vandq_u8(vtstq_u8(qh0, blo), b5));
+                q1 = vorrq_u8(q1, vandq_u8(vtstq_u8(qh1, blo), b5));
+                q2 = vorrq_u8(q2, vandq_u8(vtstq_u8(qh0, bhi), b5));
+                q3 = vorrq_u8(q3, vandq_u8(vtstq_u8(qh1, bhi), b5));
+            }
+            uint8_t *q = (uint8_t *)k->q + 64 * j;
+            vst1q_u8(q, q0);
+            vst1q_u8(q + 16, q1);
+            vst1q_u8(q + 32, q2);
+            vst1q_u8(q + 48, q3);
+        }
+        k4_scales(x4->scales, k);
+        k->d = &x4->d;
+        k->dmin = &x4->dmin;
+        break;
+    }
+    default: {  /* EL_Q6_K */
+        /* per 128 values (half h): ql[l] holds v[l] | v[l+64] << 4, ql[l+32] v[l+32] | v[l+96] << 4,
+         * qh[l] the top 2 bits of v[l], v[l+32], v[l+64], v[l+96]; values are stored + 32 */
+        const block_q6_K *x = blk;
+        const int8x16_t m32 = vdupq_n_s8(32);
+        for (int h = 0; h < 2; h++) {
+            for (int half = 0; half < 2; half++) {
+                const int o = 16 * half;
+                const uint8x16_t la = vld1q_u8(x->ql + 64 * h + o), lb = vld1q_u8(x->ql + 64 * h + 32 + o);
+                const uint8x16_t hv = vld1q_u8(x->qh + 32 * h + o);
+                const uint8x16_t v0 = vorrq_u8(vandq_u8(la, m4), vshlq_n_u8(vandq_u8(hv, m2), 4));
+                const uint8x16_t v1 = vorrq_u8(vandq_u8(lb, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hv, 2), m2), 4));
+                const uint8x16_t v2 = vorrq_u8(vshrq_n_u8(la, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hv, 4), m2), 4));
+                const uint8x16_t v3 = vorrq_u8(vshrq_n_u8(lb, 4), vshlq_n_u8(vshrq_n_u8(hv, 6), 4));
+                int8_t *q = k->q + 128 * h + o;
+                vst1q_s8(q, vsubq_s8(vreinterpretq_s8_u8(v0), m32));
+                vst1q_s8(q + 32, vsubq_s8(vreinterpretq_s8_u8(v1), m32));
+                vst1q_s8(q + 64, vsubq_s8(vreinterpretq_s8_u8(v2), m32));
+                vst1q_s8(q + 96, vsubq_s8(vreinterpretq_s8_u8(v3), m32));
+            }
+        }
+        for (int g = 0; g < 16; g++) k->sc[g] = x->scales[g];
+        k->d = &x->d;
+        k->dmin = NULL;
+        break;
+    }
+    }
+}
+
+/* sum over groups of min * (sum of the activations in the group), in int32 lanes */
+EL_INLINE int32x4_t k_min_dot(const int T, const kblock *k, const int16_t *bsums) {
+    const int16x8_t b0 = vld1q_s16(bsums), b1 = vld1q_s16(bsums + 8);
+    if (T == EL_Q2_K) {  /* one min per 16 values, one bsum each */
+        const int16x8_t m0 = vld1q_s16(k->mn), m1 = vld1q_s16(k->mn + 8);
+        int32x4_t s = vmull_s16(vget_low_s16(b0), vget_low_s16(m0));
+        s = vmlal_high_s16(s, b0, m0);
+        s = vmlal_s16(s, vget_low_s16(b1), vget_low_s16(m1));
+        return vmlal_high_s16(s, b1, m1);
+    }
+    /* one min per 32 values: pairs of bsums, added in int32 */
+    const int32x4_t p0 = vpaddlq_s16(b0), p1 = vpaddlq_s16(b1);
+    const int32x4_t m0 = vmovl_s16(vld1_s16(k->mn)), m1 = vmovl_s16(vld1_s16(k->mn + 4));
+    return vmlaq_s32(vmulq_s32(p0, m0), p1, m1);
+}
+
+EL_INLINE void tile_k(const int T, int nb, const uint8_t *w, size_t ldw, const int R,
+                      const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
+    const int G = (T == EL_Q4_K || T == EL_Q5_K) ? 32 : 16;  /* values per scale */
+    const int has_min = T == EL_Q2_K || T == EL_Q4_K || T == EL_Q5_K;
+    const size_t bsz = k_size(T);
+    float32x4_t acc[MAX_NC];
+    kblock kb[4];
+    for (int c = 0; c < nc; c++) acc[c] = vdupq_n_f32(0.0f);
+    for (int b = 0; b < nb; b++) {
+        const el_half *d[4], *dm[4];
+        for (int r = 0; r < R; r++) {
+            k_decode(T, w + (size_t)r * ldw + (size_t)b * bsz, &kb[r]);
+            d[r] = kb[r].d;
+            dm[r] = kb[r].dmin;
+        }
+        const float32x4_t dx = row_halves(d, R);
+        const float32x4_t dmx = has_min ? row_halves(dm, R) : vdupq_n_f32(0.0f);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
+            int32x4_t isum[4], msum[4];
+            for (int r = 0; r < R; r++) isum[r] = vdupq_n_s32(0);
+            for (int g = 0; g < QK_K / G; g++) {
+                const int8x16_t a0 = vld1q_s8(y->qs + G * g);
+                const int8x16_t a1 = G == 32 ? vld1q_s8(y->qs + G * g + 16) : a0;
+                for (int r = 0; r < R; r++) {
+                    int32x4_t p = dot_s8(vdupq_n_s32(0), vld1q_s8(kb[r].q + G * g), a0, dp);
+                    if (G == 32) p = dot_s8(p, vld1q_s8(kb[r].q + G * g + 16), a1, dp);
+                    isum[r] = vmlaq_n_s32(isum[r], p, kb[r].sc[g]);
+                }
+            }
+            /* the twins: d*yd*isum [- dmin*yd*summs] (Q2_K writes yd*d: the same product) */
+            const float32x4_t yd = vdupq_n_f32(y->d);
+            float32x4_t t = vmulq_f32(vmulq_f32(dx, yd), vcvtq_f32_s32(row_sums(isum, R)));
+            if (has_min) {
+                for (int r = 0; r < R; r++) msum[r] = k_min_dot(T, &kb[r], y->bsums);
+                t = vsubq_f32(t, vmulq_f32(vmulq_f32(dmx, yd), vcvtq_f32_s32(row_sums(msum, R))));
+            }
+            acc[c] = vaddq_f32(acc[c], t);
+        }
+    }
+    store_tile(acc, R, nc, out, ldo);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gemm entry points: rows in groups of 4 (remainder one by one), activation rows by MAX_NC;
+ * the one-activation-row case (decode) gets its own copy with the count known               */
+
+#define DEFINE_QGEMM(NAME, TILE, T, BLK, DP)                                                       \
+    static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda,  \
+                            int nc, float *out, size_t ldo) {                                      \
+        const int nb = n / (BLK);                                                                  \
+        const uint8_t *W = w;                                                                      \
+        for (int c0 = 0; c0 < nc; c0 += MAX_NC) {                                                  \
+            const int m = EL_MIN(MAX_NC, nc - c0);                                                 \
+            const uint8_t *A = (const uint8_t *)a + (size_t)c0 * lda;                              \
+            float *O = out + (size_t)c0 * ldo;                                                     \
+            int r = 0;                                                                             \
+            if (m == 1)                                                                            \
+                for (; r + 4 <= nr; r += 4) TILE(T, nb, W + (size_t)r * ldw, ldw, 4, A, lda, 1, O + r, ldo, DP); \
+            else                                                                                   \
+                for (; r + 4 <= nr; r += 4) TILE(T, nb, W + (size_t)r * ldw, ldw, 4, A, lda, m, O + r, ldo, DP); \
+            for (; r < nr; r++) TILE(T, nb, W + (size_t)r * ldw, ldw, 1, A, lda, m, O + r, ldo, DP); \
+        }                                                                                          \
+    }                                                                                              \
+    static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {                   \
+        gemm_##NAME(n, x, 0, 1, y, 0, 1, s, 1);                                                    \
+    }
+
+#define DEFINE_LEVEL(SUF, DP)                                     \
+    DEFINE_QGEMM(q4_0##SUF, tile_q32, EL_Q4_0, QK4_0, DP)         \
+    DEFINE_QGEMM(q4_1##SUF, tile_q32, EL_Q4_1, QK4_1, DP)         \
+    DEFINE_QGEMM(q5_0##SUF, tile_q32, EL_Q5_0, QK5_0, DP)         \
+    DEFINE_QGEMM(q5_1##SUF, tile_q32, EL_Q5_1, QK5_1, DP)         \
+    DEFINE_QGEMM(q8_0##SUF, tile_q32, EL_Q8_0, QK8_0, DP)         \
+    DEFINE_QGEMM(q2_K##SUF, tile_k, EL_Q2_K, QK_K, DP)            \
+    DEFINE_QGEMM(q3_K##SUF, tile_k, EL_Q3_K, QK_K, DP)            \
+    DEFINE_QGEMM(q4_K##SUF, tile_k, EL_Q4_K, QK_K, DP)            \
+    DEFINE_QGEMM(q5_K##SUF, tile_k, EL_Q5_K, QK_K, DP)            \
+    DEFINE_QGEMM(q6_K##SUF, tile_k, EL_Q6_K, QK_K, DP)
+
+DEFINE_LEVEL(_neon, 0)
+DEFINE_LEVEL(_dotprod, 1)
+
+/* ------------------------------------------------------------------------------------------ */
+/* F32 / F16 rows                                                                             */
+
+#define FSEG 256  /* F16 values converted to float at a time (a multiple of 8) */
+
+/* acc lane (i % 8) += (double)(w[i] * a[i]) for i < n, n a multiple of 8 */
+EL_INLINE void fdot_acc(float64x2_t *acc, const float *w, const float *a, int n) {
+    for (int i = 0; i < n; i += 8) {
+        const float32x4_t p0 = vmulq_f32(vld1q_f32(w + i), vld1q_f32(a + i));
+        const float32x4_t p1 = vmulq_f32(vld1q_f32(w + i + 4), vld1q_f32(a + i + 4));
+        acc[0] = vaddq_f64(acc[0], vcvt_f64_f32(vget_low_f32(p0)));
+        acc[1] = vaddq_f64(acc[1], vcvt_high_f64_f32(p0));
+        acc[2] = vaddq_f64(acc[2], vcvt_f64_f32(vget_low_f32(p1)));
+        acc[3] = vaddq_f64(acc[3], vcvt_high_f64_f32(p1));
+    }
+}
+
+/* the 8 lanes summed pairwise, then the tail products in order */
+EL_INLINE float fdot_finish(const float64x2_t *acc, const float *w, const float *a, int tail) {
+    const float64x2_t v = vaddq_f64(vaddq_f64(acc[0], acc[1]), vaddq_f64(acc[2], acc[3]));
+    double s = vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1);
+    for (int i = 0; i < tail; i++) s += (double)(w[i] * a[i]);
+    return (float)s;
+}
+
+EL_INLINE void halves_to_floats(const el_half *x, float *y, int n) {  /* n a multiple of 8 */
+    for (int i = 0; i < n; i += 8) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + i));
+        vst1q_f32(y + i, vcvt_f32_f16(vget_low_f16(h)));
+        vst1q_f32(y + i + 4, vcvt_high_f32_f16(h));
+    }
+}
+
+static void gemm_f32(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
+                     float *out, size_t ldo) {
+    const int n8 = n & ~7;
+    for (int r = 0; r < nr; r++) {
+        const float *wr = (const float *)((const uint8_t *)w + (size_t)r * ldw);
+        for (int c = 0; c < nc; c++) {
+            const float *ac = (const float *)((const uint8_t *)a + (size_t)c * lda);
+            float64x2_t acc[4] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0), vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+            fdot_acc(acc, wr, ac, n8);
+            out[(size_t)c * ldo + r] = fdot_finish(acc, wr + n8, ac + n8, n - n8);
+        }
+    }
+}
+
+/* Up to 8 x 8 (row, activation) pairs per pass; each FSEG-value segment of a row is converted
+ * to float once and used for all of the pass's pairs. */
+static void gemm_f16(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
+                     float *out, size_t ldo) {
+    const int n8 = n & ~7, tail = n - n8;
+    float wf[FSEG] __attribute__((aligned(16)));
+    float af[MAX_NC][FSEG] __attribute__((aligned(16)));
+    float64x2_t acc[8][MAX_NC][4];
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int nrr = EL_MIN(8, nr - r0);
+        for (int c0 = 0; c0 < nc; c0 += MAX_NC) {
+            const int ncc = EL_MIN(MAX_NC, nc - c0);
+#define WROW(r) ((const el_half *)((const uint8_t *)w + (size_t)(r0 + (r)) * ldw))
+#define AROW(c) ((const el_half *)((const uint8_t *)a + (size_t)(c0 + (c)) * lda))
+            for (int r = 0; r < nrr; r++)
+                for (int c = 0; c < ncc; c++)
+                    for (int l = 0; l < 4; l++) acc[r][c][l] = vdupq_n_f64(0.0);
+            for (int s = 0; s < n8; s += FSEG) {
+                const int len = EL_MIN(FSEG, n8 - s);
+                for (int c = 0; c < ncc; c++) halves_to_floats(AROW(c) + s, af[c], len);
+                for (int r = 0; r < nrr; r++) {
+                    halves_to_floats(WROW(r) + s, wf, len);
+                    for (int c = 0; c < ncc; c++) fdot_acc(acc[r][c], wf, af[c], len);
+                }
+            }
+            for (int r = 0; r < nrr; r++) {
+                float wt[8];
+                for (int i = 0; i < tail; i++) wt[i] = h2f(WROW(r) + n8 + i);
+                for (int c = 0; c < ncc; c++) {
+                    float at[8];
+                    for (int i = 0; i < tail; i++) at[i] = h2f(AROW(c) + n8 + i);
+                    out[(size_t)(c0 + c) * ldo + r0 + r] = fdot_finish(acc[r][c], wt, at, tail);
+                }
+            }
+#undef WROW
+#undef AROW
+        }
+    }
+}
+
+static void vec_dot_f32(int n, float *s, const void *x, const void *y) { gemm_f32(n, x, 0, 1, y, 0, 1, s, 1); }
+static void vec_dot_f16(int n, float *s, const void *x, const void *y) { gemm_f16(n, x, 0, 1, y, 0, 1, s, 1); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* float helpers of attention (el_vops). Conversions give el_half_to_float / el_float_to_half's
+ * exact bits, NaNs included (the hardware would keep NaN payloads; the portable code does not). */
+
+EL_INLINE float32x4_t h4_to_f32(uint16x4_t h) {
+    const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u16(h));
+    const uint32x4_t u = vmovl_u16(h);
+    const uint32x4_t nan = vandq_u32(vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7c00)), vdupq_n_u32(0x7c00)),
+                                     vtstq_u32(u, vdupq_n_u32(0x3ff)));
+    const uint32x4_t bits = vorrq_u32(vorrq_u32(vshlq_n_u32(vandq_u32(u, vdupq_n_u32(0x8000)), 16),
+                                                vdupq_n_u32(0x7f800000)),
+                                      vshlq_n_u32(vandq_u32(u, vdupq_n_u32(0x3ff)), 13));
+    return vbslq_f32(nan, vreinterpretq_f32_u32(bits), f);
+}
+
+EL_INLINE uint16x4_t f32_to_h4(float32x4_t x) {
+    const uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(x));  /* round to nearest even */
+    const uint16x4_t num = vmovn_u32(vceqq_f32(x, x));
+    const uint16x4_t qnan = vorr_u16(vand_u16(vshrn_n_u32(vreinterpretq_u32_f32(x), 16), vdup_n_u16(0x8000)),
+                                     vdup_n_u16(0x7e00));
+    return vbsl_u16(num, h, qnan);
+}
+
+static void f16_to_f32_neon(int n, const el_half *x, float *y) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, h4_to_f32(vld1_u16(x + i)));
+    for (; i < n; i++) y[i] = el_half_to_float(x[i]);
+}
+
+static void f32_to_f16_neon(int n, const float *x, el_half *y) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, f32_to_h4(vld1q_f32(x + i)));
+    for (; i < n; i++) y[i] = el_float_to_half(x[i]);
+}
+
+/* y += a*x, the product rounded before the add, as the portable loop */
+static void axpy_f16_neon(int n, float a, const el_half *x, float *y) {
+    const float32x4_t va = vdupq_n_f32(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + i));
+        vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_f32(va, vcvt_f32_f16(vget_low_f16(h)))));
+        vst1q_f32(y + i + 4, vaddq_f32(vld1q_f32(y + i + 4), vmulq_f32(va, vcvt_high_f32_f16(h))));
+    }
+    for (; i < n; i++) y[i] += a * h2f(x + i);
+}
+
+/* 16 float lanes with fused multiply-adds, summed at the end */
+static float dot_f16_f32_neon(int n, const el_half *x, const float *y) {
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(x + i));
+        const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(x + i + 8));
+        s0 = vfmaq_f32(s0, vcvt_f32_f16(vget_low_f16(h0)), vld1q_f32(y + i));
+        s1 = vfmaq_f32(s1, vcvt_high_f32_f16(h0), vld1q_f32(y + i + 4));
+        s2 = vfmaq_f32(s2, vcvt_f32_f16(vget_low_f16(h1)), vld1q_f32(y + i + 8));
+        s3 = vfmaq_f32(s3, vcvt_high_f32_f16(h1), vld1q_f32(y + i + 12));
+    }
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; i < n; i++) s += h2f(x + i) * y[i];
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+/* Registers the NEON kernels, with sdot when `dotprod` (only if the CPU has it). BF16 stays generic. */
+void el_register_neon_level(el_type_traits *t, int dotprod) {
+#define SET(id, fn) (t[id].vec_dot = vec_dot_##fn, t[id].gemm = gemm_##fn)
+    SET(EL_F32, f32);
+    SET(EL_F16, f16);
+    if (dotprod) {
+        SET(EL_Q4_0, q4_0_dotprod); SET(EL_Q4_1, q4_1_dotprod); SET(EL_Q5_0, q5_0_dotprod);
+        SET(EL_Q5_1, q5_1_dotprod); SET(EL_Q8_0, q8_0_dotprod);
+        SET(EL_Q2_K, q2_K_dotprod); SET(EL_Q3_K, q3_K_dotprod); SET(EL_Q4_K, q4_K_dotprod);
+        SET(EL_Q5_K, q5_K_dotprod); SET(EL_Q6_K, q6_K_dotprod);
+    } else {
+        SET(EL_Q4_0, q4_0_neon); SET(EL_Q4_1, q4_1_neon); SET(EL_Q5_0, q5_0_neon);
+        SET(EL_Q5_1, q5_1_neon); SET(EL_Q8_0, q8_0_neon);
+        SET(EL_Q2_K, q2_K_neon); SET(EL_Q3_K, q3_K_neon); SET(EL_Q4_K, q4_K_neon);
+        SET(EL_Q5_K, q5_K_neon); SET(EL_Q6_K, q6_K_neon);
+    }
+#undef SET
+    el_vops.dot_f16_f32 = dot_f16_f32_neon;
+    el_vops.axpy_f16 = axpy_f16_neon;
+    el_vops.f32_to_f16 = f32_to_f16_neon;
+    el_vops.f16_to_f32 = f16_to_f32_neon;
+}
+
+void el_register_neon(el_type_traits *t) { el_register_neon_level(t, el_neon_has_dotprod()); }
+
+#endif /* __aarch64__ */

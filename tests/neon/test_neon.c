@@ -1,0 +1,343 @@
+/* Checks csrc/arm_neon.c against the generic twins, at every NEON level this CPU can run
+ * (plain NEON always; sdot only where the CPU reports FEAT_DotProd). Built for aarch64 and run
+ * under qemu-aarch64 by tests/test_neon_qemu.py; see build.py next to this file.
+ *
+ *   - quantized types: vec_dot bit-identical to the generic twin (the kernels evaluate the twins'
+ *     float expressions on exact integer sums), on quantized data and on random block bytes
+ *     (weights and activations: every int8 including -128, any bsums, finite scales);
+ *   - F32 / F16: vec_dot within 1e-5 * sum|w_i a_i| of the twin;
+ *   - gemm: every element of every tile bit-identical to the same level's vec_dot, for tiles of
+ *     any position and size, and nothing written outside the tile;
+ *   - el_vops: conversions and axpy bit-identical to the portable code, dot within tolerance;
+ *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports;
+ *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
+ * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "el_internal.h"
+
+int el_neon_has_dotprod(void);                                 /* arm_neon.c */
+void el_register_neon_level(el_type_traits *t, int dotprod);   /* arm_neon.c */
+
+#define NR 19   /* weight rows: more than one 16-row tile, not a multiple of 4 */
+#define NC 11   /* activation rows: more than one 8-row pass */
+#define LDO (NR + 3)
+#define SENTINEL 0x7fc0dead  /* a NaN no kernel writes */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t next_u64(void) {  /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float uniform(void) { return (float)(next_u64() >> 40) * 0x1.0p-24f; }  /* [0, 1) */
+static int below(int n) { return (int)(next_u64() % (uint64_t)n); }
+
+/* values of mixed scale, with outliers and the odd all-zero row */
+static void random_row(float *x, int n) {
+    const int kind = below(8);
+    const float scale = kind == 0 ? 0.0f : (kind == 1 ? 1e-3f : (kind == 2 ? 30.0f : 1.0f));
+    for (int i = 0; i < n; i++) {
+        float v = (uniform() + uniform() + uniform() - 1.5f) * scale;
+        if (below(64) == 0) v *= 8.0f;
+        x[i] = v;
+    }
+}
+
+/* random finite half in +-[2^-10, 2) */
+static el_half random_half(void) {
+    const float v = (1.0f + uniform()) * ldexpf(1.0f, -10 + below(11));
+    return el_float_to_half(below(2) ? -v : v);
+}
+
+static int failures, checks;
+#define MAX_REPORTS 20
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    if (failures++ < MAX_REPORTS) {
+        va_list ap;
+        va_start(ap, fmt);
+        printf("FAIL ");
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+    }
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+
+typedef struct { int id; const char *name; int half_fields[2]; } type_case;
+/* byte offsets of each block's half-float fields (d, m / dmin), -1 = none (common.h layouts) */
+static const type_case TYPES[] = {
+    {EL_F32, "f32", {-1, -1}},  {EL_F16, "f16", {-1, -1}},
+    {EL_Q4_0, "q4_0", {0, -1}}, {EL_Q4_1, "q4_1", {0, 2}}, {EL_Q5_0, "q5_0", {0, -1}},
+    {EL_Q5_1, "q5_1", {0, 2}},  {EL_Q8_0, "q8_0", {0, -1}},
+    {EL_Q2_K, "q2_K", {80, 82}}, {EL_Q3_K, "q3_K", {108, -1}}, {EL_Q4_K, "q4_K", {0, 2}},
+    {EL_Q5_K, "q5_K", {0, 2}},  {EL_Q6_K, "q6_K", {208, -1}},
+};
+
+static el_type_traits gen[EL_NTYPES];
+
+/* sum over i of |w_i * a_i| from the dequantized rows */
+static double abs_products(int type, const uint8_t *w, const uint8_t *a, int n) {
+    float *wf = malloc(sizeof(float) * (size_t)n), *af = malloc(sizeof(float) * (size_t)n);
+    gen[type].to_float(w, wf, n);
+    gen[gen[type].vec_dot_type].to_float(a, af, n);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += fabs((double)wf[i] * (double)af[i]);
+    free(wf);
+    free(af);
+    return s;
+}
+
+static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw) {
+    const int type = tc->id, vdt = gen[type].vec_dot_type, is_float = type == EL_F32 || type == EL_F16;
+    const size_t ldw = el_row_size(type, n) + 2 * (size_t)gen[type].size;  /* rows with a gap */
+    const size_t lda = el_row_size(vdt, n) + (size_t)gen[vdt].size;
+    uint8_t *W = calloc(NR, ldw), *A = calloc(NC, lda);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < NR; r++) {
+        if (raw) {  /* any bytes, with finite scales */
+            for (size_t i = 0; i < el_row_size(type, n); i++) W[r * ldw + i] = (uint8_t)next_u64();
+            for (int b = 0; b < n / gen[type].blck; b++)
+                for (int f = 0; f < 2; f++)
+                    if (tc->half_fields[f] >= 0) {
+                        const el_half h = random_half();
+                        memcpy(W + r * ldw + (size_t)b * gen[type].size + tc->half_fields[f], &h, 2);
+                    }
+        } else {
+            random_row(x, n);
+            gen[type].from_float(x, W + r * ldw, n);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        if (raw) {  /* any bytes (int8 -128, bsums unrelated to qs), with finite scales */
+            uint8_t *row = A + c * lda;
+            for (size_t i = 0; i < el_row_size(vdt, n); i++) row[i] = (uint8_t)next_u64();
+            for (int b = 0; b < n / gen[vdt].blck; b++) {
+                uint8_t *blk = row + (size_t)b * gen[vdt].size;
+                if (vdt == EL_Q8_K) {  /* float d first (block_q8_K) */
+                    const float d = (uniform() + 0.5f) * ldexpf(1.0f, -12 + below(8));
+                    memcpy(blk, &d, 4);
+                    continue;
+                }
+                const el_half d = random_half(), s = random_half();
+                memcpy(blk, &d, 2);                   /* block_q8_0 / block_q8_1: d first */
+                if (vdt == EL_Q8_1) memcpy(blk + 2, &s, 2);  /* then s */
+            }
+        } else {
+            random_row(x, n);
+            gen[vdt].from_float(x, A + c * lda, n);
+        }
+    }
+
+    /* vec_dot against the twin */
+    float ref[NC][NR], vd[NC][NR];
+    for (int c = 0; c < NC; c++)
+        for (int r = 0; r < NR; r++) {
+            gen[type].vec_dot(n, &ref[c][r], W + r * ldw, A + c * lda);
+            lvl[type].vec_dot(n, &vd[c][r], W + r * ldw, A + c * lda);
+            checks++;
+            if (is_float) {
+                const double tol = 1e-5 * abs_products(type, W + r * ldw, A + c * lda, n);
+                if (!(fabs((double)vd[c][r] - (double)ref[c][r]) <= tol))
+                    fail("%s %s n=%d vec_dot[r%d c%d] = %.9g, generic %.9g (tolerance %.3g)", level, tc->name,
+                         n, r, c, vd[c][r], ref[c][r], tol);
+            } else if (!same_bits(vd[c][r], ref[c][r])) {
+                fail("%s %s n=%d%s vec_dot[r%d c%d] = %.9g, generic %.9g (want identical bits)", level,
+                     tc->name, n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
+            }
+        }
+
+    /* gemm tiles: the whole matrix, the engine's decode / prefill shapes, random sub-tiles */
+    float *out = malloc(sizeof(float) * (size_t)LDO * NC);
+    for (int t = 0; t < 24; t++) {
+        int r0, nr, c0, nc;
+        switch (t) {
+        case 0: r0 = 0, nr = NR, c0 = 0, nc = NC; break;
+        case 1: r0 = 0, nr = 16, c0 = 0, nc = 1; break;
+        case 2: r0 = 3, nr = 16, c0 = 2, nc = 8; break;
+        default: nr = 1 + below(16), nc = 1 + below(9), r0 = below(NR - nr + 1), c0 = below(NC - nc + 1); break;
+        }
+        const uint32_t sbits = SENTINEL;
+        float sentinel;
+        memcpy(&sentinel, &sbits, 4);
+        for (int i = 0; i < LDO * NC; i++) out[i] = sentinel;
+        lvl[type].gemm(n, W + r0 * ldw, ldw, nr, A + c0 * lda, lda, nc, out, LDO);
+        for (int c = 0; c < NC; c++)
+            for (int r = 0; r < LDO; r++) {
+                const float v = out[c * LDO + r];
+                if (c < nc && r < nr) {
+                    checks++;
+                    if (!same_bits(v, vd[c0 + c][r0 + r]))
+                        fail("%s %s n=%d gemm tile (r0 %d nr %d, c0 %d nc %d) [%d,%d] = %.9g, vec_dot %.9g", level,
+                             tc->name, n, r0, nr, c0, nc, r, c, v, vd[c0 + c][r0 + r]);
+                } else if (!same_bits(v, sentinel)) {
+                    fail("%s %s n=%d gemm (nr %d nc %d) wrote outside its tile at [%d,%d]", level, tc->name, n,
+                         nr, nc, r, c);
+                }
+            }
+    }
+    free(out);
+    free(x);
+    free(W);
+    free(A);
+}
+
+static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *level) {
+    /* every half to float */
+    static el_half all[65536];
+    static float fa[65536], fb[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (el_half)i;
+    g->f16_to_f32(65536, all, fa);
+    v->f16_to_f32(65536, all, fb);
+    for (int i = 0; i < 65536; i++) {
+        checks++;
+        if (!same_bits(fa[i], fb[i])) fail("%s f16_to_f32(0x%04x) = 0x%08x, portable 0x%08x", level, i,
+                                           el_fp32_to_bits(fb[i]), el_fp32_to_bits(fa[i]));
+    }
+    /* floats to half: random bit patterns, values near the half range's edges, specials */
+    enum { NF = 4099 };
+    static float xs[NF];
+    static el_half ha[NF], hb[NF];
+    const float edges[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65519.996f, 65520.0f, -65520.0f,
+                           0x1.0p-24f, 0x1.0p-25f, 0x1.8p-25f, 0x1.0p-14f, 0x1.ffcp-15f, 1.0f / 3.0f};
+    const int ne = (int)(sizeof edges / sizeof edges[0]);
+    for (int i = 0; i < NF; i++) {
+        if (i < ne) xs[i] = edges[i];
+        else if (i % 2) xs[i] = el_fp32_from_bits((uint32_t)next_u64());
+        else xs[i] = (uniform() - 0.5f) * ldexpf(1.0f, below(48) - 30);
+    }
+    g->f32_to_f16(NF, xs, ha);
+    v->f32_to_f16(NF, xs, hb);
+    for (int i = 0; i < NF; i++) {
+        checks++;
+        if (ha[i] != hb[i]) fail("%s f32_to_f16(0x%08x) = 0x%04x, portable 0x%04x", level, el_fp32_to_bits(xs[i]),
+                                 hb[i], ha[i]);
+    }
+    /* axpy and dot on attention-sized rows */
+    const int sizes[] = {1, 3, 15, 16, 17, 64, 100, 256};
+    for (int si = 0; si < 8; si++) {
+        const int n = sizes[si];
+        float x[256], y0[256], y1[256], y[256];
+        el_half h[256];
+        random_row(x, n);
+        g->f32_to_f16(n, x, h);
+        random_row(y, n);
+        memcpy(y0, y, sizeof(float) * (size_t)n);
+        memcpy(y1, y, sizeof(float) * (size_t)n);
+        const float a = uniform() * 2.0f - 1.0f;
+        g->axpy_f16(n, a, h, y0);
+        v->axpy_f16(n, a, h, y1);
+        for (int i = 0; i < n; i++) {
+            checks++;
+            if (!same_bits(y0[i], y1[i])) fail("%s axpy_f16 n=%d [%d] = %.9g, portable %.9g", level, n, i, y1[i], y0[i]);
+        }
+        const float dg = g->dot_f16_f32(n, h, y), dv = v->dot_f16_f32(n, h, y);
+        double tol = 0;
+        for (int i = 0; i < n; i++) tol += fabs((double)el_half_to_float(h[i]) * y[i]);
+        tol *= 1e-5;
+        checks++;
+        if (!(fabs((double)dv - (double)dg) <= tol))
+            fail("%s dot_f16_f32 n=%d = %.9g, portable %.9g (tolerance %.3g)", level, n, dv, dg, tol);
+    }
+}
+
+/* el_matmul on 2 threads, rows spanning several 16-row tiles and tokens several 8-row passes */
+static void test_matmul(const type_case *tc) {
+    enum { ROWS = 40, M = 13 };
+    const int type = tc->id, vdt = gen[type].vec_dot_type, n = gen[type].blck == 256 ? 512 : 96;
+    const size_t ldw = el_row_size(type, n), lda = el_row_size(vdt, n);
+    uint8_t *W = malloc(ROWS * ldw), *A = malloc(M * lda);
+    float *x = malloc(sizeof(float) * M * (size_t)n), y[M][ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        random_row(x, n);
+        gen[type].from_float(x, W + r * ldw, n);
+    }
+    for (int m = 0; m < M; m++) {
+        random_row(x + (size_t)m * n, n);
+        gen[vdt].from_float(x + (size_t)m * n, A + m * lda, n);
+    }
+    const el_tensor w = {type, W, n, ROWS, ldw};
+    checks++;
+    if (el_matmul(&w, x, M, &y[0][0], 2) != 0) {
+        fail("el_matmul(%s) failed", tc->name);
+    } else {
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < ROWS; r++) {
+                float want;
+                el_traits[type].vec_dot(n, &want, W + r * ldw, A + m * lda);
+                checks++;
+                if (!same_bits(y[m][r], want))
+                    fail("el_matmul(%s) [token %d, row %d] = %.9g, vec_dot %.9g", tc->name, m, r, y[m][r], want);
+            }
+    }
+    free(W);
+    free(A);
+    free(x);
+}
+
+int main(void) {
+    const int has_dp = el_neon_has_dotprod();
+    printf("dotprod: %s\n", has_dp ? "yes" : "no");
+
+    memset(gen, 0, sizeof gen);
+    el_register_generic(gen);
+    el_set_isa(EL_ISA_GENERIC);
+    const el_vec_ops gen_vops = el_vops;
+
+    /* dispatch picks NEON at the CPU's level */
+    const int isa = el_set_isa(-1);
+    el_type_traits expect[EL_NTYPES];
+    memset(expect, 0, sizeof expect);
+    el_register_generic(expect);
+    el_register_neon_level(expect, has_dp);
+    checks++;
+    if (isa != EL_ISA_NEON) fail("el_set_isa(-1) chose ISA %d, not NEON", isa);
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        const int id = TYPES[i].id;
+        checks++;
+        if (el_traits[id].gemm != expect[id].gemm || el_traits[id].vec_dot != expect[id].vec_dot)
+            fail("dispatch: %s kernels are not the %s level's", TYPES[i].name, has_dp ? "dotprod" : "neon");
+    }
+    printf("dispatch: isa %d, level %s\n", isa, has_dp ? "dotprod" : "neon");
+    {
+        const int f0 = failures, c0 = checks;
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) test_matmul(&TYPES[i]);
+        printf("el_matmul: %d checks, %d failures\n", checks - c0, failures - f0);
+    }
+
+    for (int dp = 0; dp <= has_dp; dp++) {
+        const char *level = dp ? "dotprod" : "neon";
+        const int f0 = failures, c0 = checks;
+        el_type_traits lvl[EL_NTYPES];
+        memset(lvl, 0, sizeof lvl);
+        el_register_generic(lvl);
+        el_register_neon_level(lvl, dp);
+        const el_vec_ops lvl_vops = el_vops;
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+            const type_case *tc = &TYPES[i];
+            const int blck = gen[tc->id].blck;
+            if (lvl[tc->id].vec_dot == gen[tc->id].vec_dot || lvl[tc->id].gemm == NULL) {
+                checks++;
+                fail("%s: %s has no NEON kernel registered", level, tc->name);
+                continue;
+            }
+            const int float_sizes[] = {1, 7, 8, 37, 264, 520, 1031};
+            const int q32_sizes[] = {32, 64, 96, 288, 1024};
+            const int k_sizes[] = {256, 512, 768, 2048};
+            const int *sizes = blck == 1 ? float_sizes : (blck == 32 ? q32_sizes : k_sizes);
+            const int ns = blck == 1 ? 7 : (blck == 32 ? 5 : 4);
+            for (int si = 0; si < ns; si++) {
+                test_type(lvl, level, tc, sizes[si], 0);
+                if (blck > 1) test_type(lvl, level, tc, sizes[si], 1);
+            }
+        }
+        test_vops(&gen_vops, &lvl_vops, level);
+        printf("level %s: %d checks, %d failures\n", level, checks - c0, failures - f0);
+    }
+    printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);
+    return failures ? 1 : 0;
+}

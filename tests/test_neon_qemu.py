@@ -1,0 +1,110 @@
+"""ARM NEON kernels (csrc/arm_neon.c) without ARM hardware: cross-compiled for aarch64 and run
+under qemu-user on CPU models with and without the dot product extension.
+
+The checker (tests/neon/test_neon.c, linked with the whole library) compares every NEON kernel
+with its generic twin, every gemm tile with the same level's vec_dot, and el_matmul with the
+dispatched vec_dot; here we run it on three CPUs and check that the run-time
+dispatch chose the level each CPU has (Cortex-A72 = Raspberry Pi 4: no sdot, so a wrong choice
+dies of SIGILL; Cortex-A76 = Raspberry Pi 5 and `max`: sdot).
+
+Needs Debian's gcc-aarch64-linux-gnu and qemu-user; skipped (saying so) when either is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE.parent / "csrc"
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("neon_build", HERE / "neon" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _load_build()
+
+
+@pytest.fixture(scope="module")
+def cross_cc() -> str:
+    cc = shutil.which(build.CC)
+    if cc is None:
+        pytest.skip(f"{build.CC} not installed (Debian package gcc-aarch64-linux-gnu)")
+    return cc
+
+
+@pytest.fixture(scope="module")
+def qemu() -> str:
+    q = shutil.which(build.QEMU)
+    if q is None:
+        pytest.skip(f"{build.QEMU} not installed (Debian package qemu-user)")
+    return q
+
+
+@pytest.fixture(scope="module")
+def checker(cross_cc, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("neon") / "test_neon"
+    try:
+        build.build(out, cc=cross_cc)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"cross build of the NEON checker failed:\n{e.stderr}")
+    return out
+
+
+def test_every_csrc_file_compiles_for_aarch64(cross_cc, tmp_path):
+    """The package's build (every csrc/*.c, its flags, no -march) works on aarch64: the x86
+    files compile to nothing there, arm_neon.c to its kernels without a warning, and the
+    objects link into one shared library with no undefined symbol."""
+    sources = sorted(CSRC.glob("*.c"))
+    assert CSRC / "arm_neon.c" in sources
+    objects = []
+    for src in sources:
+        obj = tmp_path / (src.stem + ".o")
+        objects.append(str(obj))
+        r = subprocess.run(
+            [cross_cc, *build.compile_args(), "-fPIC", f"-I{CSRC}", "-c", str(src), "-o", str(obj)],
+            capture_output=True, text=True,
+        )
+        assert r.returncode == 0, f"{src.name} does not compile for aarch64:\n{r.stderr}"
+        nm = shutil.which("aarch64-linux-gnu-nm") or "nm"
+        defined = subprocess.run([nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
+        if src.name.startswith("x86_"):
+            assert defined.strip() == "", f"{src.name} defines symbols on aarch64:\n{defined}"
+        if src.name == "arm_neon.c":
+            assert r.stderr == "", f"arm_neon.c compiles with warnings:\n{r.stderr}"
+            for sym in ("el_register_neon", "el_register_neon_level", "el_neon_has_dotprod"):
+                assert re.search(rf" T {sym}$", defined, re.M), f"arm_neon.o lacks {sym}"
+    r = subprocess.run(
+        [cross_cc, "-shared", "-Wl,--no-undefined", *objects, "-o", str(tmp_path / "kernels.so"), "-lm", "-lpthread"],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 0, f"the aarch64 objects do not link into a library:\n{r.stderr}"
+
+
+@pytest.mark.parametrize(
+    "cpu, has_dotprod",
+    [("cortex-a72", False), ("cortex-a76", True), ("max", True)],
+)
+def test_neon_kernels_match_generic_twins(qemu, checker, cpu, has_dotprod):
+    r = subprocess.run([qemu, "-cpu", cpu, str(checker)], capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    if r.returncode in (-signal.SIGILL, 128 + signal.SIGILL):
+        pytest.fail(f"illegal instruction on {cpu}: a kernel the CPU lacks was run\n{out}")
+    assert r.returncode == 0, f"checker failed on {cpu} (exit {r.returncode}):\n{out}"
+    want = "yes" if has_dotprod else "no"
+    assert f"dotprod: {want}\n" in r.stdout, f"{cpu} should report dotprod: {want}\n{out}"
+    assert f"dispatch: isa 3, level {'dotprod' if has_dotprod else 'neon'}\n" in r.stdout, out
+    assert re.search(r"^el_matmul: \d+ checks, 0 failures$", r.stdout, re.M), out
+    levels = dict(re.findall(r"^level (\w+): \d+ checks, (\d+) failures$", r.stdout, re.M))
+    assert levels == ({"neon": "0", "dotprod": "0"} if has_dotprod else {"neon": "0"}), out
+    assert re.search(r"^RESULT OK \(\d+ checks, 0 failures\)$", r.stdout, re.M), out
