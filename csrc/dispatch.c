@@ -14,6 +14,9 @@ el_type_traits el_traits[EL_NTYPES];
 el_vec_ops el_vops;
 static int current_isa = -1;
 
+/* from_float is only ever used on activations: Q8_0 / Q8_1 take the activation quantizers,
+ * the other types their reference quantizer (Q8_K's is also ggml's activation quantizer). */
+
 /* ---- generic float helpers ---- */
 static float dot_f16_f32_generic(int n, const el_half *x, const float *y) {
     float s = 0.0f;
@@ -41,8 +44,8 @@ void el_register_generic(el_type_traits *t) {
     T(EL_Q4_1, 32, 20, EL_Q8_1, quantize_row_q4_1_ref, dequantize_row_q4_1, vec_dot_q4_1_q8_1_generic);
     T(EL_Q5_0, 32, 22, EL_Q8_0, quantize_row_q5_0_ref, dequantize_row_q5_0, vec_dot_q5_0_q8_0_generic);
     T(EL_Q5_1, 32, 24, EL_Q8_1, quantize_row_q5_1_ref, dequantize_row_q5_1, vec_dot_q5_1_q8_1_generic);
-    T(EL_Q8_0, 32, 34, EL_Q8_0, quantize_row_q8_0_ref, dequantize_row_q8_0, vec_dot_q8_0_q8_0_generic);
-    T(EL_Q8_1, 32, 36, EL_Q8_1, quantize_row_q8_1_ref, NULL, NULL);
+    T(EL_Q8_0, 32, 34, EL_Q8_0, quantize_row_q8_0, dequantize_row_q8_0, vec_dot_q8_0_q8_0_generic);
+    T(EL_Q8_1, 32, 36, EL_Q8_1, quantize_row_q8_1, NULL, NULL);
     T(EL_Q2_K, 256, 84, EL_Q8_K, quantize_row_q2_K_ref, dequantize_row_q2_K, vec_dot_q2_K_q8_K_generic);
     T(EL_Q3_K, 256, 110, EL_Q8_K, quantize_row_q3_K_ref, dequantize_row_q3_K, vec_dot_q3_K_q8_K_generic);
     T(EL_Q4_K, 256, 144, EL_Q8_K, quantize_row_q4_K_ref, dequantize_row_q4_K, vec_dot_q4_K_q8_K_generic);

@@ -189,6 +189,36 @@ void quantize_row_q8_1_ref(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* Activation quantizers (the rows a matmul's weights are dotted with). Same blocks as the
+ * reference quantizers, with the arithmetic of ggml's x86 activation path: scale by 127/max
+ * (not 1/d) and round half to even. Weights keep the _ref functions above. */
+void quantize_row_q8_0(const float *x, void *vy, int64_t k) {
+    block_q8_0 *y = vy;
+    const int64_t nb = k / QK8_0;
+    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
+        const float amax = absmax(x, QK8_0);
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[i].d = el_float_to_half(amax / 127);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)el_nearest_int(x[j] * id);
+    }
+}
+
+void quantize_row_q8_1(const float *x, void *vy, int64_t k) {
+    block_q8_1 *y = vy;
+    const int64_t nb = k / QK8_1;
+    for (int64_t i = 0; i < nb; i++, x += QK8_1) {
+        const float amax = absmax(x, QK8_1), d = amax / 127;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[i].d = el_float_to_half(d);
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            y[i].qs[j] = (int8_t)el_nearest_int(x[j] * id);
+            sum += y[i].qs[j];
+        }
+        y[i].s = el_float_to_half((float)sum * d);
+    }
+}
+
 /* ---------------------------------------------------------------- dequantizers */
 
 void dequantize_row_q4_0(const void *vx, float *y, int64_t k) {

@@ -295,3 +295,35 @@ def test_numba_twins_reject_short_buffers():
         numba_quants.vec_dot_q4_1_q8_1_generic(64, np.zeros(40, dtype=np.uint8), np.zeros(36, dtype=np.uint8))
     with pytest.raises(ValueError, match="smaller"):
         numba_quants.vec_dot_f16_f16_generic(10, np.zeros(20, dtype=np.uint8), np.zeros(18, dtype=np.uint8))
+
+
+def _act_oracle(x: np.ndarray, with_sum: bool) -> np.ndarray:
+    """numpy: d = max/127 (to half), q = round-half-even(x * (127/max)), s = half(d * sum(q))."""
+    xb = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(xb).max(1)
+    safe = np.where(amax == 0, np.float32(1), amax)
+    inv = np.where(amax != 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
+    q = np.rint((xb * inv[:, None]).astype(np.float32)).astype(np.int8)
+    d = (amax / np.float32(127)).astype(np.float32)
+    parts = [d.astype(np.float16).view(np.uint8).reshape(-1, 2)]
+    if with_sum:
+        s = (q.astype(np.int32).sum(1).astype(np.float32) * d).astype(np.float16)
+        parts.append(s.view(np.uint8).reshape(-1, 2))
+    parts.append(q.view(np.uint8))
+    return np.concatenate(parts, axis=1).reshape(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q8_1], ids=lambda t: t.name)
+def test_activation_quantizers(t, backend):
+    """The activation quantizers (x * 127/max, ties to even) against a numpy oracle, including
+    values placed exactly on .5 after scaling and an all-zero block."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(256) * 3).astype(np.float32)
+    x[:32] = 0.0
+    x[32:64] = (np.arange(32) - 16 + 0.5).astype(np.float32) * (127 / 127)  # max 15.5 -> ties after scaling
+    x[64] = 127.0
+    x[65:96] = np.arange(31, dtype=np.float32) + 0.5
+    w = QType.Q4_0 if t == QType.Q8_0 else QType.Q4_1  # a weight type whose dot takes t
+    got = quant_ops.quantize_activation(w, x, backend)
+    assert np.array_equal(got, _act_oracle(x, t == QType.Q8_1))

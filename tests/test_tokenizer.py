@@ -7,7 +7,8 @@ import warnings
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType
+
+from edgellm.gguf_file import GGUFFile
 
 from edgellm.errors import TokenizerError, UnsupportedModelError
 from edgellm.tokenizer import Tokenizer
@@ -17,24 +18,8 @@ from edgellm.tokenizer.pretokenize import Splitter
 
 
 def gguf_metadata(path) -> dict:
-    """GGUF key -> value in the shape edgellm's GGUF loader gives: list[str] for string arrays,
-    numpy arrays for numeric arrays, Python scalars otherwise."""
-    out = {}
-    for name, field in GGUFReader(path).fields.items():
-        if not field.types:
-            continue
-        if field.types[0] == GGUFValueType.ARRAY:
-            if field.types[-1] == GGUFValueType.STRING:
-                out[name] = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-            elif field.data:
-                out[name] = np.concatenate([field.parts[i] for i in field.data])
-            else:
-                out[name] = np.array([])
-        elif field.types[0] == GGUFValueType.STRING:
-            out[name] = bytes(field.parts[field.data[0]]).decode("utf-8")
-        else:
-            out[name] = field.parts[field.data[0]][0].item()
-    return out
+    """GGUF key -> value, as edgellm's loader reads them."""
+    return dict(GGUFFile(path).metadata)
 
 
 _META: dict = {}

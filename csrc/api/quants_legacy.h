@@ -13,6 +13,9 @@ void quantize_row_q5_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q5_1_ref(const float *x, void *y, int64_t k);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q8_1_ref(const float *x, void *y, int64_t k);
+/* activation quantizers: same layout, x86-ggml arithmetic (x * 127/max, round half to even) */
+void quantize_row_q8_0(const float *x, void *y, int64_t k);
+void quantize_row_q8_1(const float *x, void *y, int64_t k);
 
 void dequantize_row_q4_0(const void *x, float *y, int64_t k);
 void dequantize_row_q4_1(const void *x, float *y, int64_t k);

@@ -25,7 +25,9 @@ def _kernels_for(t: QType):
         return _MATMULS[t]
     act = type_info(t).vec_dot_type
     vec_dot = getattr(_module(t), f"vec_dot_{_lname(t)}_{_lname(act)}_generic")
-    quant = getattr(_module(act), f"quantize_row_{_lname(act)}_ref") if act != QType.F32 else None
+    # activations: Q8_0 / Q8_1 have their own quantizers (kernels/numba_quants), the rest the reference one
+    qname = f"quantize_row_{_lname(act)}" + ("" if act in (QType.Q8_0, QType.Q8_1) else "_ref")
+    quant = getattr(_module(act), qname) if act != QType.F32 else None
 
     @numba.njit(parallel=True, cache=False)
     def matmul(k, w, a, out):  # w uint8 [N, rb]; a uint8 [M, rba]; out float32 [M, N]

@@ -364,6 +364,41 @@ def quantize_row_q8_1_ref(x, y):
         _put_half(y, o + 2, np.float32(total) * d)
 
 
+@njit(cache=True)
+def quantize_row_q8_0(x, y):
+    """Activation quantizer: q = round-half-even(x * 127/max), d = max/127 (csrc twin)."""
+    nb = _blocks(x.size, y.size, Q8_0_BYTES)
+    yi = y.view(np.int8)
+    for i in range(nb):
+        s = i * QK
+        o = i * Q8_0_BYTES
+        amax = _absmax(x, s)
+        inv = np.float32(127.0) / amax if amax != 0 else np.float32(0.0)
+        _put_half(y, o, amax / np.float32(127.0))
+        for j in range(QK):
+            yi[o + 2 + j] = np.int32(np.rint(np.float32(x[s + j] * inv)))
+
+
+@njit(cache=True)
+def quantize_row_q8_1(x, y):
+    """Activation quantizer: as quantize_row_q8_0, plus s = half(float(sum(q)) * d)."""
+    nb = _blocks(x.size, y.size, Q8_1_BYTES)
+    yi = y.view(np.int8)
+    for i in range(nb):
+        s = i * QK
+        o = i * Q8_1_BYTES
+        amax = _absmax(x, s)
+        d = amax / np.float32(127.0)
+        inv = np.float32(127.0) / amax if amax != 0 else np.float32(0.0)
+        _put_half(y, o, d)
+        total = 0
+        for j in range(QK):
+            v = np.int32(np.rint(np.float32(x[s + j] * inv)))
+            yi[o + 4 + j] = v
+            total += v
+        _put_half(y, o + 2, np.float32(total) * d)
+
+
 # ---------------------------------------------------------------- dequantizers
 
 

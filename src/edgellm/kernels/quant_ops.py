@@ -117,6 +117,17 @@ def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c") -> float:
 
 
 def quantize_activation(t: QType, x, backend: str = "c") -> np.ndarray:
-    """Quantize a float row to the activation type weight type t dots with (Q8_0, Q8_1, Q8_K, F16...)."""
+    """Quantize a float row as the engines do for weight type t's dot product: Q8_0 / Q8_1 with
+    the activation quantizers (quantize_row_q8_0 / _q8_1), other types with their reference one."""
     act = type_info(QType(t)).vec_dot_type
-    return quantize_rows(act, x, backend)[0]
+    if act not in (QType.Q8_0, QType.Q8_1):
+        return quantize_rows(act, x, backend)[0]
+    x = _as_f32_2d(x)[0]
+    out = np.zeros(type_info(act).row_bytes(x.size), dtype=np.uint8)
+    name = f"quantize_row_{_lname(act)}"
+    if backend == "c":
+        ffi, lib = _c_or_fail()
+        getattr(lib, name)(ffi.from_buffer("float[]", x), ffi.from_buffer(out), x.size)
+    else:
+        getattr(_numba_module(act), name)(x, out)
+    return out
