@@ -20,9 +20,15 @@ WORDS = ["▁the", "▁a", "▁cat", "▁dog", "▁sat", "▁on", "▁mat", "▁
 
 
 def vocab() -> tuple[list[str], list[float], list[int]]:
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + WORDS
-    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i + 1) for i in range(len(WORDS))]
-    types = [2, 3, 3] + [6] * 256 + [1] * (len(WORDS) - 2) + [3, 3]  # unknown, control, byte, normal
+    """Control tokens, 256 byte tokens, then SPM pieces: single characters and every prefix of the
+    words (so merges can reach them; longer pieces score higher), then two chat markers."""
+    words = [w for w in WORDS if w.startswith("▁")]
+    pieces = sorted({"▁"} | set("abcdefghijklmnopqrstuvwxyz") | {w[:i] for w in words for i in range(2, len(w) + 1)},
+                    key=lambda p: (len(p), p))
+    specials = [w for w in WORDS if not w.startswith("▁")]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + pieces + specials
+    scores = [0.0] * 259 + [float(len(p)) for p in pieces] + [0.0] * len(specials)
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces) + [3] * len(specials)  # unknown, control, byte, normal
     return tokens, scores, types
 
 

@@ -1,0 +1,131 @@
+"""The `edgellm` command: `run` driven in a real pseudo-terminal, `generate` against llama.cpp's
+greedy text, and bad input turned into one readable line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pexpect
+import pytest
+
+from conftest import REFERENCE
+from edgellm.quants import QType
+from tiny_models import tiny_model
+
+CMD = [sys.executable, "-m", "edgellm"]
+
+
+def run_cli(*args, timeout=600, **kw):
+    return subprocess.run(CMD + list(args), capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("cli") / "tiny.gguf", "llama", QType.Q8_0)
+
+
+@pytest.mark.real
+def test_generate_prints_llamacpp_greedy_text(smollm2_path):
+    ref = json.loads((REFERENCE / "smollm2-135m-instruct-q4_1.public.json").read_text())
+    case = ref["greedy"][0]
+    r = run_cli("generate", str(smollm2_path), "-p", case["prompt"], "-n", "16", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    from edgellm.tokenizer import Tokenizer
+    from edgellm.gguf_file import GGUFFile
+
+    tok = Tokenizer.from_metadata(GGUFFile(smollm2_path).metadata)
+    assert r.stdout == tok.decode(case["continuation_ids"][:16]) + "\n"
+
+
+@pytest.mark.real
+def test_run_chat_in_a_terminal(smollm2_path):
+    """Two turns, an answer interrupted with Ctrl-C (the chat goes on), /reset, then /exit."""
+    env = dict(os.environ, TERM="dumb")
+    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path), "--temp", "0", "-n", "400", "-v"],
+                          env=env, encoding="utf-8", timeout=300)
+    try:
+        child.expect("Type /help")
+        child.expect("> ")
+        child.sendline("What is the capital of France? Answer in one word.")
+        child.expect(r"tok/s")  # --verbose speed line after the answer
+        first = child.before
+        assert "Paris" in first
+        child.expect("> ")
+        child.sendline("And of Italy?")
+        child.expect("tok/s")
+        assert "Rome" in child.before
+        child.expect("> ")
+        child.sendline("Write a very long story about a dragon who learns to cook.")
+        child.expect(r"\w+ \w+ \w+")  # the answer is streaming
+        child.sendintr()
+        child.expect(r"\[stopped\]")
+        child.expect("> ")
+        child.sendline("/help")
+        child.expect("/reset")
+        child.expect("> ")
+        child.sendline("/reset")
+        child.expect("conversation cleared")
+        child.expect("> ")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+@pytest.mark.real
+def test_run_leaves_on_ctrl_d(smollm2_path):
+    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path)], encoding="utf-8", timeout=120)
+    try:
+        child.expect("> ")
+        child.sendintr()  # Ctrl-C at the prompt does not leave
+        child.expect("Ctrl-D")
+        child.expect("> ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_generate_on_tiny_model(tiny_path):
+    r = run_cli("generate", str(tiny_path), "-p", "the cat", "-n", "5", "--temp", "0", "-v")
+    assert r.returncode == 0, r.stderr
+    assert "tok/s" in r.stderr
+
+
+@pytest.mark.parametrize("make_bad", ["missing", "garbage", "truncated", "directory"])
+def test_bad_model_file_is_one_line(tmp_path, tiny_path, make_bad):
+    p = tmp_path / "m.gguf"
+    if make_bad == "garbage":
+        p.write_bytes(b"not a gguf file at all" * 10)
+    elif make_bad == "truncated":
+        p.write_bytes(tiny_path.read_bytes()[:5000])
+    elif make_bad == "directory":
+        p.mkdir()
+    r = run_cli("generate", str(p), "-p", "x", "-n", "1")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
+
+
+def test_prompt_longer_than_context_is_one_line(tiny_path):
+    r = run_cli("generate", str(tiny_path), "-p", "the cat sat on the mat " * 20, "-n", "1", "-c", "16")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "context" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_alias(tmp_path):
+    r = run_cli("generate", "no-such-model", "-p", "x", env=dict(os.environ, EDGELLM_HOME=str(tmp_path)))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "no-such-model" in r.stderr
+
+
+def test_models_lists_aliases():
+    r = run_cli("models")
+    assert r.returncode == 0
+    assert "smollm2-135m-instruct" in r.stdout and "gemma3-270m" in r.stdout
