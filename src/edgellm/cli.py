@@ -209,6 +209,30 @@ def pull(alias, force):
     click.echo(str(path))
 
 
+@main.command()
+@click.argument("model")
+@click.option("-p", "--n-prompt", type=int, default=512, show_default=True, help="Prompt tokens (pp test; 0 = skip).")
+@click.option("-n", "--n-gen", type=int, default=128, show_default=True, help="Generated tokens (tg test; 0 = skip).")
+@click.option("-t", "--threads", default=None, help="Comma-separated thread counts (default: physical cores).")
+@click.option("-r", "--repetitions", type=int, default=5, show_default=True, help="Timed runs per test.")
+@click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@_user_errors
+def bench(model, n_prompt, n_gen, threads, repetitions, output):
+    """Measure prompt (pp) and generation (tg) speed the way llama-bench does."""
+    from . import bench as b
+
+    try:
+        counts = [int(x) for x in threads.split(",")] if threads else [None]
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 1,2", param_hint="-t") from None
+    if any(c is not None and c <= 0 for c in counts) or repetitions <= 0 or n_prompt < 0 or n_gen < 0:
+        raise click.BadParameter("thread counts and repetitions must be positive")
+    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
+                    progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
+                    if output == "md" else None)
+    click.echo(b.markdown(results) if output == "md" else b.to_json(results))
+
+
 def _add_optional_commands():
     try:
         from .tools.commands import info, perplexity, quantize

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""edgellm against llama.cpp on the same GGUF file and thread count, measured alternately in one run.
+
+    python scripts/bench_vs_llamacpp.py smollm2-135m-instruct gemma3-270m -t 1,2 -r 3 --install-llamacpp
+
+llama.cpp comes from the `llama-cpp-python` package (its bundled libllama), installed from PyPI into a
+separate virtual environment when --install-llamacpp is given (a source build: ~10 minutes once), or
+any Python that can `import llama_cpp` (--llama-python). Both sides run llama-bench's method in fresh
+processes: ppN = N random tokens in one batch on an empty cache; tgN = N single-token decodes. Each
+round runs llama.cpp then edgellm for every model and thread count; the table gives the median over
+rounds and the ratio edgellm / llama.cpp. --cold-start also times process start to first generated
+token: `edgellm generate ... -n 1` against the same through llama-cpp-python, or against llama.cpp's
+own CLI binary when --llama-cli points at one (llama-completion / llama-cli built from source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LLAMA_CPP_VERSION = "0.3.36"
+
+LLAMA_WORKER = r"""
+import json, random, sys, time
+import llama_cpp as L
+path, n_threads, n_prompt, n_gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+L.llama_backend_init()
+model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+cp = L.llama_context_default_params()
+cp.n_ctx = max(n_prompt, n_gen) + 16
+cp.n_batch = max(n_prompt, 1)
+cp.n_ubatch = min(512, max(n_prompt, 1))
+cp.n_threads = cp.n_threads_batch = n_threads
+ctx = L.llama_init_from_model(model, cp)
+vocab = L.llama_model_get_vocab(model)
+n_vocab = L.llama_vocab_n_tokens(vocab)
+mem = L.llama_get_memory(ctx)
+rng = random.Random(1234)
+def toks(n):
+    t = [rng.randrange(n_vocab) for _ in range(n)]
+    if L.llama_vocab_get_add_bos(vocab):
+        t[0] = L.llama_vocab_bos(vocab)
+    return t
+def pp():
+    L.llama_memory_clear(mem, True)
+    t = toks(n_prompt); arr = (L.llama_token * n_prompt)(*t)
+    t0 = time.perf_counter(); L.llama_decode(ctx, L.llama_batch_get_one(arr, n_prompt)); L.llama_synchronize(ctx)
+    return n_prompt / (time.perf_counter() - t0)
+def tg():
+    L.llama_memory_clear(mem, True)
+    t = toks(n_gen); one = (L.llama_token * 1)()
+    t0 = time.perf_counter()
+    for tok in t:
+        one[0] = tok; L.llama_decode(ctx, L.llama_batch_get_one(one, 1)); L.llama_synchronize(ctx)
+    return n_gen / (time.perf_counter() - t0)
+out = {}
+if n_prompt: pp(); out["pp"] = pp()
+if n_gen: tg(); out["tg"] = tg()
+print(json.dumps(out))
+"""
+
+EDGELLM_WORKER = r"""
+import json, sys
+from edgellm import bench
+path, n_threads, n_prompt, n_gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+res = bench.run(path, n_prompt=n_prompt, n_gen=n_gen, threads=[n_threads], reps=1)
+out = {r.test[:2]: r.samples[0] for r in res}
+out["isa"] = res[0].backend
+print(json.dumps(out))
+"""
+
+COLD_LLAMA = r"""
+import sys, time
+t0 = float(sys.argv[2])
+import llama_cpp as L
+llm = L.Llama(sys.argv[1], n_ctx=512, verbose=False)
+llm.create_completion("Hello", max_tokens=1, temperature=0)
+print(time.time() - t0)
+"""
+
+
+def llamacpp_python(args) -> str:
+    if args.llama_python:
+        return args.llama_python
+    venv = Path(os.environ.get("EDGELLM_HOME", Path.home() / ".cache" / "edgellm")) / "llamacpp-venv"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        if not args.install_llamacpp:
+            sys.exit(f"no llama.cpp to compare with: pass --install-llamacpp (creates {venv}) or --llama-python")
+        print(f"installing llama-cpp-python {LLAMA_CPP_VERSION} into {venv} (builds llama.cpp; takes a while)",
+              file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
+                       check=True, env=dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2)))
+    return str(py)
+
+
+def run_worker(python: str, code: str, path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    r = subprocess.run([python, "-c", code, path, str(threads), str(n_prompt), str(n_gen)],
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"worker failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cold_start(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, timeout=600)
+    return time.perf_counter() - t0
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+", help="aliases from models.toml or .gguf paths")
+    ap.add_argument("-t", "--threads", default="1,2")
+    ap.add_argument("-p", "--n-prompt", type=int, default=512)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("-r", "--rounds", type=int, default=3, help="alternating rounds (median reported)")
+    ap.add_argument("--llama-python", help="a Python that can import llama_cpp")
+    ap.add_argument("--install-llamacpp", action="store_true", help="pip-install llama-cpp-python into a venv")
+    ap.add_argument("--cold-start", action="store_true", help="also time process start to first token")
+    ap.add_argument("--llama-cli", help="llama.cpp's CLI binary for --cold-start (llama-completion)")
+    ap.add_argument("--json", help="also write the raw figures here")
+    args = ap.parse_args()
+
+    from edgellm.registry import resolve
+
+    paths = {m: str(resolve(m)) for m in args.models}
+    threads = [int(t) for t in args.threads.split(",")]
+    py = llamacpp_python(args)
+    raw: dict = {}
+    for rnd in range(args.rounds):
+        for m, path in paths.items():
+            for t in threads:
+                for side, (python, code) in (("llama.cpp", (py, LLAMA_WORKER)),
+                                             ("edgellm", (sys.executable, EDGELLM_WORKER))):
+                    res = run_worker(python, code, path, t, args.n_prompt, args.n_gen)
+                    for test in ("pp", "tg"):
+                        if test in res:
+                            raw.setdefault((m, t, test), {}).setdefault(side, []).append(res[test])
+                    if side == "edgellm":
+                        raw.setdefault("isa", res.get("isa"))
+                    print(f"round {rnd + 1}: {m} t={t} {side}: " +
+                          ", ".join(f"{k} {v:.1f}" for k, v in res.items() if k in ("pp", "tg")), file=sys.stderr)
+    print(f"\nMachine: {machine()}; edgellm ISA path: {raw.get('isa')}; median of {args.rounds} alternating rounds\n")
+    print("| model | threads | test | llama.cpp t/s | edgellm t/s | ratio |")
+    print("|---|---:|---|---:|---:|---:|")
+    table = []
+    for (m, t, test), sides in ((k, v) for k, v in raw.items() if isinstance(k, tuple)):
+        a = statistics.median(sides["llama.cpp"])
+        b = statistics.median(sides["edgellm"])
+        name = f"{test}{args.n_prompt if test == 'pp' else args.n_gen}"
+        table.append({"model": m, "threads": t, "test": name, "llama.cpp": a, "edgellm": b, "ratio": b / a,
+                      "samples": sides})
+        print(f"| {Path(paths[m]).name} | {t} | {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+    if args.cold_start:
+        print("\n| model | llama.cpp cold start s | edgellm cold start s | difference s |")
+        print("|---|---:|---:|---:|")
+        for m, path in paths.items():
+            ed, ll = [], []
+            for _ in range(args.rounds):
+                if args.llama_cli:
+                    ll.append(cold_start([args.llama_cli, "-m", path, "-p", "Hello", "-n", "1", "--temp", "0",
+                                          "-no-cnv", "--no-warmup"]))
+                else:
+                    t0 = time.time()
+                    r = subprocess.run([py, "-c", COLD_LLAMA, path, str(t0)], capture_output=True, text=True,
+                                       check=True)
+                    ll.append(float(r.stdout.strip().splitlines()[-1]))
+                ed.append(cold_start([sys.executable, "-m", "edgellm", "generate", path, "-p", "Hello", "-n", "1",
+                                      "--temp", "0"]))
+            a, b = statistics.median(ll), statistics.median(ed)
+            table.append({"model": m, "test": "cold_start_s", "llama.cpp": a, "edgellm": b})
+            print(f"| {Path(path).name} | {a:.3f} | {b:.3f} | {b - a:+.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=2))
+
+
+if __name__ == "__main__":
+    main()
