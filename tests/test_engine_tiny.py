@@ -19,8 +19,11 @@ from tiny_models import tiny_model
 
 BACKENDS = ["c", "numba"] if c_module() is not None else ["numba"]
 ARCHS = ["llama", "gemma3"]
-# activation rounding each weight type implies: float types ~1e-3, 8-bit activations ~1e-2
-TOL = {QType.F32: 2e-3, QType.F16: 5e-3, QType.BF16: 3e-2}
+# RMS logit error relative to the logits' spread, from the activation rounding each weight type
+# implies (measured ~2e-4 / 4e-4 / 3e-3 for F32 / F16 / BF16, ~1e-2 with 8-bit activations in
+# 32-value blocks, ~1.5e-2 in 256-value Q8_K blocks); bounds are twice that
+TOL = {QType.F32: 1e-3, QType.F16: 1e-3, QType.BF16: 6e-3}
+TOL_8BIT = 3e-2
 PROMPT = [1, 70, 260, 261, 262, 45, 46, 47, 263, 264, 80, 81, 265, 266, 90, 91, 92, 93, 267, 259]
 
 
@@ -48,7 +51,8 @@ def engine(path, backend, monkeypatch, *, n_ctx=128, n_batch=16, n_threads=2):
 
 
 def rel_err(a, b) -> float:
-    return float(np.max(np.abs(a - b)) / np.std(b))
+    """RMS difference relative to the spread of b."""
+    return float(np.sqrt(np.mean((np.asarray(a, np.float64) - b) ** 2)) / np.std(b))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -60,7 +64,7 @@ def test_matches_float_reference(model_dir, monkeypatch, arch, qtype, backend):
     got = eng.decode(PROMPT, all_logits=True)
     assert got.shape == (len(PROMPT), eng.n_vocab) and got.dtype == np.float32
     ref = ReferenceModel(path).logits(PROMPT)
-    assert rel_err(got, ref) < TOL.get(qtype, 0.06)
+    assert rel_err(got, ref) < TOL.get(qtype, TOL_8BIT)
     # same top-1 wherever the reference is not a near tie
     top2 = np.sort(ref, axis=-1)[:, -2:]
     clear = (top2[:, 1] - top2[:, 0]) > 0.1 * np.std(ref)
@@ -96,14 +100,15 @@ def test_c_and_numba_agree_after_shift(model_dir, monkeypatch):
 
 @pytest.mark.skipif(c_module() is None, reason="C kernels not built")
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("qtype", [QType.Q8_0, QType.Q5_K], ids=lambda t: t.name)
-def test_c_and_numba_engines_agree(model_dir, monkeypatch, arch, qtype):
+@pytest.mark.parametrize("qtype,tol", [(QType.F32, 1e-4), (QType.F16, 1e-3), (QType.Q8_0, 1e-2), (QType.Q5_K, 1e-2)],
+                         ids=["F32", "F16", "Q8_0", "Q5_K"])
+def test_c_and_numba_engines_agree(model_dir, monkeypatch, arch, qtype, tol):
+    """Same semantics, different summation order: with f32 activations the engines agree to ~1e-5;
+    with f16 or 8-bit ones a value on a rounding boundary may land on the other side."""
     path = model_path(model_dir, arch, qtype)
     c = engine(path, "c", monkeypatch).decode(PROMPT, all_logits=True)
     nb = engine(path, "numba", monkeypatch).decode(PROMPT, all_logits=True)
-    # same semantics, different summation order: a value on an 8-bit rounding boundary may land
-    # on the other side (~0.3% here); a semantic mismatch shows up as several percent
-    assert rel_err(c, nb) < 1e-2
+    assert rel_err(c, nb) < tol
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
