@@ -26,6 +26,9 @@ typedef struct {
 } kv_group;
 
 struct el_ctx {
+    el_type_traits traits[EL_NTYPES];  /* the kernels of the ISA chosen when the context was made */
+    el_vec_ops vops;
+    int isa;
     el_model_desc d;
     el_layer *layers;
     int n_ctx, n_batch, n_threads;
@@ -61,12 +64,12 @@ static void *amalloc(size_t n) {
     return p;
 }
 
-static int tensor_ok(const el_tensor *t, int64_t ne0, int64_t ne1) {
+static int tensor_ok(const el_ctx *c, const el_tensor *t, int64_t ne0, int64_t ne1) {
     if (!t->data) return 0;
-    if (t->type < 0 || t->type >= EL_NTYPES || el_traits[t->type].blck == 0) return 0;
-    if (el_traits[t->type].vec_dot == NULL && ne1 > 1 && el_traits[t->type].to_float == NULL) return 0;
+    if (t->type < 0 || t->type >= EL_NTYPES || c->traits[t->type].blck == 0) return 0;
+    if (c->traits[t->type].vec_dot == NULL) return 0;
     if (t->ne0 != ne0 || (ne1 >= 0 && t->ne1 != ne1)) return 0;
-    return t->ne0 % el_traits[t->type].blck == 0 && t->row_bytes == el_row_size(t->type, t->ne0);
+    return t->ne0 % c->traits[t->type].blck == 0 && t->row_bytes == el_row_size(t->type, t->ne0);
 }
 
 static int norm_ok(const el_tensor *t, int64_t n) {
@@ -74,9 +77,11 @@ static int norm_ok(const el_tensor *t, int64_t n) {
 }
 
 el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads) {
-    el_get_isa();
     el_ctx *c = calloc(1, sizeof(el_ctx));
     if (!c) { snprintf(last_error, sizeof last_error, "out of memory"); return NULL; }
+    c->isa = el_get_isa();
+    memcpy(c->traits, el_traits, sizeof(c->traits));
+    c->vops = el_vops;
     c->d = *desc;
     const el_model_desc *d = &c->d;
     if (d->n_layer <= 0 || d->n_embd <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 ||
@@ -94,9 +99,9 @@ el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_thre
 
     const int qd = d->n_head * d->head_dim_k, kd = d->n_head_kv * d->head_dim_k;
     const int vd = d->n_head_kv * d->head_dim_v, od = d->n_head * d->head_dim_v;
-    if (!tensor_ok(&d->tok_embd, d->n_embd, d->n_vocab) || !el_traits[d->tok_embd.type].to_float)
+    if (!tensor_ok(c, &d->tok_embd, d->n_embd, d->n_vocab) || !c->traits[d->tok_embd.type].to_float)
         FAIL("token_embd: bad shape or type");
-    if (!tensor_ok(&d->output, d->n_embd, d->n_vocab)) FAIL("output: bad shape or unsupported type");
+    if (!tensor_ok(c, &d->output, d->n_embd, d->n_vocab)) FAIL("output: bad shape or unsupported type");
     if (!norm_ok(&d->output_norm, d->n_embd)) FAIL("output_norm: bad shape");
     if (d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != d->n_rot / 2))
         FAIL("rope_freqs: bad shape");
@@ -104,13 +109,13 @@ el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_thre
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &c->layers[l];
         any_swa |= L->is_swa;
-        if (!tensor_ok(&L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->w_gate, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->w_up, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
-        if (!tensor_ok(&L->w_down, d->n_ff, d->n_embd)) FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->w_gate, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->w_up, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
+        if (!tensor_ok(c, &L->w_down, d->n_ff, d->n_embd)) FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
         if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd) ||
             !norm_ok(&L->attn_post_norm, d->n_embd) || !norm_ok(&L->ffn_post_norm, d->n_embd) ||
             !norm_ok(&L->attn_q_norm, d->head_dim_k) || !norm_ok(&L->attn_k_norm, d->head_dim_k))
@@ -162,6 +167,8 @@ fail:
     return NULL;
 }
 
+int el_ctx_isa(const el_ctx *c) { return c->isa; }
+
 int el_ctx_set_threads(el_ctx *c, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (c->pool && el_pool_size(c->pool) == n_threads) return 0;
@@ -211,7 +218,7 @@ static void quantize_acts(el_ctx *c, act_state *st, int vdt, const float *x, int
     if (st->in_use) sync(c, st);
     const size_t rs = el_row_size(vdt, k);
     for (int r = ith; r < m; r += nth)
-        el_traits[vdt].from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
+        c->traits[vdt].from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
     st->src = x; st->type = vdt; st->m = m; st->k = k;
     sync(c, st);
 }
@@ -227,7 +234,7 @@ static void gemm_loop(const el_type_traits *tt, int n, const uint8_t *w, size_t 
 /* no barrier at the end: callers batch independent matmuls (q, k, v) and then barrier once */
 static void matmul(el_ctx *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
                    float *y, int ldy, int ith, int nth) {
-    const el_type_traits *tt = &el_traits[w->type];
+    const el_type_traits *tt = &c->traits[w->type];
     const int k = (int)w->ne0, vdt = tt->vec_dot_type;
     quantize_acts(c, st, vdt, x, m, k, ldx, ith, nth);
     const size_t rs = el_row_size(vdt, k);
@@ -282,15 +289,15 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     for (int task = ith; task < n * d->n_head; task += nth) {
         const int m = task / d->n_head, h = task % d->n_head, kvh = h / group;
         const int p = pos0 + m;
-        el_vops.f32_to_f16(hk, c->q + (size_t)m * d->n_head * hk + (size_t)h * hk, qh);
-        el_vops.f16_to_f32(hk, qh, qr);
+        c->vops.f32_to_f16(hk, c->q + (size_t)m * d->n_head * hk + (size_t)h * hk, qh);
+        c->vops.f16_to_f32(hk, qh, qr);
         const el_half *K = c->k[l] + (size_t)kvh * cap * hk;
         const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
         float mx = -INFINITY;
         for (int s = 0; s < n_slots; s++) {
             const int ps = g->pos[s];
             if (ps < 0 || ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[s] = -INFINITY; continue; }
-            float v = el_vops.dot_f16_f32(hk, K + (size_t)s * hk, qr) * d->attn_scale;
+            float v = c->vops.dot_f16_f32(hk, K + (size_t)s * hk, qr) * d->attn_scale;
             if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
             sc[s] = v;
             if (v > mx) mx = v;
@@ -307,7 +314,7 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
         for (int s = 0; s < n_slots; s++) {
             if (sc[s] == -INFINITY) continue;
             const float w = el_half_to_float(el_float_to_half(sc[s] * inv));
-            if (w != 0.0f) el_vops.axpy_f16(hv, w, V + (size_t)s * hv, out);
+            if (w != 0.0f) c->vops.axpy_f16(hv, w, V + (size_t)s * hv, out);
         }
     }
 }
@@ -325,7 +332,7 @@ static void forward_task(void *arg, int ith, int nth) {
     for (int m = ith; m < n; m += nth) {
         const el_tensor *te = &d->tok_embd;
         float *xr = c->x + (size_t)m * E;
-        el_traits[te->type].to_float((const uint8_t *)te->data + (size_t)c->tok[m] * te->row_bytes, xr, E);
+        c->traits[te->type].to_float((const uint8_t *)te->data + (size_t)c->tok[m] * te->row_bytes, xr, E);
         if (d->embd_scale != 1.0f) for (int i = 0; i < E; i++) xr[i] *= d->embd_scale;
     }
     sync(c, &st);
@@ -365,8 +372,8 @@ static void forward_task(void *arg, int ith, int nth) {
             }
             const int cap = c->g[gi].cap, slot = slot_of(c, gi, pos0 + m);
             for (int h = 0; h < d->n_head_kv; h++) {
-                el_vops.f32_to_f16(hk, k + h * hk, c->k[l] + ((size_t)h * cap + slot) * hk);
-                el_vops.f32_to_f16(hv, v + h * hv, c->v[l] + ((size_t)h * cap + slot) * hv);
+                c->vops.f32_to_f16(hk, k + h * hk, c->k[l] + ((size_t)h * cap + slot) * hk);
+                c->vops.f32_to_f16(hv, v + h * hv, c->v[l] + ((size_t)h * cap + slot) * hv);
             }
         }
         sync(c, &st);
@@ -476,7 +483,7 @@ static void rerope_slot(el_ctx *c, int l, int cap, int slot, const float *rc, fl
         el_half *kp = c->k[l] + ((size_t)h * cap + slot) * hk;
         dequantize_row_f16(kp, buf, hk);
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
-        el_vops.f32_to_f16(hk, buf, kp);
+        c->vops.f32_to_f16(hk, buf, kp);
     }
 }
 

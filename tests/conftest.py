@@ -26,6 +26,23 @@ SHARED = _find_shared()
 FIXTURES = SHARED / "fixtures"
 REFERENCE = FIXTURES / "reference"
 
+def engine_paths() -> list[str]:
+    """Every way this machine can run a model: "c:<isa>" per C kernel path, and "numba"."""
+    from edgellm.kernels import available_isas
+
+    return [f"c:{isa}" for isa in available_isas()] + ["numba"]
+
+
+def use_engine_path(monkeypatch, path: str) -> None:
+    """Make engines created from now on run on `path` (see engine_paths)."""
+    if path == "numba":
+        monkeypatch.setenv("EDGELLM_BACKEND", "numba")
+        monkeypatch.delenv("EDGELLM_ISA", raising=False)
+    else:
+        monkeypatch.setenv("EDGELLM_BACKEND", "c")
+        monkeypatch.setenv("EDGELLM_ISA", path.split(":", 1)[1])
+
+
 # alias in models.toml -> reference fixture key
 REAL_MODELS = {
     "smollm2-135m-instruct": "smollm2-135m-instruct-q4_1",

@@ -17,7 +17,9 @@ from gguf_builders import write_gguf
 from reference_forward import ReferenceModel
 from tiny_models import tiny_model
 
-BACKENDS = ["c", "numba"] if c_module() is not None else ["numba"]
+from conftest import engine_paths, use_engine_path
+
+BACKENDS = engine_paths()  # "c:generic", "c:avx2", "c:avx512" (as the CPU allows), "numba"
 ARCHS = ["llama", "gemma3"]
 # RMS logit error relative to the logits' spread, from the activation rounding each weight type
 # implies (measured ~2e-4 / 4e-4 / 3e-3 for F32 / F16 / BF16, ~1e-2 with 8-bit activations in
@@ -44,7 +46,7 @@ def model_path(model_dir, arch, qtype, **kw):
 
 
 def engine(path, backend, monkeypatch, *, n_ctx=128, n_batch=16, n_threads=2):
-    monkeypatch.setenv("EDGELLM_BACKEND", backend)
+    use_engine_path(monkeypatch, backend)
     g = GGUFFile(path)
     cfg = models.load_config(g)
     return create_engine(g, cfg, bind_weights(g, cfg), n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
@@ -90,7 +92,7 @@ def test_c_and_numba_agree_after_shift(model_dir, monkeypatch):
     path = model_path(model_dir, "gemma3", QType.F32)
     ids = (PROMPT * 2)[:30]
     out = []
-    for backend in ("c", "numba"):
+    for backend in (BACKENDS[-2], "numba"):
         eng = engine(path, backend, monkeypatch, n_ctx=32, n_batch=4)
         eng.decode(ids)
         eng.shift(3, 9)
@@ -106,9 +108,21 @@ def test_c_and_numba_engines_agree(model_dir, monkeypatch, arch, qtype, tol):
     """Same semantics, different summation order: with f32 activations the engines agree to ~1e-5;
     with f16 or 8-bit ones a value on a rounding boundary may land on the other side."""
     path = model_path(model_dir, arch, qtype)
-    c = engine(path, "c", monkeypatch).decode(PROMPT, all_logits=True)
+    c = engine(path, BACKENDS[-2], monkeypatch).decode(PROMPT, all_logits=True)  # the CPU's best C path
     nb = engine(path, "numba", monkeypatch).decode(PROMPT, all_logits=True)
     assert rel_err(c, nb) < tol
+
+
+@pytest.mark.skipif(len(BACKENDS) < 3, reason="needs two C kernel paths")
+def test_context_keeps_its_kernel_path(model_dir, monkeypatch):
+    """A context runs the ISA chosen when it was made, whatever is chosen later."""
+    path = model_path(model_dir, "llama", QType.Q4_K)
+    first = engine(path, BACKENDS[0], monkeypatch)
+    before = first.decode(PROMPT[:5], all_logits=True)
+    other = engine(path, BACKENDS[-2], monkeypatch)
+    assert first.isa == BACKENDS[0].split(":")[1] and other.isa == BACKENDS[-2].split(":")[1]
+    first.clear()
+    np.testing.assert_array_equal(first.decode(PROMPT[:5], all_logits=True), before)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

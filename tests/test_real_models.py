@@ -7,16 +7,26 @@ import numpy as np
 import pytest
 
 import edgellm
+from edgellm.kernels import available_isas
 
 pytestmark = pytest.mark.real
 
 
-@pytest.fixture(scope="module")
-def loaded(real_model):
+@pytest.fixture(scope="module", params=available_isas() or ["numba"])
+def loaded(request, real_model):
+    """Each real model on each C kernel path this CPU runs (the numba one only without C)."""
     alias, path, ref = real_model
+    mp = pytest.MonkeyPatch()
+    if request.param == "numba":
+        mp.setenv("EDGELLM_BACKEND", "numba")
+    else:
+        mp.setenv("EDGELLM_BACKEND", "c")
+        mp.setenv("EDGELLM_ISA", request.param)
     llm = edgellm.LLM(path, n_ctx=1024)
+    assert llm.backend == request.param
     yield llm, ref
     llm.close()
+    mp.undo()
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

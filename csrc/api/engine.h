@@ -47,6 +47,7 @@ el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_thre
 void el_ctx_free(el_ctx *ctx);
 const char *el_last_error(void);
 int el_ctx_set_threads(el_ctx *ctx, int n_threads);
+int el_ctx_isa(const el_ctx *ctx);  /* the kernels a context runs are fixed when it is made */
 
 /* Evaluate n tokens at positions pos0 .. pos0+n-1 (pos0 == el_kv_next_pos). logits: float
  * [n, n_vocab] when all_logits, else [n_vocab] for the last token; NULL for none.
@@ -63,8 +64,8 @@ int el_kv_shift(el_ctx *ctx, int n_keep, int n_discard);
  * history needed to continue from p (the caller must clear and re-evaluate). */
 int el_kv_truncate(el_ctx *ctx, int p);
 
-/* Kernel dispatch: 0 generic, 1 avx2, 2 avx512, 3 neon. el_set_isa returns the ISA in use
- * (a request the CPU cannot run falls back and returns what was chosen). */
+/* Kernel dispatch: 0 generic, 1 avx2, 2 avx512, 3 neon. el_set_isa chooses what contexts made
+ * from now on run (a request the CPU cannot run falls back; the return value says what). */
 int el_cpu_isa_best(void);
 int el_set_isa(int isa);
 int el_get_isa(void);

@@ -15,7 +15,6 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import kernels, models
-from .chat import ChatTemplate
 from .errors import ContextOverflowError, EdgeLLMError, GGUFError
 from .gguf_file import GGUFFile
 from .models.base import bind_weights
@@ -153,15 +152,27 @@ class LLM:
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = n_threads or physical_cores()
         self.seed = seed
-        meta = self.gguf.metadata
+        self._chat_template_override = chat_template
+        self._template = None  # built on first use: jinja2 is not needed to generate (startup time)
         if chat_template is not None:
-            meta = {**meta, "tokenizer.chat_template": chat_template}
-        self.template = ChatTemplate.from_metadata(meta, add_bos=self.tokenizer.add_bos,
-                                                   add_eos=self.tokenizer.add_eos)
+            self.template  # noqa: B018 - a template given explicitly is checked now
         self._session: Session | None = None  # generate/chat reuse its cache across calls
         self.last_stats = GenerationStats()
 
     # -- basics --
+
+    @property
+    def template(self):
+        """The chat template (the model's, the override given, or a built-in fallback)."""
+        if self._template is None:
+            from .chat import ChatTemplate
+
+            meta = self.gguf.metadata
+            if self._chat_template_override is not None:
+                meta = {**meta, "tokenizer.chat_template": self._chat_template_override}
+            self._template = ChatTemplate.from_metadata(meta, add_bos=self.tokenizer.add_bos,
+                                                        add_eos=self.tokenizer.add_eos)
+        return self._template
 
     @property
     def n_vocab(self) -> int:
@@ -169,7 +180,8 @@ class LLM:
 
     @property
     def backend(self) -> str:
-        return kernels.isa_name()
+        """The kernel path generation runs on: generic / avx2 / avx512 / neon, or numba."""
+        return self._main_session()._engine.isa
 
     def _new_engine(self):
         return kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,

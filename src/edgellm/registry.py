@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -453,6 +452,8 @@ def _from_pypi(src: dict, tmp: Path, entry: dict, progress: bool) -> str:
 
 def _installed_files(reqs: list[str], files: list[str]) -> list[Path] | None:
     """The files from the pinned packages already installed here, or None unless all are present."""
+    import importlib.metadata  # only when a PyPI source is consulted (startup time)
+
     dists = []
     for req in reqs:
         name, version = _PIN.fullmatch(req).groups()

@@ -57,6 +57,17 @@ def backend_name() -> str:
     return "numba"
 
 
+def available_isas() -> list[str]:
+    """The C kernel paths this CPU can run, generic first (empty without the C kernels)."""
+    m = c_module()
+    if m is None:
+        return []
+    best = m[1].el_cpu_isa_best()
+    if ISA_NAMES[best] == "neon":
+        return ["generic", "neon"]
+    return list(ISA_NAMES[: best + 1])
+
+
 def isa_name() -> str:
     if backend_name() == "numba":
         return "numba"

@@ -109,4 +109,5 @@ class CEngine:
 
     @property
     def isa(self) -> str:
-        return ISA_NAMES[self.lib.el_get_isa()]
+        """The kernel path this context runs (fixed when it was made)."""
+        return ISA_NAMES[self.lib.el_ctx_isa(self._ctx)]
