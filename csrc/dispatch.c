@@ -32,6 +32,15 @@ static void f32_to_f16_generic(int n, const float *x, el_half *y) {
 
 static void dequantize_row_f16_vop(int n, const el_half *x, float *y) { dequantize_row_f16(x, y, n); }
 
+static float dot_f32_generic(int n, const float *x, const float *y) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+static void axpy_f32_generic(int n, float a, const float *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static void quantize_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 static void dequantize_row_f32(const void *x, float *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 
@@ -92,6 +101,8 @@ int el_set_isa(int isa) {
     el_vops.axpy_f16 = axpy_f16_generic;
     el_vops.f32_to_f16 = f32_to_f16_generic;
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
+    el_vops.dot_f32 = dot_f32_generic;
+    el_vops.axpy_f32 = axpy_f32_generic;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);
     if (isa >= EL_ISA_AVX512) el_register_avx512(t);

@@ -50,6 +50,8 @@ typedef struct {
     void (*axpy_f16)(int n, float a, const el_half *x, float *y);   /* y += a*x */
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
+    float (*dot_f32)(int n, const float *x, const float *y);
+    void (*axpy_f32)(int n, float a, const float *x, float *y);      /* y += a*x */
 } el_vec_ops;
 extern el_vec_ops el_vops;
 

@@ -17,6 +17,7 @@
 #define ALIGN 64
 #define ROW_TILE 16   /* weight rows per work item */
 #define TOK_TILE 8    /* activation rows per gemm call */
+#define QB 8          /* queries per attention work item */
 
 enum { G_GLOBAL = 0, G_SWA = 1 };
 
@@ -49,7 +50,7 @@ struct el_ctx {
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
     float *scores; /* [n_threads, max cap] */
-    float *qround; /* [n_threads, head_dim_k] floats, then as many halves */
+    float *qround; /* per thread: [QB, head_dim_k] rounded queries + one K/V row */
     int32_t *tok;  /* [n_batch] */
 };
 
@@ -177,8 +178,8 @@ int el_ctx_set_threads(el_ctx *c, int n_threads) {
     c->pool = el_pool_new(n_threads);
     c->n_threads = n_threads;
     free(c->qround);
-    c->scores = amalloc(sizeof(float) * (size_t)n_threads * EL_MAX(c->g[0].cap, c->g[1].cap));
-    c->qround = amalloc((sizeof(float) + sizeof(el_half)) * (size_t)n_threads * c->d.head_dim_k);
+    c->scores = amalloc(sizeof(float) * (size_t)n_threads * QB * EL_MAX(c->g[0].cap, c->g[1].cap));
+    c->qround = amalloc(sizeof(float) * (size_t)n_threads * (QB * c->d.head_dim_k + EL_MAX(c->d.head_dim_k, c->d.head_dim_v)));
     return c->pool && c->scores && c->qround ? 0 : -1;
 }
 
@@ -272,9 +273,10 @@ typedef struct {
 static int layer_group(const el_ctx *c, int l) { return c->layers[l].is_swa ? G_SWA : G_GLOBAL; }
 static int slot_of(const el_ctx *c, int gi, int pos) { return gi == G_SWA ? pos % c->g[G_SWA].cap : pos; }
 
-/* Attention of every (token, head) pair, with the rounding llama.cpp's default (non-flash)
- * path applies: q rounded to f16 before q.k, softmax in f32 (sum in double), probabilities
- * rounded to f16 before they weight V. (Its outputs are the reference we are held to.) */
+/* Attention, per (head, block of up to QB queries): each key and value row is converted from
+ * f16 once per block and used for all its queries. Rounding as llama.cpp's default (non-flash)
+ * CPU path, whose outputs are our reference: q rounded to f16 before q.k, softmax in f32 with
+ * the sum in double, probabilities rounded to f16 before they weight V. */
 static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const el_model_desc *d = &c->d;
     const int gi = layer_group(c, l);
@@ -282,39 +284,60 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const int hk = d->head_dim_k, hv = d->head_dim_v, cap = g->cap;
     const int group = d->n_head / d->n_head_kv;
     const int n_slots = gi == G_GLOBAL ? pos0 + n : cap;
-    float *sc = c->scores + (size_t)ith * EL_MAX(c->g[0].cap, c->g[1].cap);
-    float *qr = c->qround + (size_t)ith * hk;
-    el_half *qh = (el_half *)(c->qround + (size_t)nth * hk) + (size_t)ith * hk;
+    const int max_cap = EL_MAX(c->g[0].cap, c->g[1].cap);
+    float *sc = c->scores + (size_t)ith * QB * max_cap;          /* [QB][slots] */
+    float *qr = c->qround + (size_t)ith * (QB * hk + EL_MAX(hk, hv));  /* [QB][hk], then one K/V row */
+    float *row = qr + (size_t)QB * hk;
+    el_half *qh = (el_half *)row;                                 /* scratch before row is used */
     const int od = d->n_head * hv;
-    for (int task = ith; task < n * d->n_head; task += nth) {
-        const int m = task / d->n_head, h = task % d->n_head, kvh = h / group;
-        const int p = pos0 + m;
-        c->vops.f32_to_f16(hk, c->q + (size_t)m * d->n_head * hk + (size_t)h * hk, qh);
-        c->vops.f16_to_f32(hk, qh, qr);
+    const int n_qb = (n + QB - 1) / QB;
+    for (int task = ith; task < n_qb * d->n_head; task += nth) {
+        const int qb = task / d->n_head, h = task % d->n_head, kvh = h / group;
+        const int m0 = qb * QB, mq = EL_MIN(QB, n - m0);
+        const int p_first = pos0 + m0, p_last = p_first + mq - 1;
+        for (int j = 0; j < mq; j++) {
+            c->vops.f32_to_f16(hk, c->q + (size_t)(m0 + j) * d->n_head * hk + (size_t)h * hk, qh);
+            c->vops.f16_to_f32(hk, qh, qr + (size_t)j * hk);
+        }
         const el_half *K = c->k[l] + (size_t)kvh * cap * hk;
         const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
-        float mx = -INFINITY;
+        float mx[QB], inv[QB];
+        for (int j = 0; j < mq; j++) mx[j] = -INFINITY;
         for (int s = 0; s < n_slots; s++) {
             const int ps = g->pos[s];
-            if (ps < 0 || ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[s] = -INFINITY; continue; }
-            float v = c->vops.dot_f16_f32(hk, K + (size_t)s * hk, qr) * d->attn_scale;
-            if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
-            sc[s] = v;
-            if (v > mx) mx = v;
+            if (ps < 0 || ps > p_last) { for (int j = 0; j < mq; j++) sc[(size_t)j * max_cap + s] = -INFINITY; continue; }
+            int visible = 0;
+            for (int j = 0; j < mq; j++) {
+                const int p = p_first + j;
+                if (ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[(size_t)j * max_cap + s] = -INFINITY; continue; }
+                if (!visible) { c->vops.f16_to_f32(hk, K + (size_t)s * hk, row); visible = 1; }
+                float v = c->vops.dot_f32(hk, row, qr + (size_t)j * hk) * d->attn_scale;
+                if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
+                sc[(size_t)j * max_cap + s] = v;
+                if (v > mx[j]) mx[j] = v;
+            }
         }
-        double sum = 0.0;
-        for (int s = 0; s < n_slots; s++) {
-            if (sc[s] == -INFINITY) continue;
-            sc[s] = expf(sc[s] - mx);
-            sum += sc[s];
+        for (int j = 0; j < mq; j++) {
+            float *sj = sc + (size_t)j * max_cap;
+            double sum = 0.0;
+            for (int s = 0; s < n_slots; s++) {
+                if (sj[s] == -INFINITY) continue;
+                sj[s] = expf(sj[s] - mx[j]);
+                sum += sj[s];
+            }
+            inv[j] = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+            memset(c->xn + (size_t)(m0 + j) * od + (size_t)h * hv, 0, sizeof(float) * hv);
         }
-        const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        float *out = c->xn + (size_t)m * od + (size_t)h * hv;
-        memset(out, 0, sizeof(float) * hv);
         for (int s = 0; s < n_slots; s++) {
-            if (sc[s] == -INFINITY) continue;
-            const float w = el_half_to_float(el_float_to_half(sc[s] * inv));
-            if (w != 0.0f) c->vops.axpy_f16(hv, w, V + (size_t)s * hv, out);
+            int loaded = 0;
+            for (int j = 0; j < mq; j++) {
+                const float e = sc[(size_t)j * max_cap + s];
+                if (e == -INFINITY) continue;
+                const float w = el_half_to_float(el_float_to_half(e * inv[j]));
+                if (w == 0.0f) continue;
+                if (!loaded) { c->vops.f16_to_f32(hv, V + (size_t)s * hv, row); loaded = 1; }
+                c->vops.axpy_f32(hv, w, row, c->xn + (size_t)(m0 + j) * od + (size_t)h * hv);
+            }
         }
     }
 }
