@@ -65,6 +65,7 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
             __m256 wd[LT_RMAX];
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
+                prefetch_ahead(blk, (int)wbs);
                 wq[r] = legacy_unpack(type, blk);
                 if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
                 wd[r] = bcast_half(blk);
@@ -159,6 +160,7 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
         const block_q8_K *yb[KT_CMAX];
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
+            prefetch_ahead(xb[r], (int)wbs);
             kquant_prep(type, xb[r], &sb[r].s0, &sb[r].s1, &sb[r].mins);
         }
         __m256i isum[KT_RMAX][KT_CMAX], msum[KT_RMAX][KT_CMAX];
