@@ -109,52 +109,84 @@ static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint
 #define LT_RMAX 4
 #define LT_CMAX 4
 
-static inline __attribute__((always_inline)) void legacy_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                              const int R, const uint8_t *a, size_t lda, const int C,
-                                                              float *out, size_t ldo) {
-    const int nb = n / 32;
+/* one activation column over one step (two blocks): values, scales, the seed, the s halves */
+typedef struct {
+    __m512i av, seed;
+    __m512 ad, s;
+} lcol;
+
+static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, const uint8_t *a1,
+                                                             lcol *o) {
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const int aqs = has_m ? 4 : 2;
+    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
+    o->av = pair_bytes(a0 + aqs, a1 + aqs);
+    o->ad = pair_halves(a0, a1);
+    o->seed = _mm512_setzero_si512();
+    if (off) o->seed = _mm512_sub_epi32(o->seed, _mm512_dpbusd_epi32(o->seed, _mm512_set1_epi8((char)off), o->av));
+    if (has_m) o->s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
+}
+
+/* One step (blocks b, b+1; b alone with `two` = 0) of a tile. cols: NULL, or the C columns
+ * prepared for this step (column c at cols[c * cstride]). */
+static inline __attribute__((always_inline)) void legacy_step(
+    const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
+    size_t lda, const lcol *cols, size_t cstride, __m512 acc[LT_RMAX][LT_CMAX], __m512 accm[LT_CMAX]) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const int aqs = has_m ? 4 : 2;
-    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
+    __m512i wq[LT_RMAX];
+    __m512 wd[LT_RMAX];
+    __m256i mh = _mm256_setzero_si256();  /* halves m(row r, b), m(row r, b+1) at 2r, 2r+1 */
+    for (int r = 0; r < R; r++) {
+        const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
+        prefetch_ahead(b0, 2 * (int)wbs);
+        wq[r] = legacy_unpack_pair(type, b0, b1);
+        wd[r] = pair_halves(b0, b1);
+        if (has_m) mh = _mm256_mask_set1_epi32(mh, (__mmask8)(1 << r), load_u16(b0 + 2) | load_u16(b1 + 2) << 16);
+    }
+    lcol own[LT_CMAX];
+    const lcol *col[LT_CMAX];
+    for (int c = 0; c < C; c++) {
+        if (cols) {
+            col[c] = cols + (size_t)c * cstride;
+        } else {
+            const uint8_t *a0 = a + (size_t)c * lda;
+            legacy_col(type, a0, two ? a0 + abs_ : zero_block, &own[c]);
+            col[c] = &own[c];
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            const __m512i x = _mm512_dpbusd_epi32(col[c]->seed, wq[r], col[c]->av);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[r], col[c]->ad), acc[r][c]);
+        }
+    if (has_m) {
+        const __m512 mf = _mm512_cvtph_ps(mh);
+        for (int c = 0; c < C; c++) accm[c] = _mm512_fmadd_ps(mf, col[c]->s, accm[c]);
+    }
+}
+
+/* cols: NULL, or the C columns prepared (column c, step p at cols[c * steps + p]) */
+static inline __attribute__((always_inline)) void legacy_tile(const int type, int n, const uint8_t *w, size_t ldw,
+                                                              const int R, const uint8_t *a, size_t lda,
+                                                              const lcol *cols, const int C, float *out, size_t ldo) {
+    const int nb = n / 32, steps = (nb + 1) / 2;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     __m512 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
     for (int c = 0; c < C; c++) {
         accm[c] = _mm512_setzero_ps();
         for (int r = 0; r < R; r++) acc[r][c] = _mm512_setzero_ps();
     }
-    for (int b = 0; b < nb; b += 2) {
-        const int two = b + 1 < nb;
-        __m512i wq[LT_RMAX];
-        __m512 wd[LT_RMAX];
-        __m256i mh = _mm256_setzero_si256();  /* halves m(row r, b), m(row r, b+1) at 2r, 2r+1 */
-        for (int r = 0; r < R; r++) {
-            const uint8_t *b0 = w + (size_t)r * ldw + (size_t)b * wbs, *b1 = two ? b0 + wbs : zero_block;
-            prefetch_ahead(b0, 2 * (int)wbs);
-            wq[r] = legacy_unpack_pair(type, b0, b1);
-            wd[r] = pair_halves(b0, b1);
-            if (has_m) {
-                const int m2 = load_u16(b0 + 2) | load_u16(b1 + 2) << 16;
-                mh = _mm256_mask_set1_epi32(mh, (__mmask8)(1 << r), m2);
-            }
-        }
-        const __m512 mf = _mm512_cvtph_ps(mh);
-        for (int c = 0; c < C; c++) {
-            const uint8_t *a0 = a + (size_t)c * lda + (size_t)b * abs_, *a1 = two ? a0 + abs_ : zero_block;
-            const __m512i av = pair_bytes(a0 + aqs, a1 + aqs);
-            const __m512 ad = pair_halves(a0, a1);
-            __m512i seed = _mm512_setzero_si512();
-            if (off) seed = _mm512_sub_epi32(seed, _mm512_dpbusd_epi32(seed, _mm512_set1_epi8((char)off), av));
-            for (int r = 0; r < R; r++) {
-                const __m512i x = _mm512_dpbusd_epi32(seed, wq[r], av);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[r], ad), acc[r][c]);
-            }
-            if (has_m) {
-                const int s2 = load_u16(a0 + 2) | load_u16(a1 + 2) << 16;
-                accm[c] = _mm512_fmadd_ps(mf, _mm512_cvtph_ps(_mm256_set1_epi32(s2)), accm[c]);
-            }
-        }
-    }
+    int b = 0;
+    for (; b + 1 < nb; b += 2)
+        legacy_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
+                    (size_t)steps, acc, accm);
+    if (b < nb)
+        legacy_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
+                    (size_t)steps, acc, accm);
     for (int c = 0; c < C; c++) {
         float m[16];
         _mm512_storeu_ps(m, accm[c]);
@@ -165,6 +197,60 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
         }
     }
 }
+
+/* Legacy gemm: columns in groups of CT, each group prepared once (when it fits a 64 KB stack
+ * buffer) and shared by all its row tiles; leftover columns one by one, unprepared. Prepared or
+ * not, the same values enter the same operations. */
+#define LEGACY_PREP_BYTES 65536
+
+#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+    static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
+                                    size_t lda, const lcol *cols, int C, float *out, size_t ldo) { \
+        if (R == RT && C == CT) legacy_tile(TYPE, n, w, ldw, RT, a, lda, cols, CT, out, ldo);      \
+        else if (R == 1 && C == CT) legacy_tile(TYPE, n, w, ldw, 1, a, lda, cols, CT, out, ldo);   \
+        else if (R == RT1 && C == 1) legacy_tile(TYPE, n, w, ldw, RT1, a, lda, NULL, 1, out, ldo); \
+        else legacy_tile(TYPE, n, w, ldw, 1, a, lda, NULL, 1, out, ldo);                           \
+    }                                                                                              \
+    static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
+                                    size_t lda, int nc, float *out, size_t ldo) {                  \
+        const uint8_t *W = w, *A = a;                                                              \
+        const int nb = n / 32, steps = (nb + 1) / 2;                                               \
+        const size_t ab = TYPE == EL_Q4_1 || TYPE == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0); \
+        const int prep = (size_t)CT * steps * sizeof(lcol) <= LEGACY_PREP_BYTES;                   \
+        lcol cols[prep ? CT * steps : 1];                                                          \
+        int c = 0;                                                                                 \
+        for (; c + CT <= nc; c += CT) {                                                            \
+            if (prep)                                                                              \
+                for (int j = 0; j < CT; j++)                                                       \
+                    for (int b = 0; b < nb; b += 2) {                                              \
+                        const uint8_t *a0 = A + (size_t)(c + j) * lda + (size_t)b * ab;            \
+                        legacy_col(TYPE, a0, b + 1 < nb ? a0 + ab : zero_block, &cols[j * steps + b / 2]); \
+                    }                                                                              \
+            const lcol *pc = prep ? cols : NULL;                                                   \
+            int r = 0;                                                                             \
+            for (; r + RT <= nr; r += RT)                                                          \
+                tname##_tile_avx512(n, W + r * ldw, ldw, RT, A + c * lda, lda, pc, CT, out + c * ldo + r, ldo); \
+            for (; r < nr; r++)                                                                    \
+                tname##_tile_avx512(n, W + r * ldw, ldw, 1, A + c * lda, lda, pc, CT, out + c * ldo + r, ldo); \
+        }                                                                                          \
+        for (; c < nc; c++) {                                                                      \
+            int r = 0;                                                                             \
+            for (; r + RT1 <= nr; r += RT1)                                                        \
+                tname##_tile_avx512(n, W + r * ldw, ldw, RT1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo); \
+            for (; r < nr; r++)                                                                    \
+                tname##_tile_avx512(n, W + r * ldw, ldw, 1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo); \
+        }                                                                                          \
+    }                                                                                              \
+    static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
+        legacy_tile(TYPE, n, x, 0, 1, y, 0, NULL, 1, s, 0);                                        \
+    }
+
+LEGACY_KERNELS(q4_0, EL_Q4_0, 4, 4, 4)
+LEGACY_KERNELS(q4_1, EL_Q4_1, 4, 4, 4)
+LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 4, 4)
+LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 4, 4)
+LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4, 4)
+#undef LEGACY_KERNELS
 
 /* ------------------------------------------------------------------------------------------
  * K-quants, a quarter super-block (64 values) per step. Per (row, column) and super-block the
@@ -412,11 +498,6 @@ static inline __attribute__((always_inline)) void gemm_tiles(tile_fn tile, const
         body(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                                     \
     }
 
-KERNELS(q4_0, legacy_tile, EL_Q4_0, 4, 4, 4)
-KERNELS(q4_1, legacy_tile, EL_Q4_1, 4, 4, 4)
-KERNELS(q5_0, legacy_tile, EL_Q5_0, 4, 4, 4)
-KERNELS(q5_1, legacy_tile, EL_Q5_1, 4, 4, 4)
-KERNELS(q8_0, legacy_tile, EL_Q8_0, 4, 4, 4)
 KERNELS(q2_K, kquant_tile, EL_Q2_K, 2, 4, 2)
 KERNELS(q3_K, kquant_tile, EL_Q3_K, 2, 4, 2)
 KERNELS(q4_K, kquant_tile, EL_Q4_K, 2, 4, 2)
