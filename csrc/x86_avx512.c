@@ -131,19 +131,17 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
  * prepared for this step (column c at cols[c * cstride]). */
 static inline __attribute__((always_inline)) void legacy_step(
     const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
-    size_t lda, const lcol *cols, size_t cstride, __m512 acc[LT_RMAX][LT_CMAX], __m512 accm[LT_CMAX]) {
+    size_t lda, const lcol *cols, size_t cstride, __m512 acc[LT_RMAX][LT_CMAX]) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     __m512i wq[LT_RMAX];
     __m512 wd[LT_RMAX];
-    __m256i mh = _mm256_setzero_si256();  /* halves m(row r, b), m(row r, b+1) at 2r, 2r+1 */
     for (int r = 0; r < R; r++) {
         const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
         prefetch_ahead(b0, 2 * (int)wbs);
         wq[r] = legacy_unpack_pair(type, b0, b1);
         wd[r] = pair_halves(b0, b1);
-        if (has_m) mh = _mm256_mask_set1_epi32(mh, (__mmask8)(1 << r), load_u16(b0 + 2) | load_u16(b1 + 2) << 16);
     }
     lcol own[LT_CMAX];
     const lcol *col[LT_CMAX];
@@ -161,9 +159,29 @@ static inline __attribute__((always_inline)) void legacy_step(
             const __m512i x = _mm512_dpbusd_epi32(col[c]->seed, wq[r], col[c]->av);
             acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[r], col[c]->ad), acc[r][c]);
         }
-    if (has_m) {
-        const __m512 mf = _mm512_cvtph_ps(mh);
-        for (int c = 0; c < C; c++) accm[c] = _mm512_fmadd_ps(mf, col[c]->s, accm[c]);
+}
+
+/* The min part of a step for Q4_1 / Q5_1: accm[c] lanes 2r, 2r+1 += m(row r, b), m(row r, b+1)
+ * times the column's s of blocks b, b+1. */
+static inline __attribute__((always_inline)) void legacy_min_step(
+    const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
+    size_t lda, const lcol *cols, size_t cstride, __m512 accm[LT_CMAX]) {
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    __m256i mh = _mm256_setzero_si256();
+    for (int r = 0; r < R; r++) {
+        const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
+        mh = _mm256_mask_set1_epi32(mh, (__mmask8)(1 << r), load_u16(b0 + 2) | load_u16(b1 + 2) << 16);
+    }
+    const __m512 mf = _mm512_cvtph_ps(mh);
+    for (int c = 0; c < C; c++) {
+        __m512 s;
+        if (cols) {
+            s = cols[(size_t)c * cstride].s;
+        } else {
+            const uint8_t *a0 = a + (size_t)c * lda, *a1 = two ? a0 + sizeof(block_q8_1) : zero_block;
+            s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
+        }
+        accm[c] = _mm512_fmadd_ps(mf, s, accm[c]);
     }
 }
 
@@ -183,10 +201,18 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
     int b = 0;
     for (; b + 1 < nb; b += 2)
         legacy_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
-                    (size_t)steps, acc, accm);
+                    (size_t)steps, acc);
     if (b < nb)
         legacy_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
-                    (size_t)steps, acc, accm);
+                    (size_t)steps, acc);
+    if (has_m) {  /* second pass over the (now cached) blocks for the min part */
+        for (b = 0; b + 1 < nb; b += 2)
+            legacy_min_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
+                            cols ? cols + b / 2 : NULL, (size_t)steps, accm);
+        if (b < nb)
+            legacy_min_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
+                            cols ? cols + b / 2 : NULL, (size_t)steps, accm);
+    }
     for (int c = 0; c < C; c++) {
         float m[16];
         _mm512_storeu_ps(m, accm[c]);
