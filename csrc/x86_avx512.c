@@ -109,10 +109,15 @@ static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint
 #define LT_RMAX 4
 #define LT_CMAX 4
 
-/* one activation column over one step (two blocks): values, scales, the seed, the s halves */
+/* one activation column over one step (two blocks): values, scales, and the seed (types with
+ * an offset) or the s halves (types with a min) */
 typedef struct {
-    __m512i av, seed;
-    __m512 ad, s;
+    __m512i av;
+    __m512 ad;
+    union {
+        __m512i seed;
+        __m512 s;
+    };
 } lcol;
 
 static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, const uint8_t *a1,
@@ -122,8 +127,10 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
     const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
     o->av = pair_bytes(a0 + aqs, a1 + aqs);
     o->ad = pair_halves(a0, a1);
-    o->seed = _mm512_setzero_si512();
-    if (off) o->seed = _mm512_sub_epi32(o->seed, _mm512_dpbusd_epi32(o->seed, _mm512_set1_epi8((char)off), o->av));
+    if (!has_m) {
+        const __m512i zero = _mm512_setzero_si512();
+        o->seed = off ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)off), o->av)) : zero;
+    }
     if (has_m) o->s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
 }
 
@@ -156,7 +163,8 @@ static inline __attribute__((always_inline)) void legacy_step(
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
-            const __m512i x = _mm512_dpbusd_epi32(col[c]->seed, wq[r], col[c]->av);
+            const __m512i seed = has_m ? _mm512_setzero_si512() : col[c]->seed;
+            const __m512i x = _mm512_dpbusd_epi32(seed, wq[r], col[c]->av);
             acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[r], col[c]->ad), acc[r][c]);
         }
 }
