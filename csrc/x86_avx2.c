@@ -9,7 +9,7 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <stdlib.h>
-#include "el_internal.h"
+#include "x86_common.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -47,16 +47,6 @@ static inline __m256 bcast_half(const void *p) {
     int16_t h;
     memcpy(&h, p, sizeof h);
     return _mm256_cvtph_ps(_mm_set1_epi16(h));
-}
-
-/* Weight rows stream from DRAM (through 4 KB pages of the mmapped file) during decode, and the
- * hardware prefetchers follow several short interleaved row streams poorly: each row stream
- * prefetches the bytes this far ahead of it (8 KB measured best on a Zen 5). */
-#define PF_DIST 8192
-
-/* prefetch the cache lines of the `bytes` bytes at p + PF_DIST */
-static inline void prefetch_ahead(const uint8_t *p, int bytes) {
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
 }
 
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -118,33 +108,10 @@ static inline int kquant_block_bytes(int type) {
     }
 }
 
-/* 8 scales and 8 mins of a Q4_K / Q5_K super-block (6 bits each in 12 bytes, ggml's
- * get_scale_min_k4): j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4: sc = (q[j+4] & 15) |
- * (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4. Done four bytes at a time. */
-static inline void k4_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t w[3];
-    memcpy(w, q, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
-    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
-    memcpy(sc, &s03, 4); memcpy(sc + 4, &s47, 4);
-    memcpy(m, &m03, 4); memcpy(m + 4, &m47, 4);
-}
-
-/* 16 signed scales of a Q3_K super-block (kquants_generic.c q3_K_scale): low nibbles in bytes
- * 0..7 (scales 0..7 low halves, 8..15 high halves), top two bits of scale j at bit 2*(j/4) of
- * byte 8 + j%4; stored with +32. */
+/* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {
-    uint32_t w[3];
-    memcpy(w, s, 12);
-    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t v[4] = {
-        (w[0] & lo4) | ((w[2] & lo2) << 4),
-        (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4),
-        ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4),
-        ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4),
-    };
+    uint8_t v[16];
+    q3_K_scales_biased(s, v);
     return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v), _mm_set1_epi8(32));
 }
 

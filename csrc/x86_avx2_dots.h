@@ -52,6 +52,7 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
 
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int b0 = 0; b0 < nb; b0 += 8) {
         const int ng = EL_MIN(8, nb - b0);
         float ms[LT_RMAX][8], ss[LT_CMAX][8];  /* mins and activation s of this group of 8 */
@@ -61,11 +62,11 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
         }
         for (int g = 0; g < ng; g++) {
             const size_t b = (size_t)(b0 + g);
+            pf_step(&pf, R, ldw, wbs);
             __m256i wq[LT_RMAX];
             __m256 wd[LT_RMAX];
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
-                prefetch_ahead(blk, (int)wbs);
                 wq[r] = legacy_unpack(type, blk);
                 if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
                 wd[r] = bcast_half(blk);
@@ -154,13 +155,14 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) sumf[r][c] = 0.0f;
 
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
+        pf_step(&pf, R, ldw, wbs);
         KFN(ksb) sb[KT_RMAX];
         const uint8_t *xb[KT_RMAX];
         const block_q8_K *yb[KT_CMAX];
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
-            prefetch_ahead(xb[r], (int)wbs);
             kquant_prep(type, xb[r], &sb[r].s0, &sb[r].s1, &sb[r].mins);
         }
         __m256i isum[KT_RMAX][KT_CMAX], msum[KT_RMAX][KT_CMAX];

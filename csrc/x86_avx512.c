@@ -11,7 +11,7 @@
  * Block layouts: common.h (ggml's ggml-common.h). */
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include "el_internal.h"
+#include "x86_common.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
@@ -21,20 +21,9 @@
 #endif
 #include <immintrin.h>
 
-/* Weight rows stream from DRAM (through 4 KB pages of the mmapped file) during decode, and the
- * hardware prefetchers follow several short interleaved row streams poorly: each row stream
- * prefetches the bytes this far ahead of it (8 KB measured best here, 1 KB reaches half the
- * bandwidth). */
-#define PF_DIST 8192
-
 /* stands in for the missing second block of a pair when a row has an odd number of blocks:
  * zero quants and zero scales contribute zero */
 static const uint8_t zero_block[64] __attribute__((aligned(64))) = {0};
-
-/* prefetch the cache lines of the `bytes` bytes at p + PF_DIST */
-static inline void prefetch_ahead(const uint8_t *p, int bytes) {
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
-}
 
 static inline uint16_t load_u16(const void *p) {
     uint16_t h;
@@ -146,7 +135,6 @@ static inline __attribute__((always_inline)) void legacy_step(
     __m512 wd[LT_RMAX];
     for (int r = 0; r < R; r++) {
         const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
-        prefetch_ahead(b0, 2 * (int)wbs);
         wq[r] = legacy_unpack_pair(type, b0, b1);
         wd[r] = pair_halves(b0, b1);
     }
@@ -206,10 +194,13 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
         accm[c] = _mm512_setzero_ps();
         for (int r = 0; r < R; r++) acc[r][c] = _mm512_setzero_ps();
     }
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     int b = 0;
-    for (; b + 1 < nb; b += 2)
+    for (; b + 1 < nb; b += 2) {
+        pf_step(&pf, R, ldw, 2 * wbs);
         legacy_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
                     (size_t)steps, acc);
+    }
     if (b < nb)
         legacy_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
                     (size_t)steps, acc);
@@ -303,29 +294,10 @@ static inline int kquant_block_bytes(int type) {
     }
 }
 
-/* 8 scales and 8 mins of a Q4_K / Q5_K super-block: see k4_scales_mins in x86_avx2.c */
-static inline void k4_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t w[3];
-    memcpy(w, q, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
-    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
-    memcpy(sc, &s03, 4); memcpy(sc + 4, &s47, 4);
-    memcpy(m, &m03, 4); memcpy(m + 4, &m47, 4);
-}
-
-/* 16 signed scales of a Q3_K super-block: see q3_K_scales in x86_avx2.c */
+/* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {
-    uint32_t w[3];
-    memcpy(w, s, 12);
-    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t v[4] = {
-        (w[0] & lo4) | ((w[2] & lo2) << 4),
-        (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4),
-        ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4),
-        ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4),
-    };
+    uint8_t v[16];
+    q3_K_scales_biased(s, v);
     return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v), _mm_set1_epi8(32));
 }
 
@@ -448,13 +420,14 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, in
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
 
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
+        pf_step(&pf, R, ldw, wbs);
         ksb sb[KT_RMAX];
         const uint8_t *xb[KT_RMAX];
         const block_q8_K *yb[KT_CMAX];
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
-            prefetch_ahead(xb[r], (int)wbs);
             kquant_prep(type, xb[r], &sb[r]);
         }
         __m512i isum[KT_RMAX][KT_CMAX];
