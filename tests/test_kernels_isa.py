@@ -280,10 +280,25 @@ def test_matmul_matches_generic(kern, t, m, n_threads):
     err = np.abs(got.astype(np.float64) - want)
     bound = REL_TOL * _magnitude(t, w, n, x) + 1e-30
     assert np.all(err <= bound), f"worst error / bound {np.max(err / bound):.3g}"
-    if m == 17:  # each activation row alone (decode) gives the same bits as in the batch (prefill)
-        for c in (0, 5, 16):
-            one = kern.matmul(t, w, n, x[c:c + 1], n_threads)
-            np.testing.assert_array_equal(_bits(one[0]), _bits(got[c]))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
+def test_decode_rows_equal_batch_rows(variant, t, n_threads):
+    """Each activation row alone (decode) gives the same bits as inside a batch of 17 (prefill)."""
+    k = Kernels(variant)
+    try:
+        rng = np.random.default_rng(3000 + int(t))
+        n, rows = _row_len(t), 37
+        w = _weights(t, rows, n, rng)
+        x = _acts(17, n, rng)
+        batch = k.matmul(t, w, n, x, n_threads)
+        for c in (0, 5, 8, 16):
+            one = k.matmul(t, w, n, x[c:c + 1], n_threads)
+            np.testing.assert_array_equal(_bits(one[0]), _bits(batch[c]), err_msg=f"row {c}")
+    finally:
+        k.close()
 
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
