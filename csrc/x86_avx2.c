@@ -110,9 +110,9 @@ static inline int kquant_block_bytes(int type) {
 
 /* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {
-    uint8_t v[16];
+    uint32_t v[4];
     q3_K_scales_biased(s, v);
-    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v), _mm_set1_epi8(32));
+    return _mm_sub_epi8(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]), _mm_set1_epi8(32));
 }
 
 /* scale tables for groups of 16: s0 holds scales 0..7 as int16 in both 128-bit lanes, s1 8..15 */
@@ -142,11 +142,11 @@ static inline void kquant_prep(int type, const uint8_t *x, __m256i *s0, __m256i 
         break;
     }
     default: {  /* Q4_K, Q5_K: scales at the same offset */
-        uint8_t sc[8], m[8];
+        uint32_t sc[2], m[2];
         k4_scales_mins(x + offsetof(block_q4_K, scales), sc, m);
-        const __m128i s = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
+        const __m128i s = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc[0], (int)sc[1], 0, 0));
         *s0 = *s1 = _mm256_set_m128i(s, s);
-        const __m128i mb = _mm_loadl_epi64((const __m128i *)m);
+        const __m128i mb = _mm_setr_epi32((int)m[0], (int)m[1], 0, 0);
         *mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  /* one min per pair of bsums */
         break;
     }

@@ -175,6 +175,7 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
                 msum[r][c] = p;
             }
         }
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m256i q[KT_RMAX], sc[KT_RMAX];
             for (int r = 0; r < R; r++) {

@@ -116,11 +116,12 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
     const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
     o->av = pair_bytes(a0 + aqs, a1 + aqs);
     o->ad = pair_halves(a0, a1);
-    if (!has_m) {
+    if (has_m) {
+        o->s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
+    } else {
         const __m512i zero = _mm512_setzero_si512();
         o->seed = off ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)off), o->av)) : zero;
     }
-    if (has_m) o->s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
 }
 
 /* One step (blocks b, b+1; b alone with `two` = 0) of a tile. cols: NULL, or the C columns
@@ -223,10 +224,39 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
     }
 }
 
-/* Legacy gemm: columns in groups of CT, each group prepared once (when it fits a 64 KB stack
- * buffer) and shared by all its row tiles; leftover columns one by one, unprepared. Prepared or
- * not, the same values enter the same operations. */
-#define LEGACY_PREP_BYTES 65536
+/* Legacy gemm: columns in groups of CT, each group prepared once into `buf` (when given: it
+ * holds CT * steps columns) and shared by all its row tiles; leftover columns one by one,
+ * unprepared. Prepared or not, the same values enter the same operations. */
+typedef void (*ltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
+                         const lcol *cols, int C, float *out, size_t ldo);
+
+static inline __attribute__((always_inline)) void legacy_gemm(const int type, ltile_fn tile, const int RT,
+                                                              const int CT, const int RT1, lcol *buf, int n,
+                                                              const void *w, size_t ldw, int nr, const void *a,
+                                                              size_t lda, int nc, float *out, size_t ldo) {
+    const uint8_t *W = w, *A = a;
+    const int nb = n / 32, steps = (nb + 1) / 2;
+    const size_t ab = type == EL_Q4_1 || type == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    int c = 0;
+    for (; c + CT <= nc; c += CT) {
+        if (buf)
+            for (int j = 0; j < CT; j++)
+                for (int b = 0; b < nb; b += 2) {
+                    const uint8_t *a0 = A + (size_t)(c + j) * lda + (size_t)b * ab;
+                    legacy_col(type, a0, b + 1 < nb ? a0 + ab : zero_block, &buf[j * steps + b / 2]);
+                }
+        int r = 0;
+        for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
+    }
+    for (; c < nc; c++) {
+        int r = 0;
+        for (; r + RT1 <= nr; r += RT1) tile(n, W + r * ldw, ldw, RT1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo);
+    }
+}
+
+#define LEGACY_PREP_BYTES 65536  /* stack for prepared columns; beyond it columns go unprepared */
 
 #define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
@@ -238,33 +268,10 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
-        const uint8_t *W = w, *A = a;                                                              \
-        const int nb = n / 32, steps = (nb + 1) / 2;                                               \
-        const size_t ab = TYPE == EL_Q4_1 || TYPE == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0); \
-        const int prep = (size_t)CT * steps * sizeof(lcol) <= LEGACY_PREP_BYTES;                   \
-        lcol cols[prep ? CT * steps : 1];                                                          \
-        int c = 0;                                                                                 \
-        for (; c + CT <= nc; c += CT) {                                                            \
-            if (prep)                                                                              \
-                for (int j = 0; j < CT; j++)                                                       \
-                    for (int b = 0; b < nb; b += 2) {                                              \
-                        const uint8_t *a0 = A + (size_t)(c + j) * lda + (size_t)b * ab;            \
-                        legacy_col(TYPE, a0, b + 1 < nb ? a0 + ab : zero_block, &cols[j * steps + b / 2]); \
-                    }                                                                              \
-            const lcol *pc = prep ? cols : NULL;                                                   \
-            int r = 0;                                                                             \
-            for (; r + RT <= nr; r += RT)                                                          \
-                tname##_tile_avx512(n, W + r * ldw, ldw, RT, A + c * lda, lda, pc, CT, out + c * ldo + r, ldo); \
-            for (; r < nr; r++)                                                                    \
-                tname##_tile_avx512(n, W + r * ldw, ldw, 1, A + c * lda, lda, pc, CT, out + c * ldo + r, ldo); \
-        }                                                                                          \
-        for (; c < nc; c++) {                                                                      \
-            int r = 0;                                                                             \
-            for (; r + RT1 <= nr; r += RT1)                                                        \
-                tname##_tile_avx512(n, W + r * ldw, ldw, RT1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo); \
-            for (; r < nr; r++)                                                                    \
-                tname##_tile_avx512(n, W + r * ldw, ldw, 1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo); \
-        }                                                                                          \
+        const size_t need = (size_t)CT * ((n / 32 + 1) / 2);                                       \
+        const int prep = nc >= CT && need * sizeof(lcol) <= LEGACY_PREP_BYTES;                     \
+        lcol buf[prep ? need : 1];                                                                 \
+        legacy_gemm(TYPE, tname##_tile_avx512, RT, CT, RT1, prep ? buf : NULL, n, w, ldw, nr, a, lda, nc, out, ldo); \
     }                                                                                              \
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         legacy_tile(TYPE, n, x, 0, 1, y, 0, NULL, 1, s, 0);                                        \
@@ -296,9 +303,9 @@ static inline int kquant_block_bytes(int type) {
 
 /* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {
-    uint8_t v[16];
+    uint32_t v[4];
     q3_K_scales_biased(s, v);
-    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v), _mm_set1_epi8(32));
+    return _mm_sub_epi8(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]), _mm_set1_epi8(32));
 }
 
 /* per super-block of one row: scale table (sc), int16 per bsums entry (mins: the min, or
@@ -334,10 +341,10 @@ static inline void kquant_prep(int type, const uint8_t *x, ksb *s) {
         break;
     }
     default: {  /* Q4_K, Q5_K: 8 int16 scales in every 128-bit lane, for vpshufb */
-        uint8_t sc[8], m[8];
+        uint32_t sc[2], m[2];
         k4_scales_mins(x + offsetof(block_q4_K, scales), sc, m);
-        s->sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        const __m128i mb = _mm_loadl_epi64((const __m128i *)m);
+        s->sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_setr_epi32((int)sc[0], (int)sc[1], 0, 0)));
+        const __m128i mb = _mm_setr_epi32((int)m[0], (int)m[1], 0, 0);
         s->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  /* one min per pair of bsums */
         s->d = _mm512_set1_ps(_cvtsh_ss(load_u16(x + offsetof(block_q4_K, d))));
         s->dmin = _mm512_set1_ps(_cvtsh_ss(load_u16(x + offsetof(block_q4_K, dmin))));
@@ -437,6 +444,7 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, in
             for (int r = 0; r < R; r++)
                 isum[r][c] = has_min ? _mm512_setzero_si512() : _mm512_zextsi256_si512(_mm256_madd_epi16(sb[r].mins, bs));
         }
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m512i q[KT_RMAX], sc[KT_RMAX];
             for (int r = 0; r < R; r++) {

@@ -7,34 +7,30 @@
 
 /* 8 scales and 8 mins of a Q4_K / Q5_K super-block (6 bits each in 12 bytes, ggml's
  * get_scale_min_k4): j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4: sc = (q[j+4] & 15) |
- * (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4. Done four bytes at a time. */
-static inline void k4_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+ * (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4. Done four bytes at a time; sc and m
+ * get the bytes as little-endian words (callers build vectors from them: no store-to-load
+ * round trip). */
+static inline void k4_scales_mins(const uint8_t *q, uint32_t sc[2], uint32_t m[2]) {
     uint32_t w[3];
     memcpy(w, q, 12);
     const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
-    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
-    memcpy(sc, &s03, 4);
-    memcpy(sc + 4, &s47, 4);
-    memcpy(m, &m03, 4);
-    memcpy(m + 4, &m47, 4);
+    sc[0] = w[0] & lo6;
+    m[0] = w[1] & lo6;
+    sc[1] = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
+    m[1] = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
 }
 
 /* 16 scales of a Q3_K super-block, still +32 (kquants_generic.c q3_K_scale): low nibbles in
  * bytes 0..7 (scales 0..7 low halves, 8..15 high halves), top two bits of scale j at bit
- * 2*(j/4) of byte 8 + j%4. */
-static inline void q3_K_scales_biased(const uint8_t *s, uint8_t out[16]) {
+ * 2*(j/4) of byte 8 + j%4. Four little-endian words of four scales. */
+static inline void q3_K_scales_biased(const uint8_t *s, uint32_t v[4]) {
     uint32_t w[3];
     memcpy(w, s, 12);
     const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const uint32_t v[4] = {
-        (w[0] & lo4) | ((w[2] & lo2) << 4),
-        (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4),
-        ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4),
-        ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4),
-    };
-    memcpy(out, v, 16);
+    v[0] = (w[0] & lo4) | ((w[2] & lo2) << 4);
+    v[1] = (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4);
+    v[2] = ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4);
+    v[3] = ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4);
 }
 
 /* Decode streams the weight rows from DRAM (through 4 KB pages of the mapped file), and the
