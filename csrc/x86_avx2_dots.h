@@ -34,9 +34,9 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * Per block the weight values become 32 unsigned bytes u (Q8_0 with VNNI: w + 128) with an
  * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
  * per-column term -o*sum(a) seeds the accumulator. Each (row, column) accumulates per block
- * cvt(int lanes) * (dw * da) into 8 float lanes; Q4_1 / Q5_1 add sum over blocks of m * s
- * (weight min times the activation's d*sum(q)) in a second 8-lane accumulator, lane j taking
- * blocks j mod 8. The result is hsum(main) + hsum(min part).
+ * cvt(int lanes) * (dw * da) into 8 float lanes. Q4_1 / Q5_1 add sum over blocks of m * s
+ * (weight min times the activation's d*sum(q)), in a second pass over the blocks: accm[c] lane r
+ * takes row r. The result is hsum(main) + lane r of accm[c].
  * ------------------------------------------------------------------------------------------ */
 
 static inline __attribute__((always_inline)) void KFN(legacy_tile)(
@@ -48,61 +48,59 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int aqs = has_m ? 4 : 2;  /* offset of qs in the activation block */
     const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : (type == EL_Q8_0 && EL_VNNI) ? 128 : 0;
-    __m256 acc[LT_RMAX][LT_CMAX], accm[LT_RMAX][LT_CMAX];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
-
-    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        const int ng = EL_MIN(8, nb - b0);
-        float ms[LT_RMAX][8], ss[LT_CMAX][8];  /* mins and activation s of this group of 8 */
-        if (has_m && ng < 8) {
-            memset(ms, 0, sizeof ms);
-            memset(ss, 0, sizeof ss);
-        }
-        for (int g = 0; g < ng; g++) {
-            const size_t b = (size_t)(b0 + g);
-            pf_step(&pf, R, ldw, wbs);
-            __m256i wq[LT_RMAX];
-            __m256 wd[LT_RMAX];
-            for (int r = 0; r < R; r++) {
-                const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
-                wq[r] = legacy_unpack(type, blk);
-                if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
-                wd[r] = bcast_half(blk);
-                if (has_m) ms[r][g] = load_half(blk + 2);
-            }
-            for (int c = 0; c < C; c++) {
-                const uint8_t *ab = a + (size_t)c * lda + b * abs_;
-                const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
-                const __m256 ad = bcast_half(ab);
-                if (has_m) ss[c][g] = load_half(ab + 2);
-                __m256i seed = _mm256_setzero_si256();
-                if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
-                for (int r = 0; r < R; r++) {
-                    __m256i x;
-                    if (type == EL_Q8_0 && !EL_VNNI) {  /* signed x signed: |w| against sign(w)*a */
-                        x = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]),
-                                                                   _mm256_sign_epi8(av, wq[r])),
-                                              _mm256_set1_epi16(1));
-                    } else {
-                        x = KFN(dot_us)(seed, wq[r], av);
-                    }
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(wd[r], ad), acc[r][c]);
-                }
-            }
-        }
-        if (has_m)
-            for (int r = 0; r < R; r++)
-                for (int c = 0; c < C; c++)
-                    accm[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(ms[r]), _mm256_loadu_ps(ss[c]), accm[r][c]);
+    __m256 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
+    for (int c = 0; c < C; c++) {
+        accm[c] = _mm256_setzero_ps();
+        for (int r = 0; r < R; r++) acc[r][c] = _mm256_setzero_ps();
     }
-    for (int r = 0; r < R; r++)
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (size_t b = 0; b < (size_t)nb; b++) {
+        pf_step(&pf, R, ldw, wbs);
+        __m256i wq[LT_RMAX];
+        __m256 wd[LT_RMAX];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
+            wq[r] = legacy_unpack(type, blk);
+            if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
+            wd[r] = bcast_half(blk);
+        }
         for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + b * abs_;
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
+            const __m256 ad = bcast_half(ab);
+            __m256i seed = _mm256_setzero_si256();
+            if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
+            for (int r = 0; r < R; r++) {
+                __m256i x;
+                if (type == EL_Q8_0 && !EL_VNNI) {  /* signed x signed: |w| against sign(w)*a */
+                    x = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]),
+                                                               _mm256_sign_epi8(av, wq[r])),
+                                          _mm256_set1_epi16(1));
+                } else {
+                    x = KFN(dot_us)(seed, wq[r], av);
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(wd[r], ad), acc[r][c]);
+            }
+        }
+    }
+    if (has_m)  /* second pass over the (now cached) blocks for the min part */
+        for (size_t b = 0; b < (size_t)nb; b++) {
+            uint16_t h[8] = {0};
+            for (int r = 0; r < R; r++) memcpy(&h[r], w + (size_t)r * ldw + b * wbs + 2, 2);
+            const __m256 mf = _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
+                                                             (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+            for (int c = 0; c < C; c++)
+                accm[c] = _mm256_fmadd_ps(mf, bcast_half(a + (size_t)c * lda + b * abs_ + 2), accm[c]);
+        }
+    for (int c = 0; c < C; c++) {
+        float m[8];
+        _mm256_storeu_ps(m, accm[c]);
+        for (int r = 0; r < R; r++) {
             float s = hsum256(acc[r][c]);
-            if (has_m) s += hsum256(accm[r][c]);
+            if (has_m) s += m[r];
             out[(size_t)c * ldo + r] = s;
         }
+    }
 }
 
 #define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
