@@ -240,6 +240,47 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
 
 
+# ---------------------------------------------------------------- what each variant registers
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _kernel_addrs(variant: str) -> dict:
+    k = Kernels(variant)
+    try:
+        return {t: (int(_ABI.cast("intptr_t", k.traits(t).vec_dot)), int(_ABI.cast("intptr_t", k.traits(t).gemm)))
+                for t in TYPES}
+    finally:
+        k.close()
+
+
+@pytest.mark.skipif(not VARIANTS, reason="no x86 SIMD ISA on this CPU")
+def test_variants_register_their_own_kernels():
+    """Each variant replaces every generic kernel, with a gemm; AVX-VNNI and AVX-512 VNNI (when
+    the CPU has them, per /proc/cpuinfo) bring kernels of their own for the quantized types."""
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags")
+    generic = _kernel_addrs("generic")
+    addrs = {v: _kernel_addrs(v) for v in VARIANTS}
+    quantized = [t for t in TYPES if type_info(t).block_size > 1]
+    for v, got in addrs.items():
+        for t in TYPES:
+            assert got[t][0] != generic[t][0] and got[t][1] != 0, (v, t.name)
+    if "avx_vnni" in flags:
+        assert all(addrs["avx2"][t] != addrs["avx2-novnni"][t] for t in quantized)
+    if "avx512" in addrs and {"avx512_vnni", "avx512dq"} <= flags:
+        assert all(addrs["avx512"][t] != addrs["avx2"][t] for t in quantized)
+
+
 # ---------------------------------------------------------------- gemm == vec_dot, bit for bit
 
 @pytest.mark.parametrize("raw", [False, True], ids=["quantized", "raw"])
