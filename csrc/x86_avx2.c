@@ -1,10 +1,26 @@
-/* AVX2 + FMA + F16C kernels, compiled with per-function target attributes so one build runs
- * on any x86-64 CPU; dispatch.c registers them only when the CPU has the features. */
+/* AVX2 + FMA + F16C kernels, compiled with per-function targets so one build runs on any
+ * x86-64 CPU; dispatch.c registers them only when the CPU has the features.
+ *
+ * Contents: float helpers for attention (el_vops), activation quantizers writing the same bytes
+ * as the reference (quantize_row_q8_0/q8_1/q8_K), float-weight kernels (F32, F16, BF16) and,
+ * in x86_avx2_dots.h (included twice: plain AVX2 and AVX-VNNI), the quantized kernels. Every
+ * weight type gets a vec_dot and a gemm; gemm returns bit-identical results to vec_dot (see
+ * x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
 #if defined(__x86_64__)
+#include <cpuid.h>
+#include <stdlib.h>
+#include "x86_common.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #include <immintrin.h>
-#include "el_internal.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* small helpers                                                                               */
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -12,6 +28,417 @@ static inline float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float load_half(const void *p) {
+    el_half h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);  /* exact, as el_half_to_float */
+}
+
+/* the half at p, as 8 float lanes */
+static inline __m256 bcast_half(const void *p) {
+    int16_t h;
+    memcpy(&h, p, sizeof h);
+    return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..15), then high nibbles (16..31) */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (bit j for value j) -> 32 bytes, 0x10 where the bit is set (Q5_0 / Q5_1 fifth bits) */
+static inline __m256i bits32_to_0x10(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* legacy types: block sizes and unpacking to unsigned bytes in value order                    */
+
+static inline int legacy_block_bytes(int type) {
+    switch (type) {
+    case EL_Q4_0: return sizeof(block_q4_0);
+    case EL_Q4_1: return sizeof(block_q4_1);
+    case EL_Q5_0: return sizeof(block_q5_0);
+    case EL_Q5_1: return sizeof(block_q5_1);
+    default: return sizeof(block_q8_0);
+    }
+}
+
+/* the 32 values of a block: 0..15 (Q4), 0..31 (Q5), or the signed bytes of Q8_0 */
+static inline __m256i legacy_unpack(int type, const uint8_t *blk) {
+    switch (type) {
+    case EL_Q4_0: return nibbles32(blk + offsetof(block_q4_0, qs));
+    case EL_Q4_1: return nibbles32(blk + offsetof(block_q4_1, qs));
+    case EL_Q5_0:
+        return _mm256_or_si256(nibbles32(blk + offsetof(block_q5_0, qs)), bits32_to_0x10(blk + offsetof(block_q5_0, qh)));
+    case EL_Q5_1:
+        return _mm256_or_si256(nibbles32(blk + offsetof(block_q5_1, qs)), bits32_to_0x10(blk + offsetof(block_q5_1, qh)));
+    default: return loadu256(blk + offsetof(block_q8_0, qs));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* K-quants: per-super-block scales and 32-value chunks as unsigned bytes                      */
+
+static inline int kquant_block_bytes(int type) {
+    switch (type) {
+    case EL_Q2_K: return sizeof(block_q2_K);
+    case EL_Q3_K: return sizeof(block_q3_K);
+    case EL_Q4_K: return sizeof(block_q4_K);
+    case EL_Q5_K: return sizeof(block_q5_K);
+    default: return sizeof(block_q6_K);
+    }
+}
+
+/* 16 signed scales of a Q3_K super-block */
+static inline __m128i q3_K_scales(const uint8_t *s) {
+    uint32_t v[4];
+    q3_K_scales_biased(s, v);
+    return _mm_sub_epi8(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]), _mm_set1_epi8(32));
+}
+
+/* scale tables for groups of 16: s0 holds scales 0..7 as int16 in both 128-bit lanes, s1 8..15 */
+static inline void group16_tables(__m256i sc16, __m256i *s0, __m256i *s1) {
+    *s0 = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+    *s1 = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+}
+
+static inline void kquant_prep(int type, const uint8_t *x, __m256i *s0, __m256i *s1, __m256i *mins) {
+    switch (type) {
+    case EL_Q2_K: {  /* scales[g] = sc | m << 4 */
+        const __m128i b = _mm_loadu_si128((const __m128i *)x);
+        group16_tables(_mm256_cvtepu8_epi16(_mm_and_si128(b, _mm_set1_epi8(0x0F))), s0, s1);
+        *mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F)));
+        break;
+    }
+    case EL_Q3_K: {
+        const __m256i sc = _mm256_cvtepi8_epi16(q3_K_scales(x + offsetof(block_q3_K, scales)));
+        group16_tables(sc, s0, s1);
+        *mins = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 2));  /* -4 * sc */
+        break;
+    }
+    case EL_Q6_K: {
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + offsetof(block_q6_K, scales))));
+        group16_tables(sc, s0, s1);
+        *mins = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));  /* -32 * sc */
+        break;
+    }
+    default: {  /* Q4_K, Q5_K: scales at the same offset */
+        uint32_t sc[2], m[2];
+        k4_scales_mins(x + offsetof(block_q4_K, scales), sc, m);
+        const __m128i s = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc[0], (int)sc[1], 0, 0));
+        *s0 = *s1 = _mm256_set_m128i(s, s);
+        const __m128i mb = _mm_setr_epi32((int)m[0], (int)m[1], 0, 0);
+        *mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  /* one min per pair of bsums */
+        break;
+    }
+    }
+}
+
+/* int16 scale of every lane of chunk k (values 32k..32k+31); vpmaddubsw lane j covers values
+ * 32k+2j, 32k+2j+1, so lanes 0..7 are group 2k and lanes 8..15 group 2k+1 */
+static inline __m256i kquant_chunk_scales(int type, __m256i s0, __m256i s1, int k) {
+    if (type == EL_Q4_K || type == EL_Q5_K) {  /* one scale per 32 values */
+        const short sel = (short)((2 * k) | ((2 * k + 1) << 8));
+        return _mm256_shuffle_epi8(s0, _mm256_set1_epi16(sel));
+    }
+    const int e = (2 * k) & 7;
+    const __m128i lo = _mm_set1_epi16((short)((2 * e) | ((2 * e + 1) << 8)));
+    const __m128i hi = _mm_set1_epi16((short)((2 * e + 2) | ((2 * e + 3) << 8)));
+    return _mm256_shuffle_epi8(k < 4 ? s0 : s1, _mm256_set_m128i(hi, lo));
+}
+
+/* byte-wise (v >> s) & mask, for shifts that are not compile-time constants */
+static inline __m256i srl_mask(__m256i v, int s, int mask) {
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(s)), _mm256_set1_epi8((char)mask));
+}
+
+/* values 32k..32k+31 of a super-block as unsigned bytes (before any offset) */
+static inline __m256i kquant_chunk(int type, const uint8_t *x, int k) {
+    switch (type) {
+    case EL_Q2_K:  /* byte l of 32-byte half j holds values 128j + l + 32s at bits 2s */
+        return srl_mask(loadu256(x + offsetof(block_q2_K, qs) + 32 * (k / 4)), 2 * (k % 4), 3);
+    case EL_Q3_K: {  /* 2 low bits as Q2_K, high bit k of hmask[l] */
+        const __m256i lo = srl_mask(loadu256(x + offsetof(block_q3_K, qs) + 32 * (k / 4)), 2 * (k % 4), 3);
+        const __m256i hb = srl_mask(loadu256(x + offsetof(block_q3_K, hmask)), k, 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+    }
+    case EL_Q4_K:  /* 32 bytes per 64 values: low nibbles first, then high nibbles */
+        return srl_mask(loadu256(x + offsetof(block_q4_K, qs) + 32 * (k / 2)), 4 * (k % 2), 0x0F);
+    case EL_Q5_K: {  /* Q4_K nibbles plus bit k of qh[l] */
+        const __m256i lo = srl_mask(loadu256(x + offsetof(block_q5_K, qs) + 32 * (k / 2)), 4 * (k % 2), 0x0F);
+        const __m256i hb = srl_mask(loadu256(x + offsetof(block_q5_K, qh)), k, 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+    }
+    default: {  /* Q6_K: per 128 values h, quarter q: nibble q/2 of ql[64h + 32(q%2) + l], bits
+                 * 2q..2q+1 of qh[32h + l] on top */
+        const int h = k / 4, q = k % 4;
+        const __m256i lo = srl_mask(loadu256(x + offsetof(block_q6_K, ql) + 64 * h + 32 * (q % 2)), 4 * (q / 2), 0x0F);
+        const __m256i hi = srl_mask(loadu256(x + offsetof(block_q6_K, qh) + 32 * h), 2 * q, 3);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    }
+}
+
+/* the reference's float step per super-block (kquants_generic.c), operand order included */
+static inline float kquant_float(int type, const uint8_t *x, float yd, int isum) {
+    const size_t od = type == EL_Q3_K ? offsetof(block_q3_K, d) : offsetof(block_q6_K, d);
+    const float d = load_half(x + od) * yd;
+    return d * (float)isum;
+}
+
+static inline float kquant_float_min(int type, const uint8_t *x, float yd, int isum, int summs) {
+    if (type == EL_Q2_K) {
+        const float dall = yd * load_half(x + offsetof(block_q2_K, d));
+        const float dmin = yd * load_half(x + offsetof(block_q2_K, dmin));
+        return dall * (float)isum - dmin * (float)summs;
+    }
+    return load_half(x + offsetof(block_q4_K, d)) * yd * (float)isum -
+           load_half(x + offsetof(block_q4_K, dmin)) * yd * (float)summs;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* tiling: gemm splits its rows x columns into tiles of RT x CT (then 1 x CT for leftover rows,
+ * RT1 x 1 and 1 x 1 for leftover columns); the tile kernels do the same work per (row, column)
+ * whatever the tile size */
+
+typedef void (*tile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
+                        int C, float *out, size_t ldo);
+
+static inline __attribute__((always_inline)) void gemm_tiles(tile_fn tile, const int RT, const int CT,
+                                                             const int RT1, int n, const void *w, size_t ldw,
+                                                             int nr, const void *a, size_t lda, int nc,
+                                                             float *out, size_t ldo) {
+    const uint8_t *W = w, *A = a;
+    int c = 0;
+    for (; c + CT <= nc; c += CT) {
+        int r = 0;
+        for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, CT, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, CT, out + c * ldo + r, ldo);
+    }
+    for (; c < nc; c++) {
+        int r = 0;
+        for (; r + RT1 <= nr; r += RT1) tile(n, W + r * ldw, ldw, RT1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
+    }
+}
+
+#define LT_RMAX 4  /* largest tile the legacy kernels instantiate */
+#define LT_CMAX 4
+#define KT_RMAX 2
+#define KT_CMAX 2
+
+/* ------------------------------------------------------------------------------------------ */
+/* float weights (F32, F16, BF16) against activations of the same type. Products go into 8 float
+ * lanes by FMA; every 64 values the lanes are added into double lanes (the reference sums in
+ * double), so rounding error stays far below the float error of one long sum. A partial last
+ * group of 8 values goes through a zero-padded copy. */
+
+static inline __m256 load8_float(int type, const uint8_t *p) {
+    switch (type) {
+    case EL_F32: return _mm256_loadu_ps((const float *)p);
+    case EL_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    default: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    }
+}
+
+static inline __m256d flush_to_double(__m256d accd, __m256 accf) {
+    accd = _mm256_add_pd(accd, _mm256_cvtps_pd(_mm256_castps256_ps128(accf)));
+    return _mm256_add_pd(accd, _mm256_cvtps_pd(_mm256_extractf128_ps(accf, 1)));
+}
+
+#define FT_RMAX 2
+#define FT_CMAX 2
+
+static inline __attribute__((always_inline)) void float_tile(const int type, int n, const uint8_t *w, size_t ldw,
+                                                             const int R, const uint8_t *a, size_t lda, const int C,
+                                                             float *out, size_t ldo) {
+    const size_t es = type == EL_F32 ? 4 : 2;  /* bytes per value */
+    __m256 accf[FT_RMAX][FT_CMAX];
+    __m256d accd[FT_RMAX][FT_CMAX];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) accf[r][c] = _mm256_setzero_ps(), accd[r][c] = _mm256_setzero_pd();
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 wv[FT_RMAX];
+        for (int r = 0; r < R; r++) wv[r] = load8_float(type, w + r * ldw + i * es);
+        for (int c = 0; c < C; c++) {
+            const __m256 av = load8_float(type, a + c * lda + i * es);
+            for (int r = 0; r < R; r++) accf[r][c] = _mm256_fmadd_ps(wv[r], av, accf[r][c]);
+        }
+        if ((i & 63) == 56)
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++) {
+                    accd[r][c] = flush_to_double(accd[r][c], accf[r][c]);
+                    accf[r][c] = _mm256_setzero_ps();
+                }
+    }
+    if (n8 < n) {  /* last 1..7 values through zero-padded copies */
+        uint8_t buf[32];
+        __m256 wv[FT_RMAX];
+        for (int r = 0; r < R; r++) {
+            memset(buf, 0, sizeof buf);
+            memcpy(buf, w + r * ldw + n8 * es, (size_t)(n - n8) * es);
+            wv[r] = load8_float(type, buf);
+        }
+        for (int c = 0; c < C; c++) {
+            memset(buf, 0, sizeof buf);
+            memcpy(buf, a + c * lda + n8 * es, (size_t)(n - n8) * es);
+            const __m256 av = load8_float(type, buf);
+            for (int r = 0; r < R; r++) accf[r][c] = _mm256_fmadd_ps(wv[r], av, accf[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            const __m256d d = flush_to_double(accd[r][c], accf[r][c]);
+            __m128d s = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+            s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+            out[(size_t)c * ldo + r] = (float)_mm_cvtsd_f64(s);
+        }
+}
+
+#define FLOAT_KERNELS(tname, TYPE)                                                                 \
+    static void tname##_tile_avx2(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
+                                  size_t lda, int C, float *out, size_t ldo) {                     \
+        if (R == 2 && C == 2) float_tile(TYPE, n, w, ldw, 2, a, lda, 2, out, ldo);                 \
+        else if (R == 2 && C == 1) float_tile(TYPE, n, w, ldw, 2, a, lda, 1, out, ldo);            \
+        else if (R == 1 && C == 2) float_tile(TYPE, n, w, ldw, 1, a, lda, 2, out, ldo);            \
+        else float_tile(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                                  \
+    }                                                                                              \
+    static void tname##_gemm_avx2(int n, const void *w, size_t ldw, int nr, const void *a,         \
+                                  size_t lda, int nc, float *out, size_t ldo) {                    \
+        gemm_tiles(tname##_tile_avx2, 2, 2, 2, n, w, ldw, nr, a, lda, nc, out, ldo);               \
+    }                                                                                              \
+    static void tname##_vec_dot_avx2(int n, float *s, const void *x, const void *y) {              \
+        float_tile(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                               \
+    }
+
+FLOAT_KERNELS(f32, EL_F32)
+FLOAT_KERNELS(f16, EL_F16)
+FLOAT_KERNELS(bf16, EL_BF16)
+#undef FLOAT_KERNELS
+
+/* ------------------------------------------------------------------------------------------ */
+/* activation quantizers: the same bytes as quantize_row_q8_0_ref / q8_1_ref / q8_K_ref       */
+
+/* C's roundf (halves away from zero) of every lane: trunc, then +-1 where |fraction| >= 0.5
+ * (v - trunc(v) is exact for |v| < 2^23) */
+static inline __m256i roundf_epi32(__m256 v) {
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    const __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one);
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+/* four vectors of 8 int32 in [-128, 127] -> 32 int8 in order */
+static inline __m256i pack_i8(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline float hmax256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* one 32-value block: d = max|x| / 127 (returned; y->d gets its half), qs = roundf(x / d);
+ * *sum = sum(qs) */
+static inline float q8_block(const float *x, el_half *yd, int8_t *qs, int *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    }
+    const float d = hmax256(amax) / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *yd = el_float_to_half(d);
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++) q[j] = roundf_epi32(_mm256_mul_ps(v[j], idv));
+    _mm256_storeu_si256((__m256i *)qs, pack_i8(q[0], q[1], q[2], q[3]));
+    if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    return d;
+}
+
+static void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < k / QK8_0; i++) q8_block(x + i * QK8_0, &y[i].d, y[i].qs, NULL);
+}
+
+/* Q8_1: also s = half(sum(qs) * d), d before its rounding to half */
+static void quantize_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < k / QK8_1; i++) {
+        int sum;
+        const float d = q8_block(x + i * QK8_1, &y[i].d, y[i].qs, &sum);
+        y[i].s = el_float_to_half((float)sum * d);
+    }
+}
+
+/* Q8_K: iscale = -127 / (value of largest magnitude, first one on ties), q = min(127,
+ * nearest-even(iscale * x)), bsums = sums of 16, d = 1 / iscale */
+static void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
+    block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        __m256 amaxv = _mm256_setzero_ps();
+        /* max(|x|, acc) keeps acc where |x| is NaN, as the reference's `ax > amax` does */
+        for (int j = 0; j < QK_K; j += 8) amaxv = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), amaxv);
+        const float amax = hmax256(amaxv);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0;
+        for (int j = 0; j < QK_K; j += 8) {
+            const int m = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (m) {
+                first = j + __builtin_ctz((unsigned)m);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[first];
+        const __m256 isv = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int u = 0; u < 4; u++)
+                q[u] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * u), isv)), top);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack_i8(q[0], q[1], q[2], q[3]));
+            y[i].bsums[j / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[j / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* float helpers for attention                                                                  */
 
 static float dot_f16_f32_avx2(int n, const el_half *x, const float *y) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -46,13 +473,57 @@ static void f16_to_f32_avx2(int n, const el_half *x, float *y) {
     for (; i < n; i++) y[i] = el_half_to_float(x[i]);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* the quantized kernels, twice                                                                 */
+
+#define EL_VNNI 0
+#define KFN(name) name##_avx2
+#include "x86_avx2_dots.h"
+#undef KFN
+#undef EL_VNNI
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
+#else
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+#endif
+#define EL_VNNI 1
+#define KFN(name) name##_avxvnni
+#include "x86_avx2_dots.h"
+#undef KFN
+#undef EL_VNNI
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+/* AVX-VNNI: CPUID.(EAX=7, ECX=1):EAX bit 4. EDGELLM_X86_VNNI=0 turns it off (to test the
+ * plain AVX2 path on a VNNI machine). */
+static int use_avx_vnni(void) {
+    const char *env = getenv("EDGELLM_X86_VNNI");
+    if (env && env[0] == '0') return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 4) & 1;
+}
+
 void el_register_avx2(el_type_traits *t) {
-    (void)t;
+    t[EL_Q8_0].from_float = quantize_row_q8_0_avx2;
+    t[EL_Q8_1].from_float = quantize_row_q8_1_avx2;
+    t[EL_Q8_K].from_float = quantize_row_q8_K_avx2;
+    t[EL_F32].vec_dot = f32_vec_dot_avx2, t[EL_F32].gemm = f32_gemm_avx2;
+    t[EL_F16].vec_dot = f16_vec_dot_avx2, t[EL_F16].gemm = f16_gemm_avx2;
+    t[EL_BF16].vec_dot = bf16_vec_dot_avx2, t[EL_BF16].gemm = bf16_gemm_avx2;
+    if (use_avx_vnni()) register_avxvnni(t);
+    else register_avx2(t);
     el_vops.dot_f16_f32 = dot_f16_f32_avx2;
     el_vops.axpy_f16 = axpy_f16_avx2;
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
 }
-
-#pragma GCC pop_options
 #endif

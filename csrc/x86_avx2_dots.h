@@ -1,0 +1,236 @@
+/* Integer dot-product kernels of x86_avx2.c. That file includes this body twice: with
+ * EL_VNNI 0 (AVX2: vpmaddubsw / vpmaddwd) and EL_VNNI 1 (AVX-VNNI: vpdpbusd / vpdpwssd), under
+ * the matching target, naming every function through KFN(). Both variants compute the same
+ * int32 lanes, so they return the same floats.
+ *
+ * Determinism: every kernel is a "tile" of R weight rows x C activation rows. The work done for
+ * one (row, column) pair is the same sequence of lane-wise operations whatever R and C are, so
+ * gemm (big tiles) and vec_dot (the 1x1 tile) give bit-identical results.
+ *
+ * Lane layout (8 int32 lanes per 32 values): lane i sums the products of values 4i..4i+3. */
+
+/* acc + per lane: sum of 4 products u*s (u unsigned bytes, s signed bytes). Without VNNI the
+ * byte products are first summed in pairs into int16 with saturation: callers keep every
+ * |u0*s0 + u1*s1| < 2^15 (true for u <= 128 against activations in [-127, 127]). */
+static inline __m256i KFN(dot_us)(__m256i acc, __m256i u, __m256i s) {
+#if EL_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* acc + per lane: p[2i]*k[2i] + p[2i+1]*k[2i+1] over int16 */
+static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
+#if EL_VNNI
+    return _mm256_dpwssd_avx_epi32(acc, p, k);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, k));
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Legacy 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against Q8_0 / Q8_1 activations.
+ * Per block the weight values become 32 unsigned bytes u (Q8_0 with VNNI: w + 128) with an
+ * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
+ * per-column term -o*sum(a) seeds the accumulator. Each (row, column) accumulates per block
+ * cvt(int lanes) * (dw * da) into 8 float lanes. Q4_1 / Q5_1 add sum over blocks of m * s
+ * (weight min times the activation's d*sum(q)), in a second pass over the blocks: accm[c] lane r
+ * takes row r. The result is hsum(main) + lane r of accm[c].
+ * ------------------------------------------------------------------------------------------ */
+
+static inline __attribute__((always_inline)) void KFN(legacy_tile)(
+    const int type, int n, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
+    const int C, float *out, size_t ldo) {
+    const int nb = n / 32;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int aqs = has_m ? 4 : 2;  /* offset of qs in the activation block */
+    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : (type == EL_Q8_0 && EL_VNNI) ? 128 : 0;
+    __m256 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
+    for (int c = 0; c < C; c++) {
+        accm[c] = _mm256_setzero_ps();
+        for (int r = 0; r < R; r++) acc[r][c] = _mm256_setzero_ps();
+    }
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (size_t b = 0; b < (size_t)nb; b++) {
+        pf_step(&pf, R, ldw, wbs);
+        __m256i wq[LT_RMAX];
+        __m256 wd[LT_RMAX];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
+            wq[r] = legacy_unpack(type, blk);
+            if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
+            wd[r] = bcast_half(blk);
+        }
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + b * abs_;
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
+            const __m256 ad = bcast_half(ab);
+            __m256i seed = _mm256_setzero_si256();
+            if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
+            for (int r = 0; r < R; r++) {
+                __m256i x;
+                if (type == EL_Q8_0 && !EL_VNNI) {  /* signed x signed: |w| against sign(w)*a */
+                    x = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]),
+                                                               _mm256_sign_epi8(av, wq[r])),
+                                          _mm256_set1_epi16(1));
+                } else {
+                    x = KFN(dot_us)(seed, wq[r], av);
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(wd[r], ad), acc[r][c]);
+            }
+        }
+    }
+    if (has_m)  /* second pass over the (now cached) blocks for the min part */
+        for (size_t b = 0; b < (size_t)nb; b++) {
+            uint16_t h[8] = {0};
+            for (int r = 0; r < R; r++) memcpy(&h[r], w + (size_t)r * ldw + b * wbs + 2, 2);
+            const __m256 mf = _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
+                                                             (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+            for (int c = 0; c < C; c++)
+                accm[c] = _mm256_fmadd_ps(mf, bcast_half(a + (size_t)c * lda + b * abs_ + 2), accm[c]);
+        }
+    for (int c = 0; c < C; c++) {
+        float m[8];
+        _mm256_storeu_ps(m, accm[c]);
+        for (int r = 0; r < R; r++) {
+            float s = hsum256(acc[r][c]);
+            if (has_m) s += m[r];
+            out[(size_t)c * ldo + r] = s;
+        }
+    }
+}
+
+#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+    static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
+                                  size_t lda, int C, float *out, size_t ldo) {                     \
+        if (R == RT && C == CT) KFN(legacy_tile)(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);       \
+        else if (R == 1 && C == CT) KFN(legacy_tile)(TYPE, n, w, ldw, 1, a, lda, CT, out, ldo);    \
+        else if (R == RT1 && C == 1) KFN(legacy_tile)(TYPE, n, w, ldw, RT1, a, lda, 1, out, ldo);  \
+        else KFN(legacy_tile)(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                            \
+    }                                                                                              \
+    static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
+                                  size_t lda, int nc, float *out, size_t ldo) {                    \
+        gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);           \
+    }                                                                                              \
+    static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
+        KFN(legacy_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
+    }
+
+LEGACY_KERNELS(q4_0, EL_Q4_0, 2, 4, 4)
+LEGACY_KERNELS(q4_1, EL_Q4_1, 2, 4, 4)
+LEGACY_KERNELS(q5_0, EL_Q5_0, 2, 4, 4)
+LEGACY_KERNELS(q5_1, EL_Q5_1, 2, 4, 4)
+LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4)
+#undef LEGACY_KERNELS
+
+/* ------------------------------------------------------------------------------------------
+ * K-quants (256-value super-blocks) against Q8_K. Per super-block and (row, column) the
+ * integer sums are exact (int32 lanes, then a horizontal sum), and the float step is the
+ * reference's own expression (kquants_generic.c), so these kernels return exactly what the
+ * generic twins return. Weight values are unpacked 32 at a time (one "chunk", k = 0..7) into
+ * unsigned bytes q; vpmaddubsw against the activation gives int16 pair sums, which vpmaddwd /
+ * vpdpwssd multiply by the group scale of their lane (int16 scale vector per chunk).
+ * Types with an offset (Q3_K: q - 4, Q6_K: q - 32) seed the sum with -offset * sum_g sc_g *
+ * bsums_g; types with a min (Q2_K, Q4_K, Q5_K) add a second sum, sum_g m_g * bsums_g.
+ * ------------------------------------------------------------------------------------------ */
+
+/* per-row state of one super-block */
+typedef struct {
+    __m256i s0, s1;  /* int16 scale tables the chunk shuffles pick from */
+    __m256i mins;    /* int16 per bsums entry: min (Q2_K/Q4_K/Q5_K) or -offset*scale (Q3_K/Q6_K) */
+} KFN(ksb);
+
+static inline __attribute__((always_inline)) void KFN(kquant_tile)(
+    const int type, int n, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
+    const int C, float *out, size_t ldo) {
+    const int nb = n / QK_K;
+    const size_t wbs = (size_t)kquant_block_bytes(type);
+    const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
+    float sumf[KT_RMAX][KT_CMAX];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) sumf[r][c] = 0.0f;
+
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (int i = 0; i < nb; i++) {
+        pf_step(&pf, R, ldw, wbs);
+        KFN(ksb) sb[KT_RMAX];
+        const uint8_t *xb[KT_RMAX];
+        const block_q8_K *yb[KT_CMAX];
+        for (int r = 0; r < R; r++) {
+            xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
+            kquant_prep(type, xb[r], &sb[r].s0, &sb[r].s1, &sb[r].mins);
+        }
+        __m256i isum[KT_RMAX][KT_CMAX], msum[KT_RMAX][KT_CMAX];
+        for (int c = 0; c < C; c++) {
+            yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)yb[c]->bsums);
+            for (int r = 0; r < R; r++) {
+                const __m256i p = _mm256_madd_epi16(sb[r].mins, bs);
+                isum[r][c] = has_min ? _mm256_setzero_si256() : p;
+                msum[r][c] = p;
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i q[KT_RMAX], sc[KT_RMAX];
+            for (int r = 0; r < R; r++) {
+                q[r] = kquant_chunk(type, xb[r], k);
+                sc[r] = kquant_chunk_scales(type, sb[r].s0, sb[r].s1, k);
+            }
+            for (int c = 0; c < C; c++) {
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(yb[c]->qs + 32 * k));
+                for (int r = 0; r < R; r++)
+                    isum[r][c] = KFN(dot_ww)(isum[r][c], _mm256_maddubs_epi16(q[r], av), sc[r]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) {
+                const int is = hsum_i32(isum[r][c]);
+                sumf[r][c] += has_min ? kquant_float_min(type, xb[r], yb[c]->d, is, hsum_i32(msum[r][c]))
+                                      : kquant_float(type, xb[r], yb[c]->d, is);
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = sumf[r][c];
+}
+
+#define KQUANT_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+    static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
+                                  size_t lda, int C, float *out, size_t ldo) {                     \
+        if (R == RT && C == CT) KFN(kquant_tile)(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);       \
+        else if (R == 1 && C == CT) KFN(kquant_tile)(TYPE, n, w, ldw, 1, a, lda, CT, out, ldo);    \
+        else if (R == RT1 && C == 1) KFN(kquant_tile)(TYPE, n, w, ldw, RT1, a, lda, 1, out, ldo);  \
+        else KFN(kquant_tile)(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                            \
+    }                                                                                              \
+    static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
+                                  size_t lda, int nc, float *out, size_t ldo) {                    \
+        gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);           \
+    }                                                                                              \
+    static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
+        KFN(kquant_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
+    }
+
+KQUANT_KERNELS(q2_K, EL_Q2_K, 2, 2, 2)
+KQUANT_KERNELS(q3_K, EL_Q3_K, 2, 2, 2)
+KQUANT_KERNELS(q4_K, EL_Q4_K, 2, 2, 2)
+KQUANT_KERNELS(q5_K, EL_Q5_K, 2, 2, 2)
+KQUANT_KERNELS(q6_K, EL_Q6_K, 2, 2, 2)
+#undef KQUANT_KERNELS
+
+static void KFN(register)(el_type_traits *t) {
+#define SET(id, name) t[id].vec_dot = KFN(name##_vec_dot), t[id].gemm = KFN(name##_gemm)
+    SET(EL_Q4_0, q4_0);
+    SET(EL_Q4_1, q4_1);
+    SET(EL_Q5_0, q5_0);
+    SET(EL_Q5_1, q5_1);
+    SET(EL_Q8_0, q8_0);
+    SET(EL_Q2_K, q2_K);
+    SET(EL_Q3_K, q3_K);
+    SET(EL_Q4_K, q4_K);
+    SET(EL_Q5_K, q5_K);
+    SET(EL_Q6_K, q6_K);
+#undef SET
+}

@@ -1,0 +1,72 @@
+/* Plain-C helpers shared by the x86 kernel files (x86_avx2.c, x86_avx512.c): K-quant scale
+ * unpacking and the weight prefetch cursor. No intrinsics, so any target may include it. */
+#ifndef EDGELLM_X86_COMMON_H
+#define EDGELLM_X86_COMMON_H
+
+#include "el_internal.h"
+
+/* 8 scales and 8 mins of a Q4_K / Q5_K super-block (6 bits each in 12 bytes, ggml's
+ * get_scale_min_k4): j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4: sc = (q[j+4] & 15) |
+ * (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4. Done four bytes at a time; sc and m
+ * get the bytes as little-endian words (callers build vectors from them: no store-to-load
+ * round trip). */
+static inline void k4_scales_mins(const uint8_t *q, uint32_t sc[2], uint32_t m[2]) {
+    uint32_t w[3];
+    memcpy(w, q, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    sc[0] = w[0] & lo6;
+    m[0] = w[1] & lo6;
+    sc[1] = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
+    m[1] = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
+}
+
+/* 16 scales of a Q3_K super-block, still +32 (kquants_generic.c q3_K_scale): low nibbles in
+ * bytes 0..7 (scales 0..7 low halves, 8..15 high halves), top two bits of scale j at bit
+ * 2*(j/4) of byte 8 + j%4. Four little-endian words of four scales. */
+static inline void q3_K_scales_biased(const uint8_t *s, uint32_t v[4]) {
+    uint32_t w[3];
+    memcpy(w, s, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    v[0] = (w[0] & lo4) | ((w[2] & lo2) << 4);
+    v[1] = (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4);
+    v[2] = ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4);
+    v[3] = ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4);
+}
+
+/* Decode streams the weight rows from DRAM (through 4 KB pages of the mapped file), and the
+ * hardware prefetchers follow several interleaved row streams poorly. A tile of R rows reads its
+ * rows side by side, then gemm moves on to the next R rows; the cursor points at what the tile
+ * (or the next ones) will read PF_DIST bytes of total progress from now, i.e. PF_DIST / R bytes
+ * further along every row, continuing into the following tiles' rows. 8 KB measured best on a
+ * Zen 5 (1 KB reached half the bandwidth). */
+#define PF_DIST 8192
+
+typedef struct {
+    const uint8_t *row;  /* row 0 of the tile being prefetched */
+    size_t off;          /* offset in its rows */
+    size_t row_len;      /* bytes of row data */
+    size_t tile_stride;  /* R * ldw: the next tile */
+} pf_cursor;
+
+static inline pf_cursor pf_start(const uint8_t *w, size_t ldw, int R, size_t row_len) {
+    const size_t ahead = PF_DIST / (size_t)R;
+    pf_cursor p = {w, ahead, row_len, (size_t)R * ldw};
+    if (row_len) {
+        p.row += ahead / row_len * p.tile_stride;
+        p.off = ahead % row_len;
+    }
+    return p;
+}
+
+/* prefetch `bytes` more of every row, then advance */
+static inline void pf_step(pf_cursor *p, int R, size_t ldw, size_t bytes) {
+    for (int r = 0; r < R; r++)
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p->row + (size_t)r * ldw + p->off + o, 0, 3);
+    p->off += bytes;
+    while (p->off >= p->row_len && p->row_len) {
+        p->off -= p->row_len;
+        p->row += p->tile_stride;
+    }
+}
+
+#endif

@@ -1,0 +1,407 @@
+"""x86 SIMD kernels (csrc/x86_avx2.c, x86_avx2_dots.h, x86_avx512.c) against the generic twins,
+on every ISA this machine runs.
+
+What is checked, per weight type and ISA:
+- gemm is bit-identical to the same ISA's vec_dot for every (row, column), whatever the tile
+  position and size (so prefill and token-by-token decode give identical logits);
+- a matmul through the dispatch (el_matmul: activation quantization + gemm tiles + threads)
+  agrees with the generic path within 1e-5 of the sum of |products|, and its single-row results
+  equal the rows of a 17-row run bit-exactly;
+- llama.cpp's test-quantize-fns dot-product bound against the float dot;
+- the SIMD activation quantizers write the same bytes as the reference quantize_row_*_ref.
+
+The registered kernels themselves are reached through the library's `el_traits` table (cffi in
+ABI mode on the same shared object; the struct mirrors el_type_traits in csrc/el_internal.h).
+"""
+
+from __future__ import annotations
+
+import os
+
+import cffi
+import numpy as np
+import pytest
+
+from edgellm.kernels import ISA_NAMES, c_module, quant_ops
+from edgellm.quants import BLOCK_DTYPES, QType, type_info
+
+_mod = c_module()
+pytestmark = pytest.mark.skipif(_mod is None, reason="C kernels not built (python csrc/build_ffi.py)")
+
+TYPES = [QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0,
+         QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K]
+K_TYPES = {QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K}
+WITH_MIN = {QType.Q4_1, QType.Q5_1}  # q*d + m, dotted through the activation's s
+
+# tests/test-quantize-fns.cpp
+MAX_DOT_PRODUCT_ERROR = {QType.Q2_K: 0.04}
+DEFAULT_DOT_ERROR = 0.02
+TEST_SIZE = 32 * 128
+REL_TOL = 1e-5  # of the sum of |products|
+
+_ABI = cffi.FFI()
+_ABI.cdef("""
+typedef void (*el_from_float_fn)(const float *x, void *y, int64_t k);
+typedef void (*el_to_float_fn)(const void *x, float *y, int64_t k);
+typedef void (*el_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+typedef void (*el_gemm_fn)(int n, const void *w, size_t ldw, int nr,
+                           const void *a, size_t lda, int nc, float *out, size_t ldo);
+typedef struct {
+    int blck; int size; int vec_dot_type;
+    el_from_float_fn from_float; el_to_float_fn to_float; el_vec_dot_fn vec_dot; el_gemm_fn gemm;
+} el_type_traits;
+extern el_type_traits el_traits[40];
+""")
+
+
+def _variants() -> list[str]:
+    """ISA variants to test: avx2 with and without AVX-VNNI, avx512 (where the CPU runs them)."""
+    if _mod is None:
+        return []
+    best = _mod[1].el_cpu_isa_best()
+    out = []
+    if best >= ISA_NAMES.index("avx2") and ISA_NAMES[best] != "neon":
+        out += ["avx2", "avx2-novnni"]
+    if ISA_NAMES[best] == "avx512":
+        out.append("avx512")
+    return out
+
+
+VARIANTS = _variants()
+
+
+class Kernels:
+    """The C library with one ISA selected; restores the default on close."""
+
+    def __init__(self, variant: str):
+        self.ffi, self.lib = _mod
+        self.abi = _abi_lib()
+        self.variant = variant
+        self.select(variant)
+
+    def select(self, variant: str) -> None:
+        isa = variant.split("-")[0]
+        if variant.endswith("-novnni"):
+            os.environ["EDGELLM_X86_VNNI"] = "0"
+        try:
+            got = self.lib.el_set_isa(ISA_NAMES.index(isa))
+        finally:
+            os.environ.pop("EDGELLM_X86_VNNI", None)
+        assert ISA_NAMES[got] == isa
+
+    def close(self) -> None:
+        os.environ.pop("EDGELLM_X86_VNNI", None)
+        self.lib.el_set_isa(-1)
+
+    # -- the registered kernels
+    def traits(self, t: QType):
+        return self.abi.el_traits[int(t)]
+
+    def quantize_act(self, t: QType, x: np.ndarray) -> np.ndarray:
+        """Rows of x quantized by the registered from_float of t's activation type."""
+        act = type_info(t).vec_dot_type
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+        out = np.zeros((x.shape[0], type_info(act).row_bytes(x.shape[1])), dtype=np.uint8)
+        fn = self.abi.el_traits[int(act)].from_float
+        for r in range(x.shape[0]):
+            fn(_ABI.cast("float *", x[r].ctypes.data), _ABI.cast("void *", out[r].ctypes.data), x.shape[1])
+        return out
+
+    def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """out[c, r] = vec_dot(w row r, a row c)."""
+        fn = self.traits(t).vec_dot
+        out = np.zeros((a.shape[0], w.shape[0]), dtype=np.float32)
+        s = _ABI.new("float *")
+        for c in range(a.shape[0]):
+            for r in range(w.shape[0]):
+                fn(n, s, _ABI.cast("void *", w[r].ctypes.data), _ABI.cast("void *", a[c].ctypes.data))
+                out[c, r] = s[0]
+        return out
+
+    def gemm(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, out: np.ndarray, r0: int, nr: int, c0: int, nc: int):
+        """One gemm call on rows r0..r0+nr of w and rows c0..c0+nc of a, into out[c, r]."""
+        fn = self.traits(t).gemm
+        assert fn != _ABI.NULL
+        ldo = out.shape[1]
+        fn(n, _ABI.cast("void *", w[r0].ctypes.data), w.strides[0], nr,
+           _ABI.cast("void *", a[c0].ctypes.data), a.strides[0], nc,
+           _ABI.cast("float *", out.ctypes.data + (c0 * ldo + r0) * 4), ldo)
+
+    # -- through the dispatch
+    def matmul(self, t: QType, w: np.ndarray, n: int, x: np.ndarray, n_threads: int) -> np.ndarray:
+        ffi = self.ffi
+        tensor = ffi.new("el_tensor *")
+        tensor.type = int(t)
+        tensor.data = ffi.from_buffer(w)
+        tensor.ne0 = n
+        tensor.ne1 = w.shape[0]
+        tensor.row_bytes = w.shape[1]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.full((x.shape[0], w.shape[0]), np.nan, dtype=np.float32)
+        rc = self.lib.el_matmul(tensor, ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("float[]", y), n_threads)
+        assert rc == 0
+        return y
+
+
+_abi_cache: list = []
+
+
+def _abi_lib():
+    """The same shared object, opened in ABI mode for its el_traits table."""
+    if not _abi_cache:
+        from edgellm import _kernels  # type: ignore[attr-defined]
+
+        _abi_cache.append(_ABI.dlopen(_kernels.__file__))
+    return _abi_cache[0]
+
+
+@pytest.fixture(params=VARIANTS)
+def kern(request):
+    k = Kernels(request.param)
+    yield k
+    k.close()
+
+
+# ---------------------------------------------------------------- data
+
+def _row_len(t: QType) -> int:
+    if t in K_TYPES:
+        return 3 * 256
+    if type_info(t).block_size == 32:
+        return 19 * 32  # an odd number of blocks, more than 16
+    return 203  # float types: not a multiple of 8
+
+
+def _weights(t: QType, rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows quantized by the reference quantizer from values of varied scale per row."""
+    x = rng.standard_normal((rows, n)).astype(np.float32) * np.exp(rng.uniform(-3, 3, (rows, 1))).astype(np.float32)
+    x[:, :32] += rng.uniform(-2, 2, (rows, 1)).astype(np.float32)  # blocks with an offset
+    return quant_ops.quantize_rows(t, x)
+
+
+def _raw_weights(t: QType, rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Random bytes (every bit pattern of the quants, e.g. -128 in Q8_0) with finite scales."""
+    info = type_info(t)
+    raw = rng.integers(0, 256, size=(rows, info.row_bytes(n)), dtype=np.uint8)
+    if t in BLOCK_DTYPES:
+        blocks = raw.reshape(-1).view(BLOCK_DTYPES[t])
+        for field in ("d", "m", "dmin"):
+            if field in blocks.dtype.names:
+                blocks[field] = (rng.standard_normal(blocks.size) * 10.0 ** rng.integers(-4, 2, blocks.size)).astype(np.float16)
+    elif t == QType.F32:
+        raw[:] = rng.standard_normal((rows, n)).astype(np.float32).view(np.uint8)
+    elif t == QType.F16:
+        raw[:] = rng.standard_normal((rows, n)).astype(np.float16).view(np.uint8)
+    else:  # BF16: the top halves of floats
+        raw[:] = (rng.standard_normal((rows, n)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    return raw
+
+
+def _acts(m: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    x = rng.standard_normal((m, n)).astype(np.float32) * np.exp(rng.uniform(-2, 2, (m, 1))).astype(np.float32)
+    x[:, 40:72] = 0.0  # an all-zero block for every activation type
+    return x
+
+
+def _dequant_acts(t: QType, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Activation values as the reference quantizes them (and the Q8_1 s per block)."""
+    act = type_info(t).vec_dot_type
+    q = quant_ops.quantize_rows(act, x)
+    if act in (QType.F32, QType.F16, QType.BF16):
+        return quant_ops.dequantize_rows(act, q, x.shape[1]), None
+    b = q.reshape(-1).view(BLOCK_DTYPES[act])
+    vals = (b["qs"].astype(np.float64) * b["d"].astype(np.float64)[:, None]).reshape(x.shape)
+    s = b["s"].astype(np.float64).reshape(x.shape[0], -1) if act == QType.Q8_1 else None
+    return vals, s
+
+
+def _magnitude(t: QType, w: np.ndarray, n: int, x: np.ndarray) -> np.ndarray:
+    """[m, rows] sum over the dot's float terms of their magnitude: sum |w_i a_i| with every part
+    of a weight counted positive (q*|d| + |m| for Q4_1/Q5_1, d*sc*q + |dmin|*m for the K-quants
+    with mins), plus sum |m * s| over blocks where the weight min meets the activation's s."""
+    wm = w.copy()
+    if t in BLOCK_DTYPES:
+        b = wm.reshape(-1).view(BLOCK_DTYPES[t])
+        for f in ("d", "m"):
+            if f in b.dtype.names:
+                b[f] = np.abs(b[f])
+        if "dmin" in b.dtype.names:
+            b["dmin"] = -np.abs(b["dmin"])
+    wv = np.abs(quant_ops.dequantize_rows(t, wm, n).astype(np.float64))
+    av, s = _dequant_acts(t, x)
+    mag = np.abs(av) @ wv.T
+    if t in WITH_MIN:
+        mins = np.abs(w.reshape(-1).view(BLOCK_DTYPES[t])["m"].astype(np.float64)).reshape(w.shape[0], -1)
+        mag += np.abs(s) @ mins.T
+    return mag
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+# ---------------------------------------------------------------- what each variant registers
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _kernel_addrs(variant: str) -> dict:
+    k = Kernels(variant)
+    try:
+        return {t: (int(_ABI.cast("intptr_t", k.traits(t).vec_dot)), int(_ABI.cast("intptr_t", k.traits(t).gemm)))
+                for t in TYPES}
+    finally:
+        k.close()
+
+
+@pytest.mark.skipif(not VARIANTS, reason="no x86 SIMD ISA on this CPU")
+def test_variants_register_their_own_kernels():
+    """Each variant replaces every generic kernel, with a gemm; AVX-VNNI and AVX-512 VNNI (when
+    the CPU has them, per /proc/cpuinfo) bring kernels of their own for the quantized types."""
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags")
+    generic = _kernel_addrs("generic")
+    addrs = {v: _kernel_addrs(v) for v in VARIANTS}
+    quantized = [t for t in TYPES if type_info(t).block_size > 1]
+    for v, got in addrs.items():
+        for t in TYPES:
+            assert got[t][0] != generic[t][0] and got[t][1] != 0, (v, t.name)
+    if "avx_vnni" in flags:
+        assert all(addrs["avx2"][t] != addrs["avx2-novnni"][t] for t in quantized)
+    if "avx512" in addrs and {"avx512_vnni", "avx512dq"} <= flags:
+        assert all(addrs["avx512"][t] != addrs["avx2"][t] for t in quantized)
+
+
+# ---------------------------------------------------------------- gemm == vec_dot, bit for bit
+
+@pytest.mark.parametrize("raw", [False, True], ids=["quantized", "raw"])
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_gemm_bit_identical_to_vec_dot(kern, t, raw):
+    rng = np.random.default_rng(int(t) * 7 + raw)
+    n, rows, cols = _row_len(t), 21, 11
+    w = _raw_weights(t, rows, n, rng) if raw else _weights(t, rows, n, rng)
+    a = kern.quantize_act(t, _acts(cols, n, rng))
+    want = kern.vec_dot_all(t, n, w, a)
+    assert np.all(np.isfinite(want))
+    # one call over everything, engine-sized tiles, and odd offsets / sizes
+    for tiles in ([(0, rows, 0, cols)],
+                  [(r, min(16, rows - r), c, min(8, cols - c)) for r in range(0, rows, 16) for c in range(0, cols, 8)],
+                  [(r, min(5, rows - r), c, min(3, cols - c)) for r in range(0, rows, 5) for c in range(0, cols, 3)],
+                  [(1, rows - 1, 0, 1), (0, 1, 0, cols), (1, rows - 1, 1, cols - 1)]):
+        out = np.full((cols, rows), np.nan, dtype=np.float32)
+        for r0, nr, c0, nc in tiles:
+            kern.gemm(t, n, w, a, out, r0, nr, c0, nc)
+        covered = np.isfinite(out)
+        np.testing.assert_array_equal(_bits(out)[covered], _bits(want)[covered], err_msg=f"tiles {tiles}")
+
+
+# ---------------------------------------------------------------- through the dispatch vs generic
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("m", [1, 3, 8, 17])
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_matmul_matches_generic(kern, t, m, n_threads):
+    rng = np.random.default_rng(1000 + int(t) * 31 + m)
+    n, rows = _row_len(t), 37
+    w = _weights(t, rows, n, rng)
+    x = _acts(m, n, rng)
+    kern.select("generic")
+    want = kern.matmul(t, w, n, x, 1)
+    kern.select(kern.variant)
+    got = kern.matmul(t, w, n, x, n_threads)
+    err = np.abs(got.astype(np.float64) - want)
+    bound = REL_TOL * _magnitude(t, w, n, x) + 1e-30
+    assert np.all(err <= bound), f"worst error / bound {np.max(err / bound):.3g}"
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
+def test_decode_rows_equal_batch_rows(variant, t, n_threads):
+    """Each activation row alone (decode) gives the same bits as inside a batch of 17 (prefill)."""
+    k = Kernels(variant)
+    try:
+        rng = np.random.default_rng(3000 + int(t))
+        n, rows = _row_len(t), 37
+        w = _weights(t, rows, n, rng)
+        x = _acts(17, n, rng)
+        batch = k.matmul(t, w, n, x, n_threads)
+        for c in (0, 5, 8, 16):
+            one = k.matmul(t, w, n, x[c:c + 1], n_threads)
+            np.testing.assert_array_equal(_bits(one[0]), _bits(batch[c]), err_msg=f"row {c}")
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_raw_blocks_match_generic(kern, t):
+    """Every bit pattern of the quants and scales of both signs and many magnitudes."""
+    rng = np.random.default_rng(2000 + int(t))
+    n, rows = _row_len(t), 19
+    w = _raw_weights(t, rows, n, rng)
+    x = _acts(9, n, rng)
+    kern.select("generic")
+    want = kern.matmul(t, w, n, x, 1)
+    kern.select(kern.variant)
+    got = kern.matmul(t, w, n, x, 2)
+    err = np.abs(got.astype(np.float64) - want)
+    bound = REL_TOL * _magnitude(t, w, n, x) + 1e-30
+    assert np.all(err <= bound), f"worst error / bound {np.max(err / bound):.3g}"
+
+
+# ---------------------------------------------------------------- llama.cpp's bound
+
+def _synthetic(n: int, offset: float) -> np.ndarray:
+    """test-quantize-fns' generate_data: 0.1 + 2 * cos(i + offset)."""
+    c = np.cos(np.arange(n, dtype=np.float32) + np.float32(offset)).astype(np.float64)
+    return (0.1 + 2.0 * c).astype(np.float32)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_dot_product_error(kern, t):
+    x = _synthetic(TEST_SIZE, 0.0)
+    y = _synthetic(TEST_SIZE, 1.0)
+    w = quant_ops.quantize_rows(t, x)
+    got = float(kern.matmul(t, w, TEST_SIZE, y[None, :], 1)[0, 0])
+    ref = float(np.dot(x.astype(np.float64), y.astype(np.float64)))
+    assert abs(got - ref) / TEST_SIZE < MAX_DOT_PRODUCT_ERROR.get(t, DEFAULT_DOT_ERROR)
+
+
+# ---------------------------------------------------------------- activation quantizers
+
+def _act_data(n: int, rng: np.random.Generator) -> np.ndarray:
+    rows = [rng.standard_normal(n) * 10.0 ** e for e in (-30, -3, 0, 4)]
+    ties = np.zeros(n)  # max 127 -> d = 1: every x.5 is a rounding tie
+    ties[:] = rng.integers(-254, 255, n) / 2.0
+    ties[::32] = 127.0
+    rows.append(ties)
+    sym = rng.standard_normal(n)  # the largest magnitude twice with both signs: first one wins
+    sym[::64] = 0.0
+    sym[5::64] = -9.0
+    sym[9::64] = 9.0
+    rows.append(sym)
+    zero = rng.standard_normal(n)
+    zero[:256] = 0.0  # all-zero blocks (and a negative zero)
+    zero[7] = -0.0
+    rows.append(zero)
+    return np.array(rows, dtype=np.float32)
+
+
+@pytest.mark.parametrize("act", [QType.Q8_0, QType.Q8_1, QType.Q8_K], ids=lambda t: t.name)
+def test_activation_quantizer_bytes(kern, act):
+    rng = np.random.default_rng(int(act))
+    x = _act_data(1024, rng)
+    weight = {QType.Q8_0: QType.Q8_0, QType.Q8_1: QType.Q4_1, QType.Q8_K: QType.Q4_K}[act]
+    got = kern.quantize_act(weight, x)
+    want = quant_ops.quantize_rows(act, x)
+    for r in range(x.shape[0]):
+        np.testing.assert_array_equal(got[r], want[r], err_msg=f"row {r}")
