@@ -337,18 +337,8 @@ FLOAT_KERNELS(bf16, EL_BF16)
 #undef FLOAT_KERNELS
 
 /* ------------------------------------------------------------------------------------------ */
-/* activation quantizers: the same bytes as quantize_row_q8_0_ref / q8_1_ref / q8_K_ref       */
-
-/* C's roundf (halves away from zero) of every lane: trunc, then +-1 where |fraction| >= 0.5
- * (v - trunc(v) is exact for |v| < 2^23) */
-static inline __m256i roundf_epi32(__m256 v) {
-    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
-    const __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one);
-    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
-}
+/* activation quantizers: the same bytes as the generic quantize_row_q8_0 / q8_1 (x * 127/max,
+ * ties to even: the default rounding of cvtps2dq) and quantize_row_q8_K_ref                   */
 
 /* four vectors of 8 int32 in [-128, 127] -> 32 int8 in order */
 static inline __m256i pack_i8(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
@@ -363,8 +353,8 @@ static inline float hmax256(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* one 32-value block: d = max|x| / 127 (returned; y->d gets its half), qs = roundf(x / d);
- * *sum = sum(qs) */
+/* one 32-value block: d = max|x| / 127 (returned; y->d gets its half),
+ * qs = round-half-even(x * (127 / max|x|)); *sum = sum(qs) */
 static inline float q8_block(const float *x, el_half *yd, int8_t *qs, int *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4];
@@ -373,12 +363,13 @@ static inline float q8_block(const float *x, el_half *yd, int8_t *qs, int *sum) 
         v[j] = _mm256_loadu_ps(x + 8 * j);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
     }
-    const float d = hmax256(amax) / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float am = hmax256(amax);
+    const float d = am / 127;
+    const float id = am != 0.0f ? 127.0f / am : 0.0f;
     *yd = el_float_to_half(d);
     const __m256 idv = _mm256_set1_ps(id);
     __m256i q[4];
-    for (int j = 0; j < 4; j++) q[j] = roundf_epi32(_mm256_mul_ps(v[j], idv));
+    for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv));
     _mm256_storeu_si256((__m256i *)qs, pack_i8(q[0], q[1], q[2], q[3]));
     if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
     return d;
