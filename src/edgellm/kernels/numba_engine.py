@@ -115,7 +115,12 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: boo
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608028654) * x * (1.0 + np.float32(0.044715) * x * x)))
+    """GELU (tanh form) at half precision, as csrc/ops.c (and ggml) compute it: input rounded to
+    f16, result rounded to f16, |x| >= 10 passing through."""
+    h = x.astype(np.float16).astype(np.float32)
+    g = 0.5 * h * (1.0 + np.tanh(np.float32(0.7978845608028654) * h * (1.0 + np.float32(0.044715) * h * h)))
+    g = g.astype(np.float32).astype(np.float16).astype(np.float32)
+    return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, g)).astype(np.float32)
 
 
 def _silu(x):
@@ -332,6 +337,8 @@ class NumbaEngine:
         group = cfg.n_head // cfg.n_head_kv
         Kh = np.repeat(K, group, axis=0)  # [H, S, hk]
         Vh = np.repeat(V, group, axis=0)
+        # q and the softmax weights are rounded to f16, as in csrc/engine.c's attention()
+        q = q.astype(np.float16).astype(np.float32)
         scores = np.einsum("nhd,hsd->nhs", q, Kh) * np.float32(cfg.attn_scale)
         if cfg.attn_softcap > 0:
             scores = cfg.attn_softcap * np.tanh(scores / cfg.attn_softcap)
@@ -341,9 +348,10 @@ class NumbaEngine:
             visible &= (p - pos[None, :]) < cfg.n_swa
         scores = np.where(visible[:, None, :], scores, -np.inf)
         mx = scores.max(axis=-1, keepdims=True)
-        e = np.exp(scores - mx)
-        e /= e.sum(axis=-1, keepdims=True)
-        return np.einsum("nhs,hsd->nhd", e.astype(np.float32), Vh).astype(np.float32)
+        e = np.exp(scores - mx).astype(np.float32)
+        inv = (1.0 / e.astype(np.float64).sum(axis=-1, keepdims=True)).astype(np.float32)
+        p = (e * inv).astype(np.float16).astype(np.float32)
+        return np.einsum("nhs,hsd->nhd", p, Vh).astype(np.float32)
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         h = _rmsnorm(x, self.output_norm, self.cfg.norm_eps)

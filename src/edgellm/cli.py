@@ -1,0 +1,224 @@
+"""The `edgellm` command: a thin shell over edgellm.api.
+
+    edgellm run [MODEL]              chat in the terminal (default model from models.toml)
+    edgellm generate MODEL -p TEXT   print a completion
+    edgellm models | pull ALIAS      what we know / fetch it
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from . import __version__
+from .errors import EdgeLLMError
+
+HELP_TEXT = """Commands:
+  /help          show this help
+  /reset         forget the conversation (keeps the system prompt)
+  /exit, /quit   leave (or press Ctrl-D)
+Ctrl-C stops the answer being written; Ctrl-D on an empty line leaves."""
+
+
+def _user_errors(fn):
+    """EdgeLLMError and bad values become one readable line and exit status 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EdgeLLMError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (ValueError, TypeError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def _sampling_options(fn):
+    options = [
+        click.option("--temp", "temperature", type=float, default=None, help="Temperature (0 = greedy). [0.8]"),
+        click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens (0 = off). [40]"),
+        click.option("--top-p", type=float, default=None, help="Nucleus sampling mass (1 = off). [0.95]"),
+        click.option("--min-p", type=float, default=None, help="Drop tokens below min_p x the top probability. [0.05]"),
+        click.option("--repeat-penalty", type=float, default=None, help="Penalty for repeated tokens (1 = off). [1.0]"),
+        click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this. [0]"),
+        click.option("--presence-penalty", type=float, default=None, help="Subtract this once a token appeared. [0]"),
+        click.option("--seed", type=int, default=None, help="Random seed (same seed, same text)."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _model_options(fn):
+    options = [
+        click.option("-c", "--ctx-size", "n_ctx", type=int, default=4096, show_default=True,
+                     help="Context length in tokens (0 = the model's)."),
+        click.option("-t", "--threads", "n_threads", type=int, default=None,
+                     help="Threads (default: physical cores)."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _sampling(kw: dict) -> dict:
+    keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed")
+    return {k: kw.pop(k) for k in keys if k in kw}
+
+
+def _load(model: str, n_ctx: int, n_threads, seed=None):
+    from .api import LLM
+
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
+
+
+def _stats_line(llm) -> str:
+    s = llm.last_stats
+    return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
+            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | {llm.backend}, {llm.n_threads} threads]")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgellm")
+def main():
+    """Run GGUF language models fast on this CPU."""
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("-s", "--system", default=None, help="System prompt.")
+@click.option("-n", "--max-tokens", type=int, default=None, help="Longest answer in tokens (default: no limit).")
+@click.option("-v", "--verbose", is_flag=True, help="Show prompt and decode speed after each answer.")
+@_model_options
+@_sampling_options
+@_user_errors
+def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
+    """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
+    from .registry import default_alias
+
+    try:  # line editing and history where the platform has it
+        import readline  # noqa: F401
+    except ImportError:
+        pass
+    model = model or default_alias()
+    sampling = _sampling(kw)
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
+               "Type /help for commands, Ctrl-D to leave.", err=True)
+    base = [{"role": "system", "content": system}] if system else []
+    messages = list(base)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            click.echo("")
+            return
+        except KeyboardInterrupt:
+            click.echo("\n(Ctrl-D or /exit leaves)")
+            continue
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            cmd = text.split()[0].lower()
+            if cmd in ("/exit", "/quit", "/bye"):
+                return
+            if cmd == "/help":
+                click.echo(HELP_TEXT)
+            elif cmd == "/reset":
+                messages = list(base)
+                click.echo("(conversation cleared)")
+            else:
+                click.echo(f"unknown command {cmd}; /help lists them")
+            continue
+        messages.append({"role": "user", "content": line})
+        answer = []
+        try:
+            for piece in llm.chat(messages, stream=True, max_tokens=max_tokens, **sampling):
+                answer.append(piece)
+                click.echo(piece, nl=False)
+        except KeyboardInterrupt:
+            click.echo(" [stopped]", nl=False)
+        except EdgeLLMError as exc:
+            click.echo(f"\nerror: {exc}", err=True)
+            messages.pop()
+            continue
+        click.echo("")
+        messages.append({"role": "assistant", "content": "".join(answer)})
+        if verbose:
+            click.echo(_stats_line(llm), err=True)
+
+
+@main.command()
+@click.argument("model")
+@click.option("-p", "--prompt", required=True, help="Text to complete ('-' reads standard input).")
+@click.option("-n", "--max-tokens", type=int, default=128, show_default=True, help="Tokens to generate.")
+@click.option("--stop", multiple=True, help="Stop before this text (repeatable).")
+@click.option("-v", "--verbose", is_flag=True, help="Print speed figures to stderr.")
+@_model_options
+@_sampling_options
+@_user_errors
+def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
+    """Print MODEL's completion of a prompt."""
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    sampling = _sampling(kw)
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    try:
+        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, **sampling):
+            click.echo(piece, nl=False)
+    finally:
+        click.echo("")
+    if verbose:
+        click.echo(_stats_line(llm), err=True)
+
+
+@main.command()
+@_user_errors
+def models():
+    """List the models edgellm knows (models.toml) and which are cached."""
+    from .registry import home, list_models
+
+    entries = list_models()
+    width = max(len(e.alias) for e in entries) if entries else 10
+    for e in entries:
+        mark = "*" if e.default else " "
+        size = f"{e.size / 1e6:6.0f} MB" if e.size else "    ? MB"
+        state = "cached" if e.cached else "-"
+        note = "" if e.verified else " (no sha256 pinned: not verified)"
+        click.echo(f"{mark} {e.alias:<{width}}  {size}  {state:<6}  {e.description}{note}")
+    click.echo(f"(* default; cache: {home() / 'models'})")
+
+
+@main.command()
+@click.argument("alias")
+@click.option("--force", is_flag=True, help="Fetch again even if cached.")
+@_user_errors
+def pull(alias, force):
+    """Fetch ALIAS into the cache (verifying its sha256)."""
+    from .registry import pull as _pull
+
+    path = _pull(alias, progress=True, force=force)
+    click.echo(str(path))
+
+
+def _add_optional_commands():
+    try:
+        from .tools.commands import info, perplexity, quantize
+    except ImportError:
+        return
+    for cmd in (quantize, perplexity, info):
+        main.add_command(cmd)
+
+
+_add_optional_commands()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Byte-level BPE (`tokenizer.ggml.model == "gpt2"`), as llama.cpp's llm_tokenizer_bpe_session:
+pre-tokenize, map each word's UTF-8 bytes to printable characters (GPT-2's bytes_to_unicode),
+then repeatedly merge the adjacent pair with the lowest merge rank (leftmost first on ties)."""
+
+from __future__ import annotations
+
+import heapq
+
+from .pretokenize import Splitter
+from .vocab import Vocab
+
+_CACHE_LIMIT = 1 << 16  # pre-tokens remembered (word -> ids); cleared when full
+_CACHE_MAX_LEN = 64     # longer pre-tokens (long runs of spaces, symbols) are not remembered
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte -> character map: printable Latin-1 bytes map to themselves, the other 68
+    bytes to U+0100 upwards, in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = [""] * 256
+    for b in printable:
+        chars[b] = chr(b)
+    extra = 0
+    for b in range(256):
+        if not chars[b]:
+            chars[b] = chr(0x100 + extra)
+            extra += 1
+    return chars
+
+
+BYTE_CHARS = _byte_chars()
+CHAR_TO_BYTE = {c: b for b, c in enumerate(BYTE_CHARS)}
+# str.translate table: a Latin-1 character (one raw byte) -> its printable stand-in
+_ENCODE_TABLE = {b: c for b, c in enumerate(BYTE_CHARS)}
+
+
+def byte_encode(text: str) -> str:
+    return text.encode("utf-8").decode("latin-1").translate(_ENCODE_TABLE)
+
+
+class BpeEncoder:
+    """Text (without special tokens) -> ids, remembering the ids of recent pre-tokens."""
+
+    def __init__(self, vocab: Vocab):
+        self._token_to_id = vocab.token_to_id
+        self._ignore_merges = vocab.ignore_merges
+        self._splitter = Splitter(vocab.pre)
+        # "left right" -> rank; the first of duplicate rules wins, as in llama.cpp (emplace)
+        merges = vocab.merges
+        self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+        self._cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        cache = self._cache
+        for word in self._splitter.split(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(byte_encode(word))
+                if len(word) <= _CACHE_MAX_LEN:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = ids
+            out.extend(ids)
+        return out
+
+    def _encode_word(self, word: str) -> list[int]:
+        get = self._token_to_id.get
+        if not word:
+            return []
+        if self._ignore_merges and word in self._token_to_id:
+            return [self._token_to_id[word]]
+        ranks = self._ranks
+        syms = list(word)  # one symbol per character; a merged-away symbol becomes ""
+        n = len(syms)
+        prev = list(range(-1, n - 1))
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        heap = []
+        for i in range(n - 1):
+            rank = ranks.get(syms[i] + " " + syms[i + 1])
+            if rank is not None:
+                heap.append((rank, i, i + 1, syms[i] + syms[i + 1]))
+        heapq.heapify(heap)
+        while heap:
+            _, left, right, text = heapq.heappop(heap)
+            a, b = syms[left], syms[right]
+            if not a or not b or a + b != text:
+                continue  # outdated pair
+            syms[left], syms[right] = text, ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+            before = prev[left]
+            if before >= 0:
+                rank = ranks.get(syms[before] + " " + text)
+                if rank is not None:
+                    heapq.heappush(heap, (rank, before, left, syms[before] + text))
+            if after >= 0:
+                rank = ranks.get(text + " " + syms[after])
+                if rank is not None:
+                    heapq.heappush(heap, (rank, left, after, text + syms[after]))
+        out = []
+        for s in syms:
+            if not s:
+                continue
+            tid = get(s)
+            if tid is not None:
+                out.append(tid)
+            else:
+                # llama.cpp falls back to one token per byte of the symbol's text; only ASCII
+                # bytes can be whole tokens, the rest are dropped
+                out.extend(get(c) for c in s if c < "\x80" and c in self._token_to_id)
+        return out

@@ -1,0 +1,100 @@
+"""Tiny random llama / gemma3 GGUF models, written with gguf-py's writer, for engine tests.
+
+Shapes are the smallest that every quant type accepts (row lengths multiple of 256 for the
+K-quants). Weights are random normal; norms are near 1. The vocabulary is a small SPM one
+(control tokens + 256 byte tokens + a few words), so `edgellm.LLM` can load these files too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFValueType as VT
+
+from edgellm.kernels.quant_ops import BACKENDS, quantize_rows
+from edgellm.quants import QType
+from gguf_builders import write_gguf
+
+WORDS = ["▁the", "▁a", "▁cat", "▁dog", "▁sat", "▁on", "▁mat", "▁hello", "▁world", "<|im_start|>", "<|im_end|>"]
+
+
+def vocab() -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + WORDS
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i + 1) for i in range(len(WORDS))]
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(WORDS) - 2) + [3, 3]  # unknown, control, byte, normal
+    return tokens, scores, types
+
+
+def _quant_backend() -> str:
+    from edgellm.kernels import c_module
+
+    return "c" if c_module() is not None else BACKENDS[1]
+
+
+def _weight(rng, qtype: QType, rows: int, cols: int, scale: float):
+    w = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    if qtype == QType.F32:
+        return w
+    if qtype == QType.F16:
+        return w.astype(np.float16)
+    return (qtype, quantize_rows(qtype, w, _quant_backend()))
+
+
+def tiny_model(path: Path, arch: str = "llama", qtype: QType = QType.Q8_0, *, n_layer: int | None = None,
+               n_embd: int = 256, n_head: int = 4, n_head_kv: int = 2, head_dim: int = 64, n_ff: int = 512,
+               n_swa: int = 8, seed: int = 0, tied: bool = True, ctx: int = 2048) -> Path:
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = vocab()
+    n_vocab = len(tokens)
+    if n_layer is None:
+        n_layer = 6 if arch == "gemma3" else 2
+    md = {
+        f"{arch}.block_count": (VT.UINT32, n_layer),
+        f"{arch}.context_length": (VT.UINT32, ctx),
+        f"{arch}.embedding_length": (VT.UINT32, n_embd),
+        f"{arch}.feed_forward_length": (VT.UINT32, n_ff),
+        f"{arch}.attention.head_count": (VT.UINT32, n_head),
+        f"{arch}.attention.head_count_kv": (VT.UINT32, n_head_kv),
+        f"{arch}.attention.key_length": (VT.UINT32, head_dim),
+        f"{arch}.attention.value_length": (VT.UINT32, head_dim),
+        f"{arch}.attention.layer_norm_rms_epsilon": (VT.FLOAT32, 1e-6),
+        f"{arch}.rope.freq_base": (VT.FLOAT32, 10000.0),
+        "tokenizer.ggml.model": (VT.STRING, "llama"),
+        "tokenizer.ggml.tokens": (VT.ARRAY, tokens, VT.STRING),
+        "tokenizer.ggml.scores": (VT.ARRAY, scores, VT.FLOAT32),
+        "tokenizer.ggml.token_type": (VT.ARRAY, types, VT.INT32),
+        "tokenizer.ggml.bos_token_id": (VT.UINT32, 1),
+        "tokenizer.ggml.eos_token_id": (VT.UINT32, 2),
+        "tokenizer.ggml.unknown_token_id": (VT.UINT32, 0),
+        "tokenizer.ggml.add_bos_token": (VT.BOOL, True),
+    }
+    if arch == "gemma3":
+        md[f"{arch}.attention.sliding_window"] = (VT.UINT32, n_swa)
+        md[f"{arch}.rope.freq_base"] = (VT.FLOAT32, 1000000.0)
+    E, F = n_embd, n_ff
+    qd, kd = n_head * head_dim, n_head_kv * head_dim
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {"token_embd.weight": _weight(rng, qtype, n_vocab, E, 1.0), "output_norm.weight": norm(E)}
+    if not tied:
+        t["output.weight"] = _weight(rng, qtype, n_vocab, E, 0.05)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = norm(E)
+        t[p + "attn_q.weight"] = _weight(rng, qtype, qd, E, E ** -0.5)
+        t[p + "attn_k.weight"] = _weight(rng, qtype, kd, E, E ** -0.5)
+        t[p + "attn_v.weight"] = _weight(rng, qtype, kd, E, E ** -0.5)
+        t[p + "attn_output.weight"] = _weight(rng, qtype, E, qd, qd ** -0.5)
+        t[p + "ffn_norm.weight"] = norm(E)
+        t[p + "ffn_gate.weight"] = _weight(rng, qtype, F, E, E ** -0.5)
+        t[p + "ffn_up.weight"] = _weight(rng, qtype, F, E, E ** -0.5)
+        t[p + "ffn_down.weight"] = _weight(rng, qtype, E, F, F ** -0.5)
+        if arch == "gemma3":
+            t[p + "attn_q_norm.weight"] = norm(head_dim)
+            t[p + "attn_k_norm.weight"] = norm(head_dim)
+            t[p + "post_attention_norm.weight"] = norm(E)
+            t[p + "post_ffw_norm.weight"] = norm(E)
+    return write_gguf(path, md, t, arch=arch)
