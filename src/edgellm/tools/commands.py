@@ -64,7 +64,7 @@ def quantize(src, dst, type_, pure, tensor_types, allow_requantize, threads, qui
     except EdgeLLMError as e:
         raise click.ClickException(str(e)) from None
     try:
-        if quiet:
+        if quiet or not sys.stderr.isatty():
             result = quantize_model(src, dst, ft, pure=pure, overrides=overrides,
                                     allow_requantize=allow_requantize, n_threads=threads, progress=progress)
         else:
@@ -120,6 +120,8 @@ def perplexity(model, text_file, n_ctx, n_batch, threads, n_chunks, save_logits,
             raise click.ClickException(f"{kl_file} was saved with -c {base.n_ctx}, not {n_ctx}")
         ctx = base.n_ctx if base is not None else (n_ctx or 512)
         llm = LLM(model, n_ctx=ctx, n_batch=n_batch or ctx, n_threads=threads)
+        if llm.tokenizer.add_eos:  # llama-perplexity asserts the same
+            raise click.ClickException("this model's tokenizer appends EOS to every text; perplexity cannot use it")
         bos = llm.tokenizer.bos_id if llm.tokenizer.add_bos else None
         if base is not None:
             _run_kl(llm, base, bos, n_chunks)
