@@ -165,11 +165,19 @@ def test_every_type_from_f32(tmp_path, ft):
     check_output(src, tmp_path / "out.gguf", ft)
 
 
-@pytest.mark.parametrize("ft", ["Q4_K_M", "Q8_0", "BF16"])
+@pytest.mark.parametrize("ft", ["Q4_K_M", "Q8_0", "BF16", "F32"])
 def test_from_f16_with_gqa_and_tied_embeddings(tmp_path, ft):
     src = tiny_model(tmp_path / "in.gguf", dtype=np.float16, n_head_kv=1, tied=True, n_layer=4)
     run(src, tmp_path / "out.gguf", ft)
     check_output(src, tmp_path / "out.gguf", ft)
+
+
+@pytest.mark.parametrize("ft", ["Q5_K_M", "F16"])
+def test_from_bf16(tmp_path, ft):
+    src = tiny_model(tmp_path / "in.gguf", n_layer=2)
+    run(src, tmp_path / "bf16.gguf", "BF16")  # not a quantized type: no --allow-requantize needed
+    run(tmp_path / "bf16.gguf", tmp_path / "out.gguf", ft)
+    check_output(tmp_path / "bf16.gguf", tmp_path / "out.gguf", ft)
 
 
 def test_requantize_needs_the_flag(tmp_path):
