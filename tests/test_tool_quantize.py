@@ -429,32 +429,37 @@ def _log_softmax(x):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
+# one file holding every weight type; K types need SmolLM2's 1536-wide ffn_down rows
+EVERY_TYPE_OVERRIDES = ["attn_q=q4_0", "attn_k=q4_1", "attn_v=q5_0", "attn_output=q5_1", "ffn_gate=bf16",
+                        "ffn_up=f16", r"blk\.[0-4]\.ffn_down=q2_k", r"blk\.[5-9]\.ffn_down=q3_k",
+                        r"blk\.1[0-4]\.ffn_down=q4_k", r"blk\.1[5-9]\.ffn_down=q5_k", "ffn_down=q6_k"]
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_quantized_files_load_and_generate(smollm2_f16, tmp_path, fixtures_dir):
-    """Files holding every weight type (F16, BF16, Q4_0..Q8_0, Q2_K..Q6_K) run in edgellm: greedy
-    generation works and the next-token distributions stay close to the F16 model's (mean KL
-    divergence far below what wrong bytes in any tensor would give), closer for more bits."""
+    """A file holding every weight type loads and generates in edgellm, and computes what its
+    weights say: the same file widened back to F16 (the same values) gives nearly the same
+    next-token distributions. A misplaced or misread tensor would put the two nats apart; what
+    remains is the engine's activation quantization (measured: about 0.01 nats)."""
     from edgellm.api import LLM
 
     ids = json.loads((fixtures_dir / "reference" / "smollm2-135m-instruct-q4_1.public.json").read_text())[
-        "teacher_forced"]["ids"][:32]
-    with LLM(smollm2_f16, n_ctx=64, n_threads=2) as llm:
-        base = _log_softmax(llm.logits(ids))
-    kld = {}
-    for ft, extra in [("BF16", []), ("Q8_0", []), ("Q5_K_M", []), ("Q4_K_M", []), ("Q4_1", []),
-                      ("Q3_K_S", []), ("Q2_K", ["--pure"])]:
-        out = tmp_path / f"{ft}.gguf"
-        run(smollm2_f16, out, ft, *extra)
-        with LLM(out, n_ctx=64, n_threads=2) as llm:
-            text = llm.generate(ids[:8], max_tokens=4, temperature=0)
-            assert isinstance(text, str) and llm.last_stats.generated_tokens + (
-                llm.last_stats.stop_reason == "eog") >= 1
-            lp = _log_softmax(llm.logits(ids))
-        kld[ft] = float((np.exp(base) * (base - lp)).sum(axis=1).mean())
-    assert all(np.isfinite(v) for v in kld.values()), kld
-    assert max(kld["BF16"], kld["Q8_0"]) < kld["Q4_K_M"] < kld["Q2_K"], kld
-    assert max(kld.values()) < 1.0, kld
+        "teacher_forced"]["ids"][:24]
+    mixed, wide = tmp_path / "mixed.gguf", tmp_path / "mixed-f16.gguf"
+    run(smollm2_f16, mixed, "Q8_0", *[a for o in EVERY_TYPE_OVERRIDES for a in ("--tensor-type", o)])
+    assert set(types_of(mixed).values()) == {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                                             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+    run(mixed, wide, "F16", "--allow-requantize")
+    with LLM(mixed, n_ctx=32, n_threads=2) as llm:
+        text = llm.generate(ids[:8], max_tokens=4, temperature=0)
+        assert isinstance(text, str)
+        assert llm.last_stats.generated_tokens == 4 or llm.last_stats.stop_reason == "eog"
+        lq = _log_softmax(llm.logits(ids))
+    with LLM(wide, n_ctx=32, n_threads=2) as llm:
+        lw = _log_softmax(llm.logits(ids))
+    kld = float((np.exp(lw) * (lw - lq)).sum(axis=1).mean())
+    assert 0 <= kld < 0.05, kld
 
 
 @pytest.mark.real
