@@ -25,7 +25,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-@click.command(help=f"""Quantize the GGUF model SRC into DST as TYPE, with llama.cpp's tensor type mixes.
+@click.command(short_help="Quantize a GGUF model (llama.cpp's type mixes).", help=f"""Quantize the GGUF model SRC into DST as TYPE, with llama.cpp's tensor type mixes.
 
 TYPE: {_TYPE_HELP}.""")
 @click.argument("src", type=click.Path(dir_okay=False, path_type=Path))
@@ -91,7 +91,7 @@ def _threads_text(threads) -> str:
     return f"{n} thread{'s' if n != 1 else ''}"
 
 
-@click.command()
+@click.command(short_help="Perplexity (or KL divergence) on a text.")
 @click.argument("model")
 @click.option("-f", "--file", "text_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Text to score (UTF-8).")
@@ -178,7 +178,7 @@ def _run_kl(llm, base, bos, n_chunks):
     click.echo(f"Same top p                : {100 * p:6.3f} ± {100 * p_unc:5.3f} %")
 
 
-@click.command()
+@click.command(short_help="Architecture, size, quant mix, metadata of a model.")
 @click.argument("model")
 @click.option("--all", "all_keys", is_flag=True, help="Every metadata key (long arrays abbreviated).")
 @click.option("--tensors", is_flag=True, help="The tensor table.")
