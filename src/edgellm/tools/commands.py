@@ -16,7 +16,7 @@ from ..gguf_file import GGUFFile
 from . import info as info_mod
 from . import perplexity as ppl_mod
 from .quant_mix import FILE_TYPE_ALIASES, FILE_TYPES, parse_file_type, parse_override
-from .quantize import Progress, default_threads, quantize_model
+from .quantize import Progress, default_threads, plan_quantization, quantize_model
 
 _TYPE_HELP = ", ".join(FILE_TYPES) + " (aliases: " + ", ".join(f"{a}={b}" for a, b in FILE_TYPE_ALIASES.items()) + ")"
 
@@ -46,44 +46,43 @@ def quantize(src, dst, type_, pure, tensor_types, allow_requantize, threads, qui
     if overrides and not ft.is_quantized:
         click.echo(f"warning: --tensor-type applies only to quantized types (as in llama.cpp), not {ft.name}",
                    err=True)
-    bar = None
-    notes: dict[str, list[str]] = {}  # note -> tensors it concerns
-
-    def on_tensor(i, n, d, nin, nout):
-        nonlocal bar
-        if d.note:
-            notes.setdefault(d.note, []).append(d.name)
-        if bar is not None:
-            bar.label = f"[{i + 1}/{n}] {d.name[:32]:<32}"
-
-    progress = Progress(tensor=on_tensor)
-    total = None
+    kw = dict(pure=pure, overrides=overrides, allow_requantize=allow_requantize)
     try:
-        with GGUFFile(src) as g:
+        with GGUFFile(src) as g:  # plan first: refusals and fallbacks are said before any work
+            decisions = plan_quantization(g, ft, **kw)
             total = sum(t.nbytes for t in g.tensors.values())
     except EdgeLLMError as e:
         raise click.ClickException(str(e)) from None
+    _say_notes(decisions)
+    progress = Progress()
     try:
         if quiet or not sys.stderr.isatty():
-            result = quantize_model(src, dst, ft, pure=pure, overrides=overrides,
-                                    allow_requantize=allow_requantize, n_threads=threads, progress=progress)
+            result = quantize_model(src, dst, ft, n_threads=threads, progress=progress, **kw)
         else:
             with click.progressbar(length=total, file=sys.stderr, show_pos=False, width=30) as bar:
                 progress.advance = bar.update
-                result = quantize_model(src, dst, ft, pure=pure, overrides=overrides,
-                                        allow_requantize=allow_requantize, n_threads=threads, progress=progress)
+                progress.tensor = lambda i, n, d, *_: setattr(bar, "label", f"[{i + 1}/{n}] {d.name[:32]:<32}")
+                result = quantize_model(src, dst, ft, n_threads=threads, progress=progress, **kw)
     except EdgeLLMError as e:
         raise click.ClickException(str(e)) from None
+    n = max(result.n_elements, 1)
+    click.echo(f"{src} -> {dst} as {ft.name} ({_threads_text(threads)}): "
+               f"{_mib(result.bytes_in)} ({8 * result.bytes_in / n:.2f} bpw) -> "
+               f"{_mib(result.bytes_out)} ({8 * result.bytes_out / n:.2f} bpw)")
+
+
+def _say_notes(decisions) -> None:
+    """Fallbacks and overrides, one line per kind (naming the first tensor it concerns)."""
+    notes: dict[str, list[str]] = {}
+    for d in decisions:
+        if d.note:
+            notes.setdefault(d.note, []).append(d.name)
     for note, names in notes.items():
         more = f" and {len(names) - 1} more" if len(names) > 1 else ""
         click.echo(f"note: {names[0]}{more}: {note}", err=True)
-    n_fb = sum("falling back" in d.note for d in result.decisions)
+    n_fb = sum("falling back" in d.note for d in decisions)
     if n_fb:
-        click.echo(f"warning: {n_fb} of {len(result.decisions)} tensors needed a fallback type", err=True)
-    bpw_in = 8 * result.bytes_in / result.n_elements
-    bpw_out = 8 * result.bytes_out / result.n_elements
-    click.echo(f"{src} -> {dst} as {ft.name} ({_threads_text(threads)}): "
-               f"{_mib(result.bytes_in)} ({bpw_in:.2f} bpw) -> {_mib(result.bytes_out)} ({bpw_out:.2f} bpw)")
+        click.echo(f"warning: {n_fb} of {len(decisions)} tensors needed a fallback type", err=True)
 
 
 def _threads_text(threads) -> str:

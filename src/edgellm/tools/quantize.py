@@ -87,10 +87,6 @@ class QuantizeResult:
     bytes_out: int = 0
     n_elements: int = 0
 
-    @property
-    def notes(self) -> list[Decision]:
-        return [d for d in self.decisions if d.note]
-
 
 @dataclass
 class Progress:
