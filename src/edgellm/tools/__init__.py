@@ -1,0 +1,1 @@
+"""Model tools: quantize, perplexity, info (click commands in commands.py)."""
