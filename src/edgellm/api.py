@@ -208,18 +208,25 @@ class LLM:
             self._session = Session(self)
         return self._session
 
-    def logits(self, ids: Sequence[int], *, last_only: bool = False) -> np.ndarray:
-        """float32 [len(ids), n_vocab] (or [n_vocab]) from one batch on a fresh context."""
+    def logits(self, ids: Sequence[int], *, last_only: bool = False, start: int = 0) -> np.ndarray:
+        """float32 [len(ids) - start, n_vocab] (or [n_vocab] with last_only) from one evaluation of
+        ids on a fresh context; rows before `start` are evaluated but their logits not computed."""
         ids = self._check_ids(ids)
         if not ids:
             raise ValueError("logits() needs at least one token")
+        if not 0 <= start < len(ids):
+            raise ValueError(f"start must be in [0, {len(ids)})")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"{len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
         s = self._main_session()
         s.reset()
         s._tokens.extend(ids)
         try:
-            return s._engine.decode(ids, all_logits=not last_only)
+            if last_only:
+                return s._engine.decode(ids)
+            if start:
+                s._engine.decode(ids[:start], want_logits=False)
+            return s._engine.decode(ids[start:], all_logits=True)
         finally:
             del s._tokens[s._engine.n_past:]
 

@@ -233,16 +233,10 @@ def bench(model, n_prompt, n_gen, threads, repetitions, output):
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))
 
 
-def _add_optional_commands():
-    try:
-        from .tools.commands import info, perplexity, quantize
-    except ImportError:
-        return
-    for cmd in (quantize, perplexity, info):
-        main.add_command(cmd)
+from .tools.commands import info, perplexity, quantize  # noqa: E402 - after `main`, whose group they join
 
-
-_add_optional_commands()
+for _cmd in (quantize, perplexity, info):
+    main.add_command(_cmd)
 
 if __name__ == "__main__":
     main()

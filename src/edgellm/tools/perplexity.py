@@ -36,7 +36,7 @@ class Scorer(Protocol):
 
     n_vocab: int
 
-    def logits(self, ids: Sequence[int]) -> np.ndarray: ...
+    def logits(self, ids: Sequence[int], *, start: int = 0) -> np.ndarray: ...
 
 
 def read_text(path: str | Path) -> str:
@@ -69,7 +69,7 @@ def chunk_ids(tokens: Sequence[int], i: int, n_ctx: int, bos: int | None) -> lis
 def scored_logits(model: Scorer, ids: list[int]) -> np.ndarray:
     """Logits of the scored positions n_ctx // 2 .. n_ctx - 2: float32 [n_ctx - 1 - first, n_vocab]."""
     first = len(ids) // 2
-    return model.logits(ids)[first:-1]
+    return model.logits(ids, start=first)[:-1]
 
 
 def _log_softmax_parts(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
