@@ -32,10 +32,15 @@ static void f32_to_f16_generic(int n, const float *x, el_half *y) {
 
 static void dequantize_row_f16_vop(int n, const el_half *x, float *y) { dequantize_row_f16(x, y, n); }
 
-static float dot_f32_generic(int n, const float *x, const float *y) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += x[i] * y[i];
-    return s;
+static void qk_tile_generic(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    for (int j = 0; j < nq; j++) {
+        float acc[16] = {0};
+        for (int d = 0; d < hk; d++) {
+            const float qd = q[(size_t)j * ldq + d];
+            for (int l = 0; l < 16; l++) acc[l] += qd * el_half_to_float(kt[d * 16 + l]);
+        }
+        memcpy(out + j * 16, acc, sizeof acc);
+    }
 }
 static void axpy_f32_generic(int n, float a, const float *x, float *y) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
@@ -101,7 +106,7 @@ int el_set_isa(int isa) {
     el_vops.axpy_f16 = axpy_f16_generic;
     el_vops.f32_to_f16 = f32_to_f16_generic;
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
-    el_vops.dot_f32 = dot_f32_generic;
+    el_vops.qk_tile = qk_tile_generic;
     el_vops.axpy_f32 = axpy_f32_generic;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);

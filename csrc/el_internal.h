@@ -50,8 +50,11 @@ typedef struct {
     void (*axpy_f16)(int n, float a, const el_half *x, float *y);   /* y += a*x */
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
-    float (*dot_f32)(int n, const float *x, const float *y);
     void (*axpy_f32)(int n, float a, const float *x, float *y);      /* y += a*x */
+    /* scores of nq queries against 16 keys stored f16 [hk][16]:
+     * out[j*16 + l] = sum_d q[j*ldq + d] * kt[d*16 + l], summed over d in order (one lane per key,
+     * so a score never depends on its neighbours or on nq) */
+    void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 

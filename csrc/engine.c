@@ -18,6 +18,10 @@
 #define ROW_TILE 16   /* weight rows per work item */
 #define TOK_TILE 8    /* activation rows per gemm call */
 #define QB 8          /* queries per attention work item */
+#define KT 16         /* keys per attention score tile (and per key storage tile) */
+static inline int k_cap(int cap) { return (cap + KT - 1) / KT * KT; }
+/* attention scratch per thread, in floats: queries, score tile, one row */
+#define ATT_SCRATCH(hk, hv) ((size_t)QB * (hk) + QB * KT + (size_t)EL_MAX(hk, hv))
 
 enum { G_GLOBAL = 0, G_SWA = 1 };
 
@@ -50,7 +54,8 @@ struct el_ctx {
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
     float *scores; /* [n_threads, max cap] */
-    float *qround; /* per thread: [QB, head_dim_k] rounded queries + one K/V row */
+    float *qround; /* per thread: rounded queries, a key tile and a score tile (attention()) */
+    el_half *tmp_k; /* per thread: one key row in f16 */
     int32_t *tok;  /* [n_batch] */
 };
 
@@ -138,9 +143,10 @@ el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_thre
     if (!c->k || !c->v) FAIL("out of memory");
     for (int l = 0; l < d->n_layer; l++) {
         const int cap = c->g[c->layers[l].is_swa ? G_SWA : G_GLOBAL].cap;
-        c->k[l] = amalloc(sizeof(el_half) * (size_t)cap * kd);
+        c->k[l] = amalloc(sizeof(el_half) * (size_t)k_cap(cap) * kd);
         c->v[l] = amalloc(sizeof(el_half) * (size_t)cap * vd);
         if (!c->k[l] || !c->v[l]) FAIL("out of memory for the KV cache (n_ctx %d)", n_ctx);
+        memset(c->k[l], 0, sizeof(el_half) * (size_t)k_cap(cap) * kd);
     }
 
     int max_k = EL_MAX(EL_MAX(d->n_embd, od), d->n_ff);
@@ -178,9 +184,11 @@ int el_ctx_set_threads(el_ctx *c, int n_threads) {
     c->pool = el_pool_new(n_threads);
     c->n_threads = n_threads;
     free(c->qround);
-    c->scores = amalloc(sizeof(float) * (size_t)n_threads * QB * EL_MAX(c->g[0].cap, c->g[1].cap));
-    c->qround = amalloc(sizeof(float) * (size_t)n_threads * (QB * c->d.head_dim_k + EL_MAX(c->d.head_dim_k, c->d.head_dim_v)));
-    return c->pool && c->scores && c->qround ? 0 : -1;
+    c->scores = amalloc(sizeof(float) * (size_t)n_threads * QB * (EL_MAX(c->g[0].cap, c->g[1].cap) + KT));
+    c->qround = amalloc(sizeof(float) * (size_t)n_threads * ATT_SCRATCH(c->d.head_dim_k, c->d.head_dim_v));
+    free(c->tmp_k);
+    c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * c->d.head_dim_k);
+    return c->pool && c->scores && c->qround && c->tmp_k ? 0 : -1;
 }
 
 void el_ctx_free(el_ctx *c) {
@@ -191,7 +199,7 @@ void el_ctx_free(el_ctx *c) {
     free(c->k); free(c->v);
     free(c->g[0].pos); free(c->g[1].pos);
     free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
-    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->qround); free(c->tok);
+    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->qround); free(c->tmp_k); free(c->tok);
     free(c->layers);
     free(c);
 }
@@ -273,10 +281,26 @@ typedef struct {
 static int layer_group(const el_ctx *c, int l) { return c->layers[l].is_swa ? G_SWA : G_GLOBAL; }
 static int slot_of(const el_ctx *c, int gi, int pos) { return gi == G_SWA ? pos % c->g[G_SWA].cap : pos; }
 
-/* Attention, per (head, block of up to QB queries): each key and value row is converted from
- * f16 once per block and used for all its queries. Rounding as llama.cpp's default (non-flash)
- * CPU path, whose outputs are our reference: q rounded to f16 before q.k, softmax in f32 with
- * the sum in double, probabilities rounded to f16 before they weight V. */
+/* Keys of one (layer, kv head) are stored in tiles of KT slots, [head_dim][KT] each: the 16 keys
+ * a score tile needs are contiguous per dimension (see attention()). Values stay one row per slot. */
+static el_half *k_head(const el_ctx *c, int l, int h, int cap) {
+    return c->k[l] + (size_t)h * k_cap(cap) * c->d.head_dim_k;
+}
+static void k_put(el_half *kh, int hk, int slot, const el_half *src) {
+    el_half *t = kh + (size_t)(slot / KT) * hk * KT + slot % KT;
+    for (int e = 0; e < hk; e++) t[(size_t)e * KT] = src[e];
+}
+static void k_get(const el_half *kh, int hk, int slot, el_half *dst) {
+    const el_half *t = kh + (size_t)(slot / KT) * hk * KT + slot % KT;
+    for (int e = 0; e < hk; e++) dst[e] = t[(size_t)e * KT];
+}
+
+/* Attention, per (head, block of up to QB queries). Keys go KT at a time through qk_tile straight
+ * from their f16 storage tiles; each value row is converted once per block and added to every
+ * query that weights it. Every score and every
+ * output is summed in the same order whatever the block holds, so prefill equals decode.
+ * Rounding as llama.cpp's default (non-flash) CPU path, the reference we are held to: q rounded
+ * to f16 before q.k; softmax in f32 with the sum in double; probabilities rounded to f16. */
 static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const el_model_desc *d = &c->d;
     const int gi = layer_group(c, l);
@@ -284,11 +308,13 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const int hk = d->head_dim_k, hv = d->head_dim_v, cap = g->cap;
     const int group = d->n_head / d->n_head_kv;
     const int n_slots = gi == G_GLOBAL ? pos0 + n : cap;
-    const int max_cap = EL_MAX(c->g[0].cap, c->g[1].cap);
-    float *sc = c->scores + (size_t)ith * QB * max_cap;          /* [QB][slots] */
-    float *qr = c->qround + (size_t)ith * (QB * hk + EL_MAX(hk, hv));  /* [QB][hk], then one K/V row */
-    float *row = qr + (size_t)QB * hk;
-    el_half *qh = (el_half *)row;                                 /* scratch before row is used */
+    const int max_cap = EL_MAX(c->g[0].cap, c->g[1].cap) + KT;
+    const int hmax = EL_MAX(hk, hv);
+    float *sc = c->scores + (size_t)ith * QB * max_cap;   /* [QB][slots]: scores, then weights */
+    float *qr = c->qround + (size_t)ith * ATT_SCRATCH(hk, hv); /* [QB][hk] queries rounded to f16 */
+    float *tile = qr + (size_t)QB * hk;                     /* [QB][KT] scores of a tile */
+    float *row = tile + QB * KT;                            /* one key or value row */
+    el_half *tmp = (el_half *)row;                          /* or 2*hmax halves */
     const int od = d->n_head * hv;
     const int n_qb = (n + QB - 1) / QB;
     for (int task = ith; task < n_qb * d->n_head; task += nth) {
@@ -296,47 +322,67 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
         const int m0 = qb * QB, mq = EL_MIN(QB, n - m0);
         const int p_first = pos0 + m0, p_last = p_first + mq - 1;
         for (int j = 0; j < mq; j++) {
-            c->vops.f32_to_f16(hk, c->q + (size_t)(m0 + j) * d->n_head * hk + (size_t)h * hk, qh);
-            c->vops.f16_to_f32(hk, qh, qr + (size_t)j * hk);
+            c->vops.f32_to_f16(hk, c->q + (size_t)(m0 + j) * d->n_head * hk + (size_t)h * hk, tmp);
+            c->vops.f16_to_f32(hk, tmp, qr + (size_t)j * hk);
         }
-        const el_half *K = c->k[l] + (size_t)kvh * cap * hk;
+        const el_half *K = k_head(c, l, kvh, cap);
         const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
         float mx[QB], inv[QB];
         for (int j = 0; j < mq; j++) mx[j] = -INFINITY;
-        for (int s = 0; s < n_slots; s++) {
-            const int ps = g->pos[s];
-            if (ps < 0 || ps > p_last) { for (int j = 0; j < mq; j++) sc[(size_t)j * max_cap + s] = -INFINITY; continue; }
-            int visible = 0;
+        for (int s0 = 0; s0 < n_slots; s0 += KT) {
+            const int ns = EL_MIN(KT, n_slots - s0);
+            /* which (query, key) pairs are visible; skip tiles nobody sees */
+            int any = 0;
+            for (int t = 0; t < ns; t++) {
+                const int ps = g->pos[s0 + t];
+                any |= ps >= 0 && ps <= p_last && !(gi == G_SWA && p_first - ps >= d->n_swa && p_last - ps >= d->n_swa);
+            }
+            if (!any) {
+                for (int j = 0; j < mq; j++)
+                    for (int t = 0; t < ns; t++) sc[(size_t)j * max_cap + s0 + t] = -INFINITY;
+                continue;
+            }
+            c->vops.qk_tile(hk, qr, mq, hk, K + (size_t)s0 * hk, tile);
             for (int j = 0; j < mq; j++) {
                 const int p = p_first + j;
-                if (ps > p || (gi == G_SWA && p - ps >= d->n_swa)) { sc[(size_t)j * max_cap + s] = -INFINITY; continue; }
-                if (!visible) { c->vops.f16_to_f32(hk, K + (size_t)s * hk, row); visible = 1; }
-                float v = c->vops.dot_f32(hk, row, qr + (size_t)j * hk) * d->attn_scale;
-                if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
-                sc[(size_t)j * max_cap + s] = v;
-                if (v > mx[j]) mx[j] = v;
+                for (int t = 0; t < ns; t++) {
+                    const int ps = g->pos[s0 + t];
+                    float v = -INFINITY;
+                    if (ps >= 0 && ps <= p && !(gi == G_SWA && p - ps >= d->n_swa)) {
+                        v = tile[j * KT + t] * d->attn_scale;
+                        if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
+                        if (v > mx[j]) mx[j] = v;
+                    }
+                    sc[(size_t)j * max_cap + s0 + t] = v;
+                }
             }
         }
         for (int j = 0; j < mq; j++) {
             float *sj = sc + (size_t)j * max_cap;
             double sum = 0.0;
             for (int s = 0; s < n_slots; s++) {
-                if (sj[s] == -INFINITY) continue;
+                if (sj[s] == -INFINITY) { sj[s] = 0.0f; continue; }
                 sj[s] = expf(sj[s] - mx[j]);
                 sum += sj[s];
             }
             inv[j] = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+            for (int s = 0; s < n_slots; s++) sj[s] *= inv[j];
+            /* weights rounded to f16 (in place, through the vector conversions) */
+            for (int s0 = 0; s0 < n_slots; s0 += 2 * hmax) {
+                const int ns = EL_MIN(2 * hmax, n_slots - s0);
+                c->vops.f32_to_f16(ns, sj + s0, tmp);
+                c->vops.f16_to_f32(ns, tmp, sj + s0);
+            }
             memset(c->xn + (size_t)(m0 + j) * od + (size_t)h * hv, 0, sizeof(float) * hv);
         }
+        float *vrow = row;
         for (int s = 0; s < n_slots; s++) {
             int loaded = 0;
             for (int j = 0; j < mq; j++) {
-                const float e = sc[(size_t)j * max_cap + s];
-                if (e == -INFINITY) continue;
-                const float w = el_half_to_float(el_float_to_half(e * inv[j]));
+                const float w = sc[(size_t)j * max_cap + s];
                 if (w == 0.0f) continue;
-                if (!loaded) { c->vops.f16_to_f32(hv, V + (size_t)s * hv, row); loaded = 1; }
-                c->vops.axpy_f32(hv, w, row, c->xn + (size_t)(m0 + j) * od + (size_t)h * hv);
+                if (!loaded) { c->vops.f16_to_f32(hv, V + (size_t)s * hv, vrow); loaded = 1; }
+                c->vops.axpy_f32(hv, w, vrow, c->xn + (size_t)(m0 + j) * od + (size_t)h * hv);
             }
         }
     }
@@ -394,8 +440,10 @@ static void forward_task(void *arg, int ith, int nth) {
                 el_rope(k, d->n_head_kv, hk, d->n_rot, d->rope_type, rc);
             }
             const int cap = c->g[gi].cap, slot = slot_of(c, gi, pos0 + m);
+            el_half *kh16 = (el_half *)c->tmp_k + (size_t)ith * hk;
             for (int h = 0; h < d->n_head_kv; h++) {
-                c->vops.f32_to_f16(hk, k + h * hk, c->k[l] + ((size_t)h * cap + slot) * hk);
+                c->vops.f32_to_f16(hk, k + h * hk, kh16);
+                k_put(k_head(c, l, h, cap), hk, slot, kh16);
                 c->vops.f32_to_f16(hv, v + h * hv, c->v[l] + ((size_t)h * cap + slot) * hv);
             }
         }
@@ -502,11 +550,14 @@ int el_kv_truncate(el_ctx *c, int p) {
 static void rerope_slot(el_ctx *c, int l, int cap, int slot, const float *rc, float *buf) {
     const el_model_desc *d = &c->d;
     const int hk = d->head_dim_k;
+    el_half *kp = (el_half *)(buf + hk);
     for (int h = 0; h < d->n_head_kv; h++) {
-        el_half *kp = c->k[l] + ((size_t)h * cap + slot) * hk;
+        el_half *kh = k_head(c, l, h, cap);
+        k_get(kh, hk, slot, kp);
         dequantize_row_f16(kp, buf, hk);
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
         c->vops.f32_to_f16(hk, buf, kp);
+        k_put(kh, hk, slot, kp);
     }
 }
 
@@ -515,9 +566,10 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
     const int n_used = c->next_pos;
     if (n_keep < 0 || n_discard <= 0 || n_keep + n_discard > n_used) return -2;
     const int hk = d->head_dim_k, hv = d->head_dim_v;
-    float *buf = malloc(sizeof(float) * (size_t)(hk + 2 * d->n_rot + 2));
-    if (!buf) return -3;
-    float *rc = buf + hk;
+    float *buf = malloc(sizeof(float) * (size_t)(2 * hk + 2 * d->n_rot + 2));  /* row, its f16, rope */
+    el_half *kp = malloc(sizeof(el_half) * (size_t)hk);
+    if (!buf || !kp) { free(buf); free(kp); return -3; }
+    float *rc = buf + 2 * hk;
     /* a rotation by -n_discard, without YaRN magnitude scaling (that is applied once already) */
     el_model_desc dd = *d;
     dd.yarn_attn_factor = 1.0f;
@@ -534,17 +586,20 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
         if (gi == G_GLOBAL) {
             const int n_move = n_used - n_keep - n_discard;
             for (int h = 0; h < d->n_head_kv; h++) {
-                el_half *K = c->k[l] + (size_t)h * cap * hk, *V = c->v[l] + (size_t)h * cap * hv;
-                memmove(K + (size_t)n_keep * hk, K + (size_t)(n_keep + n_discard) * hk, sizeof(el_half) * (size_t)n_move * hk);
+                el_half *K = k_head(c, l, h, cap), *V = c->v[l] + (size_t)h * cap * hv;
+                for (int s = n_keep; s < n_keep + n_move; s++) {  /* ascending: sources lie ahead */
+                    k_get(K, hk, s + n_discard, kp);
+                    k_put(K, hk, s, kp);
+                }
                 memmove(V + (size_t)n_keep * hv, V + (size_t)(n_keep + n_discard) * hv, sizeof(el_half) * (size_t)n_move * hv);
             }
             if (d->n_rot) for (int s = n_keep; s < n_keep + n_move; s++) rerope_slot(c, l, cap, s, rc, buf);
         } else {
             /* permute the ring: entries past the discarded range move to slot (pos - n_discard) % cap */
-            const size_t kbytes = sizeof(el_half) * (size_t)d->n_head_kv * cap * hk;
+            const size_t kbytes = sizeof(el_half) * (size_t)d->n_head_kv * k_cap(cap) * hk;
             const size_t vbytes = sizeof(el_half) * (size_t)d->n_head_kv * cap * hv;
             el_half *K2 = malloc(kbytes), *V2 = malloc(vbytes);
-            if (!K2 || !V2) { free(K2); free(V2); free(buf); return -3; }
+            if (!K2 || !V2) { free(K2); free(V2); free(buf); free(kp); return -3; }
             memcpy(K2, c->k[l], kbytes);
             memcpy(V2, c->v[l], vbytes);
             const int32_t *pos = c->g[gi].pos;
@@ -553,7 +608,8 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
                 if (ps < n_keep + n_discard) continue;
                 const int ns = (ps - n_discard) % cap;
                 for (int h = 0; h < d->n_head_kv; h++) {
-                    memcpy(c->k[l] + ((size_t)h * cap + ns) * hk, K2 + ((size_t)h * cap + s) * hk, sizeof(el_half) * hk);
+                    k_get(K2 + (size_t)h * k_cap(cap) * hk, hk, s, kp);
+                    k_put(k_head(c, l, h, cap), hk, ns, kp);
                     memcpy(c->v[l] + ((size_t)h * cap + ns) * hv, V2 + ((size_t)h * cap + s) * hv, sizeof(el_half) * hv);
                 }
                 if (d->n_rot) rerope_slot(c, l, cap, ns, rc, buf);
@@ -566,7 +622,7 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
     if (c->g[G_SWA].cap) {
         const int cap = c->g[G_SWA].cap;
         int32_t *np = malloc(sizeof(int32_t) * (size_t)cap);
-        if (!np) { free(buf); return -3; }
+        if (!np) { free(buf); free(kp); return -3; }
         for (int s = 0; s < cap; s++) np[s] = -1;
         for (int s = 0; s < cap; s++) {
             const int ps = c->g[G_SWA].pos[s];
@@ -579,6 +635,7 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
     }
     c->next_pos = n_used - n_discard;
     free(buf);
+    free(kp);
     return 0;
 }
 

@@ -473,6 +473,35 @@ static void f16_to_f32_avx2(int n, const el_half *x, float *y) {
 #undef KFN
 #undef EL_VNNI
 
+static void axpy_f32_avx2(int n, float a, const float *x, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* four queries at a time: 8 accumulators of 8 lanes (16 keys per query) */
+static void qk_tile_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    for (int j0 = 0; j0 < nq; j0 += 4) {
+        const int m = nq - j0 < 4 ? nq - j0 : 4;
+        __m256 acc[4][2];
+        for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+        for (int d = 0; d < hk; d++) {
+            const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16)));
+            const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16 + 8)));
+            for (int j = 0; j < m; j++) {
+                const __m256 qd = _mm256_broadcast_ss(q + (size_t)(j0 + j) * ldq + d);
+                acc[j][0] = _mm256_fmadd_ps(qd, k0, acc[j][0]);
+                acc[j][1] = _mm256_fmadd_ps(qd, k1, acc[j][1]);
+            }
+        }
+        for (int j = 0; j < m; j++) {
+            _mm256_storeu_ps(out + (j0 + j) * 16, acc[j][0]);
+            _mm256_storeu_ps(out + (j0 + j) * 16 + 8, acc[j][1]);
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
@@ -516,5 +545,7 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.axpy_f16 = axpy_f16_avx2;
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
+    el_vops.axpy_f32 = axpy_f32_avx2;
+    el_vops.qk_tile = qk_tile_avx2;
 }
 #endif

@@ -520,6 +520,28 @@ KERNELS(q5_K, kquant_tile, EL_Q5_K, 2, 4, 2)
 KERNELS(q6_K, kquant_tile, EL_Q6_K, 2, 4, 2)
 #undef KERNELS
 
+static void axpy_f32_avx512(int n, float a, const float *x, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* attention scores: 8 queries at a time, one 16-lane accumulator each (see el_vec_ops.qk_tile) */
+static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    for (int j0 = 0; j0 < nq; j0 += 8) {
+        const int m = nq - j0 < 8 ? nq - j0 : 8;
+        __m512 acc[8];
+        for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
+        for (int d = 0; d < hk; d++) {
+            const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16)));
+            for (int j = 0; j < m; j++)
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(j0 + j) * ldq + d]), k, acc[j]);
+        }
+        for (int j = 0; j < m; j++) _mm512_storeu_ps(out + (j0 + j) * 16, acc[j]);
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -536,6 +558,8 @@ static int have_dq_vnni(void) {
 
 void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
+    el_vops.qk_tile = qk_tile_avx512;
+    el_vops.axpy_f32 = axpy_f32_avx512;
 #define SET(id, name) t[id].vec_dot = name##_vec_dot_avx512, t[id].gemm = name##_gemm_avx512
     SET(EL_Q4_0, q4_0);
     SET(EL_Q4_1, q4_1);
