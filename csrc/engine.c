@@ -15,8 +15,9 @@
 #include "el_internal.h"
 
 #define ALIGN 64
-#define ROW_TILE 16   /* weight rows per work item */
-#define TOK_TILE 8    /* activation rows per gemm call */
+#define ROW_ALIGN 16  /* thread row ranges start at multiples of this */
+#define ROW_TILE 256  /* weight rows per gemm call in prefill (decode: a thread's whole range) */
+#define TOK_TILE 32   /* activation rows per gemm call */
 #define QB 8          /* queries per attention work item */
 #define KT 16         /* keys per attention score tile (and per key storage tile) */
 static inline int k_cap(int cap) { return (cap + KT - 1) / KT * KT; }
@@ -249,10 +250,11 @@ static void matmul(el_ctx *c, act_state *st, const el_tensor *w, const float *x,
     const size_t rs = el_row_size(vdt, k);
     st->in_use = 1;
     int64_t r0, r1;
-    el_split(w->ne1, ith, nth, ROW_TILE, &r0, &r1);
+    el_split(w->ne1, ith, nth, ROW_ALIGN, &r0, &r1);
     const uint8_t *wd = w->data;
-    for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
-        const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
+    const int64_t rt = m == 1 ? EL_MAX(1, r1 - r0) : ROW_TILE;
+    for (int64_t rb = r0; rb < r1; rb += rt) {
+        const int nr = (int)EL_MIN(rt, r1 - rb);
         for (int mb = 0; mb < m; mb += TOK_TILE) {
             const int nc = EL_MIN(TOK_TILE, m - mb);
             gemm_loop(tt, k, wd + (size_t)rb * w->row_bytes, w->row_bytes, nr,
@@ -659,7 +661,7 @@ static void mm_task(void *arg, int ith, int nth) {
     for (int r = ith; r < a->m; r += nth) el_traits[vdt].from_float(a->x + (size_t)r * k, a->actq + r * rs, k);
     el_pool_barrier(a->pool);
     int64_t r0, r1;
-    el_split(w->ne1, ith, nth, ROW_TILE, &r0, &r1);
+    el_split(w->ne1, ith, nth, ROW_ALIGN, &r0, &r1);
     for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
         const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
         for (int mb = 0; mb < a->m; mb += TOK_TILE)

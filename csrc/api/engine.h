@@ -71,3 +71,6 @@ int el_set_isa(int isa);
 int el_get_isa(void);
 /* Matrix-vector products through the dispatch, for tests: y[m, n] = W[n] . x[m] */
 int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads);
+
+/* Best GB/s of a plain multi-threaded read loop over nbytes at data, over reps runs. */
+double el_read_bandwidth(const void *data, size_t nbytes, int n_threads, int reps);

@@ -21,6 +21,7 @@ from .models.base import bind_weights
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
 from .tokenizer import Tokenizer
+from .weights import WeightStore
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
@@ -144,6 +145,7 @@ class LLM:
         self.gguf = GGUFFile(self.path)
         self.config = models.load_config(self.gguf)
         self._weights = bind_weights(self.gguf, self.config)
+        self._store = WeightStore(self.gguf)  # mapped now; into huge pages when the first context is made
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
@@ -184,8 +186,10 @@ class LLM:
         return self._main_session()._engine.isa
 
     def _new_engine(self):
+        if kernels.backend_name() == "c":
+            self._store.move_to_huge_pages()
         return kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
-                                     n_batch=self.n_batch, n_threads=self.n_threads)
+                                     n_batch=self.n_batch, n_threads=self.n_threads, store=self._store)
 
     def _check_ids(self, ids) -> list[int]:
         out = [int(i) for i in ids]

@@ -76,13 +76,17 @@ def isa_name() -> str:
     return ISA_NAMES[lib.el_get_isa()]
 
 
-def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int):
+def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None):
+    """An engine over gguf's tensors; `store` (weights.WeightStore) says where the C engine reads
+    them (default: straight from the file's mapping)."""
     if backend_name() == "c":
+        from ..weights import WeightStore
         from .cengine import CEngine
 
         ffi, lib = c_module()
         _apply_isa(lib)
-        return CEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, lib=lib, ffi=ffi)
+        return CEngine(store or WeightStore(gguf), cfg, weights, n_ctx=n_ctx, n_batch=n_batch,
+                       n_threads=n_threads, lib=lib, ffi=ffi)
     from .numba_engine import NumbaEngine
 
     return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)

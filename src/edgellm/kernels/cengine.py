@@ -13,10 +13,10 @@ ISA_NAMES = ("generic", "avx2", "avx512", "neon")
 class CEngine:
     backend = "c"
 
-    def __init__(self, gguf, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
+    def __init__(self, store, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
                  n_threads: int, lib, ffi):
         self.lib, self.ffi = lib, ffi
-        self.gguf = gguf  # the mmap must outlive the context
+        self.store = store  # weights.WeightStore: the bytes must outlive the context
         self.cfg = cfg
         self.n_ctx = n_ctx
         self.n_vocab = cfg.n_vocab
@@ -54,7 +54,7 @@ class CEngine:
         if info is None:
             t.data = self.ffi.NULL
             return
-        view = self.gguf.tensor_bytes(info.name)
+        view = self.store.tensor_bytes(info.name)
         buf = self.ffi.from_buffer(view)
         self._keep.append(buf)
         t.type = int(info.qtype)
