@@ -57,6 +57,7 @@ typedef struct {
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
 } el_vec_ops;
 extern el_vec_ops el_vops;
+void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up);  /* gate = gelu(gate)*up */
 
 /* filled by el_set_isa(); entries with blck == 0 are unsupported */
 extern el_type_traits el_traits[EL_NTYPES];

@@ -470,7 +470,7 @@ static void forward_task(void *arg, int ith, int nth) {
             int64_t r0, r1;
             el_split((int64_t)n * d->n_ff, ith, nth, 64, &r0, &r1);
             float *gt = c->gate, *up = c->up;
-            if (d->act == EL_ACT_GELU_TANH) for (int64_t i = r0; i < r1; i++) gt[i] = el_gelu_tanh(gt[i]) * up[i];
+            if (d->act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1 - r0, gt + r0, up + r0);
             else for (int64_t i = r0; i < r1; i++) gt[i] = el_silu(gt[i]) * up[i];
         }
         sync(c, &st);

@@ -87,3 +87,21 @@ float el_gelu_tanh(float x) {
 }
 
 float el_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* gate[i] = gelu(gate[i]) * up[i] for n values, with the f16 conversions done by the vector
+ * helpers (the table lookups stay scalar): the same values as el_gelu_tanh */
+void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up) {
+    el_half h[256];
+    float g[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int m = (int)EL_MIN(256, n - i0);
+        v->f32_to_f16(m, gate + i0, h);
+        for (int i = 0; i < m; i++) h[i] = gelu_table[h[i]];
+        v->f16_to_f32(m, h, g);
+        for (int i = 0; i < m; i++) {
+            const float x = gate[i0 + i];
+            const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : g[i];
+            gate[i0 + i] = y * up[i0 + i];
+        }
+    }
+}

@@ -92,6 +92,10 @@ class Session:
 
     def feed(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ids after what the session holds; returns the logits of the last one."""
+        return np.array(self._feed(ids))
+
+    def _feed(self, ids: Sequence[int]) -> np.ndarray:
+        """As feed, but the logits may be the engine's buffer, overwritten by the next call."""
         ids = self._llm._check_ids(ids)
         if not ids:
             raise ValueError("feed() needs at least one token")
@@ -121,7 +125,7 @@ class Session:
                 self._engine.clear()
                 n = 0
             del self._tokens[n:]
-        return self.feed(ids[n:])
+        return self._feed(ids[n:])
 
     def _make_room(self, n_keep: int) -> None:
         """Context full: drop the older half of what follows the first n_keep tokens."""
@@ -227,7 +231,7 @@ class LLM:
         s._tokens.extend(ids)
         try:
             if last_only:
-                return s._engine.decode(ids)
+                return np.array(s._engine.decode(ids))
             if start:
                 s._engine.decode(ids[:start], want_logits=False)
             return s._engine.decode(ids[start:], all_logits=True)
@@ -322,7 +326,7 @@ class LLM:
                     if limit is None and len(history) - len(ids) >= session.n_ctx:
                         break  # an unbounded reply as long as the whole context: stop
                     session._make_room(n_keep)
-                logits = session.feed([tok])
+                logits = session._feed([tok])
             if stats.stop_reason != "stop":
                 tail, stopped = checker.feed(detok.flush())
                 if not stopped:

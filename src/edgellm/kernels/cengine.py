@@ -70,6 +70,8 @@ class CEngine:
         return self.lib.el_kv_next_pos(self._ctx)
 
     def decode(self, tokens, *, all_logits: bool = False, want_logits: bool = True) -> np.ndarray | None:
+        """Logits [n, n_vocab] with all_logits, else [n_vocab] of the last token (a buffer reused
+        by the next call), or None without want_logits."""
         toks = np.ascontiguousarray(tokens, dtype=np.int32)
         n = len(toks)
         if n == 0:
@@ -87,9 +89,7 @@ class CEngine:
             raise ValueError(f"token ids must be in [0, {self.n_vocab})")
         if rc != 0:
             raise ContextOverflowError(f"context of {self.n_ctx} tokens is full")
-        if out is None:
-            return None
-        return out if all_logits else out.copy()
+        return out  # last-token logits: the context's own buffer, valid until the next decode
 
     def clear(self) -> None:
         self.lib.el_kv_clear(self._ctx)
