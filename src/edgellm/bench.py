@@ -30,6 +30,7 @@ class BenchResult:
     test: str
     samples: list[float] = field(default_factory=list)  # tokens/s of each repetition
     bytes_per_token: int = 0
+    read_loop_gbps: float = 0.0  # a plain read loop over the same weights, same threads
 
     @property
     def mean(self) -> float:
@@ -43,9 +44,13 @@ class BenchResult:
     def gbps(self) -> float:
         return self.bytes_per_token * self.mean / 1e9 if self.bytes_per_token else 0.0
 
+    @property
+    def read_loop_share(self) -> float:
+        return self.gbps / self.read_loop_gbps if self.read_loop_gbps else 0.0
+
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(mean=self.mean, std=self.std, gbps=self.gbps)
+        d.update(mean=self.mean, std=self.std, gbps=self.gbps, read_loop_share=self.read_loop_share)
         return d
 
 
@@ -61,6 +66,19 @@ def weight_bytes_per_token(llm: LLM) -> int:
     return total
 
 
+def read_loop_gbps(llm: LLM, n_threads: int) -> float:
+    """GB/s of a plain read loop over the model's weights (where the engine reads them)."""
+    from .kernels import c_module
+
+    mod = c_module()
+    if mod is None:
+        return 0.0
+    ffi, lib = mod
+    big = max(llm.gguf.tensors.values(), key=lambda t: t.nbytes)
+    view = llm._store.tensor_bytes(big.name)  # the largest tensor: most of decode's traffic
+    return float(lib.el_read_bandwidth(ffi.from_buffer(view), view.nbytes, n_threads, 5))
+
+
 def _tokens(llm: LLM, n: int, rng) -> list[int]:
     ids = rng.integers(0, llm.n_vocab, size=n).tolist()
     if llm.tokenizer.add_bos and llm.tokenizer.bos_id is not None and n:
@@ -72,7 +90,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         seed: int = 1234, progress=None) -> list[BenchResult]:
     threads = list(threads)
     llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0])
-    engine = llm._new_engine()
+    engine = llm._new_engine()  # (moves the weights to huge pages where it can, as generation does)
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())
     params = sum(t.n_elements for t in llm.gguf.tensors.values())
@@ -86,7 +104,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         if n_gen > 0:
             tests.append((f"tg{n_gen}", n_gen))
         for name, n in tests:
-            res = BenchResult(llm.path.name, size, params, llm.backend, n_threads, name,
+            res = BenchResult(llm.path.name, size, params, engine.isa, n_threads, name,
                               bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
             for rep in range(reps + 1):  # the first run warms caches and page tables up
                 ids = _tokens(llm, n, rng)
@@ -102,6 +120,8 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                     dt = time.perf_counter() - t0
                 if rep:
                     res.samples.append(n / dt)
+            if name.startswith("tg"):
+                res.read_loop_gbps = read_loop_gbps(llm, n_threads)
             results.append(res)
             if progress:
                 progress(res)
@@ -121,13 +141,14 @@ def _human(n: float, unit: str) -> str:
 
 
 def markdown(results: list[BenchResult]) -> str:
-    head = "| model | size | params | backend | threads | test | t/s | bytes/token | GB/s |"
-    rows = [head, "|---|---:|---:|---|---:|---|---:|---:|---:|"]
+    head = "| model | size | params | backend | threads | test | t/s | bytes/token | GB/s | read loop GB/s |"
+    rows = [head, "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for r in results:
         bpt = f"{r.bytes_per_token / 1e6:.1f} MB" if r.bytes_per_token else ""
         gbps = f"{r.gbps:.1f}" if r.bytes_per_token else ""
+        loop = f"{r.read_loop_gbps:.1f} ({r.read_loop_share:.0%})" if r.read_loop_gbps else ""
         rows.append(f"| {r.model} | {r.size_bytes / 2**20:.1f} MiB | {_human(r.n_params, '')} | {r.backend} | "
-                    f"{r.threads} | {r.test} | {r.mean:.2f} ± {r.std:.2f} | {bpt} | {gbps} |")
+                    f"{r.threads} | {r.test} | {r.mean:.2f} ± {r.std:.2f} | {bpt} | {gbps} | {loop} |")
     return "\n".join(rows)
 
 
