@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 HUGE = 2 << 20
-CHUNK = 32 << 20
+CHUNK = 4 << 20  # file pages resident at once while copying (peak RSS)
 
 
 def _thp_available() -> bool:
