@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import kernels, models
-from .errors import ContextOverflowError, EdgeLLMError, GGUFError
+from .errors import ContextOverflowError, GGUFError
 from .gguf_file import GGUFFile
 from .models.base import bind_weights
 from .registry import resolve

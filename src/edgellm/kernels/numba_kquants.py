@@ -13,10 +13,12 @@ in np.float32. Block layouts as ggml's block_q*_K (ggml-common.h), little-endian
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from numba import njit
+
+from .numba_quants import float_to_half as _f32_to_half  # exact binary16 conversions, shared
+from .numba_quants import half_to_float as _half_to_f32
 
 QK_K = 256
 F32 = np.float32
@@ -33,40 +35,6 @@ Q8_K_BYTES, Q8_K_D, Q8_K_QS, Q8_K_BSUMS = 292, 0, 4, 260
 
 
 # ---- scalar helpers --------------------------------------------------------------------
-
-@njit(cache=True)
-def _half_to_f32(h):
-    """IEEE binary16 bits -> float32, exact (ldexp of an 11-bit integer is exact)."""
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    if e == 0x1F:
-        v = math.inf if m == 0 else math.nan
-    elif e == 0:
-        v = math.ldexp(float(m), -24)
-    else:
-        v = math.ldexp(float(m + 1024), e - 25)
-    return F32(-v if h & 0x8000 else v)
-
-
-@njit(cache=True)
-def _f32_to_half(f):
-    """float32 -> IEEE binary16 bits, round to nearest even (as common.h's el_float_to_half)."""
-    a = abs(float(f))  # exact in float64; the scalings below are exact too
-    sign = 0x8000 if math.copysign(1.0, f) < 0 else 0
-    if a != a:
-        return sign | 0x7E00
-    if a >= 65520.0:  # halfway between 65504 and 2^16 rounds (to even) to infinity
-        return sign | 0x7C00
-    if a < 6.103515625e-05:  # below 2^-14: subnormal, units of 2^-24
-        return sign | I64(np.rint(a * 16777216.0))
-    mant, ex = math.frexp(a)  # a = mant * 2^ex, mant in [0.5, 1)
-    sig = I64(np.rint(mant * 2048.0))  # 11 significant bits
-    biased = ex + 14
-    if sig == 2048:
-        sig = 1024
-        biased += 1
-    return sign | (biased << 10) | (sig - 1024)
-
 
 @njit(cache=True)
 def _nearest_int(v):

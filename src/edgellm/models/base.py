@@ -147,6 +147,25 @@ def n_vocab_of(gguf, k: Keys) -> int:
     return positive("n_vocab", n)
 
 
+def decoder_shape(gguf, k: Keys) -> dict:
+    """The shape keys every decoder shares: layers, widths, heads, head sizes, vocabulary, rotated dims."""
+    check_head_counts(k)
+    n_embd = positive("n_embd", k.int("{arch}.embedding_length", REQUIRED))
+    n_head = positive("n_head", k.int("{arch}.attention.head_count", REQUIRED))
+    head_dim = positive("head_dim", k.int("{arch}.attention.key_length", n_embd // n_head))
+    return dict(
+        n_layer=positive("n_layer", k.int("{arch}.block_count", REQUIRED)),
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=positive("n_head_kv", k.int("{arch}.attention.head_count_kv", n_head)),
+        head_dim_k=head_dim,
+        head_dim_v=positive("head_dim_v", k.int("{arch}.attention.value_length", head_dim)),
+        n_ff=positive("n_ff", k.int("{arch}.feed_forward_length", REQUIRED)),
+        n_vocab=n_vocab_of(gguf, k),
+        n_rot=k.int("{arch}.rope.dimension_count", head_dim),
+    )
+
+
 def rope_scaling(k: Keys) -> tuple[str, float, int]:
     """(type, factor, original context) from rope.scaling.* (or the legacy rope.scale_linear)."""
     typ = k.str("{arch}.rope.scaling.type", "none")

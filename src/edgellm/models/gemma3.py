@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GGUFError
-from .base import (ACT_GELU_TANH, REQUIRED, ROPE_NEOX, Keys, LayerConfig, ModelConfig, check_head_counts,
-                   n_vocab_of, positive, rope_scaling)
+from .base import ACT_GELU_TANH, ROPE_NEOX, Keys, LayerConfig, ModelConfig, decoder_shape, rope_scaling
 
 NAMES = ("gemma3",)
 REQUIRED_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "attn_q_norm", "attn_k_norm", "attn_post_norm",
@@ -35,12 +34,8 @@ def _swa_layers(k: Keys, n_layer: int, n_swa: int) -> tuple[bool, ...]:
 
 def load_config(gguf, arch: str) -> ModelConfig:
     k = Keys(gguf, arch)
-    check_head_counts(k)
-    n_embd = positive("n_embd", k.int("{arch}.embedding_length", REQUIRED))
-    n_head = positive("n_head", k.int("{arch}.attention.head_count", REQUIRED))
-    n_head_kv = positive("n_head_kv", k.int("{arch}.attention.head_count_kv", n_head))
-    head_dim = positive("head_dim", k.int("{arch}.attention.key_length", n_embd // n_head))
-    n_layer = positive("n_layer", k.int("{arch}.block_count", REQUIRED))
+    shape = decoder_shape(gguf, k)
+    n_layer, n_embd, n_head = shape["n_layer"], shape["n_embd"], shape["n_head"]
     n_swa = k.int("{arch}.attention.sliding_window", 0)
     typ, factor, n_orig = rope_scaling(k)
     base = k.float("{arch}.rope.freq_base", 1000000.0)
@@ -49,19 +44,11 @@ def load_config(gguf, arch: str) -> ModelConfig:
     layers = tuple(LayerConfig(is_swa=s, rope_base=base_swa if s else base, rope_scale=1.0 if s else 1.0 / factor)
                    for s in swa)
     # 27B scales queries by 1/sqrt(n_embd / n_head); the others by 1/sqrt(head_dim)
-    scale = 1.0 / math.sqrt(n_embd / n_head if n_layer == 62 else head_dim)
+    scale = 1.0 / math.sqrt(n_embd / n_head if n_layer == 62 else shape["head_dim_k"])
     return ModelConfig(
         arch=arch,
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        head_dim_k=head_dim,
-        head_dim_v=positive("head_dim_v", k.int("{arch}.attention.value_length", head_dim)),
-        n_ff=positive("n_ff", k.int("{arch}.feed_forward_length", REQUIRED)),
-        n_vocab=n_vocab_of(gguf, k),
+        **shape,
         n_ctx_train=k.int("{arch}.context_length", 32768),
-        n_rot=k.int("{arch}.rope.dimension_count", head_dim),
         rope_type=ROPE_NEOX,
         norm_eps=k.float("{arch}.attention.layer_norm_rms_epsilon", 1e-6),
         act=ACT_GELU_TANH,
