@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 
 from .pretokenize import Splitter
+from .string_index import StringIndex
 from .vocab import Vocab
 
 _CACHE_LIMIT = 1 << 16  # pre-tokens remembered (word -> ids); cleared when full
@@ -46,8 +47,7 @@ class BpeEncoder:
         self._ignore_merges = vocab.ignore_merges
         self._splitter = Splitter(vocab.pre)
         # "left right" -> rank; the first of duplicate rules wins, as in llama.cpp (emplace)
-        merges = vocab.merges
-        self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+        self._ranks = StringIndex(vocab.merges, first_wins=True)
         self._cache: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from ..errors import TokenizerError
 from .vocab import Vocab
 
@@ -19,8 +21,10 @@ class SpmEncoder:
 
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
-        # token id -> score as Python floats (exact copies of the float32 values)
-        self._scores = vocab.scores.tolist() if vocab.scores is not None else [0.0] * vocab.n_vocab
+        # token id -> score: indexing a memoryview of the float32 array gives exact Python floats
+        # without a float object per token
+        scores = vocab.scores if vocab.scores is not None else np.zeros(vocab.n_vocab, np.float32)
+        self._scores = memoryview(np.ascontiguousarray(scores, np.float32))
         self._byte_ids: dict[int, int] = {}
         self._cache: dict[str, list[int]] = {}
 
