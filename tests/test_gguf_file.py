@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -248,6 +249,19 @@ def test_string_arrays_decode_each_string_alone(tmp_path, noncharacters):
         assert [s.encode("utf-8", "surrogateescape") for s in got] == strings
         assert f.metadata["one"] == ["\udce2\udc82"]
         assert f.metadata["after"] == 9
+
+
+def test_string_arrays_are_read_in_place_and_outlive_close(tmp_path):
+    strings = _random_strings(np.random.default_rng(3), 500, False)
+    path = RawGGUF().kv("s", VT.ARRAY, strings, VT.STRING).kv("after", VT.UINT8, 9).write(tmp_path / "s.gguf")
+    f = GGUFFile(path)
+    got = f.metadata["s"]
+    first = 24 + 8 + 1 + 4 + 4 + 8 + 8  # header, key "s", value type, element type, count, first length
+    assert isinstance(got, StringArray) and got.bounds[0] == first
+    f.close()  # the array's view keeps the mapping
+    assert [got.encoded(i) for i in range(len(got))] == strings
+    with mock.patch("edgellm.kernels.c_module", lambda: None), GGUFFile(path) as g:  # no C kernels
+        assert np.array_equal(g.metadata["s"].bounds, got.bounds) and g.metadata["after"] == 9
 
 
 def test_invalid_utf8_scalars_and_names_do_not_raise(tmp_path):

@@ -3,7 +3,9 @@ models, round trips, streaming decode, and small synthetic vocabularies for the 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -23,15 +25,25 @@ def gguf_metadata(path) -> dict:
 
 
 _META: dict = {}
+_TOKENIZERS: dict = {}
 
 
-@pytest.fixture(scope="session")
-def real(real_model):
-    """(alias, tokenizer, reference) for each real model; metadata read once per session."""
+def c_kernels(present: bool):
+    """A context in which edgellm sees the C kernels as built (unchanged) or not."""
+    return contextlib.nullcontext() if present else mock.patch("edgellm.kernels.c_module", lambda: None)
+
+
+@pytest.fixture(scope="session", params=["c", "python"])
+def real(real_model, request):
+    """(alias, tokenizer, reference) for each real model, with the vocabulary read and indexed in C
+    or, as without the C kernels, in Python; each tokenizer built once per session."""
     alias, path, ref = real_model
-    if path not in _META:
-        _META[path] = gguf_metadata(path)
-    return alias, Tokenizer.from_metadata(_META[path]), ref
+    key = (path, request.param)
+    if key not in _TOKENIZERS:
+        with c_kernels(request.param == "c"):
+            _TOKENIZERS[key] = Tokenizer.from_metadata(gguf_metadata(path))
+        assert _TOKENIZERS[key].vocab.token_to_id.backend == {"c": "c", "python": "dict"}[request.param]
+    return alias, _TOKENIZERS[key], ref
 
 
 # -- llama.cpp's ids, exactly ------------------------------------------------------------------

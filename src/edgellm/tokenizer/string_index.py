@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..gguf_file import StringArray
-from ..kernels import c_module
 
 
 class DuplicateStringError(ValueError):
@@ -25,7 +25,7 @@ class StringIndex:
     def __init__(self, strings: StringArray, *, first_wins: bool = False, use_c: bool | None = None):
         """use_c: None = the C table when the kernels are built; True/False to insist (tests)."""
         self.strings = strings
-        c = c_module() if use_c is not False else None
+        c = kernels.c_module() if use_c is not False else None
         if use_c and c is None:
             raise RuntimeError("the C kernels are not built")
         self._dict_get = None
@@ -33,6 +33,7 @@ class StringIndex:
             self._build_c(c, first_wins)
         else:
             self._dict_get = self._build_dict(first_wins)
+        self.backend = "dict" if c is None else "c"
 
     def _build_c(self, c, first_wins: bool) -> None:
         ffi, lib = c
