@@ -348,6 +348,16 @@ def test_bad_token_entries():
         Tokenizer.from_metadata(meta).encode("a")
 
 
+def test_empty_tokens_are_renamed():
+    meta = spm_meta({"a": -1, "b": -2})
+    meta["tokenizer.ggml.tokens"][-1] = ""  # llama.cpp names it "[EMPTY_<id>]"
+    tok = Tokenizer.from_metadata(meta)
+    last = tok.n_vocab - 1
+    assert tok.token_bytes(last) == f"[EMPTY_{last}]".encode()
+    assert tok.vocab.token_to_id[f"[EMPTY_{last}]"] == last and "" not in tok.vocab.token_to_id
+    assert tok.vocab.tokens[:-1] == meta["tokenizer.ggml.tokens"][:-1]
+
+
 def test_bpe_without_merges():
     meta = bpe_meta(["a b"])
     del meta["tokenizer.ggml.merges"]

@@ -197,7 +197,7 @@ def _token_list(meta: Mapping[str, Any]) -> StringArray:
         raise TokenizerError(f"{K}tokens is empty")
     empty = np.flatnonzero(tokens.byte_lengths() == 0)
     if len(empty):  # llama.cpp renames empty tokens rather than dropping them
-        renamed = dict.fromkeys(empty.tolist())
+        renamed = set(empty.tolist())
         tokens = StringArray.from_strings(f"[EMPTY_{i}]" if i in renamed else t for i, t in enumerate(tokens))
     return tokens
 
