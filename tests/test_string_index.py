@@ -54,6 +54,8 @@ def test_string_array_is_a_sequence_of_its_strings(path):
     encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
     assert [arr.encoded(i) for i in range(len(arr))] == encoded
     assert arr.byte_lengths().tolist() == [len(b) for b in encoded]
+    ids = np.array([len(arr) - 1, 0, 77, 77])
+    assert arr.byte_lengths(ids).tolist() == [len(encoded[i]) for i in ids]
     assert arr.index(strings[123]) == 123 and strings[7] in arr
     for i in (len(arr), -len(arr) - 1):
         with pytest.raises(IndexError, match="out of range"):

@@ -348,6 +348,20 @@ def test_bad_token_entries():
         Tokenizer.from_metadata(meta).encode("a")
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.float32])
+def test_token_types_map_to_attributes(dtype):
+    from edgellm.tokenizer.vocab import Attr
+
+    meta = spm_meta({c: -1.0 for c in "abcdefghij"})
+    junk = -5 if np.dtype(dtype).kind != "u" else 2**31
+    kinds = [junk, 0, 1, 2, 3, 4, 5, 6, 7, 99]  # llama.h llama_token_type values, and others
+    meta["tokenizer.ggml.token_type"] = np.array([2, 3, 3] + [6] * 256 + kinds, dtype=dtype)
+    got = Tokenizer.from_metadata(meta).vocab.attrs[-10:].tolist()
+    A = Attr
+    assert got == [A.UNDEFINED, A.UNDEFINED, A.NORMAL, A.UNKNOWN, A.CONTROL, A.USER_DEFINED, A.UNUSED,
+                   A.BYTE, A.UNDEFINED, A.UNDEFINED]
+
+
 def test_empty_tokens_are_renamed():
     meta = spm_meta({"a": -1, "b": -2})
     meta["tokenizer.ggml.tokens"][-1] = ""  # llama.cpp names it "[EMPTY_<id>]"

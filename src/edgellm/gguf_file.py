@@ -251,9 +251,11 @@ class StringArray(Sequence):
         i = self._index(i)
         return bytes(self.buffer[int(self.bounds[i]) : int(self.bounds[i + 1]) - 8])
 
-    def byte_lengths(self) -> np.ndarray:
-        """int64 [n]: each string's length in bytes."""
-        return np.diff(self.bounds) - 8
+    def byte_lengths(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """int64: the length in bytes of each string, or of strings `ids` (an integer array)."""
+        if ids is None:
+            return np.diff(self.bounds) - 8
+        return self.bounds[ids + 1] - self.bounds[ids] - 8
 
     def _index(self, i) -> int:
         n = len(self.bounds) - 1

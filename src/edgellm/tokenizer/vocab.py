@@ -126,7 +126,7 @@ class Vocab:
         """Ids of control, user-defined and unknown tokens, longest text (in UTF-8 bytes) first:
         the order in which llama.cpp's tokenizer_st_partition tries them. Ties keep id order."""
         ids = np.flatnonzero(self.attrs & int(_SPECIAL_MASK))
-        lengths = self.tokens.byte_lengths()[ids]
+        lengths = self.tokens.byte_lengths(ids)
         return ids[np.argsort(-lengths, kind="stable")].tolist()
 
 
@@ -173,7 +173,7 @@ def _numeric_array(meta: Mapping[str, Any], name: str, n: int, dtype) -> np.ndar
         )
     if len(arr) < n:  # llama.cpp: "Index out of array bounds"
         raise TokenizerError(f"{K}{name} has {len(arr)} entries but {K}tokens has {n}")
-    return arr[:n].astype(dtype, copy=False)
+    return arr[:n] if dtype is None else arr[:n].astype(dtype, copy=False)
 
 
 def _string_array(meta: Mapping[str, Any], name: str) -> StringArray:
@@ -236,12 +236,14 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
     token_to_id = _index(tokens)
     named = _find(token_to_id, _NAMES_LOOKED_UP)
     scores = _numeric_array(meta, "scores", n, np.float32)
-    types = _numeric_array(meta, "token_type", n, np.int64)
+    types = _numeric_array(meta, "token_type", n, None)  # int32 in GGUF files: no wider copy
     if types is None:
         attrs = np.full(n, Attr.NORMAL, dtype=np.uint16)
     else:
-        attrs = _TYPE_TO_ATTR[np.clip(types, 0, len(_TYPE_TO_ATTR) - 1)]
-        attrs[types < 0] = Attr.UNDEFINED
+        if types.dtype.kind != "i":  # unsigned or float: signed, for the clip below
+            types = types.astype(np.int64)
+        # the table's last entry is UNDEFINED, so negative types (clipped to -1) map to it too
+        attrs = _TYPE_TO_ATTR[np.clip(types, -1, len(_TYPE_TO_ATTR) - 1)]
 
     # Defaults per model type (llama_vocab::impl::load)
     merges = None
