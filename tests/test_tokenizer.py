@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgellm.gguf_file import GGUFFile
+from edgellm.kernels import c_module
 
 from edgellm.errors import TokenizerError, UnsupportedModelError
 from edgellm.tokenizer import Tokenizer
@@ -157,6 +158,16 @@ def ids_of(tok: Tokenizer, *texts: str) -> list[int]:
     return [tok.vocab.tokens.index(t) for t in texts]
 
 
+@pytest.fixture(params=["c", "python"])
+def lookup(request):
+    """Build tokenizers in the test with the vocabulary indexed (and SPM merged) in C, or in Python."""
+    if request.param == "c" and c_module() is None:
+        pytest.skip("the C kernels are not built")
+    with c_kernels(request.param == "c"):
+        yield request.param
+
+
+@pytest.mark.usefixtures("lookup")
 def test_spm_merges_by_score_and_defaults():
     pieces = {"▁": -1, "a": -1, "b": -1, "c": -1, "ab": -5, "bc": -2, "▁a": -3}
     tok = Tokenizer.from_metadata(spm_meta(pieces))
@@ -169,12 +180,14 @@ def test_spm_merges_by_score_and_defaults():
     assert tok.streaming_decoder().add(ids_of(tok, "▁a")[0]) == " a"  # streaming keeps it
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_equal_scores_merge_leftmost_first():
     meta = spm_meta({"a": -1, "b": -1, "c": -1, "ab": -2, "bc": -2}, add_space_prefix=False)
     tok = Tokenizer.from_metadata(meta)
     assert tok.encode("abc", add_bos=False) == ids_of(tok, "ab", "c")
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_byte_fallback_and_streaming():
     tok = Tokenizer.from_metadata(spm_meta({"▁": -1, "a": -1}))
     ids = tok.encode("aé🦙", add_bos=False)
@@ -185,6 +198,7 @@ def test_spm_byte_fallback_and_streaming():
     assert stream.add(ids[2]) == "" and stream.flush() == "\ufffd"  # an unfinished character
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_missing_byte_token_is_an_error():
     meta = spm_meta({"▁": -1, "a": -1})
     meta["tokenizer.ggml.tokens"][3 + 0xC3] = "<0xC3-missing>"
@@ -193,6 +207,24 @@ def test_spm_missing_byte_token_is_an_error():
         tok.encode("é")
 
 
+@pytest.mark.skipif(c_module() is None, reason="the C kernels are not built")
+def test_spm_in_c_agrees_with_python_on_random_vocabularies():
+    rng = np.random.default_rng(7)
+    alphabet = ["a", "b", "c", "▁", "é", "🦙"]
+    for trial in range(20):
+        # pieces of 1-4 characters, scores drawn from a few values so that ties are common
+        pieces = {"".join(rng.choice(alphabet, int(rng.integers(1, 5)))): float(rng.choice([-1, -2, -2.5, -3]))
+                  for _ in range(40)}
+        meta = spm_meta(pieces, add_space_prefix=bool(trial % 2))
+        tok_c = Tokenizer.from_metadata(meta)
+        with c_kernels(False):
+            tok_py = Tokenizer.from_metadata(meta)
+        for _ in range(50):
+            text = "".join(rng.choice(alphabet + [" ", "x", "ü"], int(rng.integers(0, 30))))
+            assert tok_c.encode(text) == tok_py.encode(text), (pieces, text)
+
+
+@pytest.mark.usefixtures("lookup")
 def test_special_tokens_partition():
     meta = spm_meta({"▁": -1, "a": -1, "<|x|>": 0, "<|x|><|y|>": 0, "\n\n": 0}, add_space_prefix=False)
     meta["tokenizer.ggml.token_type"][-3:] = [3, 3, 4]  # two control tokens, one user-defined
@@ -207,6 +239,7 @@ def test_special_tokens_partition():
     assert tok.decode([a, x, nn], special=True) == "a<|x|>\n\n"
 
 
+@pytest.mark.usefixtures("lookup")
 def test_space_prefix_after_special_token():
     meta = spm_meta({"▁": -1, "a": -1, "▁a": -0.5, "<c>": 0})
     meta["tokenizer.ggml.token_type"][-1] = 3
@@ -249,6 +282,7 @@ def bpe_meta(merges: list[str], **extra) -> dict:
     return meta
 
 
+@pytest.mark.usefixtures("lookup")
 def test_bpe_merge_rank_order():
     first = Tokenizer.from_metadata(bpe_meta(["a b", "b c"]))
     assert first.encode("abc") == ids_of(first, "ab", "c")  # BPE adds no BOS unless asked
@@ -256,6 +290,7 @@ def test_bpe_merge_rank_order():
     assert second.encode("abc") == ids_of(second, "a", "bc")
 
 
+@pytest.mark.usefixtures("lookup")
 def test_bpe_bytes_pretokenizer_and_round_trip():
     tok = Tokenizer.from_metadata(bpe_meta(["Ġ h", "Ġh i"]))
     # the gpt2 pre-tokenizer keeps " hi" together; é is two byte tokens

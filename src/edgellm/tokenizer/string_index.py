@@ -29,6 +29,7 @@ class StringIndex:
         if use_c and c is None:
             raise RuntimeError("the C kernels are not built")
         self._dict_get = None
+        self.c_index = None  # the el_str_index (cffi) for C code to look up in, with the C table
         if c is not None:
             self._build_c(c, first_wins)
         else:
@@ -45,7 +46,7 @@ class StringIndex:
         # the struct points into these three buffers; holding them here keeps the pointers valid
         self._keep = (ffi.from_buffer(self.strings.buffer), ffi.from_buffer("int64_t[]", self.strings.bounds),
                       ffi.from_buffer("uint32_t[]", self._slots))
-        ix = self._ix = ffi.new("el_str_index *")
+        ix = self.c_index = ffi.new("el_str_index *")
         ix.base, ix.bounds, ix.slots = self._keep
         ix.n = n
         ix.mask = n_slots - 1
@@ -74,7 +75,7 @@ class StringIndex:
         if self._dict_get is not None:
             return self._dict_get(text, default)
         b = text.encode("utf-8", "surrogateescape")
-        i = self._find(self._ix, b, len(b))
+        i = self._find(self.c_index, b, len(b))
         return default if i < 0 else i
 
     def __contains__(self, text: str) -> bool:
