@@ -290,6 +290,29 @@ def test_bpe_merge_rank_order():
     assert second.encode("abc") == ids_of(second, "a", "bc")
 
 
+@pytest.mark.skipif(c_module() is None, reason="the C kernels are not built")
+def test_bpe_in_c_agrees_with_python_on_random_merges():
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        symbols = ["a", "b", "c", "Ġ", "Ã", "©"]  # "a", "b", "c", " " and "é" through the byte map
+        merges = []
+        while len(merges) < 30:
+            left, right = rng.choice(symbols, 2)
+            if left + right not in symbols:  # each rule makes a new token
+                merges.append(f"{left} {right}")
+                symbols.append(left + right)
+        meta = bpe_meta(merges)
+        tokens = meta["tokenizer.ggml.tokens"]
+        for i in rng.choice(np.arange(257, len(tokens)), 3, replace=False):  # merged symbols that are no token
+            tokens[i] = f"<gone{i}>"
+        tok_c = Tokenizer.from_metadata(meta)
+        with c_kernels(False):
+            tok_py = Tokenizer.from_metadata(meta)
+        for _ in range(50):
+            text = "".join(rng.choice(["a", "b", "c", " ", "é", "x"], int(rng.integers(0, 30))))
+            assert tok_c.encode(text) == tok_py.encode(text), (merges, text)
+
+
 @pytest.mark.usefixtures("lookup")
 def test_bpe_bytes_pretokenizer_and_round_trip():
     tok = Tokenizer.from_metadata(bpe_meta(["Ġ h", "Ġh i"]))

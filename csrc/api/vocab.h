@@ -27,11 +27,22 @@ int64_t el_str_index_build(el_str_index *ix, int first_wins, int64_t *earlier);
 /* Position of the string equal to key[0..len), or -1. */
 int64_t el_str_index_find(const el_str_index *ix, const char *key, size_t len);
 
-/* SentencePiece tokenization of text[0..len) (valid UTF-8, spaces already written as U+2581), as
- * llama.cpp's llm_tokenizer_spm_session: one symbol per character, then repeatedly merge the
- * adjacent pair whose concatenation is the token of highest score (leftmost first on ties); a
- * final symbol that is no token is written as the tokens of its bytes, byte_ids[byte]. ix indexes
- * the token texts, scores[id] their scores. out needs room for len ids. Returns the number of ids,
- * -1 - b when byte b is needed but byte_ids[b] < 0, or -1000 when memory runs out. */
+/* Tokenization by pair merges (merge_tokenize.c): both start from one symbol per UTF-8 character
+ * and repeatedly merge the best adjacent pair, leftmost first on ties. out needs room for len ids.
+ * They return the number of ids written, or EL_TOKENIZE_NO_MEMORY. */
+#define EL_TOKENIZE_NO_MEMORY -1000
+
+/* SentencePiece, as llama.cpp's llm_tokenizer_spm_session, on text[0..len) (valid UTF-8, spaces
+ * already written as U+2581): the best pair is the one whose concatenation is the token of highest
+ * score (ix indexes the token texts, scores[id] their scores); a final symbol that is no token is
+ * written as the tokens of its bytes, byte_ids[byte]. Returns -1 - b when byte b is needed but
+ * byte_ids[b] < 0. */
 int64_t el_spm_encode(const el_str_index *ix, const float *scores, const int32_t *byte_ids,
                       const char *text, int64_t len, int32_t *out);
+
+/* Byte-level BPE, as llama.cpp's llm_tokenizer_bpe_session, on one pre-token word[0..len) (already
+ * mapped through GPT-2's byte map): the best pair is the one whose rule "left right" has the lowest
+ * rank (merges indexes the rule texts, rank = position); a final symbol that is no token is
+ * written as those of its single bytes that are tokens. */
+int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, const char *word, int64_t len,
+                      int32_t *out);

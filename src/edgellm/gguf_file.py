@@ -118,7 +118,7 @@ class _Reader:
         self.size = len(buf)
         self.pos = 0
         self.where = where
-        self.view: memoryview | None = None  # one view shared by the string arrays read
+        self.u8: np.ndarray | None = None  # one view of the file shared by the string arrays read
 
     def fail(self, msg: str) -> GGUFError:
         return GGUFError(f"{self.where}: {msg}")
@@ -190,10 +190,10 @@ class _Reader:
 
     def string_array(self, n: int, what: str) -> StringArray:
         self.need(n * 8, f"{what} ({n} strings)")  # each string has at least its 8-byte length
-        if self.view is None:
-            self.view = memoryview(self.buf)
+        if self.u8 is None:
+            self.u8 = np.frombuffer(self.buf, np.uint8)
         try:
-            arr = StringArray._walk(self.view, self.pos, n)
+            arr = StringArray._walk(self.u8, self.pos, n)
         except ValueError as e:
             raise self.fail(f"truncated: {what}: {e} of the file") from None
         self.pos = int(arr.bounds[-1]) - 8
@@ -205,17 +205,22 @@ class StringArray(Sequence):
     UTF-8) and each is decoded when asked for, with surrogateescape as every GGUF string here.
     A 262k-token vocabulary costs its bounds array (8 bytes a string), not 262k str objects.
 
-    bounds[i] is where string i's bytes start in `buffer`; bounds[n] is 8 bytes past the end of
-    the last one, so string i is buffer[bounds[i] : bounds[i+1] - 8] (the layout of
-    csrc/api/vocab.h). Indexing by int gives a str, by slice a list[str]; it compares equal to a
-    list or tuple of the same strings.
+    `buffer` is a uint8 array (a view of the file's mapping, which it keeps mapped); bounds[i] is
+    where string i's bytes start in it, bounds[n] is 8 bytes past the end of the last one, so
+    string i is buffer[bounds[i] : bounds[i+1] - 8] (the layout of csrc/api/vocab.h). Indexing by
+    int gives a str, by slice a list[str]; it compares equal to a list or tuple of the same strings.
+
+    C code is handed `buffer` (ffi.from_buffer), never a memoryview: the garbage collector may
+    clear a memoryview in a reference cycle while it is still exported, which frees what the
+    export points to.
     """
 
-    __slots__ = ("buffer", "bounds")
+    __slots__ = ("buffer", "bounds", "_bytes")
 
-    def __init__(self, buffer, bounds: np.ndarray):
-        self.buffer = buffer  # bytes-like, kept alive here (a memoryview keeps an mmap mapped)
+    def __init__(self, buffer: np.ndarray, bounds: np.ndarray):
+        self.buffer = buffer  # uint8 [file or run size]
         self.bounds = bounds  # int64 [n + 1]
+        self._bytes = memoryview(buffer)  # sliced to decode (slicing an array costs more)
 
     @classmethod
     def from_strings(cls, strings: Iterable[str]) -> StringArray:
@@ -224,10 +229,10 @@ class StringArray(Sequence):
         for s in strings:
             b = s.encode("utf-8", "surrogateescape")
             parts += (_U64.pack(len(b)), b)
-        return cls._walk(b"".join(parts), 0, len(parts) // 2)
+        return cls._walk(np.frombuffer(b"".join(parts), np.uint8), 0, len(parts) // 2)
 
     @classmethod
-    def _walk(cls, buffer, pos: int, n: int) -> StringArray:
+    def _walk(cls, buffer: np.ndarray, pos: int, n: int) -> StringArray:
         """The n strings whose first length field is at buffer[pos]; ValueError naming the first
         one that runs past the end. The lengths chain the positions, so this is a serial walk
         (in C when built)."""
@@ -249,7 +254,7 @@ class StringArray(Sequence):
     def encoded(self, i: int) -> bytes:
         """String i's bytes, as stored."""
         i = self._index(i)
-        return bytes(self.buffer[int(self.bounds[i]) : int(self.bounds[i + 1]) - 8])
+        return bytes(self._bytes[int(self.bounds[i]) : int(self.bounds[i + 1]) - 8])
 
     def byte_lengths(self, ids: np.ndarray | None = None) -> np.ndarray:
         """int64: the length in bytes of each string, or of strings `ids` (an integer array)."""
@@ -271,10 +276,10 @@ class StringArray(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = self._index(i)
         b = self.bounds
-        return str(self.buffer[int(b[i]) : int(b[i + 1]) - 8], "utf-8", "surrogateescape")
+        return str(self._bytes[int(b[i]) : int(b[i + 1]) - 8], "utf-8", "surrogateescape")
 
     def __iter__(self) -> Iterator[str]:
-        buffer, bounds = self.buffer, self.bounds
+        buffer, bounds = self._bytes, self.bounds
         for c in range(0, len(bounds) - 1, _ITER_CHUNK):  # a chunk of bounds as ints at a time
             pos = bounds[c : c + _ITER_CHUNK + 1].tolist()
             for s, e in zip(pos, pos[1:]):

@@ -29,7 +29,7 @@ class SpmEncoder:
         self._scores = memoryview(scores)
         self._byte_ids = [self._byte_id(b) for b in range(256)]  # -1: no token for the byte
         self._cache: dict[str, list[int]] = {}
-        self._encode = self._encode_py
+        self._c_args = None
         ix = vocab.token_to_id.c_index
         if ix is not None:
             from ..kernels import c_module
@@ -38,7 +38,6 @@ class SpmEncoder:
             self._c_args = (ix, self._ffi.from_buffer("float[]", scores),
                             self._ffi.new("int32_t[]", self._byte_ids))
             self._c_keep = scores  # the pointer above is into it
-            self._encode = self._encode_c
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, whose spaces are already escaped as ▁."""
@@ -100,14 +99,14 @@ class SpmEncoder:
             i = nxt[i]
         return out
 
-    def _encode_c(self, text: str) -> list[int]:
+    def _encode(self, text: str) -> list[int]:
         data = text.encode("utf-8")
-        if len(data) >= 2**31:  # el_spm_encode counts bytes in 32 bits
+        if self._c_args is None or len(data) >= 2**31:  # el_spm_encode counts bytes in 32 bits
             return self._encode_py(text)
         out = self._ffi.new("int32_t[]", len(data))  # at most one id per byte
         n = self._lib.el_spm_encode(*self._c_args, data, len(data), out)
         if n < 0:
-            if n == -1000:
+            if n == self._lib.EL_TOKENIZE_NO_MEMORY:
                 raise MemoryError("no memory to tokenize the text")
             self._byte_token(-1 - n)  # raises: the byte has no token
         return self._ffi.unpack(out, n)
