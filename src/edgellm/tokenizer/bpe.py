@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 
+from .. import kernels
 from .pretokenize import Splitter
 from .string_index import StringIndex
 from .vocab import Vocab
@@ -40,7 +41,8 @@ def byte_encode(text: str) -> str:
 
 
 class BpeEncoder:
-    """Text (without special tokens) -> ids, remembering the ids of recent pre-tokens."""
+    """Text (without special tokens) -> ids, remembering the ids of recent pre-tokens. The merges
+    run in C (el_bpe_encode) when the tokens and rules are indexed in C, else here in Python."""
 
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
@@ -51,9 +53,7 @@ class BpeEncoder:
         self._cache: dict[str, list[int]] = {}
         self._c = None
         if self._token_to_id.c_index is not None and self._ranks.c_index is not None:
-            from ..kernels import c_module
-
-            self._c = c_module()
+            self._c = kernels.c_module()
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []

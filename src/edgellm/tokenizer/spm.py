@@ -9,6 +9,7 @@ import heapq
 
 import numpy as np
 
+from .. import kernels
 from ..errors import TokenizerError
 from .vocab import Vocab
 
@@ -32,9 +33,7 @@ class SpmEncoder:
         self._c_args = None
         ix = vocab.token_to_id.c_index
         if ix is not None:
-            from ..kernels import c_module
-
-            self._ffi, self._lib = c_module()
+            self._ffi, self._lib = kernels.c_module()
             self._c_args = (ix, self._ffi.from_buffer("float[]", scores),
                             self._ffi.new("int32_t[]", self._byte_ids))
             self._c_keep = scores  # the pointer above is into it

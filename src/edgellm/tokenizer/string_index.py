@@ -1,6 +1,7 @@
 """Text -> position in a StringArray (token text -> id, merge rule -> rank) without a Python object
 per string: an open-addressing hash table of positions over the array's own bytes, in C
-(csrc/vocab_index.c). Without the C kernels it falls back to a dict."""
+(csrc/vocab_index.c). Without the C kernels it falls back to a dict (a Python object per string
+again)."""
 
 from __future__ import annotations
 
