@@ -9,13 +9,14 @@ import os
 import struct
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
 from gguf_builders import VT, RawGGUF, pack_kv, pack_string, write_gguf
 
 from edgellm.errors import GGUFError
-from edgellm.gguf_file import GGUFFile, TensorInfo
+from edgellm.gguf_file import GGUFFile, StringArray, TensorInfo
 from edgellm.quants import QType
 
 # --- the oracle ---------------------------------------------------------------------------
@@ -52,9 +53,10 @@ def assert_field_equal(ours, field):
     if t0 == VT.ARRAY:
         et = field.types[1]
         if et == VT.STRING:
-            assert isinstance(ours, list)
-            assert [s.encode("utf-8", "surrogateescape") for s in ours] == \
-                   [bytes(field.parts[i]) for i in field.data], field.name
+            assert isinstance(ours, StringArray)
+            expected = [bytes(field.parts[i]) for i in field.data]
+            assert [s.encode("utf-8", "surrogateescape") for s in ours] == expected, field.name
+            assert [ours.encoded(i) for i in range(len(ours))] == expected, field.name
         else:
             assert isinstance(ours, np.ndarray) and not ours.flags.writeable
             expected = np.concatenate([field.parts[i] for i in field.data])
@@ -110,7 +112,7 @@ def test_real_model_matches_gguf_py(model, request):
 @pytest.mark.real
 def test_real_model_values(gemma3_path):
     with GGUFFile(gemma3_path) as f:
-        tokens = f.require("tokenizer.ggml.tokens", list)
+        tokens = f.require("tokenizer.ggml.tokens", StringArray)
         scores = f.require("tokenizer.ggml.scores", np.ndarray)
         assert len(tokens) == len(scores) == len(f.metadata["tokenizer.ggml.token_type"]) == 262144
         assert scores.dtype == np.float32 and not scores.flags.writeable
@@ -249,6 +251,19 @@ def test_string_arrays_decode_each_string_alone(tmp_path, noncharacters):
         assert f.metadata["after"] == 9
 
 
+def test_string_arrays_are_read_in_place_and_outlive_close(tmp_path):
+    strings = _random_strings(np.random.default_rng(3), 500, False)
+    path = RawGGUF().kv("s", VT.ARRAY, strings, VT.STRING).kv("after", VT.UINT8, 9).write(tmp_path / "s.gguf")
+    f = GGUFFile(path)
+    got = f.metadata["s"]
+    first = 24 + 8 + 1 + 4 + 4 + 8 + 8  # header, key "s", value type, element type, count, first length
+    assert isinstance(got, StringArray) and got.bounds[0] == first
+    f.close()  # the array's view keeps the mapping
+    assert [got.encoded(i) for i in range(len(got))] == strings
+    with mock.patch("edgellm.kernels.c_module", lambda: None), GGUFFile(path) as g:  # no C kernels
+        assert np.array_equal(g.metadata["s"].bounds, got.bounds) and g.metadata["after"] == 9
+
+
 def test_invalid_utf8_scalars_and_names_do_not_raise(tmp_path):
     g = RawGGUF().kv(b"key\xff", VT.STRING, b"val\xc3").tensor(b"t\xe2", [4], QType.F32)
     with GGUFFile(g.write(tmp_path / "u.gguf")) as f:
@@ -354,14 +369,14 @@ def test_get_and_require(tmp_path):
     with GGUFFile(path) as f:
         assert f.get("missing") is None and f.get("missing", 7) == 7 and f.get("n") == 3
         assert f.require("n") == 3 and f.require("n", int) == 3 and f.require("x", (int, float)) == 0.5
-        assert f.require("b", bool) is True and f.require("s", list) == ["a"]
+        assert f.require("b", bool) is True and f.require("s", StringArray) == ["a"]
         with pytest.raises(GGUFError, match="'llama.block_count' is missing"):
             f.require("llama.block_count")
         with pytest.raises(GGUFError, match="'x' is a float, expected int"):
             f.require("x", int)
         with pytest.raises(GGUFError, match="'b' is a bool, expected int"):
             f.require("b", int)
-        with pytest.raises(GGUFError, match="'s' is a list, expected str"):
+        with pytest.raises(GGUFError, match="'s' is a StringArray, expected str"):
             f.require("s", str)
 
 
@@ -458,9 +473,9 @@ MALFORMED = {
     "string array count absurd": (_kv(pack_string("k") + struct.pack("<IIQ", 9, 8, 2**61)),
                                   r"truncated: metadata key 'k' \(2305843009213693952 strings\)"),
     "string in array past end": (_kv(pack_string("k") + struct.pack("<IIQ", 9, 8, 3) + pack_string("ab")
-                                     + struct.pack("<Q", 2**63) + b"x" * 20), "'k': a string runs past the end"),
+                                     + struct.pack("<Q", 2**63) + b"x" * 20), r"'k': string #1 of 3 runs past the end of the file"),
     "last string past end": (_kv(pack_string("k") + struct.pack("<IIQ", 9, 8, 2) + pack_string("ab")
-                                 + struct.pack("<Q", 100) + b"x" * 20), "'k': the last string runs past the end"),
+                                 + struct.pack("<Q", 100) + b"x" * 20), r"'k': string #1 of 2 runs past the end of the file"),
     "nested arrays count absurd": (_kv(pack_string("k") + struct.pack("<IIQ", 9, 9, 2**40)), r"\(1099511627776 nested arrays\)"),
     "arrays nested too deep": (_nested(9), "'deep': arrays nested more than 8 deep"),
     "bool value 2": (_kv(pack_string("b") + struct.pack("<IB", 7, 2)), "'b': bool value is 2"),

@@ -3,12 +3,15 @@ models, round trips, streaming decode, and small synthetic vocabularies for the 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 
 from edgellm.gguf_file import GGUFFile
+from edgellm.kernels import c_module
 
 from edgellm.errors import TokenizerError, UnsupportedModelError
 from edgellm.tokenizer import Tokenizer
@@ -23,15 +26,25 @@ def gguf_metadata(path) -> dict:
 
 
 _META: dict = {}
+_TOKENIZERS: dict = {}
 
 
-@pytest.fixture(scope="session")
-def real(real_model):
-    """(alias, tokenizer, reference) for each real model; metadata read once per session."""
+def c_kernels(present: bool):
+    """A context in which edgellm sees the C kernels as built (unchanged) or not."""
+    return contextlib.nullcontext() if present else mock.patch("edgellm.kernels.c_module", lambda: None)
+
+
+@pytest.fixture(scope="session", params=["c", "python"])
+def real(real_model, request):
+    """(alias, tokenizer, reference) for each real model, with the vocabulary read and indexed in C
+    or, as without the C kernels, in Python; each tokenizer built once per session."""
     alias, path, ref = real_model
-    if path not in _META:
-        _META[path] = gguf_metadata(path)
-    return alias, Tokenizer.from_metadata(_META[path]), ref
+    key = (path, request.param)
+    if key not in _TOKENIZERS:
+        with c_kernels(request.param == "c"):
+            _TOKENIZERS[key] = Tokenizer.from_metadata(gguf_metadata(path))
+        assert _TOKENIZERS[key].vocab.token_to_id.backend == {"c": "c", "python": "dict"}[request.param]
+    return alias, _TOKENIZERS[key], ref
 
 
 # -- llama.cpp's ids, exactly ------------------------------------------------------------------
@@ -145,6 +158,16 @@ def ids_of(tok: Tokenizer, *texts: str) -> list[int]:
     return [tok.vocab.tokens.index(t) for t in texts]
 
 
+@pytest.fixture(params=["c", "python"])
+def lookup(request):
+    """Build tokenizers in the test with the vocabulary indexed (and SPM merged) in C, or in Python."""
+    if request.param == "c" and c_module() is None:
+        pytest.skip("the C kernels are not built")
+    with c_kernels(request.param == "c"):
+        yield request.param
+
+
+@pytest.mark.usefixtures("lookup")
 def test_spm_merges_by_score_and_defaults():
     pieces = {"▁": -1, "a": -1, "b": -1, "c": -1, "ab": -5, "bc": -2, "▁a": -3}
     tok = Tokenizer.from_metadata(spm_meta(pieces))
@@ -157,12 +180,14 @@ def test_spm_merges_by_score_and_defaults():
     assert tok.streaming_decoder().add(ids_of(tok, "▁a")[0]) == " a"  # streaming keeps it
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_equal_scores_merge_leftmost_first():
     meta = spm_meta({"a": -1, "b": -1, "c": -1, "ab": -2, "bc": -2}, add_space_prefix=False)
     tok = Tokenizer.from_metadata(meta)
     assert tok.encode("abc", add_bos=False) == ids_of(tok, "ab", "c")
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_byte_fallback_and_streaming():
     tok = Tokenizer.from_metadata(spm_meta({"▁": -1, "a": -1}))
     ids = tok.encode("aé🦙", add_bos=False)
@@ -173,6 +198,7 @@ def test_spm_byte_fallback_and_streaming():
     assert stream.add(ids[2]) == "" and stream.flush() == "\ufffd"  # an unfinished character
 
 
+@pytest.mark.usefixtures("lookup")
 def test_spm_missing_byte_token_is_an_error():
     meta = spm_meta({"▁": -1, "a": -1})
     meta["tokenizer.ggml.tokens"][3 + 0xC3] = "<0xC3-missing>"
@@ -181,6 +207,24 @@ def test_spm_missing_byte_token_is_an_error():
         tok.encode("é")
 
 
+@pytest.mark.skipif(c_module() is None, reason="the C kernels are not built")
+def test_spm_in_c_agrees_with_python_on_random_vocabularies():
+    rng = np.random.default_rng(7)
+    alphabet = ["a", "b", "c", "▁", "é", "🦙"]
+    for trial in range(20):
+        # pieces of 1-4 characters, scores drawn from a few values so that ties are common
+        pieces = {"".join(rng.choice(alphabet, int(rng.integers(1, 5)))): float(rng.choice([-1, -2, -2.5, -3]))
+                  for _ in range(40)}
+        meta = spm_meta(pieces, add_space_prefix=bool(trial % 2))
+        tok_c = Tokenizer.from_metadata(meta)
+        with c_kernels(False):
+            tok_py = Tokenizer.from_metadata(meta)
+        for _ in range(50):
+            text = "".join(rng.choice(alphabet + [" ", "x", "ü"], int(rng.integers(0, 30))))
+            assert tok_c.encode(text) == tok_py.encode(text), (pieces, text)
+
+
+@pytest.mark.usefixtures("lookup")
 def test_special_tokens_partition():
     meta = spm_meta({"▁": -1, "a": -1, "<|x|>": 0, "<|x|><|y|>": 0, "\n\n": 0}, add_space_prefix=False)
     meta["tokenizer.ggml.token_type"][-3:] = [3, 3, 4]  # two control tokens, one user-defined
@@ -195,6 +239,7 @@ def test_special_tokens_partition():
     assert tok.decode([a, x, nn], special=True) == "a<|x|>\n\n"
 
 
+@pytest.mark.usefixtures("lookup")
 def test_space_prefix_after_special_token():
     meta = spm_meta({"▁": -1, "a": -1, "▁a": -0.5, "<c>": 0})
     meta["tokenizer.ggml.token_type"][-1] = 3
@@ -237,6 +282,7 @@ def bpe_meta(merges: list[str], **extra) -> dict:
     return meta
 
 
+@pytest.mark.usefixtures("lookup")
 def test_bpe_merge_rank_order():
     first = Tokenizer.from_metadata(bpe_meta(["a b", "b c"]))
     assert first.encode("abc") == ids_of(first, "ab", "c")  # BPE adds no BOS unless asked
@@ -244,6 +290,30 @@ def test_bpe_merge_rank_order():
     assert second.encode("abc") == ids_of(second, "a", "bc")
 
 
+@pytest.mark.skipif(c_module() is None, reason="the C kernels are not built")
+def test_bpe_in_c_agrees_with_python_on_random_merges():
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        symbols = ["a", "b", "c", "Ġ", "Ã", "©"]  # "a", "b", "c", " " and "é" through the byte map
+        merges = []
+        while len(merges) < 30:
+            left, right = rng.choice(symbols, 2)
+            if left + right not in symbols:  # each rule makes a new token
+                merges.append(f"{left} {right}")
+                symbols.append(left + right)
+        meta = bpe_meta(merges)
+        tokens = meta["tokenizer.ggml.tokens"]
+        for i in rng.choice(np.arange(257, len(tokens)), 3, replace=False):  # merged symbols that are no token
+            tokens[i] = f"<gone{i}>"
+        tok_c = Tokenizer.from_metadata(meta)
+        with c_kernels(False):
+            tok_py = Tokenizer.from_metadata(meta)
+        for _ in range(50):
+            text = "".join(rng.choice(["a", "b", "c", " ", "é", "x"], int(rng.integers(0, 30))))
+            assert tok_c.encode(text) == tok_py.encode(text), (merges, text)
+
+
+@pytest.mark.usefixtures("lookup")
 def test_bpe_bytes_pretokenizer_and_round_trip():
     tok = Tokenizer.from_metadata(bpe_meta(["Ġ h", "Ġh i"]))
     # the gpt2 pre-tokenizer keeps " hi" together; é is two byte tokens
@@ -334,6 +404,30 @@ def test_bad_token_entries():
     meta["tokenizer.ggml.tokens"][-1] = "a"
     with pytest.raises(TokenizerError, match="duplicate"):
         Tokenizer.from_metadata(meta).encode("a")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.float32])
+def test_token_types_map_to_attributes(dtype):
+    from edgellm.tokenizer.vocab import Attr
+
+    meta = spm_meta({c: -1.0 for c in "abcdefghij"})
+    junk = -5 if np.dtype(dtype).kind != "u" else 2**31
+    kinds = [junk, 0, 1, 2, 3, 4, 5, 6, 7, 99]  # llama.h llama_token_type values, and others
+    meta["tokenizer.ggml.token_type"] = np.array([2, 3, 3] + [6] * 256 + kinds, dtype=dtype)
+    got = Tokenizer.from_metadata(meta).vocab.attrs[-10:].tolist()
+    A = Attr
+    assert got == [A.UNDEFINED, A.UNDEFINED, A.NORMAL, A.UNKNOWN, A.CONTROL, A.USER_DEFINED, A.UNUSED,
+                   A.BYTE, A.UNDEFINED, A.UNDEFINED]
+
+
+def test_empty_tokens_are_renamed():
+    meta = spm_meta({"a": -1, "b": -2})
+    meta["tokenizer.ggml.tokens"][-1] = ""  # llama.cpp names it "[EMPTY_<id>]"
+    tok = Tokenizer.from_metadata(meta)
+    last = tok.n_vocab - 1
+    assert tok.token_bytes(last) == f"[EMPTY_{last}]".encode()
+    assert tok.vocab.token_to_id[f"[EMPTY_{last}]"] == last and "" not in tok.vocab.token_to_id
+    assert tok.vocab.tokens[:-1] == meta["tokenizer.ggml.tokens"][:-1]
 
 
 def test_bpe_without_merges():

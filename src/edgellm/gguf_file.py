@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import enum
 import mmap
+import operator
 import os
 import stat
 import struct
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,7 @@ class _Reader:
         self.size = len(buf)
         self.pos = 0
         self.where = where
+        self.u8: np.ndarray | None = None  # one view of the file shared by the string arrays read
 
     def fail(self, msg: str) -> GGUFError:
         return GGUFError(f"{self.where}: {msg}")
@@ -185,51 +188,142 @@ class _Reader:
             arr = arr.view(np.bool_)
         return arr
 
-    def string_array(self, n: int, what: str) -> list[str]:
+    def string_array(self, n: int, what: str) -> StringArray:
         self.need(n * 8, f"{what} ({n} strings)")  # each string has at least its 8-byte length
-        # The lengths chain the element positions, so they are found by a tight serial walk
-        # (struct bounds-checks each length read; only the last payload can run past the end).
-        buf = self.buf
-        unpack = _U64.unpack_from
-        starts = [0] * n
-        pos = self.pos
+        if self.u8 is None:
+            self.u8 = np.frombuffer(self.buf, np.uint8)
         try:
-            for i in range(n):
-                starts[i] = pos
-                pos += 8 + unpack(buf, pos)[0]
-        except (struct.error, OverflowError):
-            raise self.fail(f"truncated: {what}: a string runs past the end of the file") from None
-        if pos > self.size:
-            raise self.fail(f"truncated: {what}: the last string runs past the end of the file")
-        self.pos = pos
-        return _decode_strings(buf, starts, pos) if n else []
+            arr = StringArray._walk(self.u8, self.pos, n)
+        except ValueError as e:
+            raise self.fail(f"truncated: {what}: {e} of the file") from None
+        self.pos = int(arr.bounds[-1]) - 8
+        return arr
 
 
-# Two noncharacters, 4 UTF-8 bytes each: exactly the size of a string's length field.
-_SEPARATOR = "\U0010ffff\U0010fffe"
-_SEPARATOR_U64 = int.from_bytes(_SEPARATOR.encode(), "little")
+class StringArray(Sequence):
+    """A GGUF string array read in place: the strings stay in the file's bytes (u64 length, then
+    UTF-8) and each is decoded when asked for, with surrogateescape as every GGUF string here.
+    A 262k-token vocabulary costs its bounds array (8 bytes a string), not 262k str objects.
 
+    `buffer` is a uint8 array (a view of the file's mapping, which it keeps mapped); bounds[i] is
+    where string i's bytes start in it, bounds[n] is 8 bytes past the end of the last one, so
+    string i is buffer[bounds[i] : bounds[i+1] - 8] (the layout of csrc/api/vocab.h). Indexing by
+    int gives a str, by slice a list[str]; it compares equal to a list or tuple of the same strings.
 
-def _decode_strings(buf: mmap.mmap, starts: list[int], end: int) -> list[str]:
-    """Decode the strings whose u64 length fields sit at `starts` (the last one ends at `end`).
-
-    Fast path: copy the run, overwrite every length field with the 8 bytes of _SEPARATOR, decode
-    once and split. The separator starts with 0xF4, never a continuation byte, so a sequence a
-    string leaves unfinished ends there and the next string starts afresh: each piece equals
-    decoding its string alone. A string that itself holds the separator adds pieces; then the
-    strings are decoded one by one.
+    C code is handed `buffer` (ffi.from_buffer), never a memoryview: the garbage collector may
+    clear a memoryview in a reference cycle while it is still exported, which frees what the
+    export points to.
     """
-    n = len(starts)
-    base = starts[0]
-    run = np.frombuffer(buf, np.uint8, count=end - base, offset=base).copy()
-    # every byte offset of the run read as an (unaligned) u64, to write the n fields in one go
-    fields = np.ndarray((run.size - 7,), "<u8", run.data, 0, (1,))
-    fields[np.fromiter(starts, np.int64, count=n) - base] = _SEPARATOR_U64
-    parts = str(run[8:].data, "utf-8", "surrogateescape").split(_SEPARATOR)
-    if len(parts) == n:
-        return parts
-    ends = starts[1:] + [end]
-    return [str(buf[s + 8 : e], "utf-8", "surrogateescape") for s, e in zip(starts, ends)]
+
+    __slots__ = ("buffer", "bounds", "_bytes")
+
+    def __init__(self, buffer: np.ndarray, bounds: np.ndarray):
+        self.buffer = buffer  # uint8 [file or run size]
+        self.bounds = bounds  # int64 [n + 1]
+        self._bytes = memoryview(buffer)  # sliced to decode (slicing an array costs more)
+
+    @classmethod
+    def from_strings(cls, strings: Iterable[str]) -> StringArray:
+        """The strings laid out as a GGUF string array in memory."""
+        parts = []
+        for s in strings:
+            b = s.encode("utf-8", "surrogateescape")
+            parts += (_U64.pack(len(b)), b)
+        return cls._walk(np.frombuffer(b"".join(parts), np.uint8), 0, len(parts) // 2)
+
+    @classmethod
+    def _walk(cls, buffer: np.ndarray, pos: int, n: int) -> StringArray:
+        """The n strings whose first length field is at buffer[pos]; ValueError naming the first
+        one that runs past the end. The lengths chain the positions, so this is a serial walk
+        (in C when built)."""
+        bounds = np.empty(n + 1, np.int64)
+        c = _c_module()
+        if c is not None:
+            ffi, lib = c
+            bad = lib.el_str_bounds(ffi.from_buffer(buffer), len(buffer), pos, n,
+                                    ffi.from_buffer("int64_t[]", bounds))
+        else:
+            bad = _walk_python(buffer, pos, n, bounds)
+        if bad:
+            raise ValueError(f"string #{bad - 1} of {n} runs past the end")
+        return cls(buffer, bounds)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def encoded(self, i: int) -> bytes:
+        """String i's bytes, as stored."""
+        i = self._index(i)
+        return bytes(self._bytes[int(self.bounds[i]) : int(self.bounds[i + 1]) - 8])
+
+    def byte_lengths(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """int64: the length in bytes of each string, or of strings `ids` (an integer array)."""
+        if ids is None:
+            return np.diff(self.bounds) - 8
+        return self.bounds[ids + 1] - self.bounds[ids] - 8
+
+    def _index(self, i) -> int:
+        n = len(self.bounds) - 1
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"string array index {i} out of range (length {n})")
+        return i
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = self._index(i)
+        b = self.bounds
+        return str(self._bytes[int(b[i]) : int(b[i + 1]) - 8], "utf-8", "surrogateescape")
+
+    def __iter__(self) -> Iterator[str]:
+        buffer, bounds = self._bytes, self.bounds
+        for c in range(0, len(bounds) - 1, _ITER_CHUNK):  # a chunk of bounds as ints at a time
+            pos = bounds[c : c + _ITER_CHUNK + 1].tolist()
+            for s, e in zip(pos, pos[1:]):
+                yield str(buffer[s : e - 8], "utf-8", "surrogateescape")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, (StringArray, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and all(map(operator.eq, self, other))
+
+    __hash__ = None  # like a list
+
+    def __repr__(self) -> str:
+        n = len(self)
+        head = ", ".join(map(repr, self[:_REPR_ITEMS]))
+        return f"StringArray([{head}{', ...' if n > _REPR_ITEMS else ''}], n={n})"
+
+
+_ITER_CHUNK = 4096
+_REPR_ITEMS = 4
+
+
+def _walk_python(buffer, pos: int, n: int, bounds: np.ndarray) -> int:
+    """el_str_bounds without the C kernels."""
+    walk = memoryview(bounds)
+    unpack = _U64.unpack_from
+    size = len(buffer)
+    for i in range(n):
+        if size - pos < 8:
+            return i + 1
+        length = unpack(buffer, pos)[0]
+        pos += 8
+        walk[i] = pos
+        if length > size - pos:
+            return i + 1
+        pos += length
+    walk[n] = pos + 8
+    return 0
+
+
+def _c_module():
+    from .kernels import c_module  # imported here: reading a file needs no kernels package state
+
+    return c_module()
 
 
 def _map_file(path: Path) -> mmap.mmap:
@@ -250,7 +344,12 @@ def _map_file(path: Path) -> mmap.mmap:
 
 
 class GGUFFile:
-    """A GGUF file, parsed and checked when opened; tensor data stays in the read-only mapping."""
+    """A GGUF file, parsed and checked when opened; tensor data stays in the read-only mapping.
+
+    `metadata` maps each key to its value: int, float, bool or str for scalars; a read-only numpy
+    array for a numeric array (a view into the mapping when aligned); a StringArray (a
+    Sequence[str] decoded on demand) for a string array; a list for an array of arrays.
+    """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import heapq
 
+from .. import kernels
 from .pretokenize import Splitter
+from .string_index import StringIndex
 from .vocab import Vocab
 
 _CACHE_LIMIT = 1 << 16  # pre-tokens remembered (word -> ids); cleared when full
@@ -39,16 +41,19 @@ def byte_encode(text: str) -> str:
 
 
 class BpeEncoder:
-    """Text (without special tokens) -> ids, remembering the ids of recent pre-tokens."""
+    """Text (without special tokens) -> ids, remembering the ids of recent pre-tokens. The merges
+    run in C (el_bpe_encode) when the tokens and rules are indexed in C, else here in Python."""
 
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
         self._ignore_merges = vocab.ignore_merges
         self._splitter = Splitter(vocab.pre)
         # "left right" -> rank; the first of duplicate rules wins, as in llama.cpp (emplace)
-        merges = vocab.merges
-        self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+        self._ranks = StringIndex(vocab.merges, first_wins=True)
         self._cache: dict[str, list[int]] = {}
+        self._c = None
+        if self._token_to_id.c_index is not None and self._ranks.c_index is not None:
+            self._c = kernels.c_module()
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
@@ -65,11 +70,23 @@ class BpeEncoder:
         return out
 
     def _encode_word(self, word: str) -> list[int]:
-        get = self._token_to_id.get
+        """Ids of one pre-token, already mapped through the byte map."""
         if not word:
             return []
         if self._ignore_merges and word in self._token_to_id:
             return [self._token_to_id[word]]
+        data = word.encode("utf-8")
+        if self._c is None or len(data) >= 2**31:  # el_bpe_encode counts bytes in 32 bits
+            return self._merge_py(word)
+        ffi, lib = self._c
+        out = ffi.new("int32_t[]", len(data))  # at most one id per byte
+        n = lib.el_bpe_encode(self._token_to_id.c_index, self._ranks.c_index, data, len(data), out)
+        if n == lib.EL_TOKENIZE_NO_MEMORY:
+            raise MemoryError("no memory to tokenize the text")
+        return ffi.unpack(out, n)
+
+    def _merge_py(self, word: str) -> list[int]:
+        get = self._token_to_id.get
         ranks = self._ranks
         syms = list(word)  # one symbol per character; a merged-away symbol becomes ""
         n = len(syms)
@@ -109,7 +126,10 @@ class BpeEncoder:
             if tid is not None:
                 out.append(tid)
             else:
-                # llama.cpp falls back to one token per byte of the symbol's text; only ASCII
-                # bytes can be whole tokens, the rest are dropped
-                out.extend(get(c) for c in s if c < "\x80" and c in self._token_to_id)
+                # llama.cpp falls back to those single bytes of the symbol's text that are
+                # tokens (a byte >= 0x80 alone is one as surrogateescape decodes it) and drops the rest
+                for byte in s.encode("utf-8"):
+                    tid = get(chr(byte) if byte < 0x80 else chr(0xDC00 + byte))
+                    if tid is not None:
+                        out.append(tid)
         return out

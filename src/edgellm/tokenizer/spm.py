@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
+from .. import kernels
 from ..errors import TokenizerError
 from .vocab import Vocab
 
@@ -15,14 +18,25 @@ _CACHE_MAX_LEN = 256    # longer fragments are rarely seen twice: not remembered
 
 
 class SpmEncoder:
-    """Escaped text (without special tokens) -> ids, remembering recent short fragments."""
+    """Escaped text (without special tokens) -> ids, remembering recent short fragments. The merges
+    run in C (el_spm_encode) when the vocabulary is indexed in C, else here in Python."""
 
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
-        # token id -> score as Python floats (exact copies of the float32 values)
-        self._scores = vocab.scores.tolist() if vocab.scores is not None else [0.0] * vocab.n_vocab
-        self._byte_ids: dict[int, int] = {}
+        scores = vocab.scores if vocab.scores is not None else np.zeros(vocab.n_vocab, np.float32)
+        scores = np.ascontiguousarray(scores, np.float32)
+        # token id -> score: indexing a memoryview of the float32 array gives exact Python floats
+        # without a float object per token
+        self._scores = memoryview(scores)
+        self._byte_ids = [self._byte_id(b) for b in range(256)]  # -1: no token for the byte
         self._cache: dict[str, list[int]] = {}
+        self._c_args = None
+        ix = vocab.token_to_id.c_index
+        if ix is not None:
+            self._ffi, self._lib = kernels.c_module()
+            self._c_args = (ix, self._ffi.from_buffer("float[]", scores),
+                            self._ffi.new("int32_t[]", self._byte_ids))
+            self._c_keep = scores  # the pointer above is into it
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, whose spaces are already escaped as ▁."""
@@ -35,7 +49,7 @@ class SpmEncoder:
             ids = self._cache[text] = self._encode(text)
         return ids
 
-    def _encode(self, text: str) -> list[int]:
+    def _encode_py(self, text: str) -> list[int]:
         n = len(text)
         if n == 0:
             return []
@@ -84,18 +98,30 @@ class SpmEncoder:
             i = nxt[i]
         return out
 
-    def _byte_token(self, byte: int) -> int:
+    def _encode(self, text: str) -> list[int]:
+        data = text.encode("utf-8")
+        if self._c_args is None or len(data) >= 2**31:  # el_spm_encode counts bytes in 32 bits
+            return self._encode_py(text)
+        out = self._ffi.new("int32_t[]", len(data))  # at most one id per byte
+        n = self._lib.el_spm_encode(*self._c_args, data, len(data), out)
+        if n < 0:
+            if n == self._lib.EL_TOKENIZE_NO_MEMORY:
+                raise MemoryError("no memory to tokenize the text")
+            self._byte_token(-1 - n)  # raises: the byte has no token
+        return self._ffi.unpack(out, n)
+
+    def _byte_id(self, byte: int) -> int:
         """Token of one raw byte: <0xAB>, else the byte as a one-character token (llama.cpp's
-        byte_to_token)."""
-        tid = self._byte_ids.get(byte)
-        if tid is None:
-            tid = self._token_to_id.get(f"<0x{byte:02X}>")
-            if tid is None and byte < 0x80:
-                tid = self._token_to_id.get(chr(byte))
-            if tid is None:
-                raise TokenizerError(
-                    f"text needs byte 0x{byte:02X} but the vocabulary has no byte-fallback token "
-                    f"<0x{byte:02X}>"
-                )
-            self._byte_ids[byte] = tid
+        byte_to_token); -1 if neither exists."""
+        tid = self._token_to_id.get(f"<0x{byte:02X}>")
+        if tid is None and byte < 0x80:
+            tid = self._token_to_id.get(chr(byte))
+        return -1 if tid is None else tid
+
+    def _byte_token(self, byte: int) -> int:
+        tid = self._byte_ids[byte]
+        if tid < 0:
+            raise TokenizerError(
+                f"text needs byte 0x{byte:02X} but the vocabulary has no byte-fallback token <0x{byte:02X}>"
+            )
         return tid

@@ -6,7 +6,6 @@ end-of-generation tokens."""
 from __future__ import annotations
 
 import enum
-import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import TokenizerError, UnsupportedModelError
+from ..gguf_file import StringArray
 from . import pretokenize
+from .string_index import DuplicateStringError, StringIndex
 
 K = "tokenizer.ggml."
 
@@ -101,7 +102,8 @@ _SPECIAL_MASK = Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN
 @dataclass
 class Vocab:
     kind: str                       # "spm" | "bpe"
-    tokens: list[str]               # id -> text (as stored: SPM uses ▁ for space, BPE the byte map)
+    tokens: StringArray             # id -> text (as stored: SPM uses ▁ for space, BPE the byte map)
+    token_to_id: StringIndex        # text -> id
     scores: np.ndarray | None       # float32 [n], SPM merge priorities
     attrs: np.ndarray               # uint16 [n], Attr bits
     special: dict[str, int | None]  # bos, eos, eot, eom, unk, sep, pad, mask, fim_*
@@ -110,24 +112,12 @@ class Vocab:
     add_space_prefix: bool
     pre: str                        # BPE pre-tokenizer type (a key of pretokenize.PATTERNS)
     ignore_merges: bool             # BPE: a pre-token that is a whole token skips the merges
-    merges: Sequence[str] | None    # BPE merge rules "left right", rank = index
+    merges: StringArray | None      # BPE merge rules "left right", rank = index
     eog_ids: frozenset[int]
 
     @property
     def n_vocab(self) -> int:
         return len(self.tokens)
-
-    @functools.cached_property
-    def token_to_id(self) -> dict[str, int]:
-        """Text -> id, built on first use: hashing a 262k vocabulary is most of the load time."""
-        index = dict(zip(self.tokens, range(len(self.tokens))))
-        if len(index) != len(self.tokens):  # llama.cpp asserts this
-            seen: dict[str, int] = {}
-            for i, t in enumerate(self.tokens):
-                if t in seen:
-                    raise TokenizerError(f"{K}tokens has a duplicate: {t!r} at ids {seen[t]} and {i}")
-                seen[t] = i
-        return index
 
     def attr(self, token_id: int) -> int:
         return int(self.attrs[token_id])
@@ -135,9 +125,9 @@ class Vocab:
     def special_token_order(self) -> list[int]:
         """Ids of control, user-defined and unknown tokens, longest text (in UTF-8 bytes) first:
         the order in which llama.cpp's tokenizer_st_partition tries them. Ties keep id order."""
-        ids = np.flatnonzero(self.attrs & int(_SPECIAL_MASK)).tolist()
-        ids.sort(key=lambda i: -len(self.tokens[i].encode("utf-8")))
-        return ids
+        ids = np.flatnonzero(self.attrs & int(_SPECIAL_MASK))
+        lengths = self.tokens.byte_lengths(ids)
+        return ids[np.argsort(-lengths, kind="stable")].tolist()
 
 
 def _get(meta: Mapping[str, Any], name: str) -> Any:
@@ -183,27 +173,45 @@ def _numeric_array(meta: Mapping[str, Any], name: str, n: int, dtype) -> np.ndar
         )
     if len(arr) < n:  # llama.cpp: "Index out of array bounds"
         raise TokenizerError(f"{K}{name} has {len(arr)} entries but {K}tokens has {n}")
-    return arr[:n].astype(dtype, copy=False)
+    return arr[:n] if dtype is None else arr[:n].astype(dtype, copy=False)
 
 
-def _token_list(meta: Mapping[str, Any]) -> list[str]:
-    tokens = _get(meta, "tokens")
-    if tokens is None:
+def _string_array(meta: Mapping[str, Any], name: str) -> StringArray:
+    """A string array from the metadata: GGUFFile's StringArray as is, a list of str laid out as one."""
+    v = _get(meta, name)
+    if isinstance(v, StringArray):
+        return v
+    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
+        raise TokenizerError(f"{K}{name} must be a list of strings, got {type(v).__name__}")
+    bad = next((i for i, t in enumerate(v) if type(t) is not str), None)
+    if bad is not None:
+        raise TokenizerError(f"{K}{name}[{bad}] is {type(v[bad]).__name__}, not a string")
+    return StringArray.from_strings(v)
+
+
+def _token_list(meta: Mapping[str, Any]) -> StringArray:
+    if _get(meta, "tokens") is None:
         raise TokenizerError(f"{K}tokens is missing: the file has no vocabulary")
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-        raise TokenizerError(f"{K}tokens must be a list of strings, got {type(tokens).__name__}")
-    tokens = list(tokens)
-    if not tokens:
+    tokens = _string_array(meta, "tokens")
+    if not len(tokens):
         raise TokenizerError(f"{K}tokens is empty")
-    if set(map(type, tokens)) != {str}:
-        bad = next(i for i, t in enumerate(tokens) if type(t) is not str)
-        raise TokenizerError(f"{K}tokens[{bad}] is {type(tokens[bad]).__name__}, not a string")
+    empty = np.flatnonzero(tokens.byte_lengths() == 0)
+    if len(empty):  # llama.cpp renames empty tokens rather than dropping them
+        renamed = set(empty.tolist())
+        tokens = StringArray.from_strings(f"[EMPTY_{i}]" if i in renamed else t for i, t in enumerate(tokens))
     return tokens
 
 
-def _find(tokens: list[str], names: set[str]) -> dict[str, int]:
-    """Ids of those `names` that are tokens, without indexing the whole vocabulary."""
-    return {t: tokens.index(t) for t in names.intersection(tokens)}
+def _index(tokens: StringArray) -> StringIndex:
+    try:
+        return StringIndex(tokens)
+    except DuplicateStringError as e:  # llama.cpp asserts that every token text is unique
+        raise TokenizerError(f"{K}tokens has a duplicate: {e.text!r} at ids {e.first} and {e.second}") from None
+
+
+def _find(index: StringIndex, names: set[str]) -> dict[str, int]:
+    """Ids of those `names` that are tokens."""
+    return {t: i for t in names if (i := index.get(t)) is not None}
 
 
 _NAMES_LOOKED_UP = {
@@ -225,16 +233,17 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
 
     tokens = _token_list(meta)
     n = len(tokens)
-    if "" in tokens:  # llama.cpp renames empty tokens rather than dropping them
-        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    named = _find(tokens, _NAMES_LOOKED_UP)
+    token_to_id = _index(tokens)
+    named = _find(token_to_id, _NAMES_LOOKED_UP)
     scores = _numeric_array(meta, "scores", n, np.float32)
-    types = _numeric_array(meta, "token_type", n, np.int64)
+    types = _numeric_array(meta, "token_type", n, None)  # int32 in GGUF files: no wider copy
     if types is None:
         attrs = np.full(n, Attr.NORMAL, dtype=np.uint16)
     else:
-        attrs = _TYPE_TO_ATTR[np.clip(types, 0, len(_TYPE_TO_ATTR) - 1)]
-        attrs[types < 0] = Attr.UNDEFINED
+        if types.dtype.kind != "i":  # unsigned or float: signed, for the clip below
+            types = types.astype(np.int64)
+        # the table's last entry is UNDEFINED, so negative types (clipped to -1) map to it too
+        attrs = _TYPE_TO_ATTR[np.clip(types, -1, len(_TYPE_TO_ATTR) - 1)]
 
     # Defaults per model type (llama_vocab::impl::load)
     merges = None
@@ -244,13 +253,9 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
         special: dict[str, int | None] = {"bos": 1, "eos": 2, "unk": 0}
         add_bos, add_space_prefix = True, True
     else:
-        merges = _get(meta, "merges")
-        if merges is None:
+        if _get(meta, "merges") is None:
             raise TokenizerError(f"{K}merges is missing: a BPE ('gpt2') tokenizer needs its merge rules")
-        if isinstance(merges, (str, bytes)) or not isinstance(merges, Sequence):
-            raise TokenizerError(f"{K}merges must be a list of strings, got {type(merges).__name__}")
-        if merges and set(map(type, merges)) != {str}:
-            raise TokenizerError(f"{K}merges must be a list of strings")
+        merges = _string_array(meta, "merges")
         special = {"bos": 11, "eos": 11}
         add_space_prefix = False
         pre_name = _as_str(meta, "pre") or ""
@@ -287,13 +292,13 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
     _per_model_attrs(meta, named, attrs)
 
     return Vocab(
-        kind=kind, tokens=tokens, scores=scores, attrs=attrs, special=special,
+        kind=kind, tokens=tokens, token_to_id=token_to_id, scores=scores, attrs=attrs, special=special,
         add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix, pre=pre,
         ignore_merges=ignore_merges, merges=merges, eog_ids=frozenset(eog),
     )
 
 
-def _detect_special(tokens: list[str], named: dict[str, int], attrs: np.ndarray,
+def _detect_special(tokens: StringArray, named: dict[str, int], attrs: np.ndarray,
                     special: dict[str, int | None]) -> set[int]:
     """Fill unnamed eot/eom/fim ids from token texts and build the end-of-generation set, with
     llama.cpp's fix-ups. Mutates `attrs` and `special`."""

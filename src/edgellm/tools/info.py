@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..gguf_file import GGUFFile
+from ..gguf_file import GGUFFile, StringArray
 from ..quants import type_name
 
 # LLAMA_FTYPE numbers (include/llama.h) -> names, for display
@@ -34,7 +34,7 @@ def _plain(v: Any, full: bool) -> Any:
     """A JSON-able metadata value; long arrays summarized unless `full`."""
     if isinstance(v, np.ndarray):
         v = v.tolist()
-    if isinstance(v, list):
+    if isinstance(v, (list, StringArray)):
         if full or len(v) <= _ARRAY_PREVIEW:
             return [_plain(x, full) for x in v]
         return {"array_length": len(v), "first": [_plain(x, full) for x in v[:_ARRAY_PREVIEW]]}
