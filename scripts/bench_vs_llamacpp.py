@@ -103,8 +103,10 @@ def llamacpp_python(args) -> str:
 
 
 def run_worker(python: str, code: str, path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    # both sides import numpy; its idle BLAS threads must not compete with the measured ones
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     r = subprocess.run([python, "-c", code, path, str(threads), str(n_prompt), str(n_gen)],
-                       capture_output=True, text=True, timeout=3600)
+                       capture_output=True, text=True, timeout=3600, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"worker failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -8,7 +8,12 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
+
+# edgellm computes on its own thread pool; numpy's BLAS threads (never used here) would only
+# compete with it for the cores. Set before numpy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
