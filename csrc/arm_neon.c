@@ -590,32 +590,29 @@ static void f32_to_f16_neon(int n, const float *x, el_half *y) {
 }
 
 /* y += a*x, the product rounded before the add, as the portable loop */
-static void axpy_f16_neon(int n, float a, const el_half *x, float *y) {
+static void axpy_f32_neon(int n, float a, const float *x, float *y) {
     const float32x4_t va = vdupq_n_f32(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + i));
-        vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_f32(va, vcvt_f32_f16(vget_low_f16(h)))));
-        vst1q_f32(y + i + 4, vaddq_f32(vld1q_f32(y + i + 4), vmulq_f32(va, vcvt_high_f32_f16(h))));
-    }
-    for (; i < n; i++) y[i] += a * h2f(x + i);
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_f32(va, vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* 16 float lanes with fused multiply-adds, summed at the end */
-static float dot_f16_f32_neon(int n, const el_half *x, const float *y) {
-    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(x + i));
-        const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(x + i + 8));
-        s0 = vfmaq_f32(s0, vcvt_f32_f16(vget_low_f16(h0)), vld1q_f32(y + i));
-        s1 = vfmaq_f32(s1, vcvt_high_f32_f16(h0), vld1q_f32(y + i + 4));
-        s2 = vfmaq_f32(s2, vcvt_f32_f16(vget_low_f16(h1)), vld1q_f32(y + i + 8));
-        s3 = vfmaq_f32(s3, vcvt_high_f32_f16(h1), vld1q_f32(y + i + 12));
+/* attention scores (el_vec_ops.qk_tile): per key lane acc += q_d * k_d over d in order, the
+ * product rounded before the add as the portable loop, so the results are the same bits */
+static void qk_tile_neon(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    for (int j = 0; j < nq; j++) {
+        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        for (int d = 0; d < hk; d++) {
+            const float32x4_t qd = vdupq_n_f32(q[(size_t)j * ldq + d]);
+            const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(kt + d * 16));
+            const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(kt + d * 16 + 8));
+            acc[0] = vaddq_f32(acc[0], vmulq_f32(qd, vcvt_f32_f16(vget_low_f16(h0))));
+            acc[1] = vaddq_f32(acc[1], vmulq_f32(qd, vcvt_high_f32_f16(h0)));
+            acc[2] = vaddq_f32(acc[2], vmulq_f32(qd, vcvt_f32_f16(vget_low_f16(h1))));
+            acc[3] = vaddq_f32(acc[3], vmulq_f32(qd, vcvt_high_f32_f16(h1)));
+        }
+        for (int l = 0; l < 4; l++) vst1q_f32(out + j * 16 + 4 * l, acc[l]);
     }
-    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
-    for (; i < n; i++) s += h2f(x + i) * y[i];
-    return s;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -637,8 +634,8 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
         SET(EL_Q5_K, q5_K_neon); SET(EL_Q6_K, q6_K_neon);
     }
 #undef SET
-    el_vops.dot_f16_f32 = dot_f16_f32_neon;
-    el_vops.axpy_f16 = axpy_f16_neon;
+    el_vops.qk_tile = qk_tile_neon;
+    el_vops.axpy_f32 = axpy_f32_neon;
     el_vops.f32_to_f16 = f32_to_f16_neon;
     el_vops.f16_to_f32 = f16_to_f32_neon;
 }

@@ -18,14 +18,6 @@ static int current_isa = -1;
  * the other types their reference quantizer (Q8_K's is also ggml's activation quantizer). */
 
 /* ---- generic float helpers ---- */
-static float dot_f16_f32_generic(int n, const el_half *x, const float *y) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += el_half_to_float(x[i]) * y[i];
-    return s;
-}
-static void axpy_f16_generic(int n, float a, const el_half *x, float *y) {
-    for (int i = 0; i < n; i++) y[i] += a * el_half_to_float(x[i]);
-}
 static void f32_to_f16_generic(int n, const float *x, el_half *y) {
     for (int i = 0; i < n; i++) y[i] = el_float_to_half(x[i]);
 }
@@ -102,8 +94,6 @@ int el_set_isa(int isa) {
     el_type_traits t[EL_NTYPES];
     memset(t, 0, sizeof(t));
     el_register_generic(t);
-    el_vops.dot_f16_f32 = dot_f16_f32_generic;
-    el_vops.axpy_f16 = axpy_f16_generic;
     el_vops.f32_to_f16 = f32_to_f16_generic;
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
     el_vops.qk_tile = qk_tile_generic;

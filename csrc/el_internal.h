@@ -46,8 +46,6 @@ void el_register_neon(el_type_traits *t);    /* arm_neon.c (dotprod when present
 
 /* float vector helpers used by attention, dispatched like the quant kernels */
 typedef struct {
-    float (*dot_f16_f32)(int n, const el_half *x, const float *y);
-    void (*axpy_f16)(int n, float a, const el_half *x, float *y);   /* y += a*x */
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
     void (*axpy_f32)(int n, float a, const float *x, float *y);      /* y += a*x */
@@ -81,7 +79,6 @@ void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
              const float *cache);  /* cache: cos,sin pairs for n_rot/2 dims at this pos */
 void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
                    const float *freq_factors, const el_model_desc *d);
-float el_gelu_tanh(float x);
 void el_gelu_init(void);  /* builds the f16 GELU table; dispatch calls it */
 float el_silu(float x);
 

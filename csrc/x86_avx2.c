@@ -431,26 +431,6 @@ static void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
 /* ------------------------------------------------------------------------------------------ */
 /* float helpers for attention                                                                  */
 
-static float dot_f16_f32_avx2(int n, const el_half *x, const float *y) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8))), _mm256_loadu_ps(y + i + 8), acc1);
-    }
-    float s = hsum256(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) s += el_half_to_float(x[i]) * y[i];
-    return s;
-}
-
-static void axpy_f16_avx2(int n, float a, const el_half *x, float *y) {
-    const __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * el_half_to_float(x[i]);
-}
-
 static void f32_to_f16_avx2(int n, const float *x, el_half *y) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -541,8 +521,6 @@ void el_register_avx2(el_type_traits *t) {
     t[EL_BF16].vec_dot = bf16_vec_dot_avx2, t[EL_BF16].gemm = bf16_gemm_avx2;
     if (use_avx_vnni()) register_avxvnni(t);
     else register_avx2(t);
-    el_vops.dot_f16_f32 = dot_f16_f32_avx2;
-    el_vops.axpy_f16 = axpy_f16_avx2;
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
     el_vops.axpy_f32 = axpy_f32_avx2;
