@@ -145,3 +145,24 @@ def test_models_lists_aliases():
     r = run_cli("models")
     assert r.returncode == 0
     assert "smollm2-135m-instruct" in r.stdout and "gemma3-270m" in r.stdout
+
+
+def test_long_chat_keeps_going(tiny_path):
+    """A conversation longer than the context: the oldest turns are dropped, the chat goes on."""
+    import io
+
+    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0"],
+                          encoding="utf-8", timeout=120)
+    child.logfile_read = log = io.StringIO()
+    try:
+        child.expect("> ")
+        for _ in range(6):
+            child.sendline("the cat sat on the mat the dog sat on the mat")
+            child.expect("> ")
+        assert "oldest turn was dropped" in log.getvalue()
+        assert "error" not in log.getvalue()
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0

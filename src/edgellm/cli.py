@@ -146,7 +146,8 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         messages.append({"role": "user", "content": line})
         answer = []
         try:
-            for piece in llm.chat(messages, stream=True, max_tokens=max_tokens, **sampling):
+            stream = _chat_within_context(llm, messages, base, max_tokens, sampling)
+            for piece in stream:
                 answer.append(piece)
                 click.echo(piece, nl=False)
         except KeyboardInterrupt:
@@ -159,6 +160,21 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         messages.append({"role": "assistant", "content": "".join(answer)})
         if verbose:
             click.echo(_stats_line(llm), err=True)
+
+
+def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
+    """Start the reply; when the conversation no longer fits the context, forget its oldest
+    turns (never the system prompt or the new message) and say so, so a long chat goes on."""
+    from .errors import ContextOverflowError
+
+    while True:
+        try:
+            return llm.chat(messages, stream=True, max_tokens=max_tokens, **sampling)
+        except ContextOverflowError:
+            if len(messages) <= len(base) + 1:
+                raise
+            del messages[len(base):len(base) + 2]  # the oldest user turn and its answer
+            click.echo("(the oldest turn was dropped to fit the context)", err=True)
 
 
 @main.command()
