@@ -216,30 +216,7 @@ static inline float kquant_float_min(int type, const uint8_t *x, float yd, int i
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* tiling: gemm splits its rows x columns into tiles of RT x CT (then 1 x CT for leftover rows,
- * RT1 x 1 and 1 x 1 for leftover columns); the tile kernels do the same work per (row, column)
- * whatever the tile size */
-
-typedef void (*tile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
-                        int C, float *out, size_t ldo);
-
-static inline __attribute__((always_inline)) void gemm_tiles(tile_fn tile, const int RT, const int CT,
-                                                             const int RT1, int n, const void *w, size_t ldw,
-                                                             int nr, const void *a, size_t lda, int nc,
-                                                             float *out, size_t ldo) {
-    const uint8_t *W = w, *A = a;
-    int c = 0;
-    for (; c + CT <= nc; c += CT) {
-        int r = 0;
-        for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, CT, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, CT, out + c * ldo + r, ldo);
-    }
-    for (; c < nc; c++) {
-        int r = 0;
-        for (; r + RT1 <= nr; r += RT1) tile(n, W + r * ldw, ldw, RT1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
-    }
-}
+/* tiling: gemm_tiles in x86_common.h */
 
 #define LT_RMAX 4  /* largest tile the legacy kernels instantiate */
 #define LT_CMAX 4
