@@ -72,16 +72,6 @@ static inline __m256i bits32_to_0x10(const uint8_t *qh) {
 /* ------------------------------------------------------------------------------------------ */
 /* legacy types: block sizes and unpacking to unsigned bytes in value order                    */
 
-static inline int legacy_block_bytes(int type) {
-    switch (type) {
-    case EL_Q4_0: return sizeof(block_q4_0);
-    case EL_Q4_1: return sizeof(block_q4_1);
-    case EL_Q5_0: return sizeof(block_q5_0);
-    case EL_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
-
 /* the 32 values of a block: 0..15 (Q4), 0..31 (Q5), or the signed bytes of Q8_0 */
 static inline __m256i legacy_unpack(int type, const uint8_t *blk) {
     switch (type) {
@@ -97,16 +87,6 @@ static inline __m256i legacy_unpack(int type, const uint8_t *blk) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* K-quants: per-super-block scales and 32-value chunks as unsigned bytes                      */
-
-static inline int kquant_block_bytes(int type) {
-    switch (type) {
-    case EL_Q2_K: return sizeof(block_q2_K);
-    case EL_Q3_K: return sizeof(block_q3_K);
-    case EL_Q4_K: return sizeof(block_q4_K);
-    case EL_Q5_K: return sizeof(block_q5_K);
-    default: return sizeof(block_q6_K);
-    }
-}
 
 /* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {

@@ -69,16 +69,6 @@ static inline __m512i pair_fifth_bits(__m512i q, const uint8_t *qh0, const uint8
  * even blocks of row r and lane 2r+1 the odd ones; result = reduce(acc) + (lane 2r + lane 2r+1).
  * ------------------------------------------------------------------------------------------ */
 
-static inline int legacy_block_bytes(int type) {
-    switch (type) {
-    case EL_Q4_0: return sizeof(block_q4_0);
-    case EL_Q4_1: return sizeof(block_q4_1);
-    case EL_Q5_0: return sizeof(block_q5_0);
-    case EL_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
-
 static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint8_t *b1) {
     switch (type) {
     case EL_Q4_0: return pair_nibbles(b0 + offsetof(block_q4_0, qs), b1 + offsetof(block_q4_0, qs));
@@ -290,16 +280,6 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4, 4)
  * int16 scale of each lane), seeded with -offset * sum_g sc_g * bsums_g for Q3_K / Q6_K; then
  * acc += cvt(lanes) * (d * da) [- cvt(sum_g m_g * bsums_g lanes) * (dmin * da)] in float lanes.
  * ------------------------------------------------------------------------------------------ */
-
-static inline int kquant_block_bytes(int type) {
-    switch (type) {
-    case EL_Q2_K: return sizeof(block_q2_K);
-    case EL_Q3_K: return sizeof(block_q3_K);
-    case EL_Q4_K: return sizeof(block_q4_K);
-    case EL_Q5_K: return sizeof(block_q5_K);
-    default: return sizeof(block_q6_K);
-    }
-}
 
 /* 16 signed scales of a Q3_K super-block */
 static inline __m128i q3_K_scales(const uint8_t *s) {

@@ -95,4 +95,25 @@ static inline __attribute__((always_inline)) void gemm_tiles(tile_fn tile, const
     }
 }
 
+/* bytes per block of a legacy type (Q8_0 otherwise) and of a K-quant (Q6_K otherwise) */
+static inline int legacy_block_bytes(int type) {
+    switch (type) {
+    case EL_Q4_0: return sizeof(block_q4_0);
+    case EL_Q4_1: return sizeof(block_q4_1);
+    case EL_Q5_0: return sizeof(block_q5_0);
+    case EL_Q5_1: return sizeof(block_q5_1);
+    default: return sizeof(block_q8_0);
+    }
+}
+
+static inline int kquant_block_bytes(int type) {
+    switch (type) {
+    case EL_Q2_K: return sizeof(block_q2_K);
+    case EL_Q3_K: return sizeof(block_q3_K);
+    case EL_Q4_K: return sizeof(block_q4_K);
+    case EL_Q5_K: return sizeof(block_q5_K);
+    default: return sizeof(block_q6_K);
+    }
+}
+
 #endif
