@@ -4,16 +4,22 @@
  * will not inline vdotq_s32 under a target pragma or attribute, so `sdot` is emitted with inline
  * assembly; it only runs inside kernels registered when the CPU reports the feature.
  *
- * Numerics. Quantized types: each block's integer dot product is exact (int32), and its float
- * step is the generic twin's expression with the same operands in the same order
- * (quants_generic.c, kquants_generic.c), evaluated lane-wise. Results are therefore identical
- * to the generic twins' bits at both levels, and gemm to vec_dot, whatever the tile.
+ * Numerics. Quantized types: integer sums are exact (int32) and the float steps are the
+ * generic twins' (quants_generic.c, kquants_generic.c): same operations, same operands, same
+ * order, vfmaq where the twins call fmaf. Legacy types (and Q6_K's small-batch kernel): per
+ * (row, activation) pair the twins' 8 lanes as two float32x4 (lane i: values 4i..4i+3, one
+ * fma per block), reduced at the end in legacy_hsum8's order, plus the scalar min chain of
+ * Q4_1 / Q5_1. Other K-quants: the per-super-block fma chain (Q4_K: per quarter super-block),
+ * weight rows in vector lanes. Results are the twins' bits at both levels, and gemm's are
+ * vec_dot's whatever the tile.
  * F32 / F16: float products accumulated in double, 8 lanes (value i goes to lane i % 8), lanes
  * summed pairwise at the end, the last n % 8 products added in order; gemm and vec_dot share
  * this code, so they agree bit for bit (the generic twin sums in one sequential double).
  *
- * gemm tiles: 4 weight rows at a time (one lane each; a remainder row alone) against up to 8
- * activation rows; each weight block is decoded once and used for every activation row. */
+ * gemm tiles: legacy types 4 weight rows (a remainder row alone) by 2 activation rows with the
+ * accumulators in registers; for more activation rows, 16 blocks of 4 rows are decoded ahead
+ * and shared by the tiles. K-quants: 4 weight rows by up to 8 activation rows, each block
+ * decoded once. */
 #if defined(__aarch64__)
 
 /* every float multiply and add rounded on its own, as the twins: GCC writes vmulq_f32 as `a * b`,
@@ -70,16 +76,37 @@ EL_INLINE float h2f(const el_half *p) {
     return (float)h;
 }
 
+EL_INLINE int32x4_t sdot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    __asm__(".arch armv8.2-a+dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+    return acc;
+}
+
 /* acc plus the 16 products a[i]*b[i] spread over its 4 lanes. Which lane gets which product
  * differs between the levels; callers only use the sum over all lanes, which is exact. */
 EL_INLINE int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b, const int dp) {
-    if (dp) {
-        __asm__(".arch armv8.2-a+dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
-        return acc;
-    }
+    if (dp) return sdot(acc, a, b);
     /* int8*int8 fits int16; pairs are added only once widened to int32 */
     acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
     return vpadalq_s16(acc, vmull_high_s8(a, b));
+}
+
+/* lane i = a[4i]*b[4i] + ... + a[4i+3]*b[4i+3] (exact). `narrow`: |a| <= 63, so a sum of two
+ * products fits int16 (else a may be -128 and pairs are added in int32). */
+EL_INLINE int32x4_t dot4_s8(int8x16_t a, int8x16_t b, const int dp, const int narrow) {
+    if (dp) return sdot(vdupq_n_s32(0), a, b);
+    const int16x8_t p0 = vmull_s8(vget_low_s8(a), vget_low_s8(b)), p1 = vmull_high_s8(a, b);
+    if (narrow) return vpaddlq_s16(vpaddq_s16(p0, p1));
+    return vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1));
+}
+
+/* acc + x * d[lane] with one rounding; the lane a constant once inlined */
+EL_INLINE float32x4_t fma_lane(float32x4_t acc, float32x4_t x, float32x4_t d, const int lane) {
+    switch (lane) {
+    case 0: return vfmaq_laneq_f32(acc, x, d, 0);
+    case 1: return vfmaq_laneq_f32(acc, x, d, 1);
+    case 2: return vfmaq_laneq_f32(acc, x, d, 2);
+    default: return vfmaq_laneq_f32(acc, x, d, 3);
+    }
 }
 
 /* Lane r = total of p[r] (R == 4); every lane = total of p[0] (R == 1). */
@@ -162,48 +189,126 @@ EL_INLINE void q32_decode(const int T, const void *blk, int8x16_t *lo, int8x16_t
     }
 }
 
-/* R weight rows (blocks of type T, rows ldw bytes apart) . nc activation rows -> out */
-EL_INLINE void tile_q32(const int T, int nb, const uint8_t *w, size_t ldw, const int R,
-                        const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
+/* the twins' legacy_hsum8 of lanes 0-3 in a, 4-7 in b: ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
+EL_INLINE float hsum8(float32x4_t a, float32x4_t b) {
+    const float32x4_t s = vaddq_f32(a, b);
+    return vpadds_f32(vadd_f32(vget_low_f32(s), vget_high_f32(s)));
+}
+
+#define QC 2       /* activation rows per legacy tile */
+#define QSTRIP 16  /* legacy blocks of 4 rows decoded ahead when several tiles share them */
+
+/* 4 weight rows' blocks decoded: block b row r values 0-15 in q[b][r][0], 16-31 in q[b][r][1];
+ * lane r of d[b] (m[b]) is row r's scale (min) */
+typedef struct {
+    int8x16_t q[QSTRIP][4][2];
+    float32x4_t d[QSTRIP], m[QSTRIP];
+} q32_strip;
+
+/* The twins' legacy accumulators of up to 4 weight rows x QC activation rows: pair (r, c) keeps
+ * its 8 float lanes in l[c][r][0..1] and its min chain (Q4_1 / Q5_1) in lane r of sm[c]. */
+typedef struct {
+    float32x4_t l[QC][4][2], sm[QC];
+} q32_acc;
+
+/* blocks b0 .. b0+nb-1 of R weight rows (from S if given, else decoded from rows ldw bytes
+ * apart at w) . C activation rows (C <= QC), added to *st */
+EL_INLINE void tile_q32(const int T, const q32_strip *S, const uint8_t *w, size_t ldw, int b0, int nb,
+                        const int R, const uint8_t *a, size_t lda, const int C, q32_acc *st, const int dp) {
     const size_t bsz = q32_size(T);
     const int q81 = T == EL_Q4_1 || T == EL_Q5_1;  /* activations are Q8_1, weights carry a min */
+    const int narrow = T != EL_Q8_0;                /* weights in -16..31 */
     const size_t asz = q81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    float32x4_t acc[MAX_NC];
-    for (int c = 0; c < nc; c++) acc[c] = vdupq_n_f32(0.0f);
-    for (int b = 0; b < nb; b++) {
+    q32_acc t = *st;
+    for (int b = b0; b < b0 + nb; b++) {
         int8x16_t lo[4], hi[4];
-        const el_half *dptr[4], *mp[4];
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bsz;
-            q32_decode(T, blk, &lo[r], &hi[r]);
-            dptr[r] = (const el_half *)blk;  /* d is every block's first field */
-            mp[r] = (const el_half *)blk + 1;  /* m follows d in q4_1 / q5_1 */
+        float32x4_t dx, mx = vdupq_n_f32(0.0f);
+        if (S) {
+            dx = S->d[b - b0];
+            if (q81) mx = S->m[b - b0];
+        } else {
+            const el_half *dptr[4], *mp[4];
+            for (int r = 0; r < R; r++) {
+                const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bsz;
+                q32_decode(T, blk, &lo[r], &hi[r]);
+                dptr[r] = (const el_half *)blk;  /* d is every block's first field */
+                mp[r] = (const el_half *)blk + 1;  /* m follows d in q4_1 / q5_1 */
+            }
+            dx = row_halves(dptr, R);
+            if (q81) mx = row_halves(mp, R);
         }
-        const float32x4_t dx = row_halves(dptr, R);
-        const float32x4_t mx = q81 ? row_halves(mp, R) : vdupq_n_f32(0.0f);
-        for (int c = 0; c < nc; c++) {
+        for (int c = 0; c < C; c++) {
             const uint8_t *ablk = a + (size_t)c * lda + (size_t)b * asz;
             const int8_t *yq = q81 ? ((const block_q8_1 *)ablk)->qs : ((const block_q8_0 *)ablk)->qs;
             const int8x16_t y0 = vld1q_s8(yq), y1 = vld1q_s8(yq + 16);
-            int32x4_t p[4];
-            for (int r = 0; r < R; r++) p[r] = dot_s8(dot_s8(vdupq_n_s32(0), lo[r], y0, dp), hi[r], y1, dp);
-            const float32x4_t si = vcvtq_f32_s32(row_sums(p, R));
-            const float32x4_t dy = vdupq_n_f32(h2f((const el_half *)ablk));
-            float32x4_t t;
-            switch (T) {  /* the twins' expressions, operand order kept */
-            case EL_Q4_0: t = vmulq_f32(vmulq_f32(si, dx), dy); break;          /* sumi * dx * dy */
-            case EL_Q5_0: t = vmulq_f32(vmulq_f32(dx, dy), si); break;          /* dx * dy * sumi */
-            case EL_Q8_0: t = vmulq_f32(si, vmulq_f32(dx, dy)); break;          /* sumi * (dx * dy) */
-            default: {                                                          /* dx*dy*sumi + mx*sy */
-                const float32x4_t sy = vdupq_n_f32(h2f(&((const block_q8_1 *)ablk)->s));
-                t = vaddq_f32(vmulq_f32(vmulq_f32(dx, dy), si), vmulq_f32(mx, sy));
-                break;
+            const float32x4_t d = vmulq_n_f32(dx, h2f((const el_half *)ablk));  /* lane r: dx * dy */
+            for (int r = 0; r < R; r++) {
+                const int8x16_t q0 = S ? S->q[b - b0][r][0] : lo[r], q1 = S ? S->q[b - b0][r][1] : hi[r];
+                t.l[c][r][0] = fma_lane(t.l[c][r][0], vcvtq_f32_s32(dot4_s8(q0, y0, dp, narrow)), d, r);
+                t.l[c][r][1] = fma_lane(t.l[c][r][1], vcvtq_f32_s32(dot4_s8(q1, y1, dp, narrow)), d, r);
             }
-            }
-            acc[c] = vaddq_f32(acc[c], t);
+            if (q81) t.sm[c] = vfmaq_n_f32(t.sm[c], mx, h2f(&((const block_q8_1 *)ablk)->s));  /* + m * y.s */
         }
     }
-    store_tile(acc, R, nc, out, ldo);
+    *st = t;
+}
+
+EL_INLINE void q32_acc_zero(q32_acc *st) {
+    for (int c = 0; c < QC; c++) {
+        st->sm[c] = vdupq_n_f32(0.0f);
+        for (int r = 0; r < 4; r++) st->l[c][r][0] = st->l[c][r][1] = vdupq_n_f32(0.0f);
+    }
+}
+
+/* out[c*ldo + r] = legacy_hsum8(lanes) [+ min chain] */
+EL_INLINE void q32_finish(const int T, const q32_acc *st, const int R, const int C, float *out, size_t ldo) {
+    for (int c = 0; c < C; c++) {
+        float m[4];
+        vst1q_f32(m, st->sm[c]);
+        for (int r = 0; r < R; r++) {
+            const float v = hsum8(st->l[c][r][0], st->l[c][r][1]);
+            out[(size_t)c * ldo + r] = (T == EL_Q4_1 || T == EL_Q5_1) ? v + m[r] : v;
+        }
+    }
+}
+
+/* one tile of R rows x C activation rows, decoding as it goes */
+EL_INLINE void tile_q32_direct(const int T, int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a,
+                               size_t lda, const int C, float *out, size_t ldo, const int dp) {
+    q32_acc st;
+    q32_acc_zero(&st);
+    tile_q32(T, NULL, w, ldw, 0, nb, R, a, lda, C, &st, dp);
+    q32_finish(T, &st, R, C, out, ldo);
+}
+
+/* 4 weight rows x m activation rows (m <= MAX_NC): QSTRIP blocks of the rows decoded at a time
+ * and used by every tile */
+EL_INLINE void strip_q32(const int T, int nb, const uint8_t *w, size_t ldw, const uint8_t *a, size_t lda, int m,
+                         float *out, size_t ldo, const int dp) {
+    const size_t bsz = q32_size(T);
+    q32_strip S;
+    q32_acc st[(MAX_NC + QC - 1) / QC];
+    for (int k = 0; k < (m + QC - 1) / QC; k++) q32_acc_zero(&st[k]);
+    for (int b0 = 0; b0 < nb; b0 += QSTRIP) {
+        const int len = EL_MIN(QSTRIP, nb - b0);
+        for (int b = 0; b < len; b++) {
+            const el_half *dptr[4], *mp[4];
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b0 + b) * bsz;
+                q32_decode(T, blk, &S.q[b][r][0], &S.q[b][r][1]);
+                dptr[r] = (const el_half *)blk;
+                mp[r] = (const el_half *)blk + 1;
+            }
+            S.d[b] = row_halves(dptr, 4);
+            S.m[b] = (T == EL_Q4_1 || T == EL_Q5_1) ? row_halves(mp, 4) : vdupq_n_f32(0.0f);
+        }
+        int c = 0;
+        for (; c + QC <= m; c += QC) tile_q32(T, &S, NULL, 0, b0, len, 4, a + (size_t)c * lda, lda, QC, &st[c / QC], dp);
+        if (c < m) tile_q32(T, &S, NULL, 0, b0, len, 4, a + (size_t)c * lda, lda, 1, &st[c / QC], dp);
+    }
+    int c = 0;
+    for (; c + QC <= m; c += QC) q32_finish(T, &st[c / QC], 4, QC, out + (size_t)c * ldo, ldo);
+    if (c < m) q32_finish(T, &st[c / QC], 4, 1, out + (size_t)c * ldo, ldo);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -381,14 +486,39 @@ EL_INLINE int32x4_t k_min_dot(const int T, const kblock *k, const int16_t *bsums
     return vmlaq_s32(vmulq_s32(p0, m0), p1, m1);
 }
 
-EL_INLINE void tile_k(const int T, int nb, const uint8_t *w, size_t ldw, const int R,
+/* Q4_K's integers of one quarter super-block (32-value groups 2q, 2q+1), lane r for row r:
+ * I = sc * dot over each group, M = m * (sum of the group's activations) over each group */
+EL_INLINE void q4k_quarter(const kblock *kb, const int R, const block_q8_K *y, const int32x4_t *mc,
+                           const int32x4_t bp, const int q, int32x4_t *I, int32x4_t *M, const int dp) {
+    const int g = 2 * q;
+    const int8x16_t a0 = vld1q_s8(y->qs + 32 * g), a1 = vld1q_s8(y->qs + 32 * g + 16);
+    const int8x16_t a2 = vld1q_s8(y->qs + 32 * g + 32), a3 = vld1q_s8(y->qs + 32 * g + 48);
+    int32x4_t p[4];
+    for (int r = 0; r < R; r++) {
+        const int8_t *qv = kb[r].q + 32 * g;
+        const int32x4_t p0 = dot_s8(dot_s8(vdupq_n_s32(0), vld1q_s8(qv), a0, dp), vld1q_s8(qv + 16), a1, dp);
+        const int32x4_t p1 = dot_s8(dot_s8(vdupq_n_s32(0), vld1q_s8(qv + 32), a2, dp), vld1q_s8(qv + 48), a3, dp);
+        p[r] = vmlaq_n_s32(vmulq_n_s32(p0, kb[r].sc[g]), p1, kb[r].sc[g + 1]);
+    }
+    *I = row_sums(p, R);
+    switch (q) {  /* bp: activation sums of 32-value groups 0-3 (q < 2) or 4-7 */
+    case 0: *M = vmlaq_laneq_s32(vmulq_laneq_s32(mc[0], bp, 0), mc[1], bp, 1); break;
+    case 1: *M = vmlaq_laneq_s32(vmulq_laneq_s32(mc[2], bp, 2), mc[3], bp, 3); break;
+    case 2: *M = vmlaq_laneq_s32(vmulq_laneq_s32(mc[4], bp, 0), mc[5], bp, 1); break;
+    default: *M = vmlaq_laneq_s32(vmulq_laneq_s32(mc[6], bp, 2), mc[7], bp, 3); break;
+    }
+}
+
+/* small: Q4_K's small-batch order (vec_dot_q4_K_q8_K_small_generic) */
+EL_INLINE void tile_k(const int T, const int small, int nb, const uint8_t *w, size_t ldw, const int R,
                       const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
     const int G = (T == EL_Q4_K || T == EL_Q5_K) ? 32 : 16;  /* values per scale */
     const int has_min = T == EL_Q2_K || T == EL_Q4_K || T == EL_Q5_K;
+    const int quarters = T == EL_Q4_K && !small;
     const size_t bsz = k_size(T);
-    float32x4_t acc[MAX_NC];
+    float32x4_t acc[MAX_NC], accm[MAX_NC];
     kblock kb[4];
-    for (int c = 0; c < nc; c++) acc[c] = vdupq_n_f32(0.0f);
+    for (int c = 0; c < nc; c++) acc[c] = accm[c] = vdupq_n_f32(0.0f);
     for (int b = 0; b < nb; b++) {
         const el_half *d[4], *dm[4];
         for (int r = 0; r < R; r++) {
@@ -398,6 +528,27 @@ EL_INLINE void tile_k(const int T, int nb, const uint8_t *w, size_t ldw, const i
         }
         const float32x4_t dx = row_halves(d, R);
         const float32x4_t dmx = has_min ? row_halves(dm, R) : vdupq_n_f32(0.0f);
+        if (quarters) {
+            /* the twin: per quarter, acc = fma(I, d * d_act, acc), accm = fma(M, dmin * d_act, accm) */
+            int32x4_t mc[8];  /* lane r: min h of row r */
+            for (int h = 0; h < 8; h++) {
+                int32_t m[4];
+                for (int r = 0; r < 4; r++) m[r] = kb[r < R ? r : 0].mn[h];
+                mc[h] = vld1q_s32(m);
+            }
+            for (int c = 0; c < nc; c++) {
+                const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
+                const float32x4_t dd = vmulq_n_f32(dx, y->d), dmm = vmulq_n_f32(dmx, y->d);
+                const int32x4_t bp0 = vpaddlq_s16(vld1q_s16(y->bsums)), bp1 = vpaddlq_s16(vld1q_s16(y->bsums + 8));
+                for (int q = 0; q < 4; q++) {
+                    int32x4_t I, M;
+                    q4k_quarter(kb, R, y, mc, q < 2 ? bp0 : bp1, q, &I, &M, dp);
+                    acc[c] = vfmaq_f32(acc[c], vcvtq_f32_s32(I), dd);
+                    accm[c] = vfmaq_f32(accm[c], vcvtq_f32_s32(M), dmm);
+                }
+            }
+            continue;
+        }
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
             int32x4_t isum[4], msum[4];
@@ -411,55 +562,147 @@ EL_INLINE void tile_k(const int T, int nb, const uint8_t *w, size_t ldw, const i
                     isum[r] = vmlaq_n_s32(isum[r], p, kb[r].sc[g]);
                 }
             }
-            /* the twins: d*yd*isum [- dmin*yd*summs] (Q2_K writes yd*d: the same product) */
-            const float32x4_t yd = vdupq_n_f32(y->d);
-            float32x4_t t = vmulq_f32(vmulq_f32(dx, yd), vcvtq_f32_s32(row_sums(isum, R)));
-            if (has_min) {
+            const float32x4_t isf = vcvtq_f32_s32(row_sums(isum, R));
+            if (has_min)
                 for (int r = 0; r < R; r++) msum[r] = k_min_dot(T, &kb[r], y->bsums);
-                t = vsubq_f32(t, vmulq_f32(vmulq_f32(dmx, yd), vcvtq_f32_s32(row_sums(msum, R))));
+            if (T == EL_Q4_K) {  /* small: acc = fma(isum, d * d_act, acc), accm = fma(summs, dmin * d_act, accm) */
+                acc[c] = vfmaq_f32(acc[c], isf, vmulq_n_f32(dx, y->d));
+                accm[c] = vfmaq_f32(accm[c], vcvtq_f32_s32(row_sums(msum, R)), vmulq_n_f32(dmx, y->d));
+                continue;
             }
-            acc[c] = vaddq_f32(acc[c], t);
+            /* the twins: t = isum * d [then fma(-dmin, summs, t)]; acc = fma(t, d_act, acc) */
+            float32x4_t t = vmulq_f32(isf, dx);
+            if (has_min) t = vfmsq_f32(t, dmx, vcvtq_f32_s32(row_sums(msum, R)));
+            acc[c] = vfmaq_n_f32(acc[c], t, y->d);
         }
     }
+    if (T == EL_Q4_K)
+        for (int c = 0; c < nc; c++) acc[c] = vsubq_f32(acc[c], accm[c]);
     store_tile(acc, R, nc, out, ldo);
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* gemm entry points: rows in groups of 4 (remainder one by one), activation rows by MAX_NC;
- * the one-activation-row case (decode) gets its own copy with the count known               */
+/* Q6_K's small-batch order (vec_dot_q6_K_q8_K_small_generic): 8 integer lanes per super-block,
+ * lane k over values 4k..4k+3 of every 32: sum of scale * (q + 32) * q8, minus
+ * 32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); then as the legacy types' 8 float lanes.
+ * R weight rows by nc activation rows, each decoded block used for all of them. */
+EL_INLINE void tile_q6s(int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
+                        const int nc, float *out, size_t ldo, const int dp) {
+    float32x4_t acc[MAX_NC][4][2];
+    kblock kb[4];
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < R; r++) acc[c][r][0] = acc[c][r][1] = vdupq_n_f32(0.0f);
+    const int8x16_t m32 = vdupq_n_s8(32);
+    for (int b = 0; b < nb; b++) {
+        const el_half *dptr[4];
+        int16x8_t sc0[4], sc1[4];
+        for (int r = 0; r < R; r++) {
+            const block_q6_K *x = (const block_q6_K *)(w + (size_t)r * ldw) + b;
+            k_decode(EL_Q6_K, x, &kb[r]);
+            for (int i = 0; i < QK_K; i += 16) vst1q_s8(kb[r].q + i, vaddq_s8(vld1q_s8(kb[r].q + i), m32));
+            dptr[r] = &x->d;
+            const int8x16_t sc = vld1q_s8(x->scales);
+            sc0[r] = vmovl_s8(vget_low_s8(sc));
+            sc1[r] = vmovl_high_s8(sc);
+        }
+        const float32x4_t dx = row_halves(dptr, R);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
+            const int16x8_t b0 = vld1q_s16(y->bsums), b1 = vld1q_s16(y->bsums + 8);
+            const float32x4_t d = vmulq_n_f32(dx, y->d);  /* lane r: d_act * d */
+            for (int r = 0; r < R; r++) {
+                /* 32 * (sc . bsum) over the pairs of 16-groups 2k, 2k+1 */
+                const int32x4_t m_lo = vpaddq_s32(vmull_s16(vget_low_s16(sc0[r]), vget_low_s16(b0)),
+                                                  vmull_high_s16(sc0[r], b0));
+                const int32x4_t m_hi = vpaddq_s32(vmull_s16(vget_low_s16(sc1[r]), vget_low_s16(b1)),
+                                                  vmull_high_s16(sc1[r], b1));
+                int32x4_t lo = vmulq_n_s32(m_lo, -32), hi = vmulq_n_s32(m_hi, -32);
+                for (int j = 0; j < 8; j++) {  /* 32-value chunk j: 16-groups 2j, 2j+1; kb q is q + 32 */
+                    const int8_t *qv = kb[r].q + 32 * j;
+                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), kb[r].sc[2 * j]);
+                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1),
+                                     kb[r].sc[2 * j + 1]);
+                }
+                acc[c][r][0] = fma_lane(acc[c][r][0], vcvtq_f32_s32(lo), d, r);
+                acc[c][r][1] = fma_lane(acc[c][r][1], vcvtq_f32_s32(hi), d, r);
+            }
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]);
+}
 
-#define DEFINE_QGEMM(NAME, TILE, T, BLK, DP)                                                       \
+/* legacy types: 4 rows x QC activation rows at a time (a remainder row alone); when a group of
+ * 4 rows meets more than QC activation rows, through strip_q32 */
+EL_INLINE void gemm_q32(const int T, const int small, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                        size_t lda, int nc, float *out, size_t ldo, const int dp) {
+    (void)small;
+    const int nb = n / QK8_0;
+    for (int c0 = 0; c0 < nc; c0 += MAX_NC) {
+        const int m = EL_MIN(MAX_NC, nc - c0);
+        const uint8_t *A = a + (size_t)c0 * lda;
+        float *O = out + (size_t)c0 * ldo;
+        int r = 0;
+        for (; r + 4 <= nr; r += 4) {
+            const uint8_t *W = w + (size_t)r * ldw;
+            if (m > QC) strip_q32(T, nb, W, ldw, A, lda, m, O + r, ldo, dp);
+            else if (m == QC) tile_q32_direct(T, nb, W, ldw, 4, A, lda, QC, O + r, ldo, dp);
+            else tile_q32_direct(T, nb, W, ldw, 4, A, lda, 1, O + r, ldo, dp);
+        }
+        for (; r < nr; r++) {
+            const uint8_t *W = w + (size_t)r * ldw;
+            int c = 0;
+            for (; c + QC <= m; c += QC) tile_q32_direct(T, nb, W, ldw, 1, A + (size_t)c * lda, lda, QC, O + (size_t)c * ldo + r, ldo, dp);
+            if (c < m) tile_q32_direct(T, nb, W, ldw, 1, A + (size_t)c * lda, lda, 1, O + (size_t)c * ldo + r, ldo, dp);
+        }
+    }
+}
+
+/* K-quants, 4 rows at a time (a remainder row alone) by up to MAX_NC activation rows; the
+ * one-activation-row case (decode) gets its own copy with the count known */
+EL_INLINE void tile_kq(const int T, const int small, int nb, const uint8_t *w, size_t ldw, const int R,
+                       const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
+    if (T == EL_Q6_K && small) tile_q6s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
+    else tile_k(T, small, nb, w, ldw, R, a, lda, nc, out, ldo, dp);
+}
+
+EL_INLINE void gemm_kq(const int T, const int small, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                       size_t lda, int nc, float *out, size_t ldo, const int dp) {
+    const int nb = n / QK_K;
+    for (int c0 = 0; c0 < nc; c0 += MAX_NC) {
+        const int m = EL_MIN(MAX_NC, nc - c0);
+        const uint8_t *A = a + (size_t)c0 * lda;
+        float *O = out + (size_t)c0 * ldo;
+        int r = 0;
+        if (m == 1)
+            for (; r + 4 <= nr; r += 4) tile_kq(T, small, nb, w + (size_t)r * ldw, ldw, 4, A, lda, 1, O + r, ldo, dp);
+        else
+            for (; r + 4 <= nr; r += 4) tile_kq(T, small, nb, w + (size_t)r * ldw, ldw, 4, A, lda, m, O + r, ldo, dp);
+        for (; r < nr; r++) tile_kq(T, small, nb, w + (size_t)r * ldw, ldw, 1, A, lda, m, O + r, ldo, dp);
+    }
+}
+
+#define DEFINE_QGEMM(NAME, DRIVER, T, SMALL, DP)                                                   \
     static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda,  \
                             int nc, float *out, size_t ldo) {                                      \
-        const int nb = n / (BLK);                                                                  \
-        const uint8_t *W = w;                                                                      \
-        for (int c0 = 0; c0 < nc; c0 += MAX_NC) {                                                  \
-            const int m = EL_MIN(MAX_NC, nc - c0);                                                 \
-            const uint8_t *A = (const uint8_t *)a + (size_t)c0 * lda;                              \
-            float *O = out + (size_t)c0 * ldo;                                                     \
-            int r = 0;                                                                             \
-            if (m == 1)                                                                            \
-                for (; r + 4 <= nr; r += 4) TILE(T, nb, W + (size_t)r * ldw, ldw, 4, A, lda, 1, O + r, ldo, DP); \
-            else                                                                                   \
-                for (; r + 4 <= nr; r += 4) TILE(T, nb, W + (size_t)r * ldw, ldw, 4, A, lda, m, O + r, ldo, DP); \
-            for (; r < nr; r++) TILE(T, nb, W + (size_t)r * ldw, ldw, 1, A, lda, m, O + r, ldo, DP); \
-        }                                                                                          \
+        DRIVER(T, SMALL, n, w, ldw, nr, a, lda, nc, out, ldo, DP);                                 \
     }                                                                                              \
     static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {                   \
         gemm_##NAME(n, x, 0, 1, y, 0, 1, s, 1);                                                    \
     }
 
-#define DEFINE_LEVEL(SUF, DP)                                     \
-    DEFINE_QGEMM(q4_0##SUF, tile_q32, EL_Q4_0, QK4_0, DP)         \
-    DEFINE_QGEMM(q4_1##SUF, tile_q32, EL_Q4_1, QK4_1, DP)         \
-    DEFINE_QGEMM(q5_0##SUF, tile_q32, EL_Q5_0, QK5_0, DP)         \
-    DEFINE_QGEMM(q5_1##SUF, tile_q32, EL_Q5_1, QK5_1, DP)         \
-    DEFINE_QGEMM(q8_0##SUF, tile_q32, EL_Q8_0, QK8_0, DP)         \
-    DEFINE_QGEMM(q2_K##SUF, tile_k, EL_Q2_K, QK_K, DP)            \
-    DEFINE_QGEMM(q3_K##SUF, tile_k, EL_Q3_K, QK_K, DP)            \
-    DEFINE_QGEMM(q4_K##SUF, tile_k, EL_Q4_K, QK_K, DP)            \
-    DEFINE_QGEMM(q5_K##SUF, tile_k, EL_Q5_K, QK_K, DP)            \
-    DEFINE_QGEMM(q6_K##SUF, tile_k, EL_Q6_K, QK_K, DP)
+#define DEFINE_LEVEL(SUF, DP)                               \
+    DEFINE_QGEMM(q4_0##SUF, gemm_q32, EL_Q4_0, 0, DP)       \
+    DEFINE_QGEMM(q4_1##SUF, gemm_q32, EL_Q4_1, 0, DP)       \
+    DEFINE_QGEMM(q5_0##SUF, gemm_q32, EL_Q5_0, 0, DP)       \
+    DEFINE_QGEMM(q5_1##SUF, gemm_q32, EL_Q5_1, 0, DP)       \
+    DEFINE_QGEMM(q8_0##SUF, gemm_q32, EL_Q8_0, 0, DP)       \
+    DEFINE_QGEMM(q2_K##SUF, gemm_kq, EL_Q2_K, 0, DP)        \
+    DEFINE_QGEMM(q3_K##SUF, gemm_kq, EL_Q3_K, 0, DP)        \
+    DEFINE_QGEMM(q4_K##SUF, gemm_kq, EL_Q4_K, 0, DP)        \
+    DEFINE_QGEMM(q5_K##SUF, gemm_kq, EL_Q5_K, 0, DP)        \
+    DEFINE_QGEMM(q6_K##SUF, gemm_kq, EL_Q6_K, 0, DP)        \
+    DEFINE_QGEMM(q4_K_small##SUF, gemm_kq, EL_Q4_K, 1, DP)  \
+    DEFINE_QGEMM(q6_K_small##SUF, gemm_kq, EL_Q6_K, 1, DP)
 
 DEFINE_LEVEL(_neon, 0)
 DEFINE_LEVEL(_dotprod, 1)
@@ -589,30 +832,107 @@ static void f32_to_f16_neon(int n, const float *x, el_half *y) {
     for (; i < n; i++) y[i] = el_float_to_half(x[i]);
 }
 
-/* y += a*x, the product rounded before the add, as the portable loop */
-static void axpy_f32_neon(int n, float a, const float *x, float *y) {
-    const float32x4_t va = vdupq_n_f32(a);
-    int i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_f32(va, vld1q_f32(x + i))));
-    for (; i < n; i++) y[i] += a * x[i];
+/* Attention and FFN helpers: the portable code's arithmetic (dispatch.c), lane for lane, so
+ * the same bits for finite inputs (keys and values are converted by the hardware, which only
+ * differs from el_half_to_float in NaN payloads). */
+
+EL_INLINE float32x4_t h8_lo(const el_half *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+/* el_sum16 of 16 vectors, lane by lane: t_i = v[i+8] + v[i], u_i = t[i+4] + t[i], (u0+u2) + (u1+u3) */
+EL_INLINE float32x4_t sum16_lanes(const float32x4_t *v) {
+    float32x4_t t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = vaddq_f32(v[i + 8], v[i]);
+    for (int i = 0; i < 4; i++) u[i] = vaddq_f32(t[i + 4], t[i]);
+    return vaddq_f32(vaddq_f32(u[0], u[2]), vaddq_f32(u[1], u[3]));
 }
 
-/* attention scores (el_vec_ops.qk_tile): per key lane acc += q_d * k_d over d in order, the
- * product rounded before the add as the portable loop, so the results are the same bits */
+/* el_sum16 of 16 consecutive floats */
+EL_INLINE float sum16(const float *l) {
+    const float32x4_t t0 = vaddq_f32(vld1q_f32(l + 8), vld1q_f32(l)), t1 = vaddq_f32(vld1q_f32(l + 12), vld1q_f32(l + 4));
+    const float32x4_t u = vaddq_f32(t1, t0);
+    return vpadds_f32(vadd_f32(vget_low_f32(u), vget_high_f32(u)));
+}
+
+/* lane class i (d = i mod 16) of every key summed in registers, d in order, then el_sum16 over
+ * the classes with the keys in vector lanes */
 static void qk_tile_neon(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
     for (int j = 0; j < nq; j++) {
-        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
-        for (int d = 0; d < hk; d++) {
-            const float32x4_t qd = vdupq_n_f32(q[(size_t)j * ldq + d]);
-            const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(kt + d * 16));
-            const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(kt + d * 16 + 8));
-            acc[0] = vaddq_f32(acc[0], vmulq_f32(qd, vcvt_f32_f16(vget_low_f16(h0))));
-            acc[1] = vaddq_f32(acc[1], vmulq_f32(qd, vcvt_high_f32_f16(h0)));
-            acc[2] = vaddq_f32(acc[2], vmulq_f32(qd, vcvt_f32_f16(vget_low_f16(h1))));
-            acc[3] = vaddq_f32(acc[3], vmulq_f32(qd, vcvt_high_f32_f16(h1)));
+        const float *qj = q + (size_t)j * ldq;
+        float32x4_t cls[4][16];  /* [keys 4k..4k+3][class] */
+        for (int i = 0; i < 16; i++) {
+            float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = i; d < hk; d += 16) {
+                const el_half *k = kt + (size_t)d * 16;
+                const float qd = qj[d];
+                a0 = vaddq_f32(a0, vmulq_n_f32(h8_lo(k), qd));
+                a1 = vaddq_f32(a1, vmulq_n_f32(h8_lo(k + 4), qd));
+                a2 = vaddq_f32(a2, vmulq_n_f32(h8_lo(k + 8), qd));
+                a3 = vaddq_f32(a3, vmulq_n_f32(h8_lo(k + 12), qd));
+            }
+            cls[0][i] = a0;
+            cls[1][i] = a1;
+            cls[2][i] = a2;
+            cls[3][i] = a3;
         }
-        for (int l = 0; l < 4; l++) vst1q_f32(out + j * 16 + 4 * l, acc[l]);
+        for (int k = 0; k < 4; k++) vst1q_f32(out + j * 16 + 4 * k, sum16_lanes(cls[k]));
     }
+}
+
+static void pv_tile_neon(int hv, const float *w, const el_half *vt, float *acc) {
+    const float32x4_t w0 = vld1q_f32(w), w1 = vld1q_f32(w + 4), w2 = vld1q_f32(w + 8), w3 = vld1q_f32(w + 12);
+    for (int d = 0; d < hv; d++) {
+        const el_half *v = vt + (size_t)d * 16;
+        float *o = acc + (size_t)d * 16;
+        vst1q_f32(o, vaddq_f32(vld1q_f32(o), vmulq_f32(w0, h8_lo(v))));
+        vst1q_f32(o + 4, vaddq_f32(vld1q_f32(o + 4), vmulq_f32(w1, h8_lo(v + 4))));
+        vst1q_f32(o + 8, vaddq_f32(vld1q_f32(o + 8), vmulq_f32(w2, h8_lo(v + 8))));
+        vst1q_f32(o + 12, vaddq_f32(vld1q_f32(o + 12), vmulq_f32(w3, h8_lo(v + 12))));
+    }
+}
+
+static void sum16_rows_neon(int n, const float *acc, float *out) {
+    for (int i = 0; i < n; i++) out[i] = sum16(acc + 16 * i);
+}
+
+/* el_expf on 4 lanes: the same fmas; ldexpf(j, n) as two exact-operand products, j * 2^(n - e)
+ * (exact: |n| <= 192, e = n >> 1) then * 2^e, rounded once as ldexpf rounds */
+EL_INLINE float32x4_t expf4(float32x4_t x) {
+    const float32x4_t r = vdupq_n_f32(0x1.8p23f);
+    const float32x4_t n = vsubq_f32(vfmaq_f32(r, x, vdupq_n_f32(0x1.715476p+0f)), r);
+    const float32x4_t b = vfmsq_f32(vfmsq_f32(x, n, vdupq_n_f32(0x1.62e4p-1f)), n, vdupq_n_f32(0x1.7f7d1cp-20f));
+    const float32x4_t u = vmulq_f32(b, b);
+    const float32x4_t p = vfmaq_f32(vdupq_n_f32(0x1.573e2ep-5f), vdupq_n_f32(0x1.0e4020p-7f), b);
+    const float32x4_t q = vfmaq_f32(vdupq_n_f32(0x1.fffdb6p-2f), vdupq_n_f32(0x1.555e66p-3f), b);
+    const float32x4_t j = vfmaq_f32(vfmaq_f32(vdupq_n_f32(1.0f), vdupq_n_f32(0x1.ffffecp-1f), b), vfmaq_f32(q, p, u), u);
+    const int32x4_t ni = vcvtq_s32_f32(n), e = vshrq_n_s32(ni, 1);
+    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vsubq_s32(ni, e), vdupq_n_s32(127)), 23));
+    const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(e, vdupq_n_s32(127)), 23));
+    const float32x4_t v = vmulq_f32(vmulq_f32(j, s1), s2);
+    /* |n| > 192: 0 or infinity */
+    const uint32x4_t big = vcagtq_f32(n, vdupq_n_f32(192.0f));
+    const float32x4_t edge = vbslq_f32(vclezq_f32(n), vdupq_n_f32(0.0f), vdupq_n_f32(INFINITY));
+    return vbslq_f32(big, edge, v);
+}
+
+static double exp_sum_neon(int n, float *x, float max) {
+    const float32x4_t m = vdupq_n_f32(max);
+    double sum = 0.0;
+    for (int i = 0; i < n; i += 16) {
+        for (int k = 0; k < 16; k += 4) vst1q_f32(x + i + k, expf4(vsubq_f32(vld1q_f32(x + i + k), m)));
+        sum += sum16(x + i);
+    }
+    return sum;
+}
+
+static void silu_mul_neon(int64_t n, float *g, const float *u) {
+    const float32x4_t one = vdupq_n_f32(1.0f), zero = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t x = vld1q_f32(g + i);
+        const float32x4_t s = vdivq_f32(x, vaddq_f32(one, expf4(vsubq_f32(zero, x))));
+        vst1q_f32(g + i, vmulq_f32(s, vld1q_f32(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -634,10 +954,20 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
         SET(EL_Q5_K, q5_K_neon); SET(EL_Q6_K, q6_K_neon);
     }
 #undef SET
-    el_vops.qk_tile = qk_tile_neon;
-    el_vops.axpy_f32 = axpy_f32_neon;
+#define SET_SMALL(id, fn) (t[id].vec_dot_small = vec_dot_##fn, t[id].gemm_small = gemm_##fn)
+    if (dotprod) {
+        SET_SMALL(EL_Q4_K, q4_K_small_dotprod); SET_SMALL(EL_Q6_K, q6_K_small_dotprod);
+    } else {
+        SET_SMALL(EL_Q4_K, q4_K_small_neon); SET_SMALL(EL_Q6_K, q6_K_small_neon);
+    }
+#undef SET_SMALL
     el_vops.f32_to_f16 = f32_to_f16_neon;
     el_vops.f16_to_f32 = f16_to_f32_neon;
+    el_vops.qk_tile = qk_tile_neon;
+    el_vops.pv_tile = pv_tile_neon;
+    el_vops.sum16_rows = sum16_rows_neon;
+    el_vops.exp_sum = exp_sum_neon;
+    el_vops.silu_mul = silu_mul_neon;
 }
 
 void el_register_neon(el_type_traits *t) { el_register_neon_level(t, el_neon_has_dotprod()); }

@@ -26,23 +26,42 @@ static void dequantize_row_f16_vop(int n, const el_half *x, float *y) { dequanti
 
 static void qk_tile_generic(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
     for (int j = 0; j < nq; j++) {
-        float acc[16] = {0};
-        for (int d = 0; d < hk; d++) {
-            const float qd = q[(size_t)j * ldq + d];
-            for (int l = 0; l < 16; l++) acc[l] += qd * el_half_to_float(kt[d * 16 + l]);
+        const float *qj = q + (size_t)j * ldq;
+        for (int l = 0; l < 16; l++) {
+            float lane[16] = {0};
+            for (int d = 0; d < hk; d++) lane[d % 16] += qj[d] * el_half_to_float(kt[d * 16 + l]);
+            out[j * 16 + l] = el_sum16(lane);
         }
-        memcpy(out + j * 16, acc, sizeof acc);
     }
 }
-static void axpy_f32_generic(int n, float a, const float *x, float *y) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+
+static void pv_tile_generic(int hv, const float *w, const el_half *vt, float *acc) {
+    for (int d = 0; d < hv; d++)
+        for (int l = 0; l < 16; l++) acc[d * 16 + l] += w[l] * el_half_to_float(vt[d * 16 + l]);
+}
+
+static void sum16_rows_generic(int n, const float *acc, float *out) {
+    for (int i = 0; i < n; i++) out[i] = el_sum16(acc + 16 * i);
+}
+
+static double exp_sum_generic(int n, float *x, float max) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i += 16) {
+        for (int l = 0; l < 16; l++) x[i + l] = el_expf(x[i + l] - max);
+        sum += el_sum16(x + i);
+    }
+    return sum;
+}
+
+static void silu_mul_generic(int64_t n, float *g, const float *u) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
 }
 
 static void quantize_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 static void dequantize_row_f32(const void *x, float *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 
 void el_register_generic(el_type_traits *t) {
-#define T(id, b, sz, vdt, ff, tf, vd) t[id] = (el_type_traits){b, sz, vdt, ff, tf, vd, NULL}
+#define T(id, b, sz, vdt, ff, tf, vd) t[id] = (el_type_traits){b, sz, vdt, ff, tf, vd, NULL, NULL, NULL}
     T(EL_F32, 1, 4, EL_F32, quantize_row_f32, dequantize_row_f32, vec_dot_f32_f32_generic);
     T(EL_F16, 1, 2, EL_F16, quantize_row_f16_ref, dequantize_row_f16, vec_dot_f16_f16_generic);
     T(EL_BF16, 1, 2, EL_BF16, quantize_row_bf16_ref, dequantize_row_bf16, vec_dot_bf16_bf16_generic);
@@ -59,6 +78,8 @@ void el_register_generic(el_type_traits *t) {
     T(EL_Q6_K, 256, 210, EL_Q8_K, quantize_row_q6_K_ref, dequantize_row_q6_K, vec_dot_q6_K_q8_K_generic);
     T(EL_Q8_K, 256, 292, EL_Q8_K, quantize_row_q8_K_ref, dequantize_row_q8_K, NULL);
 #undef T
+    t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
+    t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;
 }
 
 /* ---- CPU features ---- */
@@ -97,7 +118,10 @@ int el_set_isa(int isa) {
     el_vops.f32_to_f16 = f32_to_f16_generic;
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
     el_vops.qk_tile = qk_tile_generic;
-    el_vops.axpy_f32 = axpy_f32_generic;
+    el_vops.pv_tile = pv_tile_generic;
+    el_vops.sum16_rows = sum16_rows_generic;
+    el_vops.exp_sum = exp_sum_generic;
+    el_vops.silu_mul = silu_mul_generic;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);
     if (isa >= EL_ISA_AVX512) el_register_avx512(t);

@@ -32,7 +32,21 @@ typedef struct {
     el_to_float_fn to_float;
     el_vec_dot_fn vec_dot;    /* weight row (this type) . activation row (vec_dot_type) */
     el_gemm_fn gemm;          /* many rows x many activation rows; NULL = loop over vec_dot */
+    /* llama.cpp sums some K-quants in another order when a batch is small (see
+     * el_small_rows); NULL where it does not. Same contract as vec_dot / gemm. */
+    el_vec_dot_fn vec_dot_small;
+    el_gemm_fn gemm_small;
 } el_type_traits;
+
+/* How many of a batch's m activation rows (from the end) llama.cpp computes with its
+ * small-batch kernels for weights of this type: repacked Q4_K takes rows in fours through its
+ * gemm and the rest through its gemv; Q6_K goes through the tiled gemm from 8 rows on and
+ * through vec_dot below that. */
+static inline int el_small_rows(int type, int m) {
+    if (type == EL_Q4_K) return m % 4;
+    if (type == EL_Q6_K) return m < 8 ? m : 0;
+    return 0;
+}
 
 /* Per-ISA registration: each overrides the entries it accelerates (dispatch.c calls them). */
 void el_register_generic(el_type_traits *t);
@@ -44,17 +58,48 @@ void el_register_avx512(el_type_traits *t);  /* x86_avx512.c (AVX-512 F/BW/VL, V
 void el_register_neon(el_type_traits *t);    /* arm_neon.c (dotprod when present) */
 #endif
 
-/* float vector helpers used by attention, dispatched like the quant kernels */
+/* float vector helpers of attention and the FFN activation, dispatched like the quant kernels.
+ * Their arithmetic is llama.cpp's on its AVX-512 builds (the reference outputs we are held to):
+ * tinyBLAS's f16 gemm for q.k and p.v (16 lanes, lane i summing elements i, i+16, ... with one
+ * rounding per step, then the lanes reduced as GCC's _mm512_reduce_add_ps does: el_sum16), and
+ * ggml_v_expf / ggml_v_silu for the softmax and SiLU. Every ISA gives the portable code's bits. */
 typedef struct {
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
-    void (*axpy_f32)(int n, float a, const float *x, float *y);      /* y += a*x */
-    /* scores of nq queries against 16 keys stored f16 [hk][16]:
-     * out[j*16 + l] = sum_d q[j*ldq + d] * kt[d*16 + l], summed over d in order (one lane per key,
-     * so a score never depends on its neighbours or on nq) */
+    /* scores of nq queries (f16-valued floats) against 16 keys stored f16 [hk][16]:
+     * out[j*16 + l] = el_sum16 over lanes i of sum_{d = i mod 16, in order} q[j*ldq + d] * kt[d*16 + l] */
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    /* acc[d*16 + l] += w[l] * vt[d*16 + l] for d < hv, l < 16 (16 value rows stored f16 [hv][16]) */
+    void (*pv_tile)(int hv, const float *w, const el_half *vt, float *acc);
+    /* out[i] = el_sum16(acc + 16 i) for i < n */
+    void (*sum16_rows)(int n, const float *acc, float *out);
+    /* x[i] = exp(x[i] - max) (ggml_v_expf) for i < n (a multiple of 16); returns the sum of the
+     * el_sum16 of each 16 values, accumulated in double */
+    double (*exp_sum)(int n, float *x, float max);
+    /* g[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + ggml_v_expf(-x)) */
+    void (*silu_mul)(int64_t n, float *g, const float *u);
 } el_vec_ops;
 extern el_vec_ops el_vops;
+
+/* the reduction tree of GCC's _mm512_reduce_add_ps over 16 lanes */
+static inline float el_sum16(const float *l) {
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = l[i + 8] + l[i];
+    for (int i = 0; i < 4; i++) u[i] = t[i + 4] + t[i];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/* ggml_v_expf (a degree-5 polynomial after range reduction by ln 2) for one value */
+static inline float el_expf(float x) {
+    const float r = 0x1.8p23f;
+    const float n = fmaf(x, 0x1.715476p+0f, r) - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
 void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up);  /* gate = gelu(gate)*up */
 
 /* filled by el_set_isa(); entries with blck == 0 are unsupported */
@@ -80,7 +125,6 @@ void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
 void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
                    const float *freq_factors, const el_model_desc *d);
 void el_gelu_init(void);  /* builds the f16 GELU table; dispatch calls it */
-float el_silu(float x);
 
 /* row range [r0, r1) of thread ith out of nth for n rows, aligned to `align` rows */
 static inline void el_split(int64_t n, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1) {

@@ -4,7 +4,7 @@
  * walks the layers; phases are split by rows (or attention heads) across threads and separated
  * by barriers. Activations are quantized once per matmul input into the weight's vec_dot type.
  *
- * KV cache: per layer, f16 K and V laid out [n_head_kv][slot][head_dim]. Global layers use
+ * KV cache: per layer, f16 K and V in tiles of KT slots, [n_head_kv][slot / KT][head_dim][KT]. Global layers use
  * slot == position (capacity n_ctx); sliding-window layers use a ring, slot == position % cap,
  * cap = n_swa + n_batch, so a batch never overwrites a key that one of its tokens still sees.
  * Each group keeps the position held by every slot (-1 = empty); attention masks by position.
@@ -19,10 +19,10 @@
 #define ROW_TILE 256  /* weight rows per gemm call in prefill (decode: a thread's whole range) */
 #define TOK_TILE 32   /* activation rows per gemm call */
 #define QB 8          /* queries per attention work item */
-#define KT 16         /* keys per attention score tile (and per key storage tile) */
+#define KT 16         /* slots per attention tile (and per K / V storage tile) */
 static inline int k_cap(int cap) { return (cap + KT - 1) / KT * KT; }
-/* attention scratch per thread, in floats: queries, score tile, one row */
-#define ATT_SCRATCH(hk, hv) ((size_t)QB * (hk) + QB * KT + (size_t)EL_MAX(hk, hv))
+/* attention scratch per thread, in floats: queries, score tile, one row, p.v lanes (x4 for decode) */
+#define ATT_SCRATCH(hk, hv) ((size_t)QB * (hk) + QB * KT + (size_t)EL_MAX(hk, hv) + 4 * (size_t)(hv) * KT)
 
 enum { G_GLOBAL = 0, G_SWA = 1 };
 
@@ -40,7 +40,7 @@ struct el_ctx {
     int n_ctx, n_batch, n_threads;
     el_pool *pool;
     kv_group g[2];
-    el_half **k, **v;   /* per layer [n_head_kv][cap][head_dim] */
+    el_half **k, **v;   /* per layer [n_head_kv][cap / KT][head_dim][KT] */
     int next_pos;
     int max_k;          /* widest matmul input */
     /* scratch, n_batch rows each */
@@ -56,11 +56,24 @@ struct el_ctx {
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
     float *scores; /* [n_threads, max cap] */
     float *qround; /* per thread: rounded queries, a key tile and a score tile (attention()) */
-    el_half *tmp_k; /* per thread: one key row in f16 */
+    el_half *tmp_k; /* per thread: one key or value row in f16 */
     int32_t *tok;  /* [n_batch] */
 };
 
 static _Thread_local char last_error[256];
+
+/* Debugging: when set, thread 0 reports each named intermediate ([rows][cols], row stride ld)
+ * after the barrier that completes it, while the other threads wait. Names follow llama.cpp's
+ * graph (attn_norm, Qcur, ...). */
+static el_trace_fn trace_fn;
+void el_set_trace(el_trace_fn fn) { trace_fn = fn; }
+#define TRACE(name, l, p, rows, cols, ld)                        \
+    do {                                                         \
+        if (trace_fn) {                                          \
+            if (ith == 0) trace_fn(name, l, p, rows, cols, ld);  \
+            el_pool_barrier(c->pool);                            \
+        }                                                        \
+    } while (0)
 const char *el_last_error(void) { return last_error; }
 #define FAIL(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); goto fail; } while (0)
 
@@ -145,9 +158,10 @@ el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_thre
     for (int l = 0; l < d->n_layer; l++) {
         const int cap = c->g[c->layers[l].is_swa ? G_SWA : G_GLOBAL].cap;
         c->k[l] = amalloc(sizeof(el_half) * (size_t)k_cap(cap) * kd);
-        c->v[l] = amalloc(sizeof(el_half) * (size_t)cap * vd);
+        c->v[l] = amalloc(sizeof(el_half) * (size_t)k_cap(cap) * vd);
         if (!c->k[l] || !c->v[l]) FAIL("out of memory for the KV cache (n_ctx %d)", n_ctx);
         memset(c->k[l], 0, sizeof(el_half) * (size_t)k_cap(cap) * kd);
+        memset(c->v[l], 0, sizeof(el_half) * (size_t)k_cap(cap) * vd);
     }
 
     int max_k = EL_MAX(EL_MAX(d->n_embd, od), d->n_ff);
@@ -188,7 +202,7 @@ int el_ctx_set_threads(el_ctx *c, int n_threads) {
     c->scores = amalloc(sizeof(float) * (size_t)n_threads * QB * (EL_MAX(c->g[0].cap, c->g[1].cap) + KT));
     c->qround = amalloc(sizeof(float) * (size_t)n_threads * ATT_SCRATCH(c->d.head_dim_k, c->d.head_dim_v));
     free(c->tmp_k);
-    c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * c->d.head_dim_k);
+    c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * EL_MAX(c->d.head_dim_k, c->d.head_dim_v));
     return c->pool && c->scores && c->qround && c->tmp_k ? 0 : -1;
 }
 
@@ -233,12 +247,24 @@ static void quantize_acts(el_ctx *c, act_state *st, int vdt, const float *x, int
     sync(c, st);
 }
 
-static void gemm_loop(const el_type_traits *tt, int n, const uint8_t *w, size_t ldw, int nr,
+static void gemm_with(el_gemm_fn gemm, el_vec_dot_fn vec_dot, int n, const uint8_t *w, size_t ldw, int nr,
                       const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
-    if (tt->gemm) { tt->gemm(n, w, ldw, nr, a, lda, nc, out, ldo); return; }
+    if (gemm) { gemm(n, w, ldw, nr, a, lda, nc, out, ldo); return; }
     for (int ci = 0; ci < nc; ci++)
         for (int r = 0; r < nr; r++)
-            tt->vec_dot(n, out + (size_t)ci * ldo + r, w + (size_t)r * ldw, a + (size_t)ci * lda);
+            vec_dot(n, out + (size_t)ci * ldo + r, w + (size_t)r * ldw, a + (size_t)ci * lda);
+}
+
+/* activation rows [c0, c0 + nc) of a batch of m: the last el_small_rows(m) go through the
+ * small-batch kernels, as llama.cpp does */
+static void gemm_loop(const el_type_traits *tt, int type, int m, int c0, int n, const uint8_t *w, size_t ldw,
+                      int nr, const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
+    const int split = tt->vec_dot_small ? m - el_small_rows(type, m) : m;
+    const int nmain = EL_MAX(0, EL_MIN(nc, split - c0));
+    if (nmain) gemm_with(tt->gemm, tt->vec_dot, n, w, ldw, nr, a, lda, nmain, out, ldo);
+    if (nmain < nc)
+        gemm_with(tt->gemm_small, tt->vec_dot_small, n, w, ldw, nr, a + (size_t)nmain * lda, lda, nc - nmain,
+                  out + (size_t)nmain * ldo, ldo);
 }
 
 /* no barrier at the end: callers batch independent matmuls (q, k, v) and then barrier once */
@@ -257,7 +283,7 @@ static void matmul(el_ctx *c, act_state *st, const el_tensor *w, const float *x,
         const int nr = (int)EL_MIN(rt, r1 - rb);
         for (int mb = 0; mb < m; mb += TOK_TILE) {
             const int nc = EL_MIN(TOK_TILE, m - mb);
-            gemm_loop(tt, k, wd + (size_t)rb * w->row_bytes, w->row_bytes, nr,
+            gemm_loop(tt, w->type, m, mb, k, wd + (size_t)rb * w->row_bytes, w->row_bytes, nr,
                       c->actq + (size_t)mb * rs, rs, nc, y + (size_t)mb * ldy + rb, (size_t)ldy);
         }
     }
@@ -283,26 +309,51 @@ typedef struct {
 static int layer_group(const el_ctx *c, int l) { return c->layers[l].is_swa ? G_SWA : G_GLOBAL; }
 static int slot_of(const el_ctx *c, int gi, int pos) { return gi == G_SWA ? pos % c->g[G_SWA].cap : pos; }
 
-/* Keys of one (layer, kv head) are stored in tiles of KT slots, [head_dim][KT] each: the 16 keys
- * a score tile needs are contiguous per dimension (see attention()). Values stay one row per slot. */
+/* Keys and values of one (layer, kv head) are stored in tiles of KT slots, [dim][KT] each: the
+ * 16 slots a score or p.v tile needs are contiguous per dimension (see attention()). */
 static el_half *k_head(const el_ctx *c, int l, int h, int cap) {
     return c->k[l] + (size_t)h * k_cap(cap) * c->d.head_dim_k;
 }
-static void k_put(el_half *kh, int hk, int slot, const el_half *src) {
-    el_half *t = kh + (size_t)(slot / KT) * hk * KT + slot % KT;
-    for (int e = 0; e < hk; e++) t[(size_t)e * KT] = src[e];
+static el_half *v_head(const el_ctx *c, int l, int h, int cap) {
+    return c->v[l] + (size_t)h * k_cap(cap) * c->d.head_dim_v;
 }
-static void k_get(const el_half *kh, int hk, int slot, el_half *dst) {
-    const el_half *t = kh + (size_t)(slot / KT) * hk * KT + slot % KT;
-    for (int e = 0; e < hk; e++) dst[e] = t[(size_t)e * KT];
+static void kv_put(el_half *kh, int dim, int slot, const el_half *src) {
+    el_half *t = kh + (size_t)(slot / KT) * dim * KT + slot % KT;
+    for (int e = 0; e < dim; e++) t[(size_t)e * KT] = src[e];
+}
+static void kv_get(const el_half *kh, int dim, int slot, el_half *dst) {
+    const el_half *t = kh + (size_t)(slot / KT) * dim * KT + slot % KT;
+    for (int e = 0; e < dim; e++) dst[e] = t[(size_t)e * KT];
 }
 
-/* Attention, per (head, block of up to QB queries). Keys go KT at a time through qk_tile straight
- * from their f16 storage tiles; each value row is converted once per block and added to every
- * query that weights it. Every score and every
- * output is summed in the same order whatever the block holds, so prefill equals decode.
- * Rounding as llama.cpp's default (non-flash) CPU path, the reference we are held to: q rounded
- * to f16 before q.k; softmax in f32 with the sum in double; probabilities rounded to f16. */
+/* Scores of one query against 16 keys [hk][KT] in ggml_vec_dot_f16's order, which llama.cpp
+ * uses instead of its gemm when a batch holds one token: four 16-lane accumulators over chunks
+ * of 64 dims (dim d in accumulator (d % 64) / 16, lane d % 16), combined as (a0 + a2) + (a1 + a3),
+ * then el_sum16; dims past the last multiple of 64 are added in double. Products of f16 values
+ * are exact in float, so a plain multiply-add rounds once, like the fma it stands for. */
+static void qk_tile_one(int hk, const float *q, const el_half *kt, float *out) {
+    const int h64 = hk / 64 * 64;
+    float a[64][KT];
+    memset(a, 0, sizeof a);
+    for (int d = 0; d < h64; d++)
+        for (int t = 0; t < KT; t++) a[d % 64][t] += q[d] * el_half_to_float(kt[(size_t)d * KT + t]);
+    for (int t = 0; t < KT; t++) {
+        float l[16];
+        for (int i = 0; i < 16; i++) l[i] = (a[i][t] + a[32 + i][t]) + (a[16 + i][t] + a[48 + i][t]);
+        double s = el_sum16(l);
+        for (int d = h64; d < hk; d++) s += (double)(q[d] * el_half_to_float(kt[(size_t)d * KT + t]));
+        out[t] = (float)s;
+    }
+}
+
+/* Attention, per (head, block of up to QB queries), as llama.cpp's default (non-flash) CPU path
+ * computes it, the reference we are held to: q rounded to f16; scores from tinyBLAS's f16 gemm
+ * order (vops.qk_tile), scaled, masked; softmax with ggml's exp, 16-value partial sums added in
+ * double; probabilities rounded to f16; p.v in the same gemm order (vops.pv_tile, 16 slot lanes
+ * per output, reduced at the end). Masked slots weigh exactly 0, so only the slots' positions
+ * within their tiles matter, never how many tiles or queries a block holds. A step of one token
+ * takes llama.cpp's vec_dot order instead (qk_tile_one; p.v lanes kept apart per tile index mod 4
+ * and combined as in qk_tile_one), so a decode step can differ from prefill in the last bits. */
 static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const el_model_desc *d = &c->d;
     const int gi = layer_group(c, l);
@@ -310,13 +361,16 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const int hk = d->head_dim_k, hv = d->head_dim_v, cap = g->cap;
     const int group = d->n_head / d->n_head_kv;
     const int n_slots = gi == G_GLOBAL ? pos0 + n : cap;
+    const int n_pad = k_cap(n_slots);
     const int max_cap = EL_MAX(c->g[0].cap, c->g[1].cap) + KT;
     const int hmax = EL_MAX(hk, hv);
     float *sc = c->scores + (size_t)ith * QB * max_cap;   /* [QB][slots]: scores, then weights */
     float *qr = c->qround + (size_t)ith * ATT_SCRATCH(hk, hv); /* [QB][hk] queries rounded to f16 */
     float *tile = qr + (size_t)QB * hk;                     /* [QB][KT] scores of a tile */
-    float *row = tile + QB * KT;                            /* one key or value row */
+    float *row = tile + QB * KT;                            /* one row */
     el_half *tmp = (el_half *)row;                          /* or 2*hmax halves */
+    float *lanes = row + hmax;                              /* [4][hv][KT] p.v lanes of one query */
+    const int one = n == 1;                                 /* llama.cpp's single-token order */
     const int od = d->n_head * hv;
     const int n_qb = (n + QB - 1) / QB;
     for (int task = ith; task < n_qb * d->n_head; task += nth) {
@@ -327,28 +381,27 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
             c->vops.f32_to_f16(hk, c->q + (size_t)(m0 + j) * d->n_head * hk + (size_t)h * hk, tmp);
             c->vops.f16_to_f32(hk, tmp, qr + (size_t)j * hk);
         }
-        const el_half *K = k_head(c, l, kvh, cap);
-        const el_half *V = c->v[l] + (size_t)kvh * cap * hv;
-        float mx[QB], inv[QB];
+        const el_half *K = k_head(c, l, kvh, cap), *V = v_head(c, l, kvh, cap);
+        float mx[QB];
         for (int j = 0; j < mq; j++) mx[j] = -INFINITY;
-        for (int s0 = 0; s0 < n_slots; s0 += KT) {
-            const int ns = EL_MIN(KT, n_slots - s0);
+        for (int s0 = 0; s0 < n_pad; s0 += KT) {
             /* which (query, key) pairs are visible; skip tiles nobody sees */
             int any = 0;
-            for (int t = 0; t < ns; t++) {
+            for (int t = 0; t < KT && s0 + t < n_slots; t++) {
                 const int ps = g->pos[s0 + t];
                 any |= ps >= 0 && ps <= p_last && !(gi == G_SWA && p_first - ps >= d->n_swa && p_last - ps >= d->n_swa);
             }
             if (!any) {
                 for (int j = 0; j < mq; j++)
-                    for (int t = 0; t < ns; t++) sc[(size_t)j * max_cap + s0 + t] = -INFINITY;
+                    for (int t = 0; t < KT; t++) sc[(size_t)j * max_cap + s0 + t] = -INFINITY;
                 continue;
             }
-            c->vops.qk_tile(hk, qr, mq, hk, K + (size_t)s0 * hk, tile);
+            if (one) qk_tile_one(hk, qr, K + (size_t)s0 * hk, tile);
+            else c->vops.qk_tile(hk, qr, mq, hk, K + (size_t)s0 * hk, tile);
             for (int j = 0; j < mq; j++) {
                 const int p = p_first + j;
-                for (int t = 0; t < ns; t++) {
-                    const int ps = g->pos[s0 + t];
+                for (int t = 0; t < KT; t++) {
+                    const int ps = s0 + t < n_slots ? g->pos[s0 + t] : -1;
                     float v = -INFINITY;
                     if (ps >= 0 && ps <= p && !(gi == G_SWA && p - ps >= d->n_swa)) {
                         v = tile[j * KT + t] * d->attn_scale;
@@ -361,31 +414,26 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
         }
         for (int j = 0; j < mq; j++) {
             float *sj = sc + (size_t)j * max_cap;
-            double sum = 0.0;
-            for (int s = 0; s < n_slots; s++) {
-                if (sj[s] == -INFINITY) { sj[s] = 0.0f; continue; }
-                sj[s] = expf(sj[s] - mx[j]);
-                sum += sj[s];
-            }
-            inv[j] = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int s = 0; s < n_slots; s++) sj[s] *= inv[j];
+            const double sum = c->vops.exp_sum(n_pad, sj, mx[j]);
+            const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+            for (int s = 0; s < n_pad; s++) sj[s] *= inv;
             /* weights rounded to f16 (in place, through the vector conversions) */
-            for (int s0 = 0; s0 < n_slots; s0 += 2 * hmax) {
-                const int ns = EL_MIN(2 * hmax, n_slots - s0);
+            for (int s0 = 0; s0 < n_pad; s0 += 2 * hmax) {
+                const int ns = EL_MIN(2 * hmax, n_pad - s0);
                 c->vops.f32_to_f16(ns, sj + s0, tmp);
                 c->vops.f16_to_f32(ns, tmp, sj + s0);
             }
-            memset(c->xn + (size_t)(m0 + j) * od + (size_t)h * hv, 0, sizeof(float) * hv);
-        }
-        float *vrow = row;
-        for (int s = 0; s < n_slots; s++) {
-            int loaded = 0;
-            for (int j = 0; j < mq; j++) {
-                const float w = sc[(size_t)j * max_cap + s];
-                if (w == 0.0f) continue;
-                if (!loaded) { c->vops.f16_to_f32(hv, V + (size_t)s * hv, vrow); loaded = 1; }
-                c->vops.axpy_f32(hv, w, vrow, c->xn + (size_t)(m0 + j) * od + (size_t)h * hv);
+            const size_t lsz = (size_t)hv * KT;
+            memset(lanes, 0, sizeof(float) * lsz * (one ? 4 : 1));
+            for (int s0 = 0; s0 < n_pad; s0 += KT) {
+                int any = 0;
+                for (int t = 0; t < KT; t++) any |= sj[s0 + t] != 0.0f;
+                if (any) c->vops.pv_tile(hv, sj + s0, V + (size_t)s0 * hv, lanes + (one ? (size_t)(s0 / KT % 4) * lsz : 0));
             }
+            if (one)
+                for (size_t i = 0; i < lsz; i++)
+                    lanes[i] = (lanes[i] + lanes[2 * lsz + i]) + (lanes[lsz + i] + lanes[3 * lsz + i]);
+            c->vops.sum16_rows(hv, lanes, c->xn + (size_t)(m0 + j) * od + (size_t)h * hv);
         }
     }
 }
@@ -422,10 +470,14 @@ static void forward_task(void *arg, int ith, int nth) {
                               rope_scale, d->rope_freqs.data, d);
         }
         sync(c, &st);
+        TRACE("attn_norm", l, c->tmp, n, E, E);
         matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
         matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
         matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
         sync(c, &st);
+        TRACE("q_mm", l, c->q, n, qd, qd);
+        TRACE("k_mm", l, c->kc, n, kd, kd);
+        TRACE("v_mm", l, c->vc, n, vd, vd);
         /* per token: biases, q/k norms, rope, store k and v */
         for (int m = ith; m < n; m += nth) {
             float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
@@ -441,19 +493,25 @@ static void forward_task(void *arg, int ith, int nth) {
                 el_rope(q, d->n_head, hk, d->n_rot, d->rope_type, rc);
                 el_rope(k, d->n_head_kv, hk, d->n_rot, d->rope_type, rc);
             }
+            if (d->q_scale != 1.0f) for (int i = 0; i < qd; i++) q[i] *= d->q_scale;
             const int cap = c->g[gi].cap, slot = slot_of(c, gi, pos0 + m);
-            el_half *kh16 = (el_half *)c->tmp_k + (size_t)ith * hk;
+            el_half *kh16 = (el_half *)c->tmp_k + (size_t)ith * EL_MAX(hk, hv);
             for (int h = 0; h < d->n_head_kv; h++) {
                 c->vops.f32_to_f16(hk, k + h * hk, kh16);
-                k_put(k_head(c, l, h, cap), hk, slot, kh16);
-                c->vops.f32_to_f16(hv, v + h * hv, c->v[l] + ((size_t)h * cap + slot) * hv);
+                kv_put(k_head(c, l, h, cap), hk, slot, kh16);
+                c->vops.f32_to_f16(hv, v + h * hv, kh16);
+                kv_put(v_head(c, l, h, cap), hv, slot, kh16);
             }
         }
         sync(c, &st);
+        TRACE("Qcur", l, c->q, n, qd, qd);
+        TRACE("Kcur", l, c->kc, n, kd, kd);
         attention(c, l, n, pos0, ith, nth);
         sync(c, &st);
+        TRACE("kqv_out", l, c->xn, n, od, od);
         matmul(c, &st, &L->wo, c->xn, n, od, c->tmp, E, ith, nth);
         sync(c, &st);
+        TRACE("attn_out", l, c->tmp, n, E, E);
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
@@ -462,26 +520,33 @@ static void forward_task(void *arg, int ith, int nth) {
             el_rmsnorm(t, xr, L->ffn_norm.data, E, d->norm_eps);
         }
         sync(c, &st);
+        TRACE("ffn_inp", l, c->x, n, E, E);
+        TRACE("ffn_norm", l, c->tmp, n, E, E);
         /* feed-forward block: down(act(gate(x)) * up(x)) */
         matmul(c, &st, &L->w_gate, c->tmp, n, E, c->gate, d->n_ff, ith, nth);
         matmul(c, &st, &L->w_up, c->tmp, n, E, c->up, d->n_ff, ith, nth);
         sync(c, &st);
+        TRACE("ffn_gate", l, c->gate, n, d->n_ff, d->n_ff);
+        TRACE("ffn_up", l, c->up, n, d->n_ff, d->n_ff);
         {
             int64_t r0, r1;
             el_split((int64_t)n * d->n_ff, ith, nth, 64, &r0, &r1);
             float *gt = c->gate, *up = c->up;
             if (d->act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1 - r0, gt + r0, up + r0);
-            else for (int64_t i = r0; i < r1; i++) gt[i] = el_silu(gt[i]) * up[i];
+            else c->vops.silu_mul(r1 - r0, gt + r0, up + r0);
         }
         sync(c, &st);
+        TRACE("ffn_act", l, c->gate, n, d->n_ff, d->n_ff);
         matmul(c, &st, &L->w_down, c->gate, n, d->n_ff, c->tmp, E, ith, nth);
         sync(c, &st);
+        TRACE("ffn_out", l, c->tmp, n, E, E);
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->ffn_post_norm.data) el_rmsnorm(t, t, L->ffn_post_norm.data, E, d->norm_eps);
             for (int i = 0; i < E; i++) xr[i] += t[i];
         }
         sync(c, &st);
+        TRACE("l_out", l, c->x, n, E, E);
     }
     if (!a->logits) return;
     /* final norm and output projection, for every row or just the last */
@@ -489,6 +554,7 @@ static void forward_task(void *arg, int ith, int nth) {
     for (int m = m0 + ith; m < n; m += nth)
         el_rmsnorm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
     sync(c, &st);
+    TRACE("result_norm", -1, c->tmp + (size_t)m0 * E, mo, E, E);
     matmul(c, &st, &d->output, c->tmp + (size_t)m0 * E, mo, E, a->logits, d->n_vocab, ith, nth);
     sync(c, &st);
     if (d->final_softcap > 0) {
@@ -555,11 +621,11 @@ static void rerope_slot(el_ctx *c, int l, int cap, int slot, const float *rc, fl
     el_half *kp = (el_half *)(buf + hk);
     for (int h = 0; h < d->n_head_kv; h++) {
         el_half *kh = k_head(c, l, h, cap);
-        k_get(kh, hk, slot, kp);
+        kv_get(kh, hk, slot, kp);
         dequantize_row_f16(kp, buf, hk);
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
         c->vops.f32_to_f16(hk, buf, kp);
-        k_put(kh, hk, slot, kp);
+        kv_put(kh, hk, slot, kp);
     }
 }
 
@@ -569,7 +635,7 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
     if (n_keep < 0 || n_discard <= 0 || n_keep + n_discard > n_used) return -2;
     const int hk = d->head_dim_k, hv = d->head_dim_v;
     float *buf = malloc(sizeof(float) * (size_t)(2 * hk + 2 * d->n_rot + 2));  /* row, its f16, rope */
-    el_half *kp = malloc(sizeof(el_half) * (size_t)hk);
+    el_half *kp = malloc(sizeof(el_half) * (size_t)EL_MAX(hk, hv));
     if (!buf || !kp) { free(buf); free(kp); return -3; }
     float *rc = buf + 2 * hk;
     /* a rotation by -n_discard, without YaRN magnitude scaling (that is applied once already) */
@@ -588,18 +654,19 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
         if (gi == G_GLOBAL) {
             const int n_move = n_used - n_keep - n_discard;
             for (int h = 0; h < d->n_head_kv; h++) {
-                el_half *K = k_head(c, l, h, cap), *V = c->v[l] + (size_t)h * cap * hv;
+                el_half *K = k_head(c, l, h, cap), *V = v_head(c, l, h, cap);
                 for (int s = n_keep; s < n_keep + n_move; s++) {  /* ascending: sources lie ahead */
-                    k_get(K, hk, s + n_discard, kp);
-                    k_put(K, hk, s, kp);
+                    kv_get(K, hk, s + n_discard, kp);
+                    kv_put(K, hk, s, kp);
+                    kv_get(V, hv, s + n_discard, kp);
+                    kv_put(V, hv, s, kp);
                 }
-                memmove(V + (size_t)n_keep * hv, V + (size_t)(n_keep + n_discard) * hv, sizeof(el_half) * (size_t)n_move * hv);
             }
             if (d->n_rot) for (int s = n_keep; s < n_keep + n_move; s++) rerope_slot(c, l, cap, s, rc, buf);
         } else {
             /* permute the ring: entries past the discarded range move to slot (pos - n_discard) % cap */
             const size_t kbytes = sizeof(el_half) * (size_t)d->n_head_kv * k_cap(cap) * hk;
-            const size_t vbytes = sizeof(el_half) * (size_t)d->n_head_kv * cap * hv;
+            const size_t vbytes = sizeof(el_half) * (size_t)d->n_head_kv * k_cap(cap) * hv;
             el_half *K2 = malloc(kbytes), *V2 = malloc(vbytes);
             if (!K2 || !V2) { free(K2); free(V2); free(buf); free(kp); return -3; }
             memcpy(K2, c->k[l], kbytes);
@@ -610,9 +677,10 @@ int el_kv_shift(el_ctx *c, int n_keep, int n_discard) {
                 if (ps < n_keep + n_discard) continue;
                 const int ns = (ps - n_discard) % cap;
                 for (int h = 0; h < d->n_head_kv; h++) {
-                    k_get(K2 + (size_t)h * k_cap(cap) * hk, hk, s, kp);
-                    k_put(k_head(c, l, h, cap), hk, ns, kp);
-                    memcpy(c->v[l] + ((size_t)h * cap + ns) * hv, V2 + ((size_t)h * cap + s) * hv, sizeof(el_half) * hv);
+                    kv_get(K2 + (size_t)h * k_cap(cap) * hk, hk, s, kp);
+                    kv_put(k_head(c, l, h, cap), hk, ns, kp);
+                    kv_get(V2 + (size_t)h * k_cap(cap) * hv, hv, s, kp);
+                    kv_put(v_head(c, l, h, cap), hv, ns, kp);
                 }
                 if (d->n_rot) rerope_slot(c, l, cap, ns, rc, buf);
             }
@@ -665,7 +733,7 @@ static void mm_task(void *arg, int ith, int nth) {
     for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
         const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
         for (int mb = 0; mb < a->m; mb += TOK_TILE)
-            gemm_loop(tt, k, (const uint8_t *)w->data + (size_t)rb * w->row_bytes, w->row_bytes, nr,
+            gemm_loop(tt, w->type, a->m, mb, k, (const uint8_t *)w->data + (size_t)rb * w->row_bytes, w->row_bytes, nr,
                       a->actq + (size_t)mb * rs, rs, EL_MIN(TOK_TILE, a->m - mb), a->y + (size_t)mb * w->ne1 + rb,
                       (size_t)w->ne1);
     }

@@ -578,9 +578,18 @@ void dequantize_row_q8_K(const void *vx, float *y, int64_t k) {
 }
 
 /* ---------------------------------------------------------------------------------------
- * Dot products with a Q8_K row. Per super-block everything is integer; the float result
- * is d_w * d_act * sum(scale_g * sum_g(q_w * q_act)) [- dmin_w * d_act * sum_g(m_g * bsum_g)].
+ * Dot products with a Q8_K row. Per super-block everything is integer: isum =
+ * sum(scale_g * sum_g(q_w * q_act)) and, for types with mins, summs = sum(m_g * bsum_g). The
+ * float part is the one llama.cpp's tiled K-quant gemm uses (its path for batches, which the
+ * reference outputs come from, as GCC compiles it): r = isum * d [then fma(-dmin, summs, r)],
+ * and the row sum is fma(r, d_act, sum) super-block by super-block. Every SIMD path reproduces
+ * these bits.
  * --------------------------------------------------------------------------------------- */
+
+static inline float k_term(float sum, int isum, float d, float d_act) { return fmaf((float)isum * d, d_act, sum); }
+static inline float k_term_min(float sum, int isum, int summs, float d, float dmin, float d_act) {
+    return fmaf(fmaf(-dmin, (float)summs, (float)isum * d), d_act, sum);
+}
 
 /* sum over the 16-value group g of q8 * q */
 static inline int dot16(const int8_t *q8, const int8_t *q, int g) {
@@ -602,9 +611,7 @@ void vec_dot_q2_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
             isum += (x[i].scales[g] & 0xF) * dot16(y[i].qs, q, g);
             summs += y[i].bsums[g] * (x[i].scales[g] >> 4);
         }
-        const float dall = y[i].d * EL_H2F(x[i].d);
-        const float dmin = y[i].d * EL_H2F(x[i].dmin);
-        sumf += dall * (float)isum - dmin * (float)summs;
+        sumf = k_term_min(sumf, isum, summs, EL_H2F(x[i].d), EL_H2F(x[i].dmin), y[i].d);
     }
     *s = sumf;
 }
@@ -622,14 +629,13 @@ void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
         }
         int isum = 0;
         for (int g = 0; g < QK_K / 16; ++g) isum += q3_K_scale(x[i].scales, g) * dot16(y[i].qs, q, g);
-        const float d = EL_H2F(x[i].d) * y[i].d;
-        sumf += d * (float)isum;
+        sumf = k_term(sumf, isum, EL_H2F(x[i].d), y[i].d);
     }
     *s = sumf;
 }
 
-/* shared by Q4_K and Q5_K once their values are unpacked into q[256] */
-static float dot_k4_block(const block_q8_K *y, const int8_t *q, const uint8_t *scales, el_half d,
+/* Q5_K once its values are unpacked into q[256] */
+static float dot_k4_block(float sum, const block_q8_K *y, const int8_t *q, const uint8_t *scales, el_half d,
                           el_half dmin) {
     int isum = 0, summs = 0;
     for (int j = 0; j < QK_K / 32; ++j) {
@@ -638,20 +644,58 @@ static float dot_k4_block(const block_q8_K *y, const int8_t *q, const uint8_t *s
         isum += sc * (dot16(y->qs, q, 2 * j) + dot16(y->qs, q, 2 * j + 1));
         summs += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
-    return EL_H2F(d) * y->d * (float)isum - EL_H2F(dmin) * y->d * (float)summs;
+    return k_term_min(sum, isum, summs, EL_H2F(d), EL_H2F(dmin), y->d);
 }
 
+/* Q4_K is the exception: llama.cpp repacks Q4_K weights (8 rows interleaved) and its x86 gemm
+ * over them accumulates in float every 64 values: per quarter super-block, the integer
+ * I = sum over its two sub-blocks of sc * dot and M = sum of m * bsum, then
+ * acc = fma(I, d * d_act, acc) and accm = fma(M, dmin * d_act, accm); the result is acc - accm. */
 void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const int nb = n / QK_K;
     int8_t q[QK_K];
-    float sumf = 0;
+    float acc = 0.0f, accm = 0.0f;
     for (int i = 0; i < nb; ++i) {
         for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
-        sumf += dot_k4_block(&y[i], q, x[i].scales, x[i].d, x[i].dmin);
+        const float dd = EL_H2F(x[i].d) * y[i].d, dm = EL_H2F(x[i].dmin) * y[i].d;
+        for (int j = 0; j < QK_K / 32; j += 2) {
+            int isum = 0, summs = 0;
+            for (int h = j; h < j + 2; ++h) {
+                uint8_t sc, m;
+                get_scale_min_k4(h, x[i].scales, &sc, &m);
+                isum += sc * (dot16(y[i].qs, q, 2 * h) + dot16(y[i].qs, q, 2 * h + 1));
+                summs += m * (y[i].bsums[2 * h] + y[i].bsums[2 * h + 1]);
+            }
+            acc = fmaf((float)isum, dd, acc);
+            accm = fmaf((float)summs, dm, accm);
+        }
     }
-    *s = sumf;
+    *s = acc - accm;
+}
+
+/* llama.cpp's gemv over repacked Q4_K: the same integers summed over the whole super-block,
+ * then one fma each into acc and accm per super-block */
+void vec_dot_q4_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    int8_t q[QK_K];
+    float acc = 0.0f, accm = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
+        int isum = 0, summs = 0;
+        for (int h = 0; h < QK_K / 32; ++h) {
+            uint8_t sc, m;
+            get_scale_min_k4(h, x[i].scales, &sc, &m);
+            isum += sc * (dot16(y[i].qs, q, 2 * h) + dot16(y[i].qs, q, 2 * h + 1));
+            summs += m * (y[i].bsums[2 * h] + y[i].bsums[2 * h + 1]);
+        }
+        acc = fmaf((float)isum, EL_H2F(x[i].d) * y[i].d, acc);
+        accm = fmaf((float)summs, EL_H2F(x[i].dmin) * y[i].d, accm);
+    }
+    *s = acc - accm;
 }
 
 void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
@@ -663,7 +707,7 @@ void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
     for (int i = 0; i < nb; ++i) {
         for (int v = 0; v < QK_K; ++v)
             q[v] = (int8_t)(unpack_4bit(x[i].qs, v) | (((x[i].qh[v % 32] >> (v / 32)) & 1) << 4));
-        sumf += dot_k4_block(&y[i], q, x[i].scales, x[i].d, x[i].dmin);
+        sumf = dot_k4_block(sumf, &y[i], q, x[i].scales, x[i].d, x[i].dmin);
     }
     *s = sumf;
 }
@@ -678,8 +722,30 @@ void vec_dot_q6_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
         for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_q6(&x[i], v);
         int isum = 0;
         for (int g = 0; g < QK_K / 16; ++g) isum += x[i].scales[g] * dot16(y[i].qs, q, g);
-        const float d = EL_H2F(x[i].d) * y[i].d;
-        sumf += d * (float)isum;
+        sumf = k_term(sumf, isum, EL_H2F(x[i].d), y[i].d);
     }
     *s = sumf;
+}
+
+/* llama.cpp's x86 vec_dot for Q6_K: 8 integer lanes per super-block, lane k = sum over the eight
+ * 32-value chunks c of sc(16-group of values 4k..4k+3 of c) * dot(those 4 values, unbiased q)
+ * minus 32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); acc[k] = fma(d_act * d, lane, acc[k]);
+ * hsum8 at the end (the lanes' integers differ from the plain sum, only their total is the same) */
+void vec_dot_q6_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    float acc[8] = {0};
+    for (int i = 0; i < nb; ++i) {
+        int lane[8] = {0};
+        for (int v = 0; v < QK_K; ++v) {
+            const int k = (v % 32) / 4;
+            lane[k] += x[i].scales[v / 16] * (unpack_q6(&x[i], v) + 32) * y[i].qs[v];
+        }
+        for (int k = 0; k < 8; ++k)
+            lane[k] -= 32 * (x[i].scales[2 * k] * y[i].bsums[2 * k] + x[i].scales[2 * k + 1] * y[i].bsums[2 * k + 1]);
+        const float d = y[i].d * EL_H2F(x[i].d);
+        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+    }
+    *s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }

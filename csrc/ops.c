@@ -57,15 +57,17 @@ void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type, cons
             const int a = rope_type == EL_ROPE_NEOX ? i : 2 * i;
             const int b = rope_type == EL_ROPE_NEOX ? i + half : 2 * i + 1;
             const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
+            /* the first product fused, as GCC contracts ggml's rotate_pairs */
+            v[a] = fmaf(x0, c, -(x1 * s));
+            v[b] = fmaf(x0, s, x1 * c);
         }
     }
 }
 
 static float gelu_tanh_exact(float x) {
     const float k = 0.79788456080286535588f;  /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+    /* the inner 1 + a*x*x fused, as GCC contracts ggml's ggml_gelu_f32 that fills its table */
+    return 0.5f * x * (1.0f + tanhf(k * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 /* GELU (tanh form) at half precision, as ggml computes it on CPU: the input is rounded to
@@ -79,8 +81,6 @@ void el_gelu_init(void) {
     for (int i = 0; i < (1 << 16); i++) gelu_table[i] = el_float_to_half(gelu_tanh_exact(el_half_to_float((el_half)i)));
     gelu_ready = 1;
 }
-
-float el_silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* gate[i] = gelu(gate[i]) * up[i] for n values: GELU from the f16 table (|x| >= 10 passes
  * through as x or 0), the f16 conversions done by the vector helpers */

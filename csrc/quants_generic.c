@@ -14,6 +14,7 @@
 #endif
 
 #include <float.h>
+#include <math.h>
 #include "common.h"
 #include "api/quants_legacy.h"
 
@@ -304,80 +305,90 @@ void vec_dot_bf16_bf16_generic(int n, float *s, const void *vx, const void *vy) 
 
 /* Quantized types: integer dot per block, scaled and summed in float. Each block's float
  * expression is ggml's, operand order included. */
+/* The legacy dot products, all in one order: the one llama.cpp's x86 builds use (its AVX2
+ * vec_dot_*_q8_* and tinyBLAS's Q8_0-activation gemm), which the reference outputs we are held
+ * to come from. Per block, 8 float lanes: lane i takes the exact integer sum of the products of
+ * values 4i..4i+3 and adds it times d = dx * dy with one fma; lanes are summed at the end as
+ * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Types with a min add sum(m * y.s) through
+ * a separate scalar chain of fmas, added last. Every SIMD path reproduces these bits. */
+static inline float legacy_hsum8(const float l[8]) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+static inline void legacy_lanes(float acc[8], float d, const int q[32], const int8_t *y) {
+    for (int i = 0; i < 8; i++) {
+        const int v = q[4 * i] * y[4 * i] + q[4 * i + 1] * y[4 * i + 1] + q[4 * i + 2] * y[4 * i + 2] + q[4 * i + 3] * y[4 * i + 3];
+        acc[i] = fmaf(d, (float)v, acc[i]);
+    }
+}
+
+static inline void unpack_4bit(const uint8_t qs[16], int offset, int q[32]) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) - offset;
+        q[j + 16] = (qs[j] >> 4) - offset;
+    }
+}
+
 void vec_dot_q4_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q4_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
-    float sumf = 0.0f;
-    for (int i = 0; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK4_0 / 2; j++) {
-            sumi += ((x[i].qs[j] & 0x0F) - 8) * y[i].qs[j];
-            sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + QK4_0 / 2];
-        }
-        sumf += (float)sumi * el_half_to_float(x[i].d) * el_half_to_float(y[i].d);
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK8_0; i++) {
+        int q[32];
+        unpack_4bit(x[i].qs, 8, q);
+        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = sumf;
+    *s = legacy_hsum8(acc);
 }
 
 /* dot(q*dx + mx, qy*dy) over a block = dx*dy*sum(q*qy) + mx * (dy*sum(qy)), the last factor being y.s */
 void vec_dot_q4_1_q8_1_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q4_1 *x = vx;
     const block_q8_1 *y = vy;
-    const int nb = n / QK8_1;
-    float sumf = 0.0f;
-    for (int i = 0; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK4_1 / 2; j++) {
-            sumi += (x[i].qs[j] & 0x0F) * y[i].qs[j];
-            sumi += (x[i].qs[j] >> 4) * y[i].qs[j + QK4_1 / 2];
-        }
-        sumf += el_half_to_float(x[i].d) * el_half_to_float(y[i].d) * (float)sumi
-              + el_half_to_float(x[i].m) * el_half_to_float(y[i].s);
+    float acc[8] = {0}, summs = 0.0f;
+    for (int i = 0; i < n / QK8_1; i++) {
+        int q[32];
+        unpack_4bit(x[i].qs, 0, q);
+        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
+        summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
     }
-    *s = sumf;
+    *s = legacy_hsum8(acc) + summs;
 }
 
 void vec_dot_q5_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q5_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
-    float sumf = 0.0f;
-    for (int i = 0; i < nb; i++) {
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK8_0; i++) {
         int q[QK5_0];
         unpack_5bit(x[i].qs, x[i].qh, q);
-        int sumi = 0;
-        for (int j = 0; j < QK5_0; j++) sumi += (q[j] - 16) * y[i].qs[j];
-        sumf += el_half_to_float(x[i].d) * el_half_to_float(y[i].d) * (float)sumi;
+        for (int j = 0; j < QK5_0; j++) q[j] -= 16;
+        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = sumf;
+    *s = legacy_hsum8(acc);
 }
 
 void vec_dot_q5_1_q8_1_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q5_1 *x = vx;
     const block_q8_1 *y = vy;
-    const int nb = n / QK8_1;
-    float sumf = 0.0f;
-    for (int i = 0; i < nb; i++) {
+    float acc[8] = {0}, summs = 0.0f;
+    for (int i = 0; i < n / QK8_1; i++) {
         int q[QK5_1];
         unpack_5bit(x[i].qs, x[i].qh, q);
-        int sumi = 0;
-        for (int j = 0; j < QK5_1; j++) sumi += q[j] * y[i].qs[j];
-        sumf += el_half_to_float(x[i].d) * el_half_to_float(y[i].d) * (float)sumi
-              + el_half_to_float(x[i].m) * el_half_to_float(y[i].s);
+        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
+        summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
     }
-    *s = sumf;
+    *s = legacy_hsum8(acc) + summs;
 }
 
 void vec_dot_q8_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q8_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
-    float sumf = 0.0f;
-    for (int i = 0; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_0; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sumf += (float)sumi * (el_half_to_float(x[i].d) * el_half_to_float(y[i].d));
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK8_0; i++) {
+        int q[32];
+        for (int j = 0; j < 32; j++) q[j] = x[i].qs[j];
+        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = sumf;
+    *s = legacy_hsum8(acc);
 }

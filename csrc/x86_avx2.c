@@ -4,7 +4,8 @@
  * Contents: float helpers for attention (el_vops), activation quantizers writing the same bytes
  * as the reference (quantize_row_q8_0/q8_1/q8_K), float-weight kernels (F32, F16, BF16) and,
  * in x86_avx2_dots.h (included twice: plain AVX2 and AVX-VNNI), the quantized kernels. Every
- * weight type gets a vec_dot and a gemm; gemm returns bit-identical results to vec_dot (see
+ * weight type gets a vec_dot and a gemm (Q4_K and Q6_K also the small-batch pair); gemm returns
+ * bit-identical results to vec_dot, and the quantized ones the generic twins' bits (see
  * x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -178,21 +179,35 @@ static inline __m256i kquant_chunk(int type, const uint8_t *x, int k) {
     }
 }
 
-/* the reference's float step per super-block (kquants_generic.c), operand order included */
-static inline float kquant_float(int type, const uint8_t *x, float yd, int isum) {
-    const size_t od = type == EL_Q3_K ? offsetof(block_q3_K, d) : offsetof(block_q6_K, d);
-    const float d = load_half(x + od) * yd;
-    return d * (float)isum;
+/* the halves (f16) at offset `off` of the super-blocks x0, x1 as float lanes [x0, x1, x0, x1]
+ * (lane p = r + 2c of a K-quant tile: row r, column c) */
+static inline __m128 halves_rows(const uint8_t *x0, const uint8_t *x1, size_t off) {
+    uint16_t h0, h1;
+    memcpy(&h0, x0 + off, 2);
+    memcpy(&h1, x1 + off, 2);
+    return _mm_cvtph_ps(_mm_set1_epi32((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
 }
 
-static inline float kquant_float_min(int type, const uint8_t *x, float yd, int isum, int summs) {
-    if (type == EL_Q2_K) {
-        const float dall = yd * load_half(x + offsetof(block_q2_K, d));
-        const float dmin = yd * load_half(x + offsetof(block_q2_K, dmin));
-        return dall * (float)isum - dmin * (float)summs;
-    }
-    return load_half(x + offsetof(block_q4_K, d)) * yd * (float)isum -
-           load_half(x + offsetof(block_q4_K, dmin)) * yd * (float)summs;
+/* the same for two halves per super-block: [x0, x1, x0, x1] at off0, then at off1 */
+static inline __m256 halves_rows2(const uint8_t *x0, const uint8_t *x1, size_t off0, size_t off1) {
+    uint16_t a0, a1, b0, b1;
+    memcpy(&a0, x0 + off0, 2);
+    memcpy(&a1, x1 + off0, 2);
+    memcpy(&b0, x0 + off1, 2);
+    memcpy(&b1, x1 + off1, 2);
+    const int wa = (int)((uint32_t)a0 | (uint32_t)a1 << 16), wb = (int)((uint32_t)b0 | (uint32_t)b1 << 16);
+    return _mm256_cvtph_ps(_mm_setr_epi32(wa, wa, wb, wb));
+}
+
+/* horizontal integer sums of four vectors at once: lanes 0..3 sum the low 128-bit halves of a,
+ * b, c, d, lanes 4..7 their high halves */
+static inline __m256i hsum_halves4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+}
+
+/* lanes 0..3: e's low plus high half (the totals of hsum_halves4), lanes 4..7: f's */
+static inline __m256i fold_halves(__m256i e, __m256i f) {
+    return _mm256_add_epi32(_mm256_permute2x128_si256(e, f, 0x20), _mm256_permute2x128_si256(e, f, 0x31));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -410,35 +425,6 @@ static void f16_to_f32_avx2(int n, const el_half *x, float *y) {
 #undef KFN
 #undef EL_VNNI
 
-static void axpy_f32_avx2(int n, float a, const float *x, float *y) {
-    const __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* four queries at a time: 8 accumulators of 8 lanes (16 keys per query) */
-static void qk_tile_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
-    for (int j0 = 0; j0 < nq; j0 += 4) {
-        const int m = nq - j0 < 4 ? nq - j0 : 4;
-        __m256 acc[4][2];
-        for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-        for (int d = 0; d < hk; d++) {
-            const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16)));
-            const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16 + 8)));
-            for (int j = 0; j < m; j++) {
-                const __m256 qd = _mm256_broadcast_ss(q + (size_t)(j0 + j) * ldq + d);
-                acc[j][0] = _mm256_fmadd_ps(qd, k0, acc[j][0]);
-                acc[j][1] = _mm256_fmadd_ps(qd, k1, acc[j][1]);
-            }
-        }
-        for (int j = 0; j < m; j++) {
-            _mm256_storeu_ps(out + (j0 + j) * 16, acc[j][0]);
-            _mm256_storeu_ps(out + (j0 + j) * 16 + 8, acc[j][1]);
-        }
-    }
-}
-
 #if defined(__clang__)
 #pragma clang attribute pop
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
@@ -480,7 +466,5 @@ void el_register_avx2(el_type_traits *t) {
     else register_avx2(t);
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
-    el_vops.axpy_f32 = axpy_f32_avx2;
-    el_vops.qk_tile = qk_tile_avx2;
 }
 #endif

@@ -33,10 +33,12 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * Legacy 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against Q8_0 / Q8_1 activations.
  * Per block the weight values become 32 unsigned bytes u (Q8_0 with VNNI: w + 128) with an
  * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
- * per-column term -o*sum(a) seeds the accumulator. Each (row, column) accumulates per block
- * cvt(int lanes) * (dw * da) into 8 float lanes. Q4_1 / Q5_1 add sum over blocks of m * s
- * (weight min times the activation's d*sum(q)), in a second pass over the blocks: accm[c] lane r
- * takes row r. The result is hsum(main) + lane r of accm[c].
+ * per-column term -o*sum(a) seeds the accumulator. The float part is the generic twins' order
+ * (quants_generic.c): each (row, column) has 8 float lanes, acc = fma(cvt(int lane), dw * da,
+ * acc) block after block, summed at the end by hsum256 (legacy_hsum8's tree). Q4_1 / Q5_1 add
+ * sum over blocks of m * s (weight min times the activation's d*sum(q)) as one chain of fmas in
+ * block order, in a second pass over the blocks: accm[c] lane r takes row r. The result is
+ * hsum(main) + lane r of accm[c].
  * ------------------------------------------------------------------------------------------ */
 
 static inline __attribute__((always_inline)) void KFN(legacy_tile)(
@@ -128,13 +130,27 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4)
 
 /* ------------------------------------------------------------------------------------------
  * K-quants (256-value super-blocks) against Q8_K. Per super-block and (row, column) the
- * integer sums are exact (int32 lanes, then a horizontal sum), and the float step is the
- * reference's own expression (kquants_generic.c), so these kernels return exactly what the
- * generic twins return. Weight values are unpacked 32 at a time (one "chunk", k = 0..7) into
- * unsigned bytes q; vpmaddubsw against the activation gives int16 pair sums, which vpmaddwd /
- * vpdpwssd multiply by the group scale of their lane (int16 scale vector per chunk).
- * Types with an offset (Q3_K: q - 4, Q6_K: q - 32) seed the sum with -offset * sum_g sc_g *
- * bsums_g; types with a min (Q2_K, Q4_K, Q5_K) add a second sum, sum_g m_g * bsums_g.
+ * integer sums are exact (int32 lanes), and the float steps are the generic twins' own
+ * (kquants_generic.c), so these kernels return exactly what the generic twins return. Weight
+ * values are unpacked 32 at a time (one "chunk", k = 0..7) into unsigned bytes q; vpmaddubsw
+ * against the activation gives int16 pair sums, which vpmaddwd / vpdpwssd multiply by the group
+ * scale of their lane (int16 scale vector per chunk), so int32 lane l sums values 4l..4l+3 of
+ * every chunk. Types with an offset (Q3_K: q - 4, Q6_K: q - 32) seed the sum with -offset *
+ * sc_g * bsums_g (lane l: groups 2l, 2l+1); types with a min (Q2_K, Q4_K, Q5_K) keep a second
+ * sum, m_g * bsums_g.
+ *
+ * The float part works on the pairs (row r, column c) of a tile side by side, pair p = r + 2c in
+ * float lane p (lane p + 4 for a second quantity): the integer totals of up to four pairs come
+ * out of one horizontal-add tree, and every float operation is lane-wise, so each pair gets the
+ * same operations whatever the tile shape. Per super-block:
+ *   Q3_K, Q6_K:  acc = fma(isum * d, d_act, acc)
+ *   Q2_K, Q5_K:  acc = fma(fma(-dmin, summs, isum * d), d_act, acc)
+ *   Q4_K:        per quarter (64 values) j: acc = fma(I_j, d * d_act, acc), accm = fma(M_j,
+ *                dmin * d_act, accm) (lanes p and p + 4 of one vector); result acc - accm
+ * and the small-batch orders (el_small_rows):
+ *   Q4_K small:  as Q4_K with one step per super-block (I, M its totals)
+ *   Q6_K small:  8 float lanes per pair, lane l = fma(d_act * d, int lane l, lane l), hsum8 at
+ *                the end (the int lanes, offset seed included, are the generic twin's).
  * ------------------------------------------------------------------------------------------ */
 
 /* per-row state of one super-block */
@@ -143,15 +159,25 @@ typedef struct {
     __m256i mins;    /* int16 per bsums entry: min (Q2_K/Q4_K/Q5_K) or -offset*scale (Q3_K/Q6_K) */
 } KFN(ksb);
 
+/* v of pair p = r + 2c, zero for pairs outside the R x C tile */
+static inline __attribute__((always_inline)) __m256i KFN(pair)(__m256i v[KT_RMAX][KT_CMAX], const int R,
+                                                                const int C, const int p) {
+    return p % 2 < R && p / 2 < C ? v[p % 2][p / 2] : _mm256_setzero_si256();
+}
+
 static inline __attribute__((always_inline)) void KFN(kquant_tile)(
-    const int type, int n, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-    const int C, float *out, size_t ldo) {
+    const int type, const int small, int n, const uint8_t *w, size_t ldw, const int R, const uint8_t *a,
+    size_t lda, const int C, float *out, size_t ldo) {
     const int nb = n / QK_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
-    float sumf[KT_RMAX][KT_CMAX];
+    const int lanes8 = type == EL_Q6_K && small;      /* Q6_K small: 8 float lanes per pair */
+    const int quarters = type == EL_Q4_K && !small;   /* Q4_K: a float step per quarter */
+    __m128 acc = _mm_setzero_ps();                    /* lane p (not Q4_K) */
+    __m256 acc2 = _mm256_setzero_ps();                /* Q4_K: acc in lane p, accm in lane p + 4 */
+    __m256 acc8[KT_RMAX][KT_CMAX];
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) sumf[r][c] = 0.0f;
+        for (int c = 0; c < C; c++) acc8[r][c] = _mm256_setzero_ps();
 
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
@@ -163,9 +189,13 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
             kquant_prep(type, xb[r], &sb[r].s0, &sb[r].s1, &sb[r].mins);
         }
+        for (int c = 0; c < C; c++) yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;
+        const uint8_t *x1 = R > 1 ? xb[1] : xb[0];
+        const float y0 = yb[0]->d, y1 = C > 1 ? yb[1]->d : y0;
+        const __m128 yd = _mm_shuffle_ps(_mm_set1_ps(y0), _mm_set1_ps(y1), 0);  /* lane p: d_act of c */
+
         __m256i isum[KT_RMAX][KT_CMAX], msum[KT_RMAX][KT_CMAX];
         for (int c = 0; c < C; c++) {
-            yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)yb[c]->bsums);
             for (int r = 0; r < R; r++) {
                 const __m256i p = _mm256_madd_epi16(sb[r].mins, bs);
@@ -173,6 +203,24 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
                 msum[r][c] = p;
             }
         }
+
+        /* Q4_K: lane p + 4 of d2 is dmin * d_act; quarters: mq[0] = [M_0 | M_2], mq[1] = [M_1 | M_3]
+         * over the pairs */
+        __m256 d2 = _mm256_setzero_ps();
+        __m256i mq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        if (type == EL_Q4_K) {
+            d2 = _mm256_mul_ps(halves_rows2(xb[0], x1, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)),
+                               _mm256_set_m128(yd, yd));
+            if (quarters) {
+                const __m256 h01 = _mm256_castsi256_ps(
+                    _mm256_hadd_epi32(KFN(pair)(msum, R, C, 0), KFN(pair)(msum, R, C, 1)));
+                const __m256 h23 = _mm256_castsi256_ps(
+                    _mm256_hadd_epi32(KFN(pair)(msum, R, C, 2), KFN(pair)(msum, R, C, 3)));
+                mq[0] = _mm256_castps_si256(_mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(2, 0, 2, 0)));
+                mq[1] = _mm256_castps_si256(_mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 1, 3, 1)));
+            }
+        }
+
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m256i q[KT_RMAX], sc[KT_RMAX];
@@ -185,39 +233,79 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
                 for (int r = 0; r < R; r++)
                     isum[r][c] = KFN(dot_ww)(isum[r][c], _mm256_maddubs_epi16(q[r], av), sc[r]);
             }
-        }
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < C; c++) {
-                const int is = hsum_i32(isum[r][c]);
-                sumf[r][c] += has_min ? kquant_float_min(type, xb[r], yb[c]->d, is, hsum_i32(msum[r][c]))
-                                      : kquant_float(type, xb[r], yb[c]->d, is);
+            if (quarters && (k & 1)) {  /* end of quarter j: [I_j | M_j] over the pairs */
+                const int j = k / 2;
+                const __m256i e = hsum_halves4(KFN(pair)(isum, R, C, 0), KFN(pair)(isum, R, C, 1),
+                                               KFN(pair)(isum, R, C, 2), KFN(pair)(isum, R, C, 3));
+                const __m256i x = _mm256_add_epi32(_mm256_permute2x128_si256(e, mq[j & 1], j < 2 ? 0x20 : 0x30),
+                                                   _mm256_permute2x128_si256(e, e, 0x81));
+                acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), d2, acc2);
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < C; c++) isum[r][c] = _mm256_setzero_si256();
             }
+        }
+
+        if (quarters) continue;
+        if (lanes8) {
+            for (int r = 0; r < R; r++) {
+                const float d = load_half(xb[r] + offsetof(block_q6_K, d));
+                for (int c = 0; c < C; c++)
+                    acc8[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * d), _mm256_cvtepi32_ps(isum[r][c]), acc8[r][c]);
+            }
+            continue;
+        }
+        const __m256i e = hsum_halves4(KFN(pair)(isum, R, C, 0), KFN(pair)(isum, R, C, 1),
+                                       KFN(pair)(isum, R, C, 2), KFN(pair)(isum, R, C, 3));
+        if (!has_min) {  /* Q3_K, Q6_K */
+            const size_t od = type == EL_Q3_K ? offsetof(block_q3_K, d) : offsetof(block_q6_K, d);
+            const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1));
+            acc = _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(s), halves_rows(xb[0], x1, od)), yd, acc);
+            continue;
+        }
+        const __m256i m = hsum_halves4(KFN(pair)(msum, R, C, 0), KFN(pair)(msum, R, C, 1),
+                                       KFN(pair)(msum, R, C, 2), KFN(pair)(msum, R, C, 3));
+        const __m256 x = _mm256_cvtepi32_ps(fold_halves(e, m));  /* [isum | summs] */
+        if (type == EL_Q4_K) {  /* small */
+            acc2 = _mm256_fmadd_ps(x, d2, acc2);
+            continue;
+        }
+        const __m256 dd = type == EL_Q2_K
+                              ? halves_rows2(xb[0], x1, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin))
+                              : halves_rows2(xb[0], x1, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin));
+        const __m128 t = _mm_fnmadd_ps(_mm256_extractf128_ps(dd, 1), _mm256_extractf128_ps(x, 1),
+                                       _mm_mul_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(dd)));
+        acc = _mm_fmadd_ps(t, yd, acc);
     }
+    float res[4];
+    if (type == EL_Q4_K) acc = _mm_sub_ps(_mm256_castps256_ps128(acc2), _mm256_extractf128_ps(acc2, 1));
+    _mm_storeu_ps(res, acc);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = sumf[r][c];
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = lanes8 ? hsum256(acc8[r][c]) : res[r + 2 * c];
 }
 
-#define KQUANT_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+#define KQUANT_KERNELS(tname, TYPE, SMALL, RT, CT, RT1)                                            \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        if (R == RT && C == CT) KFN(kquant_tile)(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);       \
-        else if (R == 1 && C == CT) KFN(kquant_tile)(TYPE, n, w, ldw, 1, a, lda, CT, out, ldo);    \
-        else if (R == RT1 && C == 1) KFN(kquant_tile)(TYPE, n, w, ldw, RT1, a, lda, 1, out, ldo);  \
-        else KFN(kquant_tile)(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                            \
+        if (R == RT && C == CT) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, RT, a, lda, CT, out, ldo); \
+        else if (R == 1 && C == CT) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, 1, a, lda, CT, out, ldo); \
+        else if (R == RT1 && C == 1) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, RT1, a, lda, 1, out, ldo); \
+        else KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, 1, a, lda, 1, out, ldo);                     \
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
         gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);           \
     }                                                                                              \
     static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
-        KFN(kquant_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
+        KFN(kquant_tile)(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                  \
     }
 
-KQUANT_KERNELS(q2_K, EL_Q2_K, 2, 2, 2)
-KQUANT_KERNELS(q3_K, EL_Q3_K, 2, 2, 2)
-KQUANT_KERNELS(q4_K, EL_Q4_K, 2, 2, 2)
-KQUANT_KERNELS(q5_K, EL_Q5_K, 2, 2, 2)
-KQUANT_KERNELS(q6_K, EL_Q6_K, 2, 2, 2)
+KQUANT_KERNELS(q2_K, EL_Q2_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q3_K, EL_Q3_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q4_K, EL_Q4_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q4_K_small, EL_Q4_K, 1, 2, 2, 2)
+KQUANT_KERNELS(q5_K, EL_Q5_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q6_K, EL_Q6_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q6_K_small, EL_Q6_K, 1, 2, 2, 2)
 #undef KQUANT_KERNELS
 
 static void KFN(register)(el_type_traits *t) {
@@ -233,4 +321,6 @@ static void KFN(register)(el_type_traits *t) {
     SET(EL_Q5_K, q5_K);
     SET(EL_Q6_K, q6_K);
 #undef SET
+    t[EL_Q4_K].vec_dot_small = KFN(q4_K_small_vec_dot), t[EL_Q4_K].gemm_small = KFN(q4_K_small_gemm);
+    t[EL_Q6_K].vec_dot_small = KFN(q6_K_small_vec_dot), t[EL_Q6_K].gemm_small = KFN(q6_K_small_gemm);
 }

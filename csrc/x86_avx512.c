@@ -64,9 +64,10 @@ static inline __m512i pair_fifth_bits(__m512i q, const uint8_t *qh0, const uint8
 /* ------------------------------------------------------------------------------------------
  * Legacy types, two blocks per step. Weight values as unsigned bytes u with offset o (see
  * x86_avx2_dots.h; Q8_0 is w + 128, o = 128); per column and step the seed -o * sum(a) per
- * lane. Per (row, column): acc += cvt(dpbusd(seed, u, a)) * (dw * da) over 16 float lanes.
- * Q4_1 / Q5_1: the min part sum over blocks of m * s goes into accm[column], lane 2r taking the
- * even blocks of row r and lane 2r+1 the odd ones; result = reduce(acc) + (lane 2r + lane 2r+1).
+ * lane. The integer lanes of a step hold blocks b (lanes 0..7) and b+1 (8..15); per (row,
+ * column) the float part is the generic twin's (quants_generic.c): 8 lanes, acc = fma(dw * da,
+ * lane, acc) for block b and then b+1, hsum8 at the end. Q4_1 / Q5_1: the min part is one
+ * chain summs = fma(m, s, summs) per (row, column), held in lane 4r + c of accm.
  * ------------------------------------------------------------------------------------------ */
 
 static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint8_t *b1) {
@@ -93,10 +94,8 @@ static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint
 typedef struct {
     __m512i av;
     __m512 ad;
-    union {
-        __m512i seed;
-        __m512 s;
-    };
+    __m512i seed;
+    uint16_t s[2];  /* y.s of blocks b, b+1 (types with a min) */
 } lcol;
 
 static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, const uint8_t *a1,
@@ -107,7 +106,9 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
     o->av = pair_bytes(a0 + aqs, a1 + aqs);
     o->ad = pair_halves(a0, a1);
     if (has_m) {
-        o->s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
+        o->s[0] = load_u16(a0 + 2);
+        o->s[1] = load_u16(a1 + 2);
+        o->seed = _mm512_setzero_si512();
     } else {
         const __m512i zero = _mm512_setzero_si512();
         o->seed = off ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)off), o->av)) : zero;
@@ -118,7 +119,7 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
  * prepared for this step (column c at cols[c * cstride]). */
 static inline __attribute__((always_inline)) void legacy_step(
     const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
-    size_t lda, const lcol *cols, size_t cstride, __m512 acc[LT_RMAX][LT_CMAX]) {
+    size_t lda, const lcol *cols, size_t cstride, __m256 acc[LT_RMAX][LT_CMAX]) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
@@ -142,34 +143,35 @@ static inline __attribute__((always_inline)) void legacy_step(
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
-            const __m512i seed = has_m ? _mm512_setzero_si512() : col[c]->seed;
-            const __m512i x = _mm512_dpbusd_epi32(seed, wq[r], col[c]->av);
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[r], col[c]->ad), acc[r][c]);
+            const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(col[c]->seed, wq[r], col[c]->av));
+            const __m512 dd = _mm512_mul_ps(wd[r], col[c]->ad);
+            acc[r][c] = _mm256_fmadd_ps(_mm512_castps512_ps256(dd), _mm512_castps512_ps256(x), acc[r][c]);
+            if (two) acc[r][c] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(dd, 1), _mm512_extractf32x8_ps(x, 1), acc[r][c]);
         }
 }
 
-/* The min part of a step for Q4_1 / Q5_1: accm[c] lanes 2r, 2r+1 += m(row r, b), m(row r, b+1)
- * times the column's s of blocks b, b+1. */
+/* The min part of a step for Q4_1 / Q5_1: lane 4r + c of accm is fma'd with m(row r) * s(column
+ * c) of block b, then of block b+1. */
 static inline __attribute__((always_inline)) void legacy_min_step(
     const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
-    size_t lda, const lcol *cols, size_t cstride, __m512 accm[LT_CMAX]) {
+    size_t lda, const lcol *cols, size_t cstride, __m512 *accm) {
     const size_t wbs = (size_t)legacy_block_bytes(type);
-    __m256i mh = _mm256_setzero_si256();
-    for (int r = 0; r < R; r++) {
-        const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
-        mh = _mm256_mask_set1_epi32(mh, (__mmask8)(1 << r), load_u16(b0 + 2) | load_u16(b1 + 2) << 16);
-    }
-    const __m512 mf = _mm512_cvtph_ps(mh);
-    for (int c = 0; c < C; c++) {
-        __m512 s;
-        if (cols) {
-            s = cols[(size_t)c * cstride].s;
-        } else {
-            const uint8_t *a0 = a + (size_t)c * lda, *a1 = two ? a0 + sizeof(block_q8_1) : zero_block;
-            s = _mm512_cvtph_ps(_mm256_set1_epi32(load_u16(a0 + 2) | load_u16(a1 + 2) << 16));
+    for (int k = 0; k < 1 + two; k++) {
+        __m256i mh = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
+        for (int r = 0; r < R; r++)
+            mh = _mm256_mask_set1_epi16(mh, (__mmask16)(0xF << (4 * r)), (short)load_u16(w + (size_t)r * ldw + k * wbs + 2));
+        for (int c = 0; c < C; c++) {
+            const uint16_t sv = cols ? cols[(size_t)c * cstride].s[k] : load_u16(a + (size_t)c * lda + k * sizeof(block_q8_1) + 2);
+            sh = _mm256_mask_set1_epi16(sh, (__mmask16)(0x1111 << c), (short)sv);
         }
-        accm[c] = _mm512_fmadd_ps(mf, s, accm[c]);
+        *accm = _mm512_fmadd_ps(_mm512_cvtph_ps(mh), _mm512_cvtph_ps(sh), *accm);
     }
+}
+
+static inline float hsum8_avx(__m256 v) {  /* legacy_hsum8 of quants_generic.c */
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
 /* cols: NULL, or the C columns prepared (column c, step p at cols[c * steps + p]) */
@@ -180,11 +182,10 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    __m512 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
-    for (int c = 0; c < C; c++) {
-        accm[c] = _mm512_setzero_ps();
-        for (int r = 0; r < R; r++) acc[r][c] = _mm512_setzero_ps();
-    }
+    __m256 acc[LT_RMAX][LT_CMAX];
+    __m512 accm = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) acc[r][c] = _mm256_setzero_ps();
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     int b = 0;
     for (; b + 1 < nb; b += 2) {
@@ -198,20 +199,19 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
     if (has_m) {  /* second pass over the (now cached) blocks for the min part */
         for (b = 0; b + 1 < nb; b += 2)
             legacy_min_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
-                            cols ? cols + b / 2 : NULL, (size_t)steps, accm);
+                            cols ? cols + b / 2 : NULL, (size_t)steps, &accm);
         if (b < nb)
             legacy_min_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
-                            cols ? cols + b / 2 : NULL, (size_t)steps, accm);
+                            cols ? cols + b / 2 : NULL, (size_t)steps, &accm);
     }
-    for (int c = 0; c < C; c++) {
-        float m[16];
-        _mm512_storeu_ps(m, accm[c]);
+    float m[16];
+    _mm512_storeu_ps(m, accm);
+    for (int c = 0; c < C; c++)
         for (int r = 0; r < R; r++) {
-            float s = _mm512_reduce_add_ps(acc[r][c]);
-            if (has_m) s += m[2 * r] + m[2 * r + 1];
+            float s = hsum8_avx(acc[r][c]);
+            if (has_m) s += m[4 * r + c];
             out[(size_t)c * ldo + r] = s;
         }
-    }
 }
 
 /* Legacy gemm: columns in groups of CT, each group prepared once into `buf` (when given: it
@@ -277,8 +277,9 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4, 4)
 /* ------------------------------------------------------------------------------------------
  * K-quants, a quarter super-block (64 values) per step. Per (row, column) and super-block the
  * int32 lanes gather sum(q * a) times the group scales (vpmaddubsw, then vpdpwssd with the
- * int16 scale of each lane), seeded with -offset * sum_g sc_g * bsums_g for Q3_K / Q6_K; then
- * acc += cvt(lanes) * (d * da) [- cvt(sum_g m_g * bsums_g lanes) * (dmin * da)] in float lanes.
+ * int16 scale of each lane), seeded with -offset * sum_g sc_g * bsums_g for Q3_K / Q6_K. The
+ * lanes are then summed into the generic twin's integers and its float steps follow
+ * (kquants_generic.c): per super-block, or per quarter for Q4_K.
  * ------------------------------------------------------------------------------------------ */
 
 /* 16 signed scales of a Q3_K super-block */
@@ -394,18 +395,26 @@ static inline __m512i kquant_quarter(int type, const uint8_t *x, int j) {
     }
 }
 
+static inline int _mm256_reduce_add_epi32_(__m256i v) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+
 #define KT_RMAX 2
 #define KT_CMAX 4
 
-static inline __attribute__((always_inline)) void kquant_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                              const int R, const uint8_t *a, size_t lda, const int C,
-                                                              float *out, size_t ldo) {
+/* small: the small-batch order (el_small_rows) of Q4_K / Q6_K instead of the batch one */
+static inline __attribute__((always_inline)) void kquant_tile(const int type, const int small, int n, const uint8_t *w,
+                                                              size_t ldw, const int R, const uint8_t *a, size_t lda,
+                                                              const int C, float *out, size_t ldo) {
     const int nb = n / QK_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
-    __m512 acc[KT_RMAX][KT_CMAX];
+    float acc[KT_RMAX][KT_CMAX], accm[KT_RMAX][KT_CMAX];
+    __m256 acc8[KT_RMAX][KT_CMAX];  /* Q6_K small */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++) acc[r][c] = accm[r][c] = 0.0f, acc8[r][c] = _mm256_setzero_ps();
 
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
@@ -413,16 +422,56 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, in
         ksb sb[KT_RMAX];
         const uint8_t *xb[KT_RMAX];
         const block_q8_K *yb[KT_CMAX];
+        float d[KT_RMAX], dmin[KT_RMAX];
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
             kquant_prep(type, xb[r], &sb[r]);
+            d[r] = _mm512_cvtss_f32(sb[r].d);
+            dmin[r] = has_min ? _mm512_cvtss_f32(sb[r].dmin) : 0.0f;
         }
         __m512i isum[KT_RMAX][KT_CMAX];
+        __m256i ms[KT_RMAX][KT_CMAX];  /* min terms, int32 lane g = m_g * bsum of sub-block g */
         for (int c = 0; c < C; c++) {
             yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)yb[c]->bsums);
-            for (int r = 0; r < R; r++)
-                isum[r][c] = has_min ? _mm512_setzero_si512() : _mm512_zextsi256_si512(_mm256_madd_epi16(sb[r].mins, bs));
+            for (int r = 0; r < R; r++) {
+                ms[r][c] = _mm256_madd_epi16(sb[r].mins, bs);
+                isum[r][c] = has_min ? _mm512_setzero_si512() : _mm512_zextsi256_si512(ms[r][c]);
+            }
+        }
+        if (type == EL_Q4_K) {  /* float steps per quarter (small: per super-block) */
+            int32_t m32[KT_RMAX][KT_CMAX][8], Is[KT_RMAX][KT_CMAX] = {{0}};
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < R; r++) _mm256_storeu_si256((__m256i *)m32[r][c], ms[r][c]);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m512i q[KT_RMAX], sc[KT_RMAX];
+                for (int r = 0; r < R; r++) {
+                    q[r] = kquant_quarter(type, xb[r], j);
+                    sc[r] = kquant_quarter_scales(type, sb[r].sc, j);
+                }
+                for (int c = 0; c < C; c++) {
+                    const __m512i av = _mm512_loadu_si512((const void *)(yb[c]->qs + 64 * j));
+                    for (int r = 0; r < R; r++) {
+                        const int I = _mm512_reduce_add_epi32(
+                            _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[r], av), sc[r]));
+                        if (small) {
+                            Is[r][c] += I;
+                            continue;
+                        }
+                        const int M = m32[r][c][2 * j] + m32[r][c][2 * j + 1];
+                        acc[r][c] = fmaf((float)I, d[r] * yb[c]->d, acc[r][c]);
+                        accm[r][c] = fmaf((float)M, dmin[r] * yb[c]->d, accm[r][c]);
+                    }
+                }
+            }
+            if (small)
+                for (int c = 0; c < C; c++)
+                    for (int r = 0; r < R; r++) {
+                        acc[r][c] = fmaf((float)Is[r][c], d[r] * yb[c]->d, acc[r][c]);
+                        accm[r][c] = fmaf((float)_mm256_reduce_add_epi32_(ms[r][c]), dmin[r] * yb[c]->d, accm[r][c]);
+                    }
+            continue;
         }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
@@ -437,68 +486,130 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, in
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], av), sc[r]);
             }
         }
-        for (int c = 0; c < C; c++) {
-            const __m512 da = _mm512_set1_ps(yb[c]->d);
-            for (int r = 0; r < R; r++) {
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(sb[r].d, da), acc[r][c]);
-                if (has_min) {
-                    const __m256i ms = _mm256_madd_epi16(sb[r].mins, _mm256_loadu_si256((const __m256i *)yb[c]->bsums));
-                    acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)),
-                                                 _mm512_mul_ps(sb[r].dmin, da), acc[r][c]);
+        if (type == EL_Q6_K && small) {  /* vec_dot's 8 lanes: values 4k..4k+3 of every 32 */
+            for (int c = 0; c < C; c++)
+                for (int r = 0; r < R; r++) {
+                    const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(isum[r][c]), _mm512_extracti64x4_epi64(isum[r][c], 1));
+                    acc8[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * d[r]), _mm256_cvtepi32_ps(l8), acc8[r][c]);
                 }
-            }
+            continue;
         }
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < R; r++) {
+                float t = (float)_mm512_reduce_add_epi32(isum[r][c]) * d[r];
+                if (has_min) t = fmaf(-dmin[r], (float)_mm256_reduce_add_epi32_(ms[r][c]), t);
+                acc[r][c] = fmaf(t, yb[c]->d, acc[r][c]);
+            }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = _mm512_reduce_add_ps(acc[r][c]);
+        for (int c = 0; c < C; c++)
+            out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc8[r][c]) : acc[r][c] - accm[r][c];
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* tiling: gemm_tiles in x86_common.h */
 
-#define KERNELS(tname, body, TYPE, RT, CT, RT1)                                                    \
+#define KERNELS(tname, TYPE, SMALL, RT, CT, RT1)                                                   \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
                                     size_t lda, int C, float *out, size_t ldo) {                   \
-        if (R == RT && C == CT) body(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);                   \
-        else if (R == 1 && C == CT) body(TYPE, n, w, ldw, 1, a, lda, CT, out, ldo);                \
-        else if (R == RT1 && C == 1) body(TYPE, n, w, ldw, RT1, a, lda, 1, out, ldo);              \
-        else body(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                                        \
+        if (R == RT && C == CT) kquant_tile(TYPE, SMALL, n, w, ldw, RT, a, lda, CT, out, ldo);     \
+        else if (R == 1 && C == CT) kquant_tile(TYPE, SMALL, n, w, ldw, 1, a, lda, CT, out, ldo);  \
+        else if (R == RT1 && C == 1) kquant_tile(TYPE, SMALL, n, w, ldw, RT1, a, lda, 1, out, ldo); \
+        else kquant_tile(TYPE, SMALL, n, w, ldw, 1, a, lda, 1, out, ldo);                          \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
         gemm_tiles(tname##_tile_avx512, RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);         \
     }                                                                                              \
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
-        body(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                                     \
+        kquant_tile(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                       \
     }
 
-KERNELS(q2_K, kquant_tile, EL_Q2_K, 2, 4, 2)
-KERNELS(q3_K, kquant_tile, EL_Q3_K, 2, 4, 2)
-KERNELS(q4_K, kquant_tile, EL_Q4_K, 2, 4, 2)
-KERNELS(q5_K, kquant_tile, EL_Q5_K, 2, 4, 2)
-KERNELS(q6_K, kquant_tile, EL_Q6_K, 2, 4, 2)
+KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
+KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
+KERNELS(q4_K, EL_Q4_K, 0, 2, 4, 2)
+KERNELS(q4_K_small, EL_Q4_K, 1, 2, 4, 2)
+KERNELS(q5_K, EL_Q5_K, 0, 2, 4, 2)
+KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
+KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
 
-static void axpy_f32_avx512(int n, float a, const float *x, float *y) {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
+/* ---- attention and activation helpers (el_vec_ops; the portable twins are in dispatch.c) ---- */
+
+/* el_sum16: the lane tree spelled out (compilers differ in how _mm512_reduce_add_ps adds) */
+static inline float sum16_avx512(__m512 v) {
+    const __m256 t = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+    const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+    const __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u));  /* u0 + u2, u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
 }
 
-/* attention scores: 8 queries at a time, one 16-lane accumulator each (see el_vec_ops.qk_tile) */
+/* el_expf on 16 lanes */
+static inline __m512 expf_avx512(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r), r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+    if (!big) return res;
+    const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 alt = _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, alt);
+}
+
+/* one query at a time: 16 accumulators (lane class d mod 16) of 16 keys, then el_sum16 across them */
 static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
-    for (int j0 = 0; j0 < nq; j0 += 8) {
-        const int m = nq - j0 < 8 ? nq - j0 : 8;
-        __m512 acc[8];
-        for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
-        for (int d = 0; d < hk; d++) {
-            const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16)));
-            for (int j = 0; j < m; j++)
-                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(j0 + j) * ldq + d]), k, acc[j]);
-        }
-        for (int j = 0; j < m; j++) _mm512_storeu_ps(out + (j0 + j) * 16, acc[j]);
+    for (int j = 0; j < nq; j++) {
+        const float *qj = q + (size_t)j * ldq;
+        __m512 acc[16];
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        for (int d0 = 0; d0 < hk; d0 += 16)
+            for (int i = 0; i < 16 && d0 + i < hk; i++) {
+                const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (d0 + i) * 16)));
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qj[d0 + i]), k, acc[i]);  /* exact product */
+            }
+        for (int i = 0; i < 8; i++) acc[i] = _mm512_add_ps(acc[i + 8], acc[i]);
+        for (int i = 0; i < 4; i++) acc[i] = _mm512_add_ps(acc[i + 4], acc[i]);
+        _mm512_storeu_ps(out + j * 16, _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
     }
+}
+
+static void pv_tile_avx512(int hv, const float *w, const el_half *vt, float *acc) {
+    const __m512 wv = _mm512_loadu_ps(w);
+    for (int d = 0; d < hv; d++) {
+        const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vt + d * 16)));
+        _mm512_storeu_ps(acc + d * 16, _mm512_fmadd_ps(wv, v, _mm512_loadu_ps(acc + d * 16)));  /* exact product */
+    }
+}
+
+static void sum16_rows_avx512(int n, const float *acc, float *out) {
+    for (int i = 0; i < n; i++) out[i] = sum16_avx512(_mm512_loadu_ps(acc + 16 * i));
+}
+
+static double exp_sum_avx512(int n, float *x, float max) {
+    double sum = 0.0;
+    const __m512 m = _mm512_set1_ps(max);
+    for (int i = 0; i < n; i += 16) {
+        const __m512 v = expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        _mm512_storeu_ps(x + i, v);
+        sum += sum16_avx512(v);
+    }
+    return sum;
+}
+
+static void silu_mul_avx512(int64_t n, float *g, const float *u) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = expf_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
 }
 
 #if defined(__clang__)
@@ -518,7 +629,10 @@ static int have_dq_vnni(void) {
 void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
     el_vops.qk_tile = qk_tile_avx512;
-    el_vops.axpy_f32 = axpy_f32_avx512;
+    el_vops.pv_tile = pv_tile_avx512;
+    el_vops.sum16_rows = sum16_rows_avx512;
+    el_vops.exp_sum = exp_sum_avx512;
+    el_vops.silu_mul = silu_mul_avx512;
 #define SET(id, name) t[id].vec_dot = name##_vec_dot_avx512, t[id].gemm = name##_gemm_avx512
     SET(EL_Q4_0, q4_0);
     SET(EL_Q4_1, q4_1);
@@ -531,5 +645,7 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_Q5_K, q5_K);
     SET(EL_Q6_K, q6_K);
 #undef SET
+    t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
+    t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 }
 #endif

@@ -65,7 +65,7 @@ class ReferenceModel:
             q = self._rope(q, pos, lc.rope_base, lc.rope_scale)
             k = self._rope(k, pos, lc.rope_base, lc.rope_scale)
             k, v = np.repeat(k, H // KV, 1), np.repeat(v, H // KV, 1)
-            sc = np.einsum("nhd,mhd->hnm", q, k) * cfg.attn_scale
+            sc = np.einsum("nhd,mhd->hnm", q, k) * (cfg.attn_scale * cfg.q_scale)
             mask = pos[None, :] <= pos[:, None]
             if lc.is_swa:
                 mask &= (pos[:, None] - pos[None, :]) < cfg.n_swa

@@ -77,13 +77,20 @@ def test_matches_float_reference(model_dir, monkeypatch, arch, qtype, backend):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("qtype", [QType.Q4_1, QType.Q4_K, QType.F16], ids=lambda t: t.name)
 def test_prefill_equals_token_by_token(model_dir, monkeypatch, arch, qtype, backend):
-    """One batch, several batches (n_batch 16 < 20 tokens), and one token at a time agree."""
+    """One batch, several batches (n_batch 16 < 20 tokens), and one token at a time agree. Q4_K
+    single-token steps take llama.cpp's small-batch order (its gemv over repacked Q4_K) on the C
+    paths, as llama.cpp does, so there each path is held to the float reference instead."""
     path = model_path(model_dir, arch, qtype)
     batch = engine(path, backend, monkeypatch).decode(PROMPT, all_logits=True)
     step = engine(path, backend, monkeypatch)
-    rows = [step.decode([t], all_logits=True)[0] for t in PROMPT]
-    np.testing.assert_allclose(np.stack(rows), batch, rtol=0, atol=1e-4 * np.std(batch))
+    rows = np.stack([step.decode([t], all_logits=True)[0] for t in PROMPT])
     assert step.n_past == len(PROMPT)
+    if qtype == QType.Q4_K and backend != "numba":
+        ref = ReferenceModel(path).logits(PROMPT)
+        assert rel_err(rows, ref) < TOL.get(qtype, TOL_8BIT)
+        assert rel_err(batch, ref) < TOL.get(qtype, TOL_8BIT)
+    else:
+        np.testing.assert_allclose(rows, batch, rtol=0, atol=1e-4 * np.std(batch))
 
 
 @pytest.mark.skipif(c_module() is None, reason="C kernels not built")

@@ -50,6 +50,7 @@ typedef void (*el_gemm_fn)(int n, const void *w, size_t ldw, int nr,
 typedef struct {
     int blck; int size; int vec_dot_type;
     el_from_float_fn from_float; el_to_float_fn to_float; el_vec_dot_fn vec_dot; el_gemm_fn gemm;
+    el_vec_dot_fn vec_dot_small; el_gemm_fn gemm_small;
 } el_type_traits;
 extern el_type_traits el_traits[40];
 """)
@@ -108,9 +109,9 @@ class Kernels:
             fn(_ABI.cast("float *", x[r].ctypes.data), _ABI.cast("void *", out[r].ctypes.data), x.shape[1])
         return out
 
-    def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """out[c, r] = vec_dot(w row r, a row c)."""
-        fn = self.traits(t).vec_dot
+    def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, small: bool = False) -> np.ndarray:
+        """out[c, r] = vec_dot(w row r, a row c) (vec_dot_small with `small`)."""
+        fn = self.traits(t).vec_dot_small if small else self.traits(t).vec_dot
         out = np.zeros((a.shape[0], w.shape[0]), dtype=np.float32)
         s = _ABI.new("float *")
         for c in range(a.shape[0]):
@@ -324,8 +325,13 @@ def test_matmul_matches_generic(kern, t, m, n_threads):
     assert np.all(err <= bound), f"worst error / bound {np.max(err / bound):.3g}"
 
 
+# Rows of a batch of m that llama.cpp (and so the engine) computes with its small-batch kernels,
+# counted from the end (el_small_rows in csrc/el_internal.h)
+SMALL_ROWS = {QType.Q4_K: lambda m: m % 4, QType.Q6_K: lambda m: m if m < 8 else 0}
+
+
 @pytest.mark.parametrize("n_threads", [1, 2])
-@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [t for t in TYPES if t not in SMALL_ROWS], ids=lambda t: t.name)
 @pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
 def test_decode_rows_equal_batch_rows(variant, t, n_threads):
     """Each activation row alone (decode) gives the same bits as inside a batch of 17 (prefill)."""
@@ -339,6 +345,34 @@ def test_decode_rows_equal_batch_rows(variant, t, n_threads):
         for c in (0, 5, 8, 16):
             one = k.matmul(t, w, n, x[c:c + 1], n_threads)
             np.testing.assert_array_equal(_bits(one[0]), _bits(batch[c]), err_msg=f"row {c}")
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", list(SMALL_ROWS), ids=lambda t: t.name)
+@pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
+def test_small_batch_kernels(variant, t):
+    """Q4_K / Q6_K: a batch's rows take the batch kernel or the small-batch one as llama.cpp
+    chooses, on every path with the generic twin's bits."""
+    k = Kernels(variant)
+    try:
+        rng = np.random.default_rng(4000 + int(t))
+        n, rows = _row_len(t), 37
+        for raw in (False, True):
+            w = _raw_weights(t, rows, n, rng) if raw else _weights(t, rows, n, rng)
+            x = _acts(17, n, rng)
+            a = k.quantize_act(t, x)
+            main, small = k.vec_dot_all(t, n, w, a), k.vec_dot_all(t, n, w, a, small=True)
+            assert np.all(np.isfinite(small))
+            k.select("generic")
+            np.testing.assert_array_equal(_bits(k.vec_dot_all(t, n, w, a, small=True)), _bits(small))
+            np.testing.assert_array_equal(_bits(k.vec_dot_all(t, n, w, a)), _bits(main))
+            k.select(variant)
+            for m in (1, 3, 5, 8, 17):
+                got = k.matmul(t, w, n, x[:m], 2)
+                split = m - SMALL_ROWS[t](m)
+                np.testing.assert_array_equal(_bits(got[:split]), _bits(main[:split]), err_msg=f"m={m}")
+                np.testing.assert_array_equal(_bits(got[split:]), _bits(small[split:m]), err_msg=f"m={m}")
     finally:
         k.close()
 

@@ -29,6 +29,7 @@ typedef struct {
     int n_swa;              /* sliding window (keys with pos > p - n_swa are seen); 0 = none */
     float norm_eps;
     float attn_scale;       /* multiplies q·k */
+    float q_scale;          /* multiplies q after RoPE, before attention rounds it to f16; 1 = none */
     float embd_scale;       /* multiplies the token embedding (gemma: sqrt(n_embd)); 1 = none */
     float attn_softcap;     /* 0 = none */
     float final_softcap;    /* 0 = none */
@@ -64,6 +65,11 @@ int el_kv_shift(el_ctx *ctx, int n_keep, int n_discard);
  * history needed to continue from p (the caller must clear and re-evaluate). */
 int el_kv_truncate(el_ctx *ctx, int p);
 
+/* Debugging: fn(name, layer, data, rows, cols, ld) sees each named intermediate of a forward
+ * pass (names as llama.cpp's graph uses them); NULL turns it off. Not thread-safe to change
+ * while a decode runs. */
+typedef void (*el_trace_fn)(const char *name, int layer, const float *data, int rows, int cols, int ld);
+void el_set_trace(el_trace_fn fn);
 /* Kernel dispatch: 0 generic, 1 avx2, 2 avx512, 3 neon. el_set_isa chooses what contexts made
  * from now on run (a request the CPU cannot run falls back; the return value says what). */
 int el_cpu_isa_best(void);

@@ -211,6 +211,12 @@ class LLM:
     def session(self) -> Session:
         return Session(self)
 
+    def reset(self) -> None:
+        """Forget the prompt cache that generate() and chat() reuse across calls: the next call
+        evaluates its whole prompt in one batch (as a fresh llama.cpp context does)."""
+        if self._session is not None:
+            self._session.reset()
+
     def _main_session(self) -> Session:
         if self._session is None:
             self._session = Session(self)

@@ -2,13 +2,14 @@
  * (plain NEON always; sdot only where the CPU reports FEAT_DotProd). Built for aarch64 and run
  * under qemu-aarch64 by tests/test_neon_qemu.py; see build.py next to this file.
  *
- *   - quantized types: vec_dot bit-identical to the generic twin (the kernels evaluate the twins'
+ *   - quantized types: vec_dot (and vec_dot_small where a type has one) bit-identical to the generic twin (the kernels evaluate the twins'
  *     float expressions on exact integer sums), on quantized data and on random block bytes
  *     (weights and activations: every int8 including -128, any bsums, finite scales);
  *   - F32 / F16: vec_dot within 1e-5 * sum|w_i a_i| of the twin;
  *   - gemm: every element of every tile bit-identical to the same level's vec_dot, for tiles of
  *     any position and size, and nothing written outside the tile;
- *   - el_vops: conversions, axpy and attention score tiles bit-identical to the portable code;
+ *   - el_vops (conversions, attention tiles, softmax exp, SiLU): the registered table bit-identical
+ *     to the portable code;
  *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports;
  *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
@@ -92,7 +93,12 @@ static double abs_products(int type, const uint8_t *w, const uint8_t *a, int n) 
     return s;
 }
 
-static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw) {
+/* small: the small-batch kernels (vec_dot_small / gemm_small) */
+static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int small) {
+    const el_vec_dot_fn gen_dot = small ? gen[tc->id].vec_dot_small : gen[tc->id].vec_dot;
+    const el_vec_dot_fn lvl_dot = small ? lvl[tc->id].vec_dot_small : lvl[tc->id].vec_dot;
+    const el_gemm_fn lvl_gemm = small ? lvl[tc->id].gemm_small : lvl[tc->id].gemm;
+    const char *sfx = small ? " small" : "";
     const int type = tc->id, vdt = gen[type].vec_dot_type, is_float = type == EL_F32 || type == EL_F16;
     const size_t ldw = el_row_size(type, n) + 2 * (size_t)gen[type].size;  /* rows with a gap */
     const size_t lda = el_row_size(vdt, n) + (size_t)gen[vdt].size;
@@ -137,8 +143,8 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
     float ref[NC][NR], vd[NC][NR];
     for (int c = 0; c < NC; c++)
         for (int r = 0; r < NR; r++) {
-            gen[type].vec_dot(n, &ref[c][r], W + r * ldw, A + c * lda);
-            lvl[type].vec_dot(n, &vd[c][r], W + r * ldw, A + c * lda);
+            gen_dot(n, &ref[c][r], W + r * ldw, A + c * lda);
+            lvl_dot(n, &vd[c][r], W + r * ldw, A + c * lda);
             checks++;
             if (is_float) {
                 const double tol = 1e-5 * abs_products(type, W + r * ldw, A + c * lda, n);
@@ -146,8 +152,8 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
                     fail("%s %s n=%d vec_dot[r%d c%d] = %.9g, generic %.9g (tolerance %.3g)", level, tc->name,
                          n, r, c, vd[c][r], ref[c][r], tol);
             } else if (!same_bits(vd[c][r], ref[c][r])) {
-                fail("%s %s n=%d%s vec_dot[r%d c%d] = %.9g, generic %.9g (want identical bits)", level,
-                     tc->name, n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
+                fail("%s %s%s n=%d%s vec_dot[r%d c%d] = %.9g, generic %.9g (want identical bits)", level,
+                     tc->name, sfx, n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
             }
         }
 
@@ -165,18 +171,18 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
         float sentinel;
         memcpy(&sentinel, &sbits, 4);
         for (int i = 0; i < LDO * NC; i++) out[i] = sentinel;
-        lvl[type].gemm(n, W + r0 * ldw, ldw, nr, A + c0 * lda, lda, nc, out, LDO);
+        lvl_gemm(n, W + r0 * ldw, ldw, nr, A + c0 * lda, lda, nc, out, LDO);
         for (int c = 0; c < NC; c++)
             for (int r = 0; r < LDO; r++) {
                 const float v = out[c * LDO + r];
                 if (c < nc && r < nr) {
                     checks++;
                     if (!same_bits(v, vd[c0 + c][r0 + r]))
-                        fail("%s %s n=%d gemm tile (r0 %d nr %d, c0 %d nc %d) [%d,%d] = %.9g, vec_dot %.9g", level,
-                             tc->name, n, r0, nr, c0, nc, r, c, v, vd[c0 + c][r0 + r]);
+                        fail("%s %s%s n=%d gemm tile (r0 %d nr %d, c0 %d nc %d) [%d,%d] = %.9g, vec_dot %.9g", level,
+                             tc->name, sfx, n, r0, nr, c0, nc, r, c, v, vd[c0 + c][r0 + r]);
                 } else if (!same_bits(v, sentinel)) {
-                    fail("%s %s n=%d gemm (nr %d nc %d) wrote outside its tile at [%d,%d]", level, tc->name, n,
-                         nr, nc, r, c);
+                    fail("%s %s%s n=%d gemm (nr %d nc %d) wrote outside its tile at [%d,%d]", level, tc->name, sfx,
+                         n, nr, nc, r, c);
                 }
             }
     }
@@ -217,26 +223,16 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
         if (ha[i] != hb[i]) fail("%s f32_to_f16(0x%08x) = 0x%04x, portable 0x%04x", level, el_fp32_to_bits(xs[i]),
                                  hb[i], ha[i]);
     }
-    /* axpy and the score tile on attention-sized rows: the same bits as the portable code */
+    /* attention tiles, softmax and SiLU on attention-sized rows: the same bits as the portable code */
     const int sizes[] = {1, 3, 15, 16, 17, 64, 100, 256};
     for (int si = 0; si < 8; si++) {
         const int n = sizes[si];
-        float x[256], y0[256], y1[256], y[256];
-        random_row(x, n);
-        random_row(y, n);
-        memcpy(y0, y, sizeof(float) * (size_t)n);
-        memcpy(y1, y, sizeof(float) * (size_t)n);
-        const float a = uniform() * 2.0f - 1.0f;
-        g->axpy_f32(n, a, x, y0);
-        v->axpy_f32(n, a, x, y1);
-        for (int i = 0; i < n; i++) {
-            checks++;
-            if (!same_bits(y0[i], y1[i])) fail("%s axpy_f32 n=%d [%d] = %.9g, portable %.9g", level, n, i, y1[i], y0[i]);
-        }
-        /* scores of 3 queries of n dims against a tile of 16 keys stored [n][16] */
+        /* scores of 3 queries (f16 values, as the engine's) of n dims against 16 keys stored [n][16] */
         static float q[3 * 256], k[256 * 16], s0[3 * 16], s1[3 * 16];
-        static el_half kt[256 * 16];
+        static el_half kt[256 * 16], qh[3 * 256];
         random_row(q, 3 * n);
+        g->f32_to_f16(3 * n, q, qh);
+        g->f16_to_f32(3 * n, qh, q);
         random_row(k, 16 * n);
         g->f32_to_f16(16 * n, k, kt);
         g->qk_tile(n, q, 3, n, kt, s0);
@@ -245,16 +241,69 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             checks++;
             if (!same_bits(s0[i], s1[i])) fail("%s qk_tile n=%d [%d] = %.9g, portable %.9g", level, n, i, s1[i], s0[i]);
         }
+        /* weights of 16 slots times n value rows stored [n][16], added to accumulators */
+        static float wts[16], acc0[256 * 16], acc1[256 * 16];
+        for (int l = 0; l < 16; l++) wts[l] = uniform();
+        random_row(acc0, 16 * n);
+        memcpy(acc1, acc0, sizeof(float) * 16 * (size_t)n);
+        g->pv_tile(n, wts, kt, acc0);
+        v->pv_tile(n, wts, kt, acc1);
+        for (int i = 0; i < 16 * n; i++) {
+            checks++;
+            if (!same_bits(acc0[i], acc1[i]))
+                fail("%s pv_tile n=%d [%d] = %.9g, portable %.9g", level, n, i, acc1[i], acc0[i]);
+        }
+        /* lane sums of n rows of 16 */
+        static float r0[256], r1[256];
+        g->sum16_rows(n, acc0, r0);
+        v->sum16_rows(n, acc0, r1);
+        for (int i = 0; i < n; i++) {
+            checks++;
+            if (!same_bits(r0[i], r1[i]))
+                fail("%s sum16_rows n=%d [%d] = %.9g, portable %.9g", level, n, i, r1[i], r0[i]);
+        }
+        /* softmax numerators of 16 n scores, some far below the max (exp underflows to 0) */
+        static float x0[256 * 16], x1[256 * 16];
+        random_row(x0, 16 * n);
+        float mx = -INFINITY;
+        for (int i = 0; i < 16 * n; i++) {
+            x0[i] *= 8.0f;
+            if (below(16) == 0) x0[i] = -200.0f - 100.0f * uniform();
+            mx = EL_MAX(mx, x0[i]);
+        }
+        memcpy(x1, x0, sizeof(float) * 16 * (size_t)n);
+        const double e0 = g->exp_sum(16 * n, x0, mx), e1 = v->exp_sum(16 * n, x1, mx);
+        checks++;
+        if (memcmp(&e0, &e1, sizeof e0) != 0) fail("%s exp_sum n=%d = %.17g, portable %.17g", level, 16 * n, e1, e0);
+        for (int i = 0; i < 16 * n; i++) {
+            checks++;
+            if (!same_bits(x0[i], x1[i])) fail("%s exp_sum n=%d x[%d] = %.9g, portable %.9g", level, 16 * n, i, x1[i], x0[i]);
+        }
+        /* SiLU(gate) * up, gates from tiny to beyond exp's range */
+        static float g0[256 * 16], g1[256 * 16], up[256 * 16];
+        const int ns = 16 * n - si;  /* any length */
+        random_row(g0, ns);
+        random_row(up, ns);
+        for (int i = 0; i < ns; i++) g0[i] *= ldexpf(1.0f, below(16) - 4);
+        memcpy(g1, g0, sizeof(float) * (size_t)ns);
+        g->silu_mul(ns, g0, up);
+        v->silu_mul(ns, g1, up);
+        for (int i = 0; i < ns; i++) {
+            checks++;
+            if (!same_bits(g0[i], g1[i])) fail("%s silu_mul n=%d [%d] = %.9g, portable %.9g", level, ns, i, g1[i], g0[i]);
+        }
     }
 }
 
-/* el_matmul on 2 threads, rows spanning several 16-row tiles and tokens several 8-row passes */
-static void test_matmul(const type_case *tc) {
-    enum { ROWS = 40, M = 13 };
+/* el_matmul on 2 threads, rows spanning several 16-row tiles and tokens several 8-row passes;
+ * the last el_small_rows(type, M) tokens through the small-batch kernel where there is one */
+static void test_matmul(const type_case *tc, const int M) {
+    enum { ROWS = 40, MAXM = 13 };
     const int type = tc->id, vdt = gen[type].vec_dot_type, n = gen[type].blck == 256 ? 512 : 96;
     const size_t ldw = el_row_size(type, n), lda = el_row_size(vdt, n);
     uint8_t *W = malloc(ROWS * ldw), *A = malloc(M * lda);
-    float *x = malloc(sizeof(float) * M * (size_t)n), y[M][ROWS];
+    float *x = malloc(sizeof(float) * M * (size_t)n), y[MAXM][ROWS];
+    const int split = el_traits[type].vec_dot_small ? M - el_small_rows(type, M) : M;
     for (int r = 0; r < ROWS; r++) {
         random_row(x, n);
         gen[type].from_float(x, W + r * ldw, n);
@@ -266,15 +315,16 @@ static void test_matmul(const type_case *tc) {
     const el_tensor w = {type, W, n, ROWS, ldw};
     checks++;
     if (el_matmul(&w, x, M, &y[0][0], 2) != 0) {
-        fail("el_matmul(%s) failed", tc->name);
+        fail("el_matmul(%s, m=%d) failed", tc->name, M);
     } else {
         for (int m = 0; m < M; m++)
             for (int r = 0; r < ROWS; r++) {
                 float want;
-                el_traits[type].vec_dot(n, &want, W + r * ldw, A + m * lda);
+                (m < split ? el_traits[type].vec_dot : el_traits[type].vec_dot_small)(n, &want, W + r * ldw, A + m * lda);
                 checks++;
                 if (!same_bits(y[m][r], want))
-                    fail("el_matmul(%s) [token %d, row %d] = %.9g, vec_dot %.9g", tc->name, m, r, y[m][r], want);
+                    fail("el_matmul(%s, m=%d) [token %d, row %d] = %.9g, vec_dot%s %.9g", tc->name, M, m, r, y[m][r],
+                         m < split ? "" : "_small", want);
             }
     }
     free(W);
@@ -302,13 +352,18 @@ int main(void) {
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
         const int id = TYPES[i].id;
         checks++;
-        if (el_traits[id].gemm != expect[id].gemm || el_traits[id].vec_dot != expect[id].vec_dot)
+        if (el_traits[id].gemm != expect[id].gemm || el_traits[id].vec_dot != expect[id].vec_dot ||
+            el_traits[id].gemm_small != expect[id].gemm_small || el_traits[id].vec_dot_small != expect[id].vec_dot_small)
             fail("dispatch: %s kernels are not the %s level's", TYPES[i].name, has_dp ? "dotprod" : "neon");
     }
     printf("dispatch: isa %d, level %s\n", isa, has_dp ? "dotprod" : "neon");
     {
         const int f0 = failures, c0 = checks;
-        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) test_matmul(&TYPES[i]);
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+            test_matmul(&TYPES[i], 13);
+            test_matmul(&TYPES[i], 6);
+            test_matmul(&TYPES[i], 1);
+        }
         printf("el_matmul: %d checks, %d failures\n", checks - c0, failures - f0);
     }
 
@@ -329,14 +384,20 @@ int main(void) {
                 continue;
             }
             const int float_sizes[] = {1, 7, 8, 37, 264, 520, 1031};
-            const int q32_sizes[] = {32, 64, 96, 288, 1024};
+            const int q32_sizes[] = {32, 64, 96, 288, 640, 1024};
             const int k_sizes[] = {256, 512, 768, 2048};
             const int *sizes = blck == 1 ? float_sizes : (blck == 32 ? q32_sizes : k_sizes);
-            const int ns = blck == 1 ? 7 : (blck == 32 ? 5 : 4);
-            for (int si = 0; si < ns; si++) {
-                test_type(lvl, level, tc, sizes[si], 0);
-                if (blck > 1) test_type(lvl, level, tc, sizes[si], 1);
+            const int ns = blck == 1 ? 7 : (blck == 32 ? 6 : 4);
+            const int has_small = gen[tc->id].vec_dot_small != NULL;
+            if (has_small && (lvl[tc->id].vec_dot_small == gen[tc->id].vec_dot_small || lvl[tc->id].gemm_small == NULL)) {
+                checks++;
+                fail("%s: %s has no NEON small-batch kernel registered", level, tc->name);
             }
+            for (int si = 0; si < ns; si++)
+                for (int small = 0; small <= has_small; small++) {
+                    test_type(lvl, level, tc, sizes[si], 0, small);
+                    if (blck > 1) test_type(lvl, level, tc, sizes[si], 1, small);
+                }
         }
         test_vops(&gen_vops, &lvl_vops, level);
         printf("level %s: %d checks, %d failures\n", level, checks - c0, failures - f0);

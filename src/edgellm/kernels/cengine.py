@@ -23,7 +23,7 @@ class CEngine:
         self._keep = []  # cffi buffers the descriptor points into
         d = ffi.new("el_model_desc *")
         for f in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim_k", "head_dim_v", "n_ff", "n_vocab",
-                  "n_rot", "n_swa", "norm_eps", "attn_scale", "embd_scale", "yarn_ext_factor",
+                  "n_rot", "n_swa", "norm_eps", "attn_scale", "q_scale", "embd_scale", "yarn_ext_factor",
                   "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "n_ctx_orig"):
             setattr(d, f, getattr(cfg, f))
         d.attn_softcap = cfg.attn_softcap

@@ -309,6 +309,8 @@ class NumbaEngine:
                 cos, sin = _rope_cache(cfg, cfg.n_rot, positions, lc.rope_base, lc.rope_scale, self.rope_freqs)
                 q = _rope(q, cos, sin, cfg.n_rot, neox)
                 k = _rope(k, cos, sin, cfg.n_rot, neox)
+            if cfg.q_scale != 1.0:
+                q = q * np.float32(cfg.q_scale)
             cap = self.cap[lc.is_swa]
             slots = positions % cap if lc.is_swa else positions
             self.k[l][:, slots] = k.transpose(1, 0, 2).astype(np.float16)

@@ -66,11 +66,12 @@ class ModelConfig:
     rope_type: str
     norm_eps: float
     act: str
-    attn_scale: float
+    attn_scale: float           # multiplies the scores q.k
     layers: tuple[LayerConfig, ...]
     n_swa: int = 0
     embd_scale: float = 1.0
     attn_softcap: float = 0.0
+    q_scale: float = 1.0        # multiplies q after RoPE, before its f16 rounding (llama.cpp's gemma3 graph)
     final_softcap: float = 0.0
     yarn_ext_factor: float = 0.0
     yarn_attn_factor: float = 1.0

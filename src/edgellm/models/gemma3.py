@@ -43,7 +43,8 @@ def load_config(gguf, arch: str) -> ModelConfig:
     swa = _swa_layers(k, n_layer, n_swa)
     layers = tuple(LayerConfig(is_swa=s, rope_base=base_swa if s else base, rope_scale=1.0 if s else 1.0 / factor)
                    for s in swa)
-    # 27B scales queries by 1/sqrt(n_embd / n_head); the others by 1/sqrt(head_dim)
+    # 27B scales queries by 1/sqrt(n_embd / n_head); the others by 1/sqrt(head_dim). Applied to q
+    # (not the scores) as llama.cpp's graph does, which matters where q * scale rounds to f16.
     scale = 1.0 / math.sqrt(n_embd / n_head if n_layer == 62 else shape["head_dim_k"])
     return ModelConfig(
         arch=arch,
@@ -52,7 +53,8 @@ def load_config(gguf, arch: str) -> ModelConfig:
         rope_type=ROPE_NEOX,
         norm_eps=k.float("{arch}.attention.layer_norm_rms_epsilon", 1e-6),
         act=ACT_GELU_TANH,
-        attn_scale=scale,
+        attn_scale=1.0,
+        q_scale=scale,
         layers=layers,
         n_swa=n_swa,
         embd_scale=math.sqrt(n_embd),
