@@ -35,6 +35,21 @@ static void qk_tile_generic(int hk, const float *q, int nq, int ldq, const el_ha
     }
 }
 
+static void qk_tile_one_generic(int hk, const float *q, const el_half *kt, float *out) {
+    const int h64 = hk / 64 * 64;
+    float a[64][16];
+    memset(a, 0, sizeof a);
+    for (int d = 0; d < h64; d++)  /* products of f16 values are exact: one rounding, as an fma */
+        for (int t = 0; t < 16; t++) a[d % 64][t] += q[d] * el_half_to_float(kt[(size_t)d * 16 + t]);
+    for (int t = 0; t < 16; t++) {
+        float l[16];
+        for (int i = 0; i < 16; i++) l[i] = (a[i][t] + a[32 + i][t]) + (a[16 + i][t] + a[48 + i][t]);
+        double s = el_sum16(l);
+        for (int d = h64; d < hk; d++) s += (double)(q[d] * el_half_to_float(kt[(size_t)d * 16 + t]));
+        out[t] = (float)s;
+    }
+}
+
 static void pv_tile_generic(int hv, const float *w, const el_half *vt, float *acc) {
     for (int d = 0; d < hv; d++)
         for (int l = 0; l < 16; l++) acc[d * 16 + l] += w[l] * el_half_to_float(vt[d * 16 + l]);
@@ -118,6 +133,7 @@ int el_set_isa(int isa) {
     el_vops.f32_to_f16 = f32_to_f16_generic;
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
     el_vops.qk_tile = qk_tile_generic;
+    el_vops.qk_tile_one = qk_tile_one_generic;
     el_vops.pv_tile = pv_tile_generic;
     el_vops.sum16_rows = sum16_rows_generic;
     el_vops.exp_sum = exp_sum_generic;

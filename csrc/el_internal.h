@@ -69,6 +69,11 @@ typedef struct {
     /* scores of nq queries (f16-valued floats) against 16 keys stored f16 [hk][16]:
      * out[j*16 + l] = el_sum16 over lanes i of sum_{d = i mod 16, in order} q[j*ldq + d] * kt[d*16 + l] */
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    /* one query's scores against 16 keys in ggml_vec_dot_f16's order (llama.cpp's single-token
+     * path): four 16-lane accumulators over 64-dim chunks (dim d in accumulator (d % 64) / 16,
+     * lane d % 16), combined (a0 + a2) + (a1 + a3), then el_sum16; dims past the last multiple
+     * of 64 added in double */
+    void (*qk_tile_one)(int hk, const float *q, const el_half *kt, float *out);
     /* acc[d*16 + l] += w[l] * vt[d*16 + l] for d < hv, l < 16 (16 value rows stored f16 [hv][16]) */
     void (*pv_tile)(int hv, const float *w, const el_half *vt, float *acc);
     /* out[i] = el_sum16(acc + 16 i) for i < n */

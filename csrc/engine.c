@@ -326,34 +326,14 @@ static void kv_get(const el_half *kh, int dim, int slot, el_half *dst) {
     for (int e = 0; e < dim; e++) dst[e] = t[(size_t)e * KT];
 }
 
-/* Scores of one query against 16 keys [hk][KT] in ggml_vec_dot_f16's order, which llama.cpp
- * uses instead of its gemm when a batch holds one token: four 16-lane accumulators over chunks
- * of 64 dims (dim d in accumulator (d % 64) / 16, lane d % 16), combined as (a0 + a2) + (a1 + a3),
- * then el_sum16; dims past the last multiple of 64 are added in double. Products of f16 values
- * are exact in float, so a plain multiply-add rounds once, like the fma it stands for. */
-static void qk_tile_one(int hk, const float *q, const el_half *kt, float *out) {
-    const int h64 = hk / 64 * 64;
-    float a[64][KT];
-    memset(a, 0, sizeof a);
-    for (int d = 0; d < h64; d++)
-        for (int t = 0; t < KT; t++) a[d % 64][t] += q[d] * el_half_to_float(kt[(size_t)d * KT + t]);
-    for (int t = 0; t < KT; t++) {
-        float l[16];
-        for (int i = 0; i < 16; i++) l[i] = (a[i][t] + a[32 + i][t]) + (a[16 + i][t] + a[48 + i][t]);
-        double s = el_sum16(l);
-        for (int d = h64; d < hk; d++) s += (double)(q[d] * el_half_to_float(kt[(size_t)d * KT + t]));
-        out[t] = (float)s;
-    }
-}
-
 /* Attention, per (head, block of up to QB queries), as llama.cpp's default (non-flash) CPU path
  * computes it, the reference we are held to: q rounded to f16; scores from tinyBLAS's f16 gemm
  * order (vops.qk_tile), scaled, masked; softmax with ggml's exp, 16-value partial sums added in
  * double; probabilities rounded to f16; p.v in the same gemm order (vops.pv_tile, 16 slot lanes
  * per output, reduced at the end). Masked slots weigh exactly 0, so only the slots' positions
  * within their tiles matter, never how many tiles or queries a block holds. A step of one token
- * takes llama.cpp's vec_dot order instead (qk_tile_one; p.v lanes kept apart per tile index mod 4
- * and combined as in qk_tile_one), so a decode step can differ from prefill in the last bits. */
+ * takes llama.cpp's vec_dot order instead (vops.qk_tile_one; p.v lanes kept apart per tile index
+ * mod 4 and combined the same way), so a decode step can differ from prefill in the last bits. */
 static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
     const el_model_desc *d = &c->d;
     const int gi = layer_group(c, l);
@@ -396,7 +376,7 @@ static void attention(el_ctx *c, int l, int n, int pos0, int ith, int nth) {
                     for (int t = 0; t < KT; t++) sc[(size_t)j * max_cap + s0 + t] = -INFINITY;
                 continue;
             }
-            if (one) qk_tile_one(hk, qr, K + (size_t)s0 * hk, tile);
+            if (one) c->vops.qk_tile_one(hk, qr, K + (size_t)s0 * hk, tile);
             else c->vops.qk_tile(hk, qr, mq, hk, K + (size_t)s0 * hk, tile);
             for (int j = 0; j < mq; j++) {
                 const int p = p_first + j;

@@ -21,20 +21,13 @@
 #endif
 #include <immintrin.h>
 
-/* stands in for the missing second block of a pair when a row has an odd number of blocks:
- * zero quants and zero scales contribute zero */
+/* stands in for the missing second row of a pair (its lanes are computed and ignored) */
 static const uint8_t zero_block[64] __attribute__((aligned(64))) = {0};
 
 static inline uint16_t load_u16(const void *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return h;
-}
-
-/* 16 float lanes: 8 x half(p0), then 8 x half(p1) */
-static inline __m512 pair_halves(const uint8_t *p0, const uint8_t *p1) {
-    const __m128i h0 = _mm_set1_epi16((short)load_u16(p0)), h1 = _mm_set1_epi16((short)load_u16(p1));
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
 }
 
 /* 32 bytes at p0, then 32 at p1 */
@@ -62,12 +55,13 @@ static inline __m512i pair_fifth_bits(__m512i q, const uint8_t *qh0, const uint8
 }
 
 /* ------------------------------------------------------------------------------------------
- * Legacy types, two blocks per step. Weight values as unsigned bytes u with offset o (see
- * x86_avx2_dots.h; Q8_0 is w + 128, o = 128); per column and step the seed -o * sum(a) per
- * lane. The integer lanes of a step hold blocks b (lanes 0..7) and b+1 (8..15); per (row,
- * column) the float part is the generic twin's (quants_generic.c): 8 lanes, acc = fma(dw * da,
- * lane, acc) for block b and then b+1, hsum8 at the end. Q4_1 / Q5_1: the min part is one
- * chain summs = fma(m, s, summs) per (row, column), held in lane 4r + c of accm.
+ * Legacy types, one block per step, two weight rows per register: lanes 0..7 take block b of
+ * row r, lanes 8..15 block b of row r+1 (the activation block broadcast to both halves). Weight
+ * values as unsigned bytes u with offset o (see x86_avx2_dots.h; Q8_0 is w + 128, o = 128); per
+ * column and block the seed -o * sum(a) per lane. vpdpbusd int32 lane i of each half sums the
+ * products of values 4i..4i+3, so each half is the generic twin's 8 lanes (quants_generic.c):
+ * acc = fma(dw * da, lane, acc) block after block, hsum8 at the end. Q4_1 / Q5_1: the min part
+ * is one chain summs = fma(m, s, summs) per (row, column), held in lane 4r + c of accm.
  * ------------------------------------------------------------------------------------------ */
 
 static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint8_t *b1) {
@@ -89,83 +83,20 @@ static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint
 #define LT_RMAX 4
 #define LT_CMAX 4
 
-/* one activation column over one step (two blocks): values, scales, and the seed (types with
- * an offset) or the s halves (types with a min) */
+/* one activation column at one block: values, the seed (types with an offset), d and s */
 typedef struct {
-    __m512i av;
-    __m512 ad;
-    __m512i seed;
-    uint16_t s[2];  /* y.s of blocks b, b+1 (types with a min) */
+    __m256i av, seed;
+    float ad, s;
 } lcol;
 
-static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, const uint8_t *a1,
-                                                             lcol *o) {
+static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, lcol *o) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
-    const int aqs = has_m ? 4 : 2;
     const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
-    o->av = pair_bytes(a0 + aqs, a1 + aqs);
-    o->ad = pair_halves(a0, a1);
-    if (has_m) {
-        o->s[0] = load_u16(a0 + 2);
-        o->s[1] = load_u16(a1 + 2);
-        o->seed = _mm512_setzero_si512();
-    } else {
-        const __m512i zero = _mm512_setzero_si512();
-        o->seed = off ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)off), o->av)) : zero;
-    }
-}
-
-/* One step (blocks b, b+1; b alone with `two` = 0) of a tile. cols: NULL, or the C columns
- * prepared for this step (column c at cols[c * cstride]). */
-static inline __attribute__((always_inline)) void legacy_step(
-    const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
-    size_t lda, const lcol *cols, size_t cstride, __m256 acc[LT_RMAX][LT_CMAX]) {
-    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
-    const size_t wbs = (size_t)legacy_block_bytes(type);
-    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    __m512i wq[LT_RMAX];
-    __m512 wd[LT_RMAX];
-    for (int r = 0; r < R; r++) {
-        const uint8_t *b0 = w + (size_t)r * ldw, *b1 = two ? b0 + wbs : zero_block;
-        wq[r] = legacy_unpack_pair(type, b0, b1);
-        wd[r] = pair_halves(b0, b1);
-    }
-    lcol own[LT_CMAX];
-    const lcol *col[LT_CMAX];
-    for (int c = 0; c < C; c++) {
-        if (cols) {
-            col[c] = cols + (size_t)c * cstride;
-        } else {
-            const uint8_t *a0 = a + (size_t)c * lda;
-            legacy_col(type, a0, two ? a0 + abs_ : zero_block, &own[c]);
-            col[c] = &own[c];
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) {
-            const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(col[c]->seed, wq[r], col[c]->av));
-            const __m512 dd = _mm512_mul_ps(wd[r], col[c]->ad);
-            acc[r][c] = _mm256_fmadd_ps(_mm512_castps512_ps256(dd), _mm512_castps512_ps256(x), acc[r][c]);
-            if (two) acc[r][c] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(dd, 1), _mm512_extractf32x8_ps(x, 1), acc[r][c]);
-        }
-}
-
-/* The min part of a step for Q4_1 / Q5_1: lane 4r + c of accm is fma'd with m(row r) * s(column
- * c) of block b, then of block b+1. */
-static inline __attribute__((always_inline)) void legacy_min_step(
-    const int type, const int R, const int C, const int two, const uint8_t *w, size_t ldw, const uint8_t *a,
-    size_t lda, const lcol *cols, size_t cstride, __m512 *accm) {
-    const size_t wbs = (size_t)legacy_block_bytes(type);
-    for (int k = 0; k < 1 + two; k++) {
-        __m256i mh = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
-        for (int r = 0; r < R; r++)
-            mh = _mm256_mask_set1_epi16(mh, (__mmask16)(0xF << (4 * r)), (short)load_u16(w + (size_t)r * ldw + k * wbs + 2));
-        for (int c = 0; c < C; c++) {
-            const uint16_t sv = cols ? cols[(size_t)c * cstride].s[k] : load_u16(a + (size_t)c * lda + k * sizeof(block_q8_1) + 2);
-            sh = _mm256_mask_set1_epi16(sh, (__mmask16)(0x1111 << c), (short)sv);
-        }
-        *accm = _mm512_fmadd_ps(_mm512_cvtph_ps(mh), _mm512_cvtph_ps(sh), *accm);
-    }
+    o->av = _mm256_loadu_si256((const __m256i *)(a0 + (has_m ? 4 : 2)));
+    o->ad = _cvtsh_ss(load_u16(a0));
+    o->s = has_m ? _cvtsh_ss(load_u16(a0 + 2)) : 0.0f;
+    const __m256i zero = _mm256_setzero_si256();
+    o->seed = off ? _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char)off), o->av)) : zero;
 }
 
 static inline float hsum8_avx(__m256 v) {  /* legacy_hsum8 of quants_generic.c */
@@ -174,48 +105,75 @@ static inline float hsum8_avx(__m256 v) {  /* legacy_hsum8 of quants_generic.c *
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-/* cols: NULL, or the C columns prepared (column c, step p at cols[c * steps + p]) */
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* cols: NULL, or the C columns prepared (column c, block b at cols[c * nb + b]) */
 static inline __attribute__((always_inline)) void legacy_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                               const int R, const uint8_t *a, size_t lda,
                                                               const lcol *cols, const int C, float *out, size_t ldo) {
-    const int nb = n / 32, steps = (nb + 1) / 2;
+    const int nb = n / 32, P = (R + 1) / 2;
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    __m256 acc[LT_RMAX][LT_CMAX];
+    __m512 acc[LT_RMAX / 2][LT_CMAX];
     __m512 accm = _mm512_setzero_ps();
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < R; r++) acc[r][c] = _mm256_setzero_ps();
+    for (int p = 0; p < P; p++)
+        for (int c = 0; c < C; c++) acc[p][c] = _mm512_setzero_ps();
+    /* header lane 2r: d of row r, lane 2r + 1: m (types with a min) */
+    const __m512i dsel[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
+    const __m512i msel = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
-    int b = 0;
-    for (; b + 1 < nb; b += 2) {
-        pf_step(&pf, R, ldw, 2 * wbs);
-        legacy_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
-                    (size_t)steps, acc);
-    }
-    if (b < nb)
-        legacy_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda, cols ? cols + b / 2 : NULL,
-                    (size_t)steps, acc);
-    if (has_m) {  /* second pass over the (now cached) blocks for the min part */
-        for (b = 0; b + 1 < nb; b += 2)
-            legacy_min_step(type, R, C, 1, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
-                            cols ? cols + b / 2 : NULL, (size_t)steps, &accm);
-        if (b < nb)
-            legacy_min_step(type, R, C, 0, w + (size_t)b * wbs, ldw, a + (size_t)b * abs_, lda,
-                            cols ? cols + b / 2 : NULL, (size_t)steps, &accm);
+    for (int b = 0; b < nb; b++) {
+        if (b % 2 == 0) pf_step(&pf, R, ldw, 2 * wbs);
+        const uint8_t *wb = w + (size_t)b * wbs;
+        uint32_t h[4] = {0, 0, 0, 0};
+        for (int r = 0; r < R; r++) h[r] = load_u32(wb + (size_t)r * ldw);
+        if (!has_m)
+            for (int r = 0; r < R; r++) h[r] &= 0xFFFF;
+        const __m512 hf = _mm512_castps256_ps512(
+            _mm256_cvtph_ps(_mm_setr_epi32((int)h[0], (int)h[1], (int)h[2], (int)h[3])));
+        __m512i wq[LT_RMAX / 2];
+        __m512 wd[LT_RMAX / 2];
+        for (int p = 0; p < P; p++) {
+            const uint8_t *b0 = wb + (size_t)(2 * p) * ldw, *b1 = 2 * p + 1 < R ? b0 + ldw : zero_block;
+            wq[p] = legacy_unpack_pair(type, b0, b1);
+            wd[p] = _mm512_permutexvar_ps(dsel[p], hf);
+        }
+        __m128 sv = _mm_setzero_ps();  /* lane c: s of column c */
+        for (int c = 0; c < C; c++) {
+            lcol own;
+            const lcol *col = cols ? cols + (size_t)c * nb + b : &own;
+            if (!cols) legacy_col(type, a + (size_t)c * lda + (size_t)b * abs_, &own);
+            const __m512i av = _mm512_broadcast_i64x4(col->av);
+            const __m512i seed = _mm512_broadcast_i64x4(col->seed);
+            const __m512 ad = _mm512_set1_ps(col->ad);
+            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : _mm_insert_ps(sv, _mm_set_ss(col->s), c << 4);
+            for (int p = 0; p < P; p++) {
+                const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(seed, wq[p], av));
+                acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd[p], ad), x, acc[p][c]);
+            }
+        }
+        if (has_m)
+            accm = _mm512_fmadd_ps(_mm512_permutexvar_ps(msel, hf), _mm512_broadcast_f32x4(sv), accm);
     }
     float m[16];
     _mm512_storeu_ps(m, accm);
     for (int c = 0; c < C; c++)
         for (int r = 0; r < R; r++) {
-            float s = hsum8_avx(acc[r][c]);
+            const __m512 v = acc[r / 2][c];
+            float s = hsum8_avx(r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
             if (has_m) s += m[4 * r + c];
             out[(size_t)c * ldo + r] = s;
         }
 }
 
 /* Legacy gemm: columns in groups of CT, each group prepared once into `buf` (when given: it
- * holds CT * steps columns) and shared by all its row tiles; leftover columns one by one,
+ * holds CT * nb columns) and shared by all its row tiles; leftover columns one by one,
  * unprepared. Prepared or not, the same values enter the same operations. */
 typedef void (*ltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
                          const lcol *cols, int C, float *out, size_t ldo);
@@ -225,16 +183,13 @@ static inline __attribute__((always_inline)) void legacy_gemm(const int type, lt
                                                               const void *w, size_t ldw, int nr, const void *a,
                                                               size_t lda, int nc, float *out, size_t ldo) {
     const uint8_t *W = w, *A = a;
-    const int nb = n / 32, steps = (nb + 1) / 2;
+    const int nb = n / 32;
     const size_t ab = type == EL_Q4_1 || type == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     int c = 0;
     for (; c + CT <= nc; c += CT) {
         if (buf)
             for (int j = 0; j < CT; j++)
-                for (int b = 0; b < nb; b += 2) {
-                    const uint8_t *a0 = A + (size_t)(c + j) * lda + (size_t)b * ab;
-                    legacy_col(type, a0, b + 1 < nb ? a0 + ab : zero_block, &buf[j * steps + b / 2]);
-                }
+                for (int b = 0; b < nb; b++) legacy_col(type, A + (size_t)(c + j) * lda + (size_t)b * ab, &buf[j * nb + b]);
         int r = 0;
         for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
         for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
@@ -258,7 +213,7 @@ static inline __attribute__((always_inline)) void legacy_gemm(const int type, lt
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
-        const size_t need = (size_t)CT * ((n / 32 + 1) / 2);                                       \
+        const size_t need = (size_t)CT * (n / 32);                                                 \
         const int prep = nc >= CT && need * sizeof(lcol) <= LEGACY_PREP_BYTES;                     \
         lcol buf[prep ? need : 1];                                                                 \
         legacy_gemm(TYPE, tname##_tile_avx512, RT, CT, RT1, prep ? buf : NULL, n, w, ldw, nr, a, lda, nc, out, ldo); \
@@ -395,26 +350,56 @@ static inline __m512i kquant_quarter(int type, const uint8_t *x, int j) {
     }
 }
 
-static inline int _mm256_reduce_add_epi32_(__m256i v) {
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
-}
-
 #define KT_RMAX 2
 #define KT_CMAX 4
 
 /* small: the small-batch order (el_small_rows) of Q4_K / Q6_K instead of the batch one */
+/* the 8 sums of 16 int32 lanes each, in order (integer adds: any order gives the same) */
+static inline __m256i hsum8x16(const __m512i v[8]) {
+    __m512i b[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i *u = v + 4 * h;
+        const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(u[0], u[1]), _mm512_unpackhi_epi32(u[0], u[1]));
+        const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(u[2], u[3]), _mm512_unpackhi_epi32(u[2], u[3]));
+        b[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
+    }
+    /* b[h] holds, per 128-bit chunk k, partial sums of v[4h..4h+3]; add the chunks */
+    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x44), _mm512_shuffle_i32x4(b[0], b[1], 0xEE));
+    const __m512i e = _mm512_add_epi32(_mm512_shuffle_i32x4(c, c, 0x88), _mm512_shuffle_i32x4(c, c, 0xDD));
+    return _mm512_castsi512_si256(e);
+}
+
+/* 8x8 int32 transpose: out[g] lane p = in[p] lane g */
+static inline void transpose8x8(const __m256i in[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            u[4 * i + 2 * k] = _mm256_unpacklo_epi64(t[4 * i + k], t[4 * i + 2 + k]);
+            u[4 * i + 2 * k + 1] = _mm256_unpackhi_epi64(t[4 * i + k], t[4 * i + 2 + k]);
+        }
+    for (int k = 0; k < 4; k++) {
+        out[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        out[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+/* A tile of R <= 2 rows x C <= 4 columns; (row r, column c) is pair p = 4r + c, one lane of the
+ * float accumulators, so the generic twin's scalar steps run for 8 pairs at once.
+ * small: the small-batch order (el_small_rows) of Q4_K / Q6_K instead of the batch one */
 static inline __attribute__((always_inline)) void kquant_tile(const int type, const int small, int n, const uint8_t *w,
                                                               size_t ldw, const int R, const uint8_t *a, size_t lda,
                                                               const int C, float *out, size_t ldo) {
     const int nb = n / QK_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
-    float acc[KT_RMAX][KT_CMAX], accm[KT_RMAX][KT_CMAX];
-    __m256 acc8[KT_RMAX][KT_CMAX];  /* Q6_K small */
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc6[KT_RMAX][KT_CMAX];  /* Q6_K small: vec_dot's 8 lanes per pair */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = accm[r][c] = 0.0f, acc8[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc6[r][c] = _mm256_setzero_ps();
 
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
@@ -422,55 +407,59 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
         ksb sb[KT_RMAX];
         const uint8_t *xb[KT_RMAX];
         const block_q8_K *yb[KT_CMAX];
-        float d[KT_RMAX], dmin[KT_RMAX];
+        float dp[8] = {0}, dminp[8] = {0}, dap[8] = {0};
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
             kquant_prep(type, xb[r], &sb[r]);
-            d[r] = _mm512_cvtss_f32(sb[r].d);
-            dmin[r] = has_min ? _mm512_cvtss_f32(sb[r].dmin) : 0.0f;
         }
-        __m512i isum[KT_RMAX][KT_CMAX];
-        __m256i ms[KT_RMAX][KT_CMAX];  /* min terms, int32 lane g = m_g * bsum of sub-block g */
+        __m512i isum[8];
+        __m256i ms[8];  /* min terms of pair p, int32 lane g = m_g * bsum of sub-block g (or the seed) */
+        for (int p = 0; p < 8; p++) isum[p] = _mm512_setzero_si512(), ms[p] = _mm256_setzero_si256();
         for (int c = 0; c < C; c++) {
             yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)yb[c]->bsums);
             for (int r = 0; r < R; r++) {
-                ms[r][c] = _mm256_madd_epi16(sb[r].mins, bs);
-                isum[r][c] = has_min ? _mm512_setzero_si512() : _mm512_zextsi256_si512(ms[r][c]);
+                const int p = 4 * r + c;
+                dp[p] = _mm512_cvtss_f32(sb[r].d);
+                dminp[p] = has_min ? _mm512_cvtss_f32(sb[r].dmin) : 0.0f;
+                dap[p] = yb[c]->d;
+                ms[p] = _mm256_madd_epi16(sb[r].mins, bs);
+                if (!has_min) isum[p] = _mm512_zextsi256_si512(ms[p]);
             }
         }
+        const __m256 d8 = _mm256_loadu_ps(dp), dmin8 = _mm256_loadu_ps(dminp), da8 = _mm256_loadu_ps(dap);
+        __m256i mt[8];  /* mt[g] lane p = ms[p] lane g */
+        if (has_min) transpose8x8(ms, mt);
         if (type == EL_Q4_K) {  /* float steps per quarter (small: per super-block) */
-            int32_t m32[KT_RMAX][KT_CMAX][8], Is[KT_RMAX][KT_CMAX] = {{0}};
-            for (int c = 0; c < C; c++)
-                for (int r = 0; r < R; r++) _mm256_storeu_si256((__m256i *)m32[r][c], ms[r][c]);
+            const __m256 dd8 = _mm256_mul_ps(d8, da8), dm8 = _mm256_mul_ps(dmin8, da8);
+            __m256i isb = _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
-                __m512i q[KT_RMAX], sc[KT_RMAX];
+                __m512i q[KT_RMAX], sc[KT_RMAX], x[8];
                 for (int r = 0; r < R; r++) {
                     q[r] = kquant_quarter(type, xb[r], j);
                     sc[r] = kquant_quarter_scales(type, sb[r].sc, j);
                 }
+                for (int p = 0; p < 8; p++) x[p] = _mm512_setzero_si512();
                 for (int c = 0; c < C; c++) {
                     const __m512i av = _mm512_loadu_si512((const void *)(yb[c]->qs + 64 * j));
-                    for (int r = 0; r < R; r++) {
-                        const int I = _mm512_reduce_add_epi32(
-                            _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[r], av), sc[r]));
-                        if (small) {
-                            Is[r][c] += I;
-                            continue;
-                        }
-                        const int M = m32[r][c][2 * j] + m32[r][c][2 * j + 1];
-                        acc[r][c] = fmaf((float)I, d[r] * yb[c]->d, acc[r][c]);
-                        accm[r][c] = fmaf((float)M, dmin[r] * yb[c]->d, accm[r][c]);
-                    }
+                    for (int r = 0; r < R; r++)
+                        x[4 * r + c] = _mm512_dpwssd_epi32(x[4 * r + c], _mm512_maddubs_epi16(q[r], av), sc[r]);
                 }
+                const __m256i I = hsum8x16(x);
+                if (small) {
+                    isb = _mm256_add_epi32(isb, I);
+                    continue;
+                }
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), dd8, acc);
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(mt[2 * j], mt[2 * j + 1])), dm8, accm);
             }
-            if (small)
-                for (int c = 0; c < C; c++)
-                    for (int r = 0; r < R; r++) {
-                        acc[r][c] = fmaf((float)Is[r][c], d[r] * yb[c]->d, acc[r][c]);
-                        accm[r][c] = fmaf((float)_mm256_reduce_add_epi32_(ms[r][c]), dmin[r] * yb[c]->d, accm[r][c]);
-                    }
+            if (small) {
+                const __m256i M = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(mt[0], mt[1]), _mm256_add_epi32(mt[2], mt[3])),
+                                                   _mm256_add_epi32(_mm256_add_epi32(mt[4], mt[5]), _mm256_add_epi32(mt[6], mt[7])));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isb), dd8, acc);
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), dm8, accm);
+            }
             continue;
         }
 #pragma GCC unroll 4
@@ -483,27 +472,31 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
             for (int c = 0; c < C; c++) {
                 const __m512i av = _mm512_loadu_si512((const void *)(yb[c]->qs + 64 * j));
                 for (int r = 0; r < R; r++)
-                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q[r], av), sc[r]);
+                    isum[4 * r + c] = _mm512_dpwssd_epi32(isum[4 * r + c], _mm512_maddubs_epi16(q[r], av), sc[r]);
             }
         }
         if (type == EL_Q6_K && small) {  /* vec_dot's 8 lanes: values 4k..4k+3 of every 32 */
             for (int c = 0; c < C; c++)
                 for (int r = 0; r < R; r++) {
-                    const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(isum[r][c]), _mm512_extracti64x4_epi64(isum[r][c], 1));
-                    acc8[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * d[r]), _mm256_cvtepi32_ps(l8), acc8[r][c]);
+                    const __m512i v = isum[4 * r + c];
+                    const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+                    acc6[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * dp[4 * r + c]), _mm256_cvtepi32_ps(l8), acc6[r][c]);
                 }
             continue;
         }
-        for (int c = 0; c < C; c++)
-            for (int r = 0; r < R; r++) {
-                float t = (float)_mm512_reduce_add_epi32(isum[r][c]) * d[r];
-                if (has_min) t = fmaf(-dmin[r], (float)_mm256_reduce_add_epi32_(ms[r][c]), t);
-                acc[r][c] = fmaf(t, yb[c]->d, acc[r][c]);
-            }
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hsum8x16(isum)), d8);
+        if (has_min) {
+            const __m256i M = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(mt[0], mt[1]), _mm256_add_epi32(mt[2], mt[3])),
+                                               _mm256_add_epi32(_mm256_add_epi32(mt[4], mt[5]), _mm256_add_epi32(mt[6], mt[7])));
+            t = _mm256_fnmadd_ps(dmin8, _mm256_cvtepi32_ps(M), t);
+        }
+        acc = _mm256_fmadd_ps(t, da8, acc);
     }
+    float res[8];
+    _mm256_storeu_ps(res, _mm256_sub_ps(acc, accm));
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
-            out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc8[r][c]) : acc[r][c] - accm[r][c];
+            out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc6[r][c]) : res[4 * r + c];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -579,6 +572,36 @@ static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_hal
     }
 }
 
+/* per lane class i < 16, the four chunk accumulators stay in registers; then el_sum16 across i */
+static void qk_tile_one_avx512(int hk, const float *q, const el_half *kt, float *out) {
+    const int h64 = hk / 64 * 64;
+    __m512 t[16];
+    for (int i = 0; i < 16; i++) {
+        __m512 a[4];
+        for (int j = 0; j < 4; j++) a[j] = _mm512_setzero_ps();
+        for (int d0 = 0; d0 < h64; d0 += 64)
+            for (int j = 0; j < 4; j++) {
+                const int d = d0 + 16 * j + i;
+                a[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16))), a[j]);
+            }
+        t[i] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+    }
+    for (int i = 0; i < 8; i++) t[i] = _mm512_add_ps(t[i + 8], t[i]);
+    for (int i = 0; i < 4; i++) t[i] = _mm512_add_ps(t[i + 4], t[i]);
+    const __m512 r = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
+    if (h64 == hk) {
+        _mm512_storeu_ps(out, r);
+        return;
+    }
+    float s[16];
+    _mm512_storeu_ps(s, r);
+    for (int l = 0; l < 16; l++) {
+        double v = s[l];
+        for (int d = h64; d < hk; d++) v += (double)(q[d] * _cvtsh_ss(kt[(size_t)d * 16 + l]));
+        out[l] = (float)v;
+    }
+}
+
 static void pv_tile_avx512(int hv, const float *w, const el_half *vt, float *acc) {
     const __m512 wv = _mm512_loadu_ps(w);
     for (int d = 0; d < hv; d++) {
@@ -629,6 +652,7 @@ static int have_dq_vnni(void) {
 void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
     el_vops.qk_tile = qk_tile_avx512;
+    el_vops.qk_tile_one = qk_tile_one_avx512;
     el_vops.pv_tile = pv_tile_avx512;
     el_vops.sum16_rows = sum16_rows_avx512;
     el_vops.exp_sum = exp_sum_avx512;

@@ -3,7 +3,9 @@
 Same names as the C functions (ggml's), numpy arrays in place of pointers:
 `quantize_row_<t>_ref(x: float32[k], y: uint8[k/256*block_bytes])`,
 `dequantize_row_<t>(x: uint8[...], y: float32[k])`,
-`vec_dot_<t>_q8_K_generic(n, x: uint8[...], y: uint8[...]) -> float`.
+`vec_dot_<t>_q8_K_generic(n, x: uint8[...], y: uint8[...]) -> float32` (and the C twin's
+`vec_dot_q4_K_q8_K_small_generic` / `vec_dot_q6_K_q8_K_small_generic`). The dots follow the C
+twin's float order; its fmaf is emulated in float64 (_fmaf).
 
 The quantizers write the same bytes as the C twin (and ggml's quantize_row_*_ref), so every
 float operation is float32 and in the C order. numba widens float32 to float64 when it meets a
@@ -102,6 +104,28 @@ def _check_dot(n, xbytes, ybytes, block_bytes):
         raise ValueError("K-quant row length is not a multiple of 256")
     if xbytes < n // QK_K * block_bytes or ybytes < n // QK_K * Q8_K_BYTES:
         raise ValueError("K-quant dot: a buffer is shorter than the row length needs")
+
+
+# ---- float part of the dot products (C's k_term / k_term_min) ----------------------------
+
+@njit(cache=True)
+def _fmaf(a, b, c):
+    """C's fmaf(a, b, c) for float32 operands: the product is exact in float64, so only the sum
+    rounds twice (float64, then float32), which differs from one rounding only in rare ties."""
+    # np.float64, not float(): numba's float() of a float32 stays float32
+    return F32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+@njit(cache=True)
+def _k_term(acc, isum, d, d_act):
+    """fmaf((float)isum * d, d_act, acc)"""
+    return _fmaf(F32(isum) * d, d_act, acc)
+
+
+@njit(cache=True)
+def _k_term_min(acc, isum, summs, d, dmin, d_act):
+    """fmaf(fmaf(-dmin, (float)summs, (float)isum * d), d_act, acc)"""
+    return _fmaf(_fmaf(-dmin, F32(summs), F32(isum) * d), d_act, acc)
 
 
 # ---- scale search (ggml-quants.c make_qx_quants / make_q3_quants / make_qkx2_quants) ----
@@ -409,10 +433,8 @@ def vec_dot_q2_K_q8_K_generic(n, x, y):
                 s += _s8(y[oy + Q8_K_QS + l]) * _unpack_2bit(x, o + Q2_K_QS, l)
             isum += (sc & 0xF) * s
             summs += _rd_i16(y, oy + Q8_K_BSUMS + 2 * g) * (sc >> 4)
-        yd = _rd_f32(y, oy + Q8_K_D)
-        dall = yd * _rd_half(x, o + Q2_K_D)
-        dmin = yd * _rd_half(x, o + Q2_K_DMIN)
-        sumf += dall * F32(isum) - dmin * F32(summs)
+        sumf = _k_term_min(sumf, isum, summs, _rd_half(x, o + Q2_K_D), _rd_half(x, o + Q2_K_DMIN),
+                           _rd_f32(y, oy + Q8_K_D))
     return sumf
 
 
@@ -502,8 +524,7 @@ def vec_dot_q3_K_q8_K_generic(n, x, y):
             for l in range(16 * g, 16 * g + 16):
                 s += _s8(y[oy + Q8_K_QS + l]) * _q3_K_value(x, o, l)
             isum += _q3_K_scale(x, o + Q3_K_SCALES, g) * s
-        d = _rd_half(x, o + Q3_K_D) * _rd_f32(y, oy + Q8_K_D)
-        sumf += d * F32(isum)
+        sumf = _k_term(sumf, isum, _rd_half(x, o + Q3_K_D), _rd_f32(y, oy + Q8_K_D))
     return sumf
 
 
@@ -625,11 +646,12 @@ def dequantize_row_q5_K(x, y):
 
 
 @njit(cache=True)
-def _dot_k4_block(x, o, o_d, o_dmin, o_scales, o_qs, o_qh, y, oy):
-    """One Q4_K (o_qh < 0) or Q5_K super-block against one Q8_K block."""
+def _dot_k4_ints(x, o, o_scales, o_qs, o_qh, y, oy, j0, j1):
+    """Integer parts of sub-blocks j0..j1-1 (32 values each) of a Q4_K (o_qh < 0) or Q5_K
+    super-block against a Q8_K block: (sum of sc * dot, sum of m * bsum)."""
     isum = 0
     summs = 0
-    for j in range(8):
+    for j in range(j0, j1):
         sc, m = _get_scale_min_k4(j, x, o + o_scales)
         s = 0
         for v in range(32 * j, 32 * j + 32):
@@ -639,18 +661,45 @@ def _dot_k4_block(x, o, o_d, o_dmin, o_scales, o_qs, o_qh, y, oy):
             s += _s8(y[oy + Q8_K_QS + v]) * q
         isum += I64(sc) * s
         summs += I64(m) * (_rd_i16(y, oy + Q8_K_BSUMS + 4 * j) + _rd_i16(y, oy + Q8_K_BSUMS + 4 * j + 2))
-    yd = _rd_f32(y, oy + Q8_K_D)
-    return _rd_half(x, o + o_d) * yd * F32(isum) - _rd_half(x, o + o_dmin) * yd * F32(summs)
+    return isum, summs
 
 
 @njit(cache=True)
 def vec_dot_q4_K_q8_K_generic(n, x, y):
+    """The C twin's order (llama.cpp's x86 gemm over repacked Q4_K): per quarter super-block
+    (64 values) the integers I and M, acc = fmaf(I, d * d_act, acc), accm = fmaf(M, dmin * d_act,
+    accm); the result is acc - accm."""
     _check_dot(n, x.size, y.size, Q4_K_BYTES)
-    sumf = F32(0)
+    acc = F32(0)
+    accm = F32(0)
     for i in range(n // QK_K):
-        sumf += _dot_k4_block(x, i * Q4_K_BYTES, Q4_K_D, Q4_K_DMIN, Q4_K_SCALES, Q4_K_QS, -1,
-                              y, i * Q8_K_BYTES)
-    return sumf
+        o = i * Q4_K_BYTES
+        oy = i * Q8_K_BYTES
+        yd = _rd_f32(y, oy + Q8_K_D)
+        dd = _rd_half(x, o + Q4_K_D) * yd
+        dm = _rd_half(x, o + Q4_K_DMIN) * yd
+        for j in range(0, 8, 2):
+            isum, summs = _dot_k4_ints(x, o, Q4_K_SCALES, Q4_K_QS, -1, y, oy, j, j + 2)
+            acc = _fmaf(F32(isum), dd, acc)
+            accm = _fmaf(F32(summs), dm, accm)
+    return acc - accm
+
+
+@njit(cache=True)
+def vec_dot_q4_K_q8_K_small_generic(n, x, y):
+    """The C twin's small-batch order (llama.cpp's gemv over repacked Q4_K): as
+    vec_dot_q4_K_q8_K_generic with the integers summed over the whole super-block."""
+    _check_dot(n, x.size, y.size, Q4_K_BYTES)
+    acc = F32(0)
+    accm = F32(0)
+    for i in range(n // QK_K):
+        o = i * Q4_K_BYTES
+        oy = i * Q8_K_BYTES
+        yd = _rd_f32(y, oy + Q8_K_D)
+        isum, summs = _dot_k4_ints(x, o, Q4_K_SCALES, Q4_K_QS, -1, y, oy, 0, 8)
+        acc = _fmaf(F32(isum), _rd_half(x, o + Q4_K_D) * yd, acc)
+        accm = _fmaf(F32(summs), _rd_half(x, o + Q4_K_DMIN) * yd, accm)
+    return acc - accm
 
 
 @njit(cache=True)
@@ -658,8 +707,11 @@ def vec_dot_q5_K_q8_K_generic(n, x, y):
     _check_dot(n, x.size, y.size, Q5_K_BYTES)
     sumf = F32(0)
     for i in range(n // QK_K):
-        sumf += _dot_k4_block(x, i * Q5_K_BYTES, Q5_K_D, Q5_K_DMIN, Q5_K_SCALES, Q5_K_QS, Q5_K_QH,
-                              y, i * Q8_K_BYTES)
+        o = i * Q5_K_BYTES
+        oy = i * Q8_K_BYTES
+        isum, summs = _dot_k4_ints(x, o, Q5_K_SCALES, Q5_K_QS, Q5_K_QH, y, oy, 0, 8)
+        sumf = _k_term_min(sumf, isum, summs, _rd_half(x, o + Q5_K_D), _rd_half(x, o + Q5_K_DMIN),
+                           _rd_f32(y, oy + Q8_K_D))
     return sumf
 
 
@@ -734,9 +786,33 @@ def vec_dot_q6_K_q8_K_generic(n, x, y):
             for l in range(16 * g, 16 * g + 16):
                 s += _s8(y[oy + Q8_K_QS + l]) * _unpack_q6(x, o, l)
             isum += _s8(x[o + Q6_K_SCALES + g]) * s
-        d = _rd_half(x, o + Q6_K_D) * _rd_f32(y, oy + Q8_K_D)
-        sumf += d * F32(isum)
+        sumf = _k_term(sumf, isum, _rd_half(x, o + Q6_K_D), _rd_f32(y, oy + Q8_K_D))
     return sumf
+
+
+@njit(cache=True)
+def vec_dot_q6_K_q8_K_small_generic(n, x, y):
+    """llama.cpp's x86 vec_dot for Q6_K (the C twin's small-batch order): 8 integer lanes per
+    super-block, lane k over values v with (v % 32) // 4 == k, of sc * (q + 32) * q8, minus
+    32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); acc[k] = fmaf(d_act * d, lane, acc[k]);
+    the lanes summed as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) at the end."""
+    _check_dot(n, x.size, y.size, Q6_K_BYTES)
+    acc = np.zeros(8, np.float32)
+    lane = np.zeros(8, np.int64)
+    for i in range(n // QK_K):
+        o = i * Q6_K_BYTES
+        oy = i * Q8_K_BYTES
+        lane[:] = 0
+        for v in range(QK_K):
+            lane[(v % 32) // 4] += (_s8(x[o + Q6_K_SCALES + v // 16]) * (_unpack_q6(x, o, v) + 32)
+                                    * _s8(y[oy + Q8_K_QS + v]))
+        for k in range(8):
+            lane[k] -= 32 * (_s8(x[o + Q6_K_SCALES + 2 * k]) * _rd_i16(y, oy + Q8_K_BSUMS + 4 * k)
+                             + _s8(x[o + Q6_K_SCALES + 2 * k + 1]) * _rd_i16(y, oy + Q8_K_BSUMS + 4 * k + 2))
+        d = _rd_f32(y, oy + Q8_K_D) * _rd_half(x, o + Q6_K_D)
+        for k in range(8):
+            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 
 
 # ---- Q8_K (activations) --------------------------------------------------------------------

@@ -470,7 +470,50 @@ def dequantize_row_q8_0(x, y):
 
 # ---------------------------------------------------------------- dot products
 # Float types: products in float32, summed in float64 (ggml's scalar ggml_vec_dot_f32/f16/bf16).
-# Quantized types: integer dot per block, scaled and summed in float32 with ggml's operand order.
+# Quantized types: the C twin's order (llama.cpp's x86 one), every float operation in float32.
+# Per block, 8 float lanes: lane i adds the exact integer sum of the products of values
+# 4i..4i+3 times d = dx * dy with one fma; the lanes are summed at the end by _hsum8. Types with
+# a min add sum(m * y.s) through a separate chain of fmas, added last.
+
+
+@njit(cache=True)
+def _fmaf(a, b, c):
+    """C's fmaf(a, b, c) for float32 operands: the product is exact in float64, so only the sum
+    rounds twice (float64, then float32), which differs from one rounding only in rare ties."""
+    # np.float64, not float(): numba's float() of a float32 stays float32
+    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+@njit(cache=True)
+def _hsum8(acc):
+    """legacy_hsum8: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), in float32."""
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+
+
+@njit(cache=True, inline='always')
+def _lanes_acc(acc, d, lane):
+    """acc[i] = fmaf(d, (float)lane[i], acc[i]) for the 8 lanes"""
+    for i in range(8):
+        acc[i] = _fmaf(d, np.float32(lane[i]), acc[i])
+
+
+@njit(cache=True, inline='always')
+def _lanes(lane, q, yi, oy):
+    """lane[i] = sum(q[4i+t] * y[4i+t], t < 4) for the 32 int8 y at yi[oy:]."""
+    lane[:] = 0
+    for t in range(QK):
+        lane[t >> 2] += q[t] * np.int64(yi[oy + t])
+
+
+@njit(cache=True, inline='always')
+def _lanes_4bit(lane, x, ox, offset, yi, oy):
+    """_lanes for 16 nibble bytes at x[ox:] (value j: low nibble of byte j, value j+16: its high
+    nibble), each minus offset: lanes 0..3 take low nibbles, lanes 4..7 high ones."""
+    lane[:] = 0
+    for t in range(16):
+        b = np.int64(x[ox + t])
+        lane[t >> 2] += ((b & 0x0F) - offset) * np.int64(yi[oy + t])
+        lane[4 + (t >> 2)] += ((b >> 4) - offset) * np.int64(yi[oy + t + 16])
 
 
 @njit(cache=True)
@@ -506,36 +549,32 @@ def vec_dot_bf16_bf16_generic(n, x, y):
 def vec_dot_q4_0_q8_0_generic(n, x, y):
     nb = _dot_blocks(n, x.size, y.size, Q4_0_BYTES, Q8_0_BYTES)
     yi = y.view(np.int8)
-    sumf = np.float32(0.0)
+    acc = np.zeros(8, dtype=np.float32)
+    lane = np.zeros(8, dtype=np.int64)
     for i in range(nb):
         ox = i * Q4_0_BYTES
         oy = i * Q8_0_BYTES
-        sumi = 0
-        for j in range(16):
-            b = int(x[ox + 2 + j])
-            sumi += ((b & 0x0F) - 8) * int(yi[oy + 2 + j])
-            sumi += ((b >> 4) - 8) * int(yi[oy + 2 + j + 16])
-        sumf += np.float32(sumi) * _get_half(x, ox) * _get_half(y, oy)
-    return sumf
+        _lanes_4bit(lane, x, ox + 2, 8, yi, oy + 2)
+        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
+    return _hsum8(acc)
 
 
 @njit(cache=True)
 def vec_dot_q4_1_q8_1_generic(n, x, y):
-    """Per block dx*dy*sum(q*qy) + mx*sy, where sy = dy*sum(qy) is stored in the Q8_1 block."""
+    """dot(q*dx + mx, qy*dy) over a block = dx*dy*sum(q*qy) + mx*sy, sy = dy*sum(qy) stored in
+    the Q8_1 block: lanes for the first term, a chain of fmas for the second, added last."""
     nb = _dot_blocks(n, x.size, y.size, Q4_1_BYTES, Q8_1_BYTES)
     yi = y.view(np.int8)
-    sumf = np.float32(0.0)
+    acc = np.zeros(8, dtype=np.float32)
+    lane = np.zeros(8, dtype=np.int64)
+    summs = np.float32(0.0)
     for i in range(nb):
         ox = i * Q4_1_BYTES
         oy = i * Q8_1_BYTES
-        sumi = 0
-        for j in range(16):
-            b = int(x[ox + 4 + j])
-            sumi += (b & 0x0F) * int(yi[oy + 4 + j])
-            sumi += (b >> 4) * int(yi[oy + 4 + j + 16])
-        sumf += (_get_half(x, ox) * _get_half(y, oy) * np.float32(sumi)
-                 + _get_half(x, ox + 2) * _get_half(y, oy + 2))
-    return sumf
+        _lanes_4bit(lane, x, ox + 4, 0, yi, oy + 4)
+        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
+        summs = _fmaf(_get_half(x, ox + 2), _get_half(y, oy + 2), summs)
+    return _hsum8(acc) + summs
 
 
 @njit(cache=True)
@@ -543,16 +582,17 @@ def vec_dot_q5_0_q8_0_generic(n, x, y):
     nb = _dot_blocks(n, x.size, y.size, Q5_0_BYTES, Q8_0_BYTES)
     yi = y.view(np.int8)
     q = np.empty(QK, dtype=np.int64)
-    sumf = np.float32(0.0)
+    acc = np.zeros(8, dtype=np.float32)
+    lane = np.zeros(8, dtype=np.int64)
     for i in range(nb):
         ox = i * Q5_0_BYTES
         oy = i * Q8_0_BYTES
         _unpack_5bit(x, ox + 2, ox + 6, q)
-        sumi = 0
         for j in range(QK):
-            sumi += (q[j] - 16) * int(yi[oy + 2 + j])
-        sumf += _get_half(x, ox) * _get_half(y, oy) * np.float32(sumi)
-    return sumf
+            q[j] -= 16
+        _lanes(lane, q, yi, oy + 2)
+        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
+    return _hsum8(acc)
 
 
 @njit(cache=True)
@@ -560,17 +600,17 @@ def vec_dot_q5_1_q8_1_generic(n, x, y):
     nb = _dot_blocks(n, x.size, y.size, Q5_1_BYTES, Q8_1_BYTES)
     yi = y.view(np.int8)
     q = np.empty(QK, dtype=np.int64)
-    sumf = np.float32(0.0)
+    acc = np.zeros(8, dtype=np.float32)
+    lane = np.zeros(8, dtype=np.int64)
+    summs = np.float32(0.0)
     for i in range(nb):
         ox = i * Q5_1_BYTES
         oy = i * Q8_1_BYTES
         _unpack_5bit(x, ox + 4, ox + 8, q)
-        sumi = 0
-        for j in range(QK):
-            sumi += q[j] * int(yi[oy + 4 + j])
-        sumf += (_get_half(x, ox) * _get_half(y, oy) * np.float32(sumi)
-                 + _get_half(x, ox + 2) * _get_half(y, oy + 2))
-    return sumf
+        _lanes(lane, q, yi, oy + 4)
+        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
+        summs = _fmaf(_get_half(x, ox + 2), _get_half(y, oy + 2), summs)
+    return _hsum8(acc) + summs
 
 
 @njit(cache=True)
@@ -578,12 +618,13 @@ def vec_dot_q8_0_q8_0_generic(n, x, y):
     nb = _dot_blocks(n, x.size, y.size, Q8_0_BYTES, Q8_0_BYTES)
     xi = x.view(np.int8)
     yi = y.view(np.int8)
-    sumf = np.float32(0.0)
+    acc = np.zeros(8, dtype=np.float32)
+    lane = np.zeros(8, dtype=np.int64)
     for i in range(nb):
         ox = i * Q8_0_BYTES
         oy = i * Q8_0_BYTES
-        sumi = 0
-        for j in range(QK):
-            sumi += int(xi[ox + 2 + j]) * int(yi[oy + 2 + j])
-        sumf += np.float32(sumi) * (_get_half(x, ox) * _get_half(y, oy))
-    return sumf
+        lane[:] = 0
+        for t in range(QK):
+            lane[t >> 2] += np.int64(xi[ox + 2 + t]) * np.int64(yi[oy + 2 + t])
+        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
+    return _hsum8(acc)
