@@ -416,6 +416,170 @@ static void f16_to_f32_avx2(int n, const el_half *x, float *y) {
     for (; i < n; i++) y[i] = el_half_to_float(x[i]);
 }
 
+/* el_sum16 of 16 lanes held as lo (lanes 0..7) and hi (8..15): the lane tree spelled out */
+static inline float sum16_avx2(__m256 lo, __m256 hi) {
+    const __m256 t = _mm256_add_ps(hi, lo);                                          /* t[i] = l[i+8] + l[i] */
+    const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));  /* t[i+4] + t[i] */
+    const __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u));                             /* u0 + u2, u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
+}
+
+/* el_expf on 8 lanes: the same fmas; ldexpf(j, n) as j * 2^(n - e) (exact: |n| <= 192, e = n >> 1,
+ * so both powers and the first product are normal) then * 2^e, rounded once as ldexpf rounds
+ * (subnormal and overflowing results included) */
+static inline __m256 expf_avx2(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r), r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvtps_epi32(n), e = _mm256_srai_epi32(ni, 1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, e), bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, bias), 23));
+    const __m256 v = _mm256_mul_ps(_mm256_mul_ps(j, s1), s2);
+    /* |n| > 192: 0 (n <= 0) or infinity */
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 edge = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_set1_ps(INFINITY));
+    return _mm256_blendv_ps(v, edge, big);
+}
+
+/* keys 8h..8h+7 of key-tile row d: from the floats kf when given, else converted from kt */
+static inline __attribute__((always_inline)) __m256 key8(const el_half *kt, const float *kf, int d, int h) {
+    if (kf) return _mm256_loadu_ps(kf + d * 16 + 8 * h);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16 + 8 * h)));
+}
+
+/* one query's 16 scores in the qk_tile order: lane classes i, i + 4, i + 8, i + 12 (keys in two
+ * ymm each) summed in registers, d in order, giving u_i of el_sum16's tree directly; the classes
+ * are taken i = 0, 2, 1, 3 so that (u0 + u2) + (u1 + u3) needs only two partial sums live */
+static inline __attribute__((always_inline)) void qk_query_avx2(int hk, const float *q, const el_half *kt, const float *kf,
+                                                                float *out) {
+    const int h16 = hk & ~15;
+    __m256 p[2][2];  /* [u0 + u2, u1 + u3][keys 0..7, 8..15] */
+    for (int g = 0; g < 4; g++) {
+        const int i = (g & 1) * 2 + (g >> 1);  /* 0, 2, 1, 3 */
+        __m256 a[4][2];
+        for (int c = 0; c < 4; c++) a[c][0] = a[c][1] = _mm256_setzero_ps();
+        for (int d0 = 0; d0 < h16; d0 += 16)
+            for (int c = 0; c < 4; c++) {
+                const int d = d0 + i + 4 * c;
+                const __m256 qv = _mm256_broadcast_ss(q + d);
+                a[c][0] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 0), a[c][0]);  /* exact products */
+                a[c][1] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 1), a[c][1]);
+            }
+        for (int c = 0; c < 4; c++) {
+            const int d = h16 + i + 4 * c;
+            if (d >= hk) break;
+            const __m256 qv = _mm256_broadcast_ss(q + d);
+            a[c][0] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 0), a[c][0]);
+            a[c][1] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 1), a[c][1]);
+        }
+        for (int h = 0; h < 2; h++) {  /* u_i = t[i+4] + t[i], t[i] = l[i+8] + l[i] */
+            const __m256 ui = _mm256_add_ps(_mm256_add_ps(a[3][h], a[1][h]), _mm256_add_ps(a[2][h], a[0][h]));
+            p[g >> 1][h] = g & 1 ? _mm256_add_ps(p[g >> 1][h], ui) : ui;
+        }
+    }
+    _mm256_storeu_ps(out, _mm256_add_ps(p[0][0], p[1][0]));
+    _mm256_storeu_ps(out + 8, _mm256_add_ps(p[0][1], p[1][1]));
+}
+
+static void qk_tile_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    if (nq > 1 && hk <= 256) {  /* keys converted once for all the queries */
+        float kf[256 * 16];
+        f16_to_f32_avx2(hk * 16, kt, kf);
+        for (int j = 0; j < nq; j++) qk_query_avx2(hk, q + (size_t)j * ldq, kt, kf, out + j * 16);
+        return;
+    }
+    for (int j = 0; j < nq; j++) qk_query_avx2(hk, q + (size_t)j * ldq, kt, NULL, out + j * 16);
+}
+
+/* ggml_vec_dot_f16's order: per lane class i, its four chunk accumulators (two ymm each) summed
+ * in registers, combined (a0 + a2) + (a1 + a3), then el_sum16's tree across the classes (as in
+ * qk_query_avx2); dims past the last multiple of 64 added in double */
+static void qk_tile_one_avx2(int hk, const float *q, const el_half *kt, float *out) {
+    const int h64 = hk / 64 * 64;
+    __m256 p[2][2];
+    for (int g = 0; g < 4; g++) {
+        const int i = (g & 1) * 2 + (g >> 1);
+        __m256 l[4][2];  /* classes i, i + 4, i + 8, i + 12 */
+        for (int c = 0; c < 4; c++) {
+            __m256 a[4][2];
+            for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+            for (int d0 = 0; d0 < h64; d0 += 64)
+                for (int k = 0; k < 4; k++) {
+                    const int d = d0 + 16 * k + i + 4 * c;
+                    const __m256 qv = _mm256_broadcast_ss(q + d);
+                    a[k][0] = _mm256_fmadd_ps(qv, key8(kt, NULL, d, 0), a[k][0]);
+                    a[k][1] = _mm256_fmadd_ps(qv, key8(kt, NULL, d, 1), a[k][1]);
+                }
+            for (int h = 0; h < 2; h++) l[c][h] = _mm256_add_ps(_mm256_add_ps(a[0][h], a[2][h]), _mm256_add_ps(a[1][h], a[3][h]));
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 ui = _mm256_add_ps(_mm256_add_ps(l[3][h], l[1][h]), _mm256_add_ps(l[2][h], l[0][h]));
+            p[g >> 1][h] = g & 1 ? _mm256_add_ps(p[g >> 1][h], ui) : ui;
+        }
+    }
+    const __m256 r0 = _mm256_add_ps(p[0][0], p[1][0]), r1 = _mm256_add_ps(p[0][1], p[1][1]);
+    if (h64 == hk) {
+        _mm256_storeu_ps(out, r0);
+        _mm256_storeu_ps(out + 8, r1);
+        return;
+    }
+    __m256d s[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(r0)), _mm256_cvtps_pd(_mm256_extractf128_ps(r0, 1)),
+                    _mm256_cvtps_pd(_mm256_castps256_ps128(r1)), _mm256_cvtps_pd(_mm256_extractf128_ps(r1, 1))};
+    for (int d = h64; d < hk; d++) {
+        const __m256 qv = _mm256_broadcast_ss(q + d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 pr = _mm256_mul_ps(qv, key8(kt, NULL, d, h));  /* float product, as the twin */
+            s[2 * h] = _mm256_add_pd(s[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(pr)));
+            s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(pr, 1)));
+        }
+    }
+    for (int k = 0; k < 4; k++) _mm_storeu_ps(out + 4 * k, _mm256_cvtpd_ps(s[k]));
+}
+
+static void pv_tile_avx2(int hv, const float *w, const el_half *vt, float *acc) {
+    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+    for (int d = 0; d < hv; d++) {
+        float *o = acc + d * 16;
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(w0, key8(vt, NULL, d, 0), _mm256_loadu_ps(o)));  /* exact products */
+        _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(w1, key8(vt, NULL, d, 1), _mm256_loadu_ps(o + 8)));
+    }
+}
+
+static void sum16_rows_avx2(int n, const float *acc, float *out) {
+    for (int i = 0; i < n; i++) out[i] = sum16_avx2(_mm256_loadu_ps(acc + 16 * i), _mm256_loadu_ps(acc + 16 * i + 8));
+}
+
+static double exp_sum_avx2(int n, float *x, float max) {
+    double sum = 0.0;
+    const __m256 m = _mm256_set1_ps(max);
+    for (int i = 0; i < n; i += 16) {
+        const __m256 v0 = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 v1 = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
+        _mm256_storeu_ps(x + i, v0);
+        _mm256_storeu_ps(x + i + 8, v1);
+        sum += sum16_avx2(v0, v1);
+    }
+    return sum;
+}
+
+static void silu_mul_avx2(int64_t n, float *g, const float *u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = expf_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* the quantized kernels, twice                                                                 */
 
@@ -466,5 +630,11 @@ void el_register_avx2(el_type_traits *t) {
     else register_avx2(t);
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
+    el_vops.qk_tile = qk_tile_avx2;
+    el_vops.qk_tile_one = qk_tile_one_avx2;
+    el_vops.pv_tile = pv_tile_avx2;
+    el_vops.sum16_rows = sum16_rows_avx2;
+    el_vops.exp_sum = exp_sum_avx2;
+    el_vops.silu_mul = silu_mul_avx2;
 }
 #endif

@@ -9,10 +9,12 @@ What is checked, per weight type and ISA:
   equal the rows of a 17-row run bit-exactly;
 - llama.cpp's test-quantize-fns dot-product bound against the float dot;
 - the SIMD activation quantizers write the same bytes as the generic ones (quantize_row_q8_0,
-  quantize_row_q8_1, quantize_row_q8_K_ref).
+  quantize_row_q8_1, quantize_row_q8_K_ref);
+- the attention / activation helpers (el_vops) give the portable twins' bits.
 
-The registered kernels themselves are reached through the library's `el_traits` table (cffi in
-ABI mode on the same shared object; the struct mirrors el_type_traits in csrc/el_internal.h).
+The registered kernels themselves are reached through the library's `el_traits` and `el_vops`
+tables (cffi in ABI mode on the same shared object; the structs mirror el_type_traits and
+el_vec_ops in csrc/el_internal.h).
 """
 
 from __future__ import annotations
@@ -53,7 +55,20 @@ typedef struct {
     el_vec_dot_fn vec_dot_small; el_gemm_fn gemm_small;
 } el_type_traits;
 extern el_type_traits el_traits[40];
+typedef uint16_t el_half;
+typedef struct {
+    void (*f32_to_f16)(int n, const float *x, el_half *y);
+    void (*f16_to_f32)(int n, const el_half *x, float *y);
+    void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    void (*qk_tile_one)(int hk, const float *q, const el_half *kt, float *out);
+    void (*pv_tile)(int hv, const float *w, const el_half *vt, float *acc);
+    void (*sum16_rows)(int n, const float *acc, float *out);
+    double (*exp_sum)(int n, float *x, float max);
+    void (*silu_mul)(int64_t n, float *g, const float *u);
+} el_vec_ops;
+extern el_vec_ops el_vops;
 """)
+VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "pv_tile", "sum16_rows", "exp_sum", "silu_mul"]
 
 
 def _variants() -> list[str]:
@@ -440,3 +455,102 @@ def test_activation_quantizer_bytes(kern, act):
     want = np.stack([quant_ops.quantize_activation(weight, row) for row in x])
     for r in range(x.shape[0]):
         np.testing.assert_array_equal(got[r], want[r], err_msg=f"row {r}")
+
+
+# ---------------------------------------------------------------- attention / activation helpers
+
+def _ptr(ctype: str, a: np.ndarray):
+    assert a.flags.c_contiguous
+    return _ABI.cast(ctype, a.ctypes.data)
+
+
+def _f16_values(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
+    """f16-valued floats (queries and probabilities are rounded to f16 before the tiles)."""
+    return (rng.standard_normal(shape) * scale).astype(np.float16).astype(np.float32)
+
+
+def _exp_inputs(rng: np.random.Generator, n: int) -> np.ndarray:
+    """[-120, 90] (underflow to subnormals and zero, overflow to infinity), dense around the
+    edges of the fast range and of |n| > 192, plus ordinary values."""
+    parts = [rng.uniform(-120.0, 90.0, n), rng.uniform(-105.0, -85.0, n), rng.uniform(85.0, 90.0, n // 4),
+             rng.uniform(-134.0, -132.0, n // 8), rng.uniform(132.0, 134.0, n // 8),
+             rng.standard_normal(n) * 4.0, [0.0, -0.0, 1e-30, -1e-30, 88.72, -87.33, -103.97, -103.28]]
+    x = np.concatenate([np.asarray(p, dtype=np.float32) for p in parts])
+    return x[: len(x) // 16 * 16]
+
+
+def _run_vops(vops, rng_seed: int) -> dict:
+    """Every el_vops entry of the selected table on fixed random inputs; outputs as arrays."""
+    rng = np.random.default_rng(rng_seed)
+    out = {}
+    # conversions: many magnitudes (f16 subnormals, overflow to inf), odd length
+    x = (rng.standard_normal(203) * 10.0 ** rng.integers(-9, 6, 203)).astype(np.float32)
+    x[:3] = [0.0, -0.0, 65520.0]
+    y = np.zeros(203, dtype=np.uint16)
+    vops.f32_to_f16(203, _ptr("float *", x), _ptr("el_half *", y))
+    out["f32_to_f16"] = y
+    h = rng.integers(0, 0x10000, 203, dtype=np.uint16)
+    h[(h & 0x7C00) == 0x7C00] &= 0xFC00  # no NaNs (infinities kept)
+    f = np.zeros(203, dtype=np.float32)
+    vops.f16_to_f32(203, _ptr("el_half *", h), _ptr("float *", f))
+    out["f16_to_f32"] = f
+    for hk in (40, 64, 80, 128, 256):
+        kt = _f16_values(rng, (hk, 16)).astype(np.float16).view(np.uint16)
+        for nq, ldq in ((1, hk), (3, hk + 5), (8, hk)):
+            q = _f16_values(rng, (nq, ldq), 4.0)
+            o = np.zeros((nq, 16), dtype=np.float32)
+            vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
+            out[f"qk_tile hk={hk} nq={nq}"] = o
+        q = _f16_values(rng, hk, 4.0)
+        o = np.zeros(16, dtype=np.float32)
+        vops.qk_tile_one(hk, _ptr("float *", q), _ptr("el_half *", kt), _ptr("float *", o))
+        out[f"qk_tile_one hk={hk}"] = o
+    for hv in (64, 80, 256):
+        w = rng.uniform(0, 1, 16).astype(np.float16).astype(np.float32)
+        w[3] = 0.0
+        vt = _f16_values(rng, (hv, 16)).astype(np.float16).view(np.uint16)
+        acc = rng.standard_normal((hv, 16)).astype(np.float32)
+        vops.pv_tile(hv, _ptr("float *", w), _ptr("el_half *", vt), _ptr("float *", acc))
+        vops.pv_tile(hv, _ptr("float *", w[::-1].copy()), _ptr("el_half *", vt), _ptr("float *", acc))
+        out[f"pv_tile hv={hv}"] = acc
+        s = np.zeros(hv, dtype=np.float32)
+        vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
+        out[f"sum16_rows n={hv}"] = s
+    e = _exp_inputs(rng, 4096)
+    e[5::97] = -np.inf  # masked slots
+    for mx in (0.0, float(np.max(e)), -3.5):
+        xe = e.copy()
+        total = vops.exp_sum(len(xe), _ptr("float *", xe), mx)
+        out[f"exp_sum max={mx}"] = xe
+        out[f"exp_sum max={mx} sum"] = np.array([total], dtype=np.float64)
+    g = np.concatenate([_exp_inputs(rng, 4096), rng.standard_normal(13).astype(np.float32)])  # odd tail
+    u = rng.standard_normal(len(g)).astype(np.float32)
+    vops.silu_mul(len(g), _ptr("float *", g), _ptr("float *", u))
+    out["silu_mul"] = g
+    return out
+
+
+@pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
+def test_vec_ops_bit_identical_to_generic(variant):
+    """Each el_vops entry the variant registers gives the portable twin's bits (dispatch.c)."""
+    k = Kernels(variant)
+    try:
+        k.select("generic")
+        generic = k.abi.el_vops
+        gen_fns = {name: int(_ABI.cast("intptr_t", getattr(generic, name))) for name in VOPS}
+        want = _run_vops(generic, 77)
+        k.select(variant)
+        vops = k.abi.el_vops
+        fns = {name: int(_ABI.cast("intptr_t", getattr(vops, name))) for name in VOPS}
+        if variant != "generic":  # the x86 files register every entry
+            assert all(fns[name] != gen_fns[name] for name in VOPS), fns
+        got = _run_vops(vops, 77)
+        for key, w in want.items():
+            gk = got[key]
+            if w.dtype == np.float32:
+                w, gk = _bits(w), _bits(gk)
+            elif w.dtype == np.float64:
+                w, gk = w.view(np.uint64), gk.view(np.uint64)
+            np.testing.assert_array_equal(gk, w, err_msg=f"{variant}: {key}")
+    finally:
+        k.close()
