@@ -634,16 +634,24 @@ void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
     *s = sumf;
 }
 
+/* Q4_K / Q5_K integers over sub-blocks j0 .. j1-1 (32 values each) once the values are
+ * unpacked into q[256]: *isum = sum sc * dot, *summs = sum m * bsum */
+static void k4_ints(const block_q8_K *y, const int8_t *q, const uint8_t *scales, int j0, int j1, int *isum,
+                    int *summs) {
+    *isum = *summs = 0;
+    for (int j = j0; j < j1; ++j) {
+        uint8_t sc, m;
+        get_scale_min_k4(j, scales, &sc, &m);
+        *isum += sc * (dot16(y->qs, q, 2 * j) + dot16(y->qs, q, 2 * j + 1));
+        *summs += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+}
+
 /* Q5_K once its values are unpacked into q[256] */
 static float dot_k4_block(float sum, const block_q8_K *y, const int8_t *q, const uint8_t *scales, el_half d,
                           el_half dmin) {
-    int isum = 0, summs = 0;
-    for (int j = 0; j < QK_K / 32; ++j) {
-        uint8_t sc, m;
-        get_scale_min_k4(j, scales, &sc, &m);
-        isum += sc * (dot16(y->qs, q, 2 * j) + dot16(y->qs, q, 2 * j + 1));
-        summs += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
-    }
+    int isum, summs;
+    k4_ints(y, q, scales, 0, QK_K / 32, &isum, &summs);
     return k_term_min(sum, isum, summs, EL_H2F(d), EL_H2F(dmin), y->d);
 }
 
@@ -661,13 +669,8 @@ void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
         for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
         const float dd = EL_H2F(x[i].d) * y[i].d, dm = EL_H2F(x[i].dmin) * y[i].d;
         for (int j = 0; j < QK_K / 32; j += 2) {
-            int isum = 0, summs = 0;
-            for (int h = j; h < j + 2; ++h) {
-                uint8_t sc, m;
-                get_scale_min_k4(h, x[i].scales, &sc, &m);
-                isum += sc * (dot16(y[i].qs, q, 2 * h) + dot16(y[i].qs, q, 2 * h + 1));
-                summs += m * (y[i].bsums[2 * h] + y[i].bsums[2 * h + 1]);
-            }
+            int isum, summs;
+            k4_ints(&y[i], q, x[i].scales, j, j + 2, &isum, &summs);
             acc = fmaf((float)isum, dd, acc);
             accm = fmaf((float)summs, dm, accm);
         }
@@ -685,13 +688,8 @@ void vec_dot_q4_K_q8_K_small_generic(int n, float *s, const void *vx, const void
     float acc = 0.0f, accm = 0.0f;
     for (int i = 0; i < nb; ++i) {
         for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
-        int isum = 0, summs = 0;
-        for (int h = 0; h < QK_K / 32; ++h) {
-            uint8_t sc, m;
-            get_scale_min_k4(h, x[i].scales, &sc, &m);
-            isum += sc * (dot16(y[i].qs, q, 2 * h) + dot16(y[i].qs, q, 2 * h + 1));
-            summs += m * (y[i].bsums[2 * h] + y[i].bsums[2 * h + 1]);
-        }
+        int isum, summs;
+        k4_ints(&y[i], q, x[i].scales, 0, QK_K / 32, &isum, &summs);
         acc = fmaf((float)isum, EL_H2F(x[i].d) * y[i].d, acc);
         accm = fmaf((float)summs, EL_H2F(x[i].dmin) * y[i].d, accm);
     }
