@@ -655,46 +655,29 @@ static float dot_k4_block(float sum, const block_q8_K *y, const int8_t *q, const
     return k_term_min(sum, isum, summs, EL_H2F(d), EL_H2F(dmin), y->d);
 }
 
-/* Q4_K is the exception: llama.cpp repacks Q4_K weights (8 rows interleaved) and its x86 gemm
- * over them accumulates in float every 64 values: per quarter super-block, the integer
- * I = sum over its two sub-blocks of sc * dot and M = sum of m * bsum, then
- * acc = fma(I, d * d_act, acc) and accm = fma(M, dmin * d_act, accm); the result is acc - accm. */
-void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
-    const block_q4_K *x = vx;
-    const block_q8_K *y = vy;
-    const int nb = n / QK_K;
+/* Q4_K is the exception: llama.cpp repacks Q4_K weights (8 rows interleaved). Its x86 gemm over
+ * them accumulates in float every 64 values (span 2 sub-blocks), its gemv (the small-batch
+ * kernel) every super-block (span 8): per span, the integer I = sum of sc * dot and
+ * M = sum of m * bsum over its sub-blocks, then acc = fma(I, d * d_act, acc) and
+ * accm = fma(M, dmin * d_act, accm); the result is acc - accm. */
+static float q4_K_dot(int n, const block_q4_K *x, const block_q8_K *y, int span) {
     int8_t q[QK_K];
     float acc = 0.0f, accm = 0.0f;
-    for (int i = 0; i < nb; ++i) {
+    for (int i = 0; i < n / QK_K; ++i) {
         for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
         const float dd = EL_H2F(x[i].d) * y[i].d, dm = EL_H2F(x[i].dmin) * y[i].d;
-        for (int j = 0; j < QK_K / 32; j += 2) {
+        for (int j = 0; j < QK_K / 32; j += span) {
             int isum, summs;
-            k4_ints(&y[i], q, x[i].scales, j, j + 2, &isum, &summs);
+            k4_ints(&y[i], q, x[i].scales, j, j + span, &isum, &summs);
             acc = fmaf((float)isum, dd, acc);
             accm = fmaf((float)summs, dm, accm);
         }
     }
-    *s = acc - accm;
+    return acc - accm;
 }
 
-/* llama.cpp's gemv over repacked Q4_K: the same integers summed over the whole super-block,
- * then one fma each into acc and accm per super-block */
-void vec_dot_q4_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
-    const block_q4_K *x = vx;
-    const block_q8_K *y = vy;
-    const int nb = n / QK_K;
-    int8_t q[QK_K];
-    float acc = 0.0f, accm = 0.0f;
-    for (int i = 0; i < nb; ++i) {
-        for (int v = 0; v < QK_K; ++v) q[v] = (int8_t)unpack_4bit(x[i].qs, v);
-        int isum, summs;
-        k4_ints(&y[i], q, x[i].scales, 0, QK_K / 32, &isum, &summs);
-        acc = fmaf((float)isum, EL_H2F(x[i].d) * y[i].d, acc);
-        accm = fmaf((float)summs, EL_H2F(x[i].dmin) * y[i].d, accm);
-    }
-    *s = acc - accm;
-}
+void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) { *s = q4_K_dot(n, vx, vy, 2); }
+void vec_dot_q4_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) { *s = q4_K_dot(n, vx, vy, 8); }
 
 void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q5_K *x = vx;

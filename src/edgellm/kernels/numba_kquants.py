@@ -665,10 +665,10 @@ def _dot_k4_ints(x, o, o_scales, o_qs, o_qh, y, oy, j0, j1):
 
 
 @njit(cache=True)
-def vec_dot_q4_K_q8_K_generic(n, x, y):
-    """The C twin's order (llama.cpp's x86 gemm over repacked Q4_K): per quarter super-block
-    (64 values) the integers I and M, acc = fmaf(I, d * d_act, acc), accm = fmaf(M, dmin * d_act,
-    accm); the result is acc - accm."""
+def _q4_K_dot(n, x, y, span):
+    """The C twin's order (llama.cpp's x86 gemm over repacked Q4_K with span 2 sub-blocks, its
+    gemv with span 8): per span the integers I and M, acc = fmaf(I, d * d_act, acc),
+    accm = fmaf(M, dmin * d_act, accm); the result is acc - accm."""
     _check_dot(n, x.size, y.size, Q4_K_BYTES)
     acc = F32(0)
     accm = F32(0)
@@ -678,28 +678,21 @@ def vec_dot_q4_K_q8_K_generic(n, x, y):
         yd = _rd_f32(y, oy + Q8_K_D)
         dd = _rd_half(x, o + Q4_K_D) * yd
         dm = _rd_half(x, o + Q4_K_DMIN) * yd
-        for j in range(0, 8, 2):
-            isum, summs = _dot_k4_ints(x, o, Q4_K_SCALES, Q4_K_QS, -1, y, oy, j, j + 2)
+        for j in range(0, 8, span):
+            isum, summs = _dot_k4_ints(x, o, Q4_K_SCALES, Q4_K_QS, -1, y, oy, j, j + span)
             acc = _fmaf(F32(isum), dd, acc)
             accm = _fmaf(F32(summs), dm, accm)
     return acc - accm
 
 
 @njit(cache=True)
+def vec_dot_q4_K_q8_K_generic(n, x, y):
+    return _q4_K_dot(n, x, y, 2)
+
+
+@njit(cache=True)
 def vec_dot_q4_K_q8_K_small_generic(n, x, y):
-    """The C twin's small-batch order (llama.cpp's gemv over repacked Q4_K): as
-    vec_dot_q4_K_q8_K_generic with the integers summed over the whole super-block."""
-    _check_dot(n, x.size, y.size, Q4_K_BYTES)
-    acc = F32(0)
-    accm = F32(0)
-    for i in range(n // QK_K):
-        o = i * Q4_K_BYTES
-        oy = i * Q8_K_BYTES
-        yd = _rd_f32(y, oy + Q8_K_D)
-        isum, summs = _dot_k4_ints(x, o, Q4_K_SCALES, Q4_K_QS, -1, y, oy, 0, 8)
-        acc = _fmaf(F32(isum), _rd_half(x, o + Q4_K_D) * yd, acc)
-        accm = _fmaf(F32(summs), _rd_half(x, o + Q4_K_DMIN) * yd, accm)
-    return acc - accm
+    return _q4_K_dot(n, x, y, 8)
 
 
 @njit(cache=True)
