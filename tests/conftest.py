@@ -1,10 +1,9 @@
 """Shared fixtures: the two real models (fetched through edgellm's own resolver, then cached)
-and llama.cpp's reference outputs on them."""
+and llama.cpp's reference outputs on them (tests/fixtures)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _find_shared() -> Path:
-    """../shared next to the checkout (or next to any parent folder), or $EDGELLM_SHARED."""
-    if os.environ.get("EDGELLM_SHARED"):
-        return Path(os.environ["EDGELLM_SHARED"])
-    for parent in REPO.parents:
-        if (parent / "shared" / "fixtures").is_dir():
-            return parent / "shared"
-    return REPO.parent / "shared"
-
-
-SHARED = _find_shared()
-FIXTURES = SHARED / "fixtures"
+# llama.cpp's reference outputs live in the repository (tests/fixtures/README.md says how they
+# were made); nothing outside the clone is needed.
+FIXTURES = REPO / "tests" / "fixtures"
 REFERENCE = FIXTURES / "reference"
+
 
 def engine_paths() -> list[str]:
     """Every way this machine can run a model: "c:<isa>" per C kernel path, and "numba"."""
@@ -52,8 +43,6 @@ REAL_MODELS = {
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.fail(f"reference fixtures not found at {FIXTURES} (set EDGELLM_SHARED)")
     return FIXTURES
 
 
