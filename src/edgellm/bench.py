@@ -87,9 +87,9 @@ def _tokens(llm: LLM, n: int, rng) -> list[int]:
 
 
 def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: int = 5,
-        seed: int = 1234, progress=None) -> list[BenchResult]:
+        seed: int = 1234, progress=None, mlock: bool = False) -> list[BenchResult]:
     threads = list(threads)
-    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0])
+    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0], mlock=mlock)
     engine = llm._new_engine()  # (moves the weights to huge pages where it can, as generation does)
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())

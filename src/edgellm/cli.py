@@ -61,12 +61,17 @@ def _sampling_options(fn):
     return fn
 
 
+_MLOCK_OPTION = click.option("--mlock", is_flag=True,
+                             help="Lock the weights in RAM (mlock) so they are never paged out.")
+
+
 def _model_options(fn):
     options = [
         click.option("-c", "--ctx-size", "n_ctx", type=int, default=4096, show_default=True,
                      help="Context length in tokens (0 = the model's)."),
         click.option("-t", "--threads", "n_threads", type=int, default=None,
                      help="Threads (default: physical cores)."),
+        _MLOCK_OPTION,
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -78,10 +83,10 @@ def _sampling(kw: dict) -> dict:
     return {k: kw.pop(k) for k in keys if k in kw}
 
 
-def _load(model: str, n_ctx: int, n_threads, seed=None):
+def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
     from .api import LLM
 
-    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, mlock=mlock)
 
 
 def _stats_line(llm) -> str:
@@ -104,7 +109,7 @@ def main():
 @_model_options
 @_sampling_options
 @_user_errors
-def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
+def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
     from .registry import default_alias
 
@@ -114,7 +119,7 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     base = [{"role": "system", "content": system}] if system else []
@@ -186,12 +191,12 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @_model_options
 @_sampling_options
 @_user_errors
-def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
+def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, mlock, **kw):
     """Print MODEL's completion of a prompt."""
     if prompt == "-":
         prompt = sys.stdin.read()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
     try:
         for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, **sampling):
             click.echo(piece, nl=False)
@@ -237,8 +242,9 @@ def pull(alias, force):
 @click.option("-t", "--threads", default=None, help="Comma-separated thread counts (default: physical cores).")
 @click.option("-r", "--repetitions", type=int, default=5, show_default=True, help="Timed runs per test.")
 @click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@_MLOCK_OPTION
 @_user_errors
-def bench(model, n_prompt, n_gen, threads, repetitions, output):
+def bench(model, n_prompt, n_gen, threads, repetitions, output, mlock):
     """Measure prompt (pp) and generation (tg) speed the way llama-bench does."""
     from . import bench as b
 
@@ -248,7 +254,7 @@ def bench(model, n_prompt, n_gen, threads, repetitions, output):
         raise click.BadParameter("expected comma-separated integers, e.g. 1,2", param_hint="-t") from None
     if any(c is not None and c <= 0 for c in counts) or repetitions <= 0 or n_prompt < 0 or n_gen < 0:
         raise click.BadParameter("thread counts and repetitions must be positive")
-    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
+    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions, mlock=mlock,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
                     if output == "md" else None)
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))

@@ -31,3 +31,7 @@ class TokenizerError(EdgeLLMError):
 
 class TemplateError(EdgeLLMError):
     """A chat template failed to render."""
+
+
+class MemoryLockError(EdgeLLMError):
+    """mlock could not lock the weights in RAM (usually: the RLIMIT_MEMLOCK limit is too low)."""
