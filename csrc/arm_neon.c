@@ -981,6 +981,10 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
     el_vops.silu_mul = silu_mul_neon;
 }
 
-void el_register_neon(el_type_traits *t) { el_register_neon_level(t, el_neon_has_dotprod()); }
+int el_register_neon(el_type_traits *t) {
+    const int dotprod = el_neon_has_dotprod();
+    el_register_neon_level(t, dotprod);
+    return dotprod;
+}
 
 #endif /* __aarch64__ */

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .api import LLM
+from .kernels import isa_label
 
 
 @dataclass
@@ -104,7 +105,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         if n_gen > 0:
             tests.append((f"tg{n_gen}", n_gen))
         for name, n in tests:
-            res = BenchResult(llm.path.name, size, params, engine.isa, n_threads, name,
+            res = BenchResult(llm.path.name, size, params, isa_label(engine.isa), n_threads, name,
                               bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
             for rep in range(reps + 1):  # the first run warms caches and page tables up
                 ids = _tokens(llm, n, rng)

@@ -19,6 +19,7 @@ import click
 
 from . import __version__
 from .errors import EdgeLLMError
+from .kernels import isa_label
 
 HELP_TEXT = """Commands:
   /help          show this help
@@ -92,7 +93,7 @@ def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
 def _stats_line(llm) -> str:
     s = llm.last_stats
     return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
-            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | {llm.backend}, {llm.n_threads} threads]")
+            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | {isa_label(llm.backend)}, {llm.n_threads} threads]")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -120,7 +121,7 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
     model = model or default_alias()
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
-    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
+    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {isa_label(llm.backend)}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
