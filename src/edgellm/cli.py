@@ -2,6 +2,7 @@
 
     edgellm run [MODEL]              chat in the terminal (default model from models.toml)
     edgellm generate MODEL -p TEXT   print a completion
+    edgellm serve [MODEL]            an OpenAI-compatible HTTP server
     edgellm models | pull ALIAS      what we know / fetch it
 """
 
@@ -199,6 +200,35 @@ def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
         click.echo("")
     if verbose:
         click.echo(_stats_line(llm), err=True)
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
+@click.option("--parallel", "-np", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Sequences decoded at once.")
+@click.option("--max-queue", type=click.IntRange(0), default=128, show_default=True,
+              help="Requests that may wait for a slot; more get 429 with Retry-After.")
+@click.option("--api-key", envvar="EDGELLM_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or set EDGELLM_API_KEY); /health stays open.")
+@click.option("--grace", type=click.IntRange(0), default=30, show_default=True,
+              help="Seconds running requests get to finish on SIGTERM / Ctrl-C.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every request.")
+@_model_options
+@_user_errors
+def serve(model, host, port, parallel, max_queue, api_key, grace, verbose, n_ctx, n_threads):
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
+    try:
+        from .server.runner import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(f"the server needs its extra: pip install 'edgellm[server]' ({exc})") from None
+    from .registry import default_alias
+
+    if api_key is not None and not api_key.strip():
+        raise click.BadParameter("must not be empty", param_hint="--api-key")
+    run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
+               api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
 
 
 @main.command()
