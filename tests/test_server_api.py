@@ -28,7 +28,7 @@ NEEDS_BATCHED_ENGINE = pytest.mark.skip(reason="waits for the batched engine: th
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    srv = ServerProcess(MODEL, "-c", str(N_CTX), "--parallel", str(PARALLEL), "-t", "2", "--max-queue", "64")
+    srv = ServerProcess(MODEL, "-c", str(N_CTX), "--parallel", str(PARALLEL), "-t", "1", "--max-queue", "64")
     yield srv
     assert srv.stop() == 0
 

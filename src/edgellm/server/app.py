@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -41,8 +42,18 @@ class Context:
     def __post_init__(self):
         self.metrics = Metrics(self.engine)
         self.fingerprint = f"fp_edgellm_{__version__}"
+        self._close_lock = threading.Lock()
+        self._closed = False
         self.limits = dict(max_n=self.max_seqs, n_ctx=self.llm.n_ctx, n_vocab=self.llm.n_vocab,
                            models={self.model_id})
+
+    def close_engine(self) -> None:
+        """Stop generating: running and waiting requests end as cancelled (their clients get 503)."""
+        self.draining = True
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                self.engine.close()
 
     def check_key(self, request: Request) -> None:
         if self.api_key is None:

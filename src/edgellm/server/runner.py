@@ -1,9 +1,11 @@
 """Running the server: load the model, start the engine's thread, serve HTTP on uvicorn; on
 SIGTERM or Ctrl-C stop accepting, let running streams finish for up to `grace` seconds, then
-cancel what is left, close the engine and exit (a second Ctrl-C stops at once)."""
+close the engine (what is left ends with a 503 error the client can read) and exit (a second
+Ctrl-C stops at once)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -30,18 +32,31 @@ def curl_example(url: str, model: str, with_key: bool) -> str:
     return f"curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, telling the application when shutdown begins and when it is ready."""
+SHUTDOWN_MARGIN = 5  # seconds uvicorn waits past the grace period for the last responses to go out
 
-    def __init__(self, config, ctx: Context, on_ready):
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the application when it is ready and when shutdown begins, and
+    closing the engine when the grace period is over."""
+
+    def __init__(self, config, ctx: Context, grace: float, on_ready):
         super().__init__(config)
         self._ctx = ctx
+        self._grace = grace
         self._on_ready = on_ready
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
         if self.started:
             self._on_ready(self.servers[0].sockets[0].getsockname()[:2])
+
+    async def shutdown(self, sockets=None):
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self._grace, lambda: loop.run_in_executor(None, self._ctx.close_engine))
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -61,7 +76,7 @@ class _Server(uvicorn.Server):
             self._ctx.draining = True
             stats = self._ctx.engine.stats()
             print(f"edgellm serve: stopping; {stats['running']} running, {stats['waiting']} waiting "
-                  f"(up to {self.config.timeout_graceful_shutdown} s; Ctrl-C again to stop now)",
+                  f"(up to {self._grace} s; Ctrl-C again to stop now)",
                   file=sys.stderr, flush=True)
         super().handle_exit(sig, frame)
 
@@ -84,9 +99,9 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
         print(f"  try: {curl_example(url, ctx.model_id, api_key is not None)}", flush=True)
 
     config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="info" if verbose else "warning",
-                            access_log=verbose, timeout_graceful_shutdown=grace, lifespan="off")
+                            access_log=verbose, timeout_graceful_shutdown=grace + SHUTDOWN_MARGIN, lifespan="off")
     try:
-        _Server(config, ctx, ready).run()
+        _Server(config, ctx, grace, ready).run()
     finally:
-        engine.close()
+        ctx.close_engine()
         llm.close()
