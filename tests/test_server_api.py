@@ -216,6 +216,16 @@ def test_metrics(client, server):
 
 
 @NEEDS_BATCHED_ENGINE
+def test_a_shared_system_prompt_comes_from_the_prefix_cache(client):
+    system = {"role": "system", "content": "You are a patient teacher of geography. " * 12}
+    kw = dict(model=MODEL, max_tokens=4, temperature=0)
+    first = client.chat.completions.create(messages=[system, *ask("Where is Peru?")], **kw)
+    second = client.chat.completions.create(messages=[system, *ask("Where is Chad?")], **kw)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens > 100 and cached >= 100 and cached < second.usage.prompt_tokens
+
+
+@NEEDS_BATCHED_ENGINE
 def test_32_concurrent_greedy_requests_each_as_alone(client):
     prompts = [f"Write one sentence about the number {i}." for i in range(32)]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
 
 import pytest
 
@@ -114,6 +115,29 @@ def test_full_queue_answers_429_with_retry_after(server, eog_bias):
     wait_for(lambda: idle(server), 30)
     status, _, payload = server.request("POST", "/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     assert status == 200 and payload["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_client_that_does_not_read_does_not_hold_up_the_engine(server, eog_bias):
+    """The engine finishes a stream whose client reads nothing (its socket buffer small and full);
+    the client then gets every token."""
+    wait_for(lambda: idle(server), 60)
+    before = server.metrics()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((server.host, server.port))
+    conn = server.connection()
+    conn.sock = sock
+    n = 300
+    conn.request("POST", "/v1/completions", body=json.dumps(endless(eog_bias, max_tokens=n, logprobs=5, stream=True,
+                                                                    stream_options={"include_usage": True})).encode(),
+                 headers={"Content-Type": "application/json"})
+    length = 'edgellm_sequences_finished_total{reason="length"}'
+    wait_for(lambda: server.metrics().get(length, 0) == before.get(length, 0) + 1, 120)
+    events = list(sse_events(conn.getresponse()))
+    conn.close()
+    assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == n
+    assert sum(len(e["choices"][0]["logprobs"]["tokens"]) for e in events[:-2] if e["choices"] and
+               e["choices"][0]["logprobs"]) == n
 
 
 def test_binds_localhost_and_prints_how_to_call_it(server):
