@@ -210,6 +210,8 @@ def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
               help="Sequences decoded at once.")
 @click.option("--max-queue", type=click.IntRange(0), default=128, show_default=True,
               help="Requests that may wait for a slot; more get 429 with Retry-After.")
+@click.option("--kv-tokens", type=click.IntRange(16), default=None,
+              help="KV cache tokens all sequences share (default: parallel x context; RAM is used as written).")
 @click.option("--api-key", envvar="EDGELLM_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' (or set EDGELLM_API_KEY); /health stays open.")
 @click.option("--grace", type=click.IntRange(0), default=30, show_default=True,
@@ -217,7 +219,7 @@ def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, api_key, grace, verbose, n_ctx, n_threads):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -228,7 +230,7 @@ def serve(model, host, port, parallel, max_queue, api_key, grace, verbose, n_ctx
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
 
 
 @main.command()

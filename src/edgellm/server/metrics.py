@@ -4,19 +4,24 @@ updates as requests finish, and gauges read from `engine.stats()` at each scrape
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 PREFIX = "edgellm"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-# engine.stats() key -> (gauge name, help)
+# engine.stats() key -> (metric name, help): levels now, and counts since the start
 ENGINE_GAUGES = {
     "waiting": ("queue_depth", "Requests waiting for a sequence slot."),
     "running": ("running_sequences", "Sequences being decoded."),
     "kv_blocks_used": ("kv_blocks_used", "KV cache blocks held by sequences."),
-    "kv_blocks_total": ("kv_blocks_total", "KV cache blocks in the pool."),
-    "prompt_tokens_cached": ("prompt_tokens_cached", "Prompt tokens the engine took from its prefix cache."),
+    "kv_blocks_cached": ("kv_blocks_cached", "KV cache blocks kept only by the prefix cache (reusable, evictable)."),
+    "kv_blocks_total": ("kv_blocks_total", "KV cache blocks the pool may hold."),
+}
+ENGINE_COUNTERS = {
+    "prompt_tokens_cached": ("prompt_tokens_cached", "Prompt tokens taken from the prefix cache."),
+    "preemptions": ("preemptions", "Sequences preempted (KV given to others, recomputed later)."),
+    "steps": ("engine_steps", "Engine steps (one batched forward pass each)."),
 }
 
 
@@ -26,9 +31,10 @@ class _EngineCollector:
 
     def collect(self):
         stats = self._engine.stats()
-        for key, (name, doc) in ENGINE_GAUGES.items():
-            if key in stats:
-                yield GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=stats[key])
+        for table, family in ((ENGINE_GAUGES, GaugeMetricFamily), (ENGINE_COUNTERS, CounterMetricFamily)):
+            for key, (name, doc) in table.items():
+                if stats.get(key) is not None:
+                    yield family(f"{PREFIX}_{name}", doc, value=stats[key])
 
 
 class Metrics:

@@ -11,10 +11,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import ContextOverflowError, TemplateError
+from ..errors import ContextOverflowError, EdgeLLMError, TemplateError
+from ..scheduler import QueueFullError
 from .bridge import Submission
 from .errors import APIError, invalid, model_not_found, queue_full, server_error, shutting_down, too_large
-from .interim_single_stream import QueueFullError
 from .responses import DONE, ChatFormat, Choice, CompletionFormat, sse, usage
 from .schemas import Generation, parse_chat, parse_completion, parse_detokenize, parse_tokenize
 
@@ -86,6 +86,8 @@ async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[i
             raise invalid(what if what == "messages" else "prompt", str(exc), "context_length_exceeded") from None
         if isinstance(exc, ValueError):
             raise invalid(None, str(exc)) from None
+        if isinstance(exc, EdgeLLMError) and ctx.draining:  # the engine closed under us
+            raise shutting_down() from None
         raise
     choices = [Choice() for _ in sub.requests]
     want_lp = gen.logprobs is not None

@@ -16,7 +16,6 @@ import threading
 import uvicorn
 
 from .app import Context, create_app
-from .interim_single_stream import InterimSingleStreamEngine
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -82,12 +81,16 @@ class _Server(uvicorn.Server):
 
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 8, n_ctx: int = 4096,
-          n_threads: int | None = None, api_key: str | None = None, max_queue: int = 128, grace: int = 30,
-          verbose: bool = False) -> None:
+          n_threads: int | None = None, kv_tokens: int | None = None, api_key: str | None = None,
+          max_queue: int = 128, grace: int = 30, verbose: bool = False) -> None:
+    """kv_tokens: KV cache tokens all sequences share (default: parallel x the context, so every
+    slot can fill its context; memory is taken only as it is written)."""
     from ..api import LLM
+    from ..scheduler import BatchEngine
 
     llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True)
-    engine = InterimSingleStreamEngine(llm, max_seqs=parallel, max_queue=max_queue)
+    engine = BatchEngine(llm, max_seqs=parallel, kv_tokens=kv_tokens or parallel * llm.n_ctx, prefix_cache=True,
+                         max_queue=max_queue)
     engine.start()
     ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel)
 
@@ -95,7 +98,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
         h, p = addr
         url = f"http://{'[' + h + ']' if ':' in h else h}:{p}"
         print(f"edgellm serve: {ctx.model_id} ({llm.config.arch}, {llm.backend}, {llm.n_threads} threads, "
-              f"{parallel} parallel, context {llm.n_ctx}) at {url}/v1", flush=True)
+              f"{parallel} parallel, context {llm.n_ctx}, KV cache {engine.kv_tokens} tokens) at {url}/v1", flush=True)
         print(f"  try: {curl_example(url, ctx.model_id, api_key is not None)}", flush=True)
 
     config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="info" if verbose else "warning",
