@@ -4,6 +4,8 @@ model (none of this needs a real one)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import openai
 import pytest
 
@@ -133,6 +135,20 @@ def test_still_serving_and_no_server_errors(server):
     assert not [k for k in metrics if k.startswith("edgellm_http_requests_total") and 'status="5' in k]
     assert sum(v for k, v in metrics.items() if k.startswith("edgellm_http_requests_total") and 'status="4' in k) \
         >= len(BAD_REQUESTS)
+
+
+def test_100_concurrent_clients_all_complete(server):
+    """More clients than sequences: they wait in the queue and every one is answered."""
+    def one(i):
+        body = chat(messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=4, stream=i % 2 == 1)
+        status, _, payload = server.request("POST", CHAT, body, headers=AUTH)
+        return status, payload if i % 2 == 0 else payload.rstrip().endswith("data: [DONE]")
+
+    with ThreadPoolExecutor(100) as pool:
+        results = list(pool.map(one, range(100)))
+    assert [s for s, _ in results] == [200] * 100
+    assert all(p if isinstance(p, bool) else p["choices"][0]["finish_reason"] in ("stop", "length")
+               for _, p in results)
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"},
