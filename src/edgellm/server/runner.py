@@ -89,6 +89,9 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
     from ..scheduler import BatchEngine
 
     llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True)
+    if kv_tokens is not None and kv_tokens < llm.n_ctx:
+        raise ValueError(f"--kv-tokens {kv_tokens} is less than the context ({llm.n_ctx}): one full request would "
+                         f"not fit")
     engine = BatchEngine(llm, max_seqs=parallel, kv_tokens=kv_tokens or parallel * llm.n_ctx, prefix_cache=True,
                          max_queue=max_queue)
     engine.start()
