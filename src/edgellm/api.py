@@ -67,7 +67,7 @@ def clamp_threads(n: int) -> int:
     """n threads, or the CPUs this process may use if fewer (with a warning): threads beyond
     them only wait for each other."""
     cpus = usable_cpus()
-    if n > cpus:
+    if n > cpus and os.environ.get("EDGELLM_NO_CLAMP") != "1":  # (benchmarks of oversubscription)
         warnings.warn(f"{n} threads requested but this process may use {cpus} CPU"
                       f"{'s' if cpus > 1 else ''}: using {cpus}", stacklevel=3)
         return cpus

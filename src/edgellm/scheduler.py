@@ -114,6 +114,7 @@ class Request:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._cancel = False
         self._admitted = 0  # admission order (preemption takes the latest)
+        self.ignore_eos = False
         self.text = ""
 
     # -- for users --
@@ -210,9 +211,10 @@ class BatchEngine:
     def submit(self, prompt: Sequence[int] | str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
                logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
-               on_event: Callable | None = None):
+               on_event: Callable | None = None, ignore_eos: bool = False):
         """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
-        n Requests forked after one evaluation of the prompt when n > 1."""
+        n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
+        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks)."""
         llm = self.llm
         ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
         if not ids:
@@ -241,6 +243,7 @@ class BatchEngine:
                 params = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + i})
             reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
                                 logprobs=logprobs, logit_bias=logit_bias, on_event=on_event))
+            reqs[-1].ignore_eos = bool(ignore_eos)
         if n > 1:
             for r in reqs:
                 r.group = reqs
@@ -488,7 +491,7 @@ class BatchEngine:
         if req.times.first_token is None:
             req.times.first_token = time.monotonic()
         llm = self.llm
-        if tok in llm.tokenizer.eog_ids:
+        if tok in llm.tokenizer.eog_ids and not req.ignore_eos:
             self._end(req, "stop")
             return
         lp, top = self._logprobs(req, x, tok)
