@@ -324,7 +324,7 @@ class KVPool:
     def commit(self, seq: Sequence, tokens) -> None:
         """The engine wrote len(tokens) slots after seq.n (reserved before)."""
         old = seq.n
-        seq.tokens.extend(int(t) for t in tokens)
+        seq.tokens.extend(tokens)
         seq.n += len(tokens)
         if seq.cacheable:
             for i in range(len(seq.nodes), seq.n // BLOCK):
