@@ -193,7 +193,11 @@ class Session:
         n_keep = max(0, min(n_keep, self._seq.n - 2))
         n_discard = max(1, (self._seq.n - n_keep) // 2)
         with self._llm._engine_lock:
-            self._llm._pool.shift(self._seq, n_keep, n_discard)
+            if self._llm._pool.shift(self._seq, n_keep, n_discard):
+                return
+            tokens = self._seq.tokens  # (never with a small n_keep: the window is then all moved slots)
+            self._llm._pool.clear(self._seq)
+        self._feed(tokens)
 
 
 def _release_sequence(lock, pool, seq) -> None:
