@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import kernels, models
-from .errors import ContextOverflowError, GGUFError
+from .errors import ContextOverflowError, GGUFError, GrammarError
 from .gguf_file import GGUFFile
 from .models.base import bind_weights
 from .registry import resolve
@@ -56,7 +56,8 @@ class GenerationStats:
     prompt_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # "eog", "stop", "length"
+    stop_reason: str = ""  # "eog", "stop", "length", or "grammar" (the constraint admits nothing more)
+    forced_tokens: int = 0  # of generated_tokens, appended because the constraint forced them
 
     @property
     def prompt_tps(self) -> float:
@@ -258,23 +259,46 @@ class LLM:
                  min_p: float | None = None, repeat_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
-                 repeat_last_n: int | None = None):
-        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces."""
+                 repeat_last_n: int | None = None, json_schema: dict | str | None = None,
+                 grammar=None, regex: str | None = None):
+        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces.
+        At most one constraint: `json_schema` (dict or JSON text), `grammar` (GBNF text or a
+        constrain.Grammar), `regex`; last_stats.stop_reason "length" then means the output was
+        cut before the constraint was complete."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
         params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                      presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
-        it = self._stream(ids, params, max_tokens, stop)
+        it = self._stream(ids, params, max_tokens, stop, self._constraint(
+            json_schema=json_schema, grammar=grammar, regex=regex))
         return it if stream else "".join(it)
 
+    def _constraint(self, **options):
+        """The generation constraint for generate()'s / chat()'s constraint keywords, or None."""
+        if all(v is None for v in options.values()):
+            return None
+        from .constrain import Grammar
+
+        return Grammar.from_options(**options).constraint(self.tokenizer)
+
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
-             stop: str | Sequence[str] | None = None, seed: int | None = None, **sampling):
-        """Reply to a conversation rendered with the model's chat template."""
+             stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
+             json_schema: dict | str | None = None, grammar=None, regex: str | None = None, **sampling):
+        """Reply to a conversation rendered with the model's chat template. The reply may be
+        constrained by OpenAI's `response_format` or by one of generate()'s constraints."""
         text = self.template.render(messages, add_generation_prompt=True)
         ids = self.chat_tokens(text)
         params = self._sampling(sampling, seed)
+        if response_format is not None:
+            from .constrain import Grammar
+
+            fmt = Grammar.from_response_format(response_format)
+            if fmt is not None and grammar is not None:
+                raise GrammarError("give response_format or grammar, not both")
+            grammar = fmt or grammar
+        constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings))
+        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint)
         return it if stream else "".join(it)
 
     def chat_tokens(self, rendered: str) -> list[int]:
@@ -285,15 +309,15 @@ class LLM:
             ids = ids[1:]
         return ids
 
-    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None) -> Iterator[str]:
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops)
+        return self._generate_iter(ids, params, max_tokens, stops, constraint)
 
-    def _generate_iter(self, ids, params, max_tokens, stops) -> Iterator[str]:
+    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None) -> Iterator[str]:
         session = self._main_session()
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         sampler = Sampler(params, self.n_vocab)
@@ -312,27 +336,45 @@ class LLM:
         history = list(ids)
         t1 = time.perf_counter()
         stats.stop_reason = "length"
+        # -- constraint hook: a Guide samples under the constraint and appends forced tokens --
+        guide = None
+        if constraint is not None:
+            from .constrain import Guide
+
+            guide = Guide(constraint)
+        # --
         try:
             while limit is None or stats.generated_tokens < limit:
-                tok = sampler.sample(logits, history)
+                tok = sampler.sample(logits, history) if guide is None else guide.sample(sampler, logits, history)
                 if tok in eog:
                     stats.stop_reason = "eog"
                     break
-                stats.generated_tokens += 1
-                history.append(tok)
-                emit, done = checker.feed(detok.add(tok))
-                if emit:
-                    yield emit
+                new = [tok] if guide is None else guide.advance(
+                    tok, None if limit is None else limit - stats.generated_tokens)
+                done = False
+                for t in new:
+                    stats.generated_tokens += 1
+                    history.append(t)
+                    emit, done = checker.feed(detok.add(t))
+                    if emit:
+                        yield emit
+                    if done:
+                        break
                 if done:
                     stats.stop_reason = "stop"
                     break
+                if guide is not None and guide.constraint.finished:
+                    stats.stop_reason = "grammar"
+                    break
                 if limit is not None and stats.generated_tokens >= limit:
                     break
-                if len(session) >= session.n_ctx:
+                if len(session) + len(new) > session.n_ctx:
                     if limit is None and len(history) - len(ids) >= session.n_ctx:
                         break  # an unbounded reply as long as the whole context: stop
                     session._make_room(n_keep)
-                logits = session._feed([tok])
+                if guide is not None:
+                    guide.prefetch()  # the next mask, computed while the engine evaluates `new`
+                logits = session._feed(new)
             if stats.stop_reason != "stop":
                 tail, stopped = checker.feed(detok.flush())
                 if not stopped:
@@ -341,6 +383,9 @@ class LLM:
                     yield tail
         finally:
             stats.decode_seconds = time.perf_counter() - t1
+            if guide is not None:
+                guide.close()
+                stats.forced_tokens = guide.forced
 
     def close(self) -> None:
         self._session = None
