@@ -135,17 +135,6 @@ GRAMMAR_PROMPTS = {
 MIN_TOKENS = 8  # read at least this much of a generation before taking an accepted prefix
 
 
-def _accepts(grammar: Grammar, tokenizer, text: str) -> bool:
-    """llguidance's own matcher on the text alone (tokenized afresh), and complete there."""
-    c = grammar.constraint(tokenizer)
-    try:
-        for t in tokenizer.encode(text, add_bos=False):
-            c.accept(t)
-    except GrammarError:
-        return False
-    return c.accepting
-
-
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(GRAMMAR_PROMPTS))
@@ -153,22 +142,22 @@ def test_llamacpp_gbnf_grammars_constrain_generation(smollm2, name):
     """Each of llama.cpp's grammars/*.gbnf loads and constrains 5 sampled generations. Most of
     them repeat without end (`item+`), so the stream is read until the model ends it or, past
     MIN_TOKENS pieces, the text is a complete sentence of the grammar; that text is checked with
-    a fresh matcher. All of it was generated under the grammar: every piece is a prefix."""
+    llguidance's matcher fed its bytes. All of it was generated under the grammar."""
     path = grammars_dir() / f"{name}.gbnf"
     grammar = Grammar.from_gbnf(path.read_text(encoding="utf-8"))
+    accepts = llguidance_matcher(grammar)
     messages = [{"role": "user", "content": GRAMMAR_PROMPTS[name]}]
-    tok = smollm2.tokenizer
     for seed in range(5):
         text, n = "", 0
         stream = smollm2.chat(messages, grammar=grammar, max_tokens=120, seed=seed, stream=True)
         for piece in stream:
             text += piece
             n += 1
-            if n >= MIN_TOKENS and _accepts(grammar, tok, text):
+            if n >= MIN_TOKENS and accepts(text):
                 stream.close()
                 break
         assert text.strip(), (name, seed)
-        assert _accepts(grammar, tok, text), (name, seed, text)
+        assert accepts(text), (name, seed, text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,8 +259,15 @@ def test_response_format(smollm2):
     (lambda: Grammar.from_json_schema({"type": "string", "pattern": "(("}), "invalid JSON schema: .*unclosed group"),
     (lambda: Grammar.from_json_schema({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}), "nope"),
     (lambda: Grammar.from_json_schema({"type": "integer", "minimum": "x"}), "minimum"),
-    (lambda: Grammar.from_gbnf('root ::= "a" | b'), "invalid grammar: .*'b' not found"),
-    (lambda: Grammar.from_gbnf("root ::= [a-"), "invalid grammar"),
+    (lambda: Grammar.from_gbnf('root ::= "a" | b'), "invalid grammar: undefined rule 'b' at line 1, column 16"),
+    (lambda: Grammar.from_gbnf("root ::= [a-"), "invalid grammar: .*end of grammar"),
+    (lambda: Grammar.from_gbnf('item ::= "x"'), "no root rule"),
+    (lambda: Grammar.from_gbnf('root ::= "x"\nroot ::= "y"'), "defined twice at line 2"),
+    (lambda: Grammar.from_gbnf('root ::= "x" )'), "unexpected character at line 1, column 14"),
+    (lambda: Grammar.from_gbnf('root ::= "\\q"'), r"unknown escape \\q"),
+    (lambda: Grammar.from_gbnf('root ::= [z-a]'), "range out of order"),
+    (lambda: Grammar.from_gbnf('root ::= "a"{3,1}'), "n < m"),
+    (lambda: Grammar.from_gbnf('root ::= "abc'), "unterminated literal"),
     (lambda: Grammar.from_gbnf(""), "expected GBNF text"),
     (lambda: Grammar.from_regex("("), "invalid regex: .*unclosed group"),
     (lambda: Grammar.from_regex("a{2,1}"), "invalid regex"),
@@ -282,6 +278,51 @@ def test_bad_constraints_are_clear_errors(make, match):
     with pytest.raises(GrammarError, match=match) as e:
         make()
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("gbnf, good, bad", [
+    # llama.cpp matches characters with no lexer: the newline ends the line although ws could take it
+    ('root ::= num "\\n"\nnum ::= [0-9]+ ws\nws ::= [ \\t\\n]*', ["12\n", "12 \n\n"], ["12", "12 x\n"]),
+    ('root ::= ("a" | "bc"){2,3} "!"?', ["aa", "abc!", "bcbcbc"], ["a", "aaaa", "b"]),
+    ('root ::= [^"\\x00-\\x1F] "\\u00e9" "\\x41" [\\]\\[-]', ["xéA]", "yéA-"], ['"éA]', "xeA]"]),
+    ('root ::= . "|" .   # any character\n', ["a|\n", "é|x"], ["ab|c"]),
+    ('root ::=\n  "x" ( "y"\n   | "z" ) # comment\n\n', ["xy", "xz"], ["x"]),
+    ('root ::= word-list\nword-list ::= | camelCase " " word-list\ncamelCase ::= "w"', ["", "w w "], ["w"]),
+])
+def test_gbnf_means_what_it_means_to_llamacpp(gbnf, good, bad):
+    from edgellm.gbnf import gbnf_to_lark
+
+    grammar = Grammar.from_gbnf(gbnf)
+    lark = gbnf_to_lark(gbnf)
+    m = llguidance_matcher(grammar)
+    for text in good:
+        assert m(text), (text, lark)
+    for text in bad:
+        assert not m(text), (text, lark)
+
+
+def llguidance_matcher(grammar):
+    """Whether llguidance accepts a text under `grammar`, byte by byte (no model tokenizer)."""
+    import llguidance
+
+    tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+
+    def accepts(text: str) -> bool:
+        m = llguidance.LLMatcher(tok, grammar._grammar, log_level=0)
+        return m.consume_tokens(list(text.encode())) and m.is_accepting()
+
+    return accepts
+
+
+class _ByteTokenizer:
+    """256 byte tokens and an end token: enough for llguidance to match any text."""
+    eos_token_id = 256
+    bos_token_id = None
+    tokens = [bytes([b]) for b in range(256)] + [b"\xff<end>"]
+    special_token_ids = [256]
+
+    def __call__(self, text):
+        return list(text.encode() if isinstance(text, str) else text)
 
 
 @pytest.mark.real

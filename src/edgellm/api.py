@@ -372,8 +372,6 @@ class LLM:
                     if limit is None and len(history) - len(ids) >= session.n_ctx:
                         break  # an unbounded reply as long as the whole context: stop
                     session._make_room(n_keep)
-                if guide is not None:
-                    guide.prefetch()  # the next mask, computed while the engine evaluates `new`
                 logits = session._feed(new)
             if stats.stop_reason != "stop":
                 tail, stopped = checker.feed(detok.flush())
@@ -384,7 +382,6 @@ class LLM:
         finally:
             stats.decode_seconds = time.perf_counter() - t1
             if guide is not None:
-                guide.close()
                 stats.forced_tokens = guide.forced
 
     def close(self) -> None:
