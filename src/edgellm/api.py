@@ -283,23 +283,54 @@ class LLM:
 
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
              stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
-             json_schema: dict | str | None = None, grammar=None, regex: str | None = None, **sampling):
+             json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
+             tools: list[dict] | None = None, tool_choice=None, **sampling):
         """Reply to a conversation rendered with the model's chat template. The reply may be
-        constrained by OpenAI's `response_format` or by one of generate()'s constraints."""
-        text = self.template.render(messages, add_generation_prompt=True)
-        ids = self.chat_tokens(text)
+        constrained by OpenAI's `response_format` or by one of generate()'s constraints.
+        `tools` (OpenAI's function specs) reach the template; tool_choice "required" or
+        {"type": "function", "function": {"name": ...}} makes the reply a call (chat_message
+        parses it into tool_calls)."""
+        it, _ = self._chat(messages, stream=stream, max_tokens=max_tokens, stop=stop, seed=seed,
+                           response_format=response_format, json_schema=json_schema, grammar=grammar,
+                           regex=regex, tools=tools, tool_choice=tool_choice, **sampling)
+        return it if stream else "".join(it)
+
+    def chat_message(self, messages: list[dict], **options) -> dict:
+        """chat(), read back as an OpenAI assistant message: {"role": "assistant", "content",
+        "tool_calls" (if the model called tools), "reasoning_content" (a <think> block)}."""
+        return self.create_chat_completion(messages, **options)["choices"][0]["message"]
+
+    def create_chat_completion(self, messages: list[dict], **options) -> dict:
+        """chat() as OpenAI's chat.completion object (message, finish_reason, usage)."""
+        if options.get("stream"):
+            raise ValueError("create_chat_completion does not stream; use chat(stream=True)")
+        it, turn = self._chat(messages, **options)
+        msg, finish = turn.message("".join(it), self.last_stats.stop_reason)
+        s = self.last_stats
+        return {"id": "chatcmpl-" + os.urandom(12).hex(), "object": "chat.completion", "created": int(time.time()),
+                "model": self.path.name,
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
+                          "total_tokens": s.prompt_tokens + s.generated_tokens}}
+
+    def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
+              json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, **sampling):
+        from .tool_calls import prepare_turn
+
+        turn = prepare_turn(self.template, messages, tools, tool_choice)
+        ids = self.chat_tokens(turn.prompt)
         params = self._sampling(sampling, seed)
-        if response_format is not None:
+        if response_format is not None or turn.grammar is not None:
             from .constrain import Grammar
 
-            fmt = Grammar.from_response_format(response_format)
-            if fmt is not None and grammar is not None:
-                raise GrammarError("give response_format or grammar, not both")
-            grammar = fmt or grammar
+            given = [g for g in (Grammar.from_response_format(response_format), grammar,
+                                 None if turn.grammar is None else Grammar.from_lark(turn.grammar)) if g is not None]
+            if len(given) > 1:
+                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
+            grammar = given[0] if given else None
         constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint)
-        return it if stream else "".join(it)
+        return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint), turn
 
     def chat_tokens(self, rendered: str) -> list[int]:
         """Tokens of a rendered chat prompt: special tokens parsed, BOS not doubled."""
