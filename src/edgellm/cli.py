@@ -15,6 +15,8 @@ import sys
 # compete with it for the cores. Set before numpy is first imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import json
+
 import click
 
 from . import __version__
@@ -266,17 +268,34 @@ def pull(alias, force):
 @click.option("-t", "--threads", default=None, help="Comma-separated thread counts (default: physical cores).")
 @click.option("-r", "--repetitions", type=int, default=5, show_default=True, help="Timed runs per test.")
 @click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--batch", "batches", default=None,
+              help="Comma-separated sequence counts, e.g. 1,4,8,16,32: llama-batched-bench's test instead "
+                   "(B sequences, pp N_PROMPT each, then tg N_GEN each; S_PP, S_TG, total).")
+@click.option("--scheduler", is_flag=True, help="With --batch: go through BatchEngine (greedy sampling) too.")
 @_user_errors
-def bench(model, n_prompt, n_gen, threads, repetitions, output):
-    """Measure prompt (pp) and generation (tg) speed the way llama-bench does."""
+def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, scheduler):
+    """Measure prompt (pp) and generation (tg) speed the way llama-bench does (with --batch, the
+    way llama-batched-bench does)."""
     from . import bench as b
 
     try:
         counts = [int(x) for x in threads.split(",")] if threads else [None]
+        seqs = [int(x) for x in batches.split(",")] if batches else None
     except ValueError:
-        raise click.BadParameter("expected comma-separated integers, e.g. 1,2", param_hint="-t") from None
+        raise click.BadParameter("expected comma-separated integers, e.g. 1,2") from None
     if any(c is not None and c <= 0 for c in counts) or repetitions <= 0 or n_prompt < 0 or n_gen < 0:
         raise click.BadParameter("thread counts and repetitions must be positive")
+    if seqs is not None:
+        if any(x <= 0 for x in seqs):
+            raise click.BadParameter("sequence counts must be positive", param_hint="--batch")
+        results = []
+        for t in counts:
+            results += b.run_batched(model, batches=seqs, n_prompt=n_prompt, n_gen=n_gen, threads=t,
+                                     reps=repetitions, scheduler=scheduler,
+                                     progress=(lambda r: click.echo(f"B={r.n_seqs}: S_TG {r.s_tg:.1f} t/s", err=True)))
+        click.echo(b.markdown_batched(results) if output == "md" else
+                   json.dumps({"results": [r.as_dict() for r in results]}, indent=2))
+        return
     results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
                     if output == "md" else None)
