@@ -49,7 +49,8 @@ SCHEMAS = {
         "type": "object",
         "properties": {"temperature": {"type": "number", "minimum": -50, "maximum": 60},
                        "humidity": {"type": "integer", "minimum": 0, "maximum": 100},
-                       "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}},
+                       # digits bounded by multipleOf: a small model may write 0.9059752478624674515999...
+                       "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "multipleOf": 0.001}},
         "required": ["temperature", "humidity", "ratio"], "additionalProperties": False,
     },
     "optional_keys": {
@@ -230,6 +231,18 @@ def test_greedy_constrained_output_is_the_best_allowed_token_each_step(smollm2):
         c.accept(t)
         logits = s.feed([t])
     assert c.finished
+
+
+@pytest.mark.real
+def test_generate_batch_follows_the_constraint(smollm2):
+    schema = SCHEMAS["enums"]
+    prompts = [smollm2.chat_tokens(smollm2.template.render([{"role": "user", "content": f"A {w} shirt as JSON."}]))
+               for w in ("red", "small", "large blue")]
+    outs = smollm2.generate_batch(prompts, json_schema=schema, max_tokens=40, seed=[1, 2, 3])
+    for out in outs:
+        jsonschema.validate(json.loads(out), schema)
+    cut = smollm2.generate_batch(prompts[:2], json_schema=SCHEMAS["array_bounds"], max_tokens=3)
+    assert all(len(smollm2.tokenize(c, add_bos=False)) <= 4 for c in cut)
 
 
 @pytest.mark.real

@@ -426,10 +426,15 @@ class LLM:
 
     def generate_batch(self, prompts: Sequence[str | Sequence[int]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                        seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
-                       max_seqs: int | None = None, **sampling) -> list[str]:
+                       max_seqs: int | None = None, json_schema: dict | str | None = None, grammar=None,
+                       regex: str | None = None, **sampling) -> list[str]:
         """Complete every prompt, decoding them together (BatchEngine); the texts in order.
         `seed`: one for every prompt, or a list (one each). A prompt's text is the same as it
-        would be alone (batch invariance), though not llama.cpp's bits: see the README."""
+        would be alone (batch invariance), though not llama.cpp's bits: see the README.
+        json_schema / grammar / regex: one constraint every completion follows, as generate()."""
+        from .constrain import Grammar
+
+        sampling["grammar"] = Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
         return self._batch([(p, None) for p in prompts], max_tokens, seed, stop, max_seqs, sampling)
 
     def chat_batch(self, conversations: Sequence[list[dict]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -453,8 +458,10 @@ class LLM:
         per = [min(self.n_ctx, len(i) + (max_tokens if max_tokens is not None else self.n_ctx)) for i in ids]
         engine = BatchEngine(self, max_seqs=max_seqs or min(len(items), 32),
                              kv_tokens=min(sum(per), 8 * self.n_ctx) if sum(per) > self.n_ctx else self.n_ctx)
+        grammar = sampling.pop("grammar", None)
         reqs = [engine.submit(i, max_tokens=max_tokens, sampling=self._sampling(sampling, sd),
-                              stop=stops + list(extra or ())) for i, (_, extra), sd in zip(ids, items, seeds)]
+                              stop=stops + list(extra or ()), grammar=grammar)
+                for i, (_, extra), sd in zip(ids, items, seeds)]
         engine.run_until_done(reqs)
         return [r.result() for r in reqs]
 
