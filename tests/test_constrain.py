@@ -125,7 +125,7 @@ def test_sampled_json_validates_against_the_schema(real_llm, name):
 
 GRAMMAR_PROMPTS = {
     "arithmetic": "Write two lines of arithmetic, like: x = 3 + 4",
-    "c": "Write a tiny C function that returns 1.",
+    "c": "Repeat this C code exactly: int main(){return 0;}",
     "chess": "Write the first moves of a chess game in PGN notation.",
     "english": "Say hello in one short sentence.",
     "japanese": "Say hello in Japanese.",
