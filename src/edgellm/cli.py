@@ -185,23 +185,52 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @click.option("-p", "--prompt", required=True, help="Text to complete ('-' reads standard input).")
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True, help="Tokens to generate.")
 @click.option("--stop", multiple=True, help="Stop before this text (repeatable).")
+@click.option("--grammar-file", type=click.Path(exists=True, dir_okay=False),
+              help="Constrain the output to a GBNF grammar (llama.cpp's format) read from this file.")
+@click.option("--json-schema", help="Constrain the output to JSON following this schema (JSON text, or a file).")
+@click.option("--regex", help="Constrain the output to text matching this regular expression.")
 @click.option("-v", "--verbose", is_flag=True, help="Print speed figures to stderr.")
 @_model_options
 @_sampling_options
 @_user_errors
-def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
+def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, **kw):
     """Print MODEL's completion of a prompt."""
     if prompt == "-":
         prompt = sys.stdin.read()
+    constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
     try:
-        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, **sampling):
+        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True,
+                                  **constraint, **sampling):
             click.echo(piece, nl=False)
     finally:
         click.echo("")
     if verbose:
         click.echo(_stats_line(llm), err=True)
+    if constraint and llm.last_stats.stop_reason == "length":
+        raise click.ClickException(f"the output was cut at {max_tokens} tokens before it was complete (-n)")
+
+
+def _constraint_options(grammar_file, json_schema, regex) -> dict:
+    """generate()'s constraint keywords from the command line, checked before the model loads."""
+    from .constrain import Grammar
+
+    out = {}
+    if grammar_file:
+        with open(grammar_file, encoding="utf-8") as f:
+            out["grammar"] = f.read()
+    if json_schema is not None:
+        text = json_schema
+        if not text.lstrip().startswith(("{", "[")) and os.path.isfile(text):
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        out["json_schema"] = text
+    if regex is not None:
+        out["regex"] = regex
+    if out:
+        out = {"grammar": Grammar.from_options(**out)}  # errors now, not after loading the model
+    return out
 
 
 @main.command()
