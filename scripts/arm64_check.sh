@@ -108,7 +108,7 @@ run_arm64() {  # $1: CPU; the rest: a shell command run as root in the userland'
     cpu=$1; shift
     "$PYTHON" scripts/arm64_chroot.py "$ROOTFS" --bind "$MODELS:/root/.cache/edgellm/models:ro" -- \
         /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 QEMU_CPU="$cpu" \
-        PIP_CERT=$CERT SSL_CERT_FILE=$CERT REQUESTS_CA_BUNDLE=$CERT PIP_DISABLE_PIP_VERSION_CHECK=1 \
+        PIP_CERT=$CERT SSL_CERT_FILE=$CERT REQUESTS_CA_BUNDLE=$CERT PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_RETRIES=10 \
         ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} \
         /bin/sh -c "cd /root/edgellm && $*"
 }
