@@ -56,12 +56,23 @@ def test_generate_prints_llamacpp_greedy_text(smollm2_path):
     assert r.stdout == llm.detokenize(case["continuation_ids"][:n]) + "\n"
 
 
+def spawn(*args, **kw):
+    """`edgellm ARGS` on a pseudo-terminal wide enough that readline never scrolls the typed line
+    (its echo is then exactly what was typed)."""
+    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500), **kw)
+
+
+# Every wait below names text that only the step it waits for prints: the verbose speed line
+# (after an answer), the chat's own messages, the echo of a typed line. None waits for time to pass.
+
+
 @pytest.mark.real
 def test_run_chat_in_a_terminal(smollm2_path):
     """Two turns, an answer interrupted with Ctrl-C (the chat goes on), /reset, then /exit."""
-    env = dict(os.environ, TERM="dumb")
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path), "--temp", "0", "-n", "400", "-v"],
-                          env=env, encoding="utf-8", timeout=300)
+    # no -n: no answer limit; the story (greedy) then runs for thousands of tokens, so Ctrl-C,
+    # sent as soon as its first words are seen, arrives while it is being written
+    child = spawn("run", str(smollm2_path), "--temp", "0", "-v",
+                  env=dict(os.environ, TERM="dumb"), timeout=300)
     try:
         child.expect("Type /help")
         child.expect("> ")
@@ -74,8 +85,10 @@ def test_run_chat_in_a_terminal(smollm2_path):
         child.expect("tok/s")
         assert "Rome" in child.before
         child.expect("> ")
-        child.sendline("Write a very long story about a dragon who learns to cook.")
-        child.expect(r"\w+ \w+ \w+")  # the answer is streaming
+        story = "Write a very long story about a dragon who learns to cook."
+        child.sendline(story)
+        child.expect_exact(story)  # the terminal's echo of the typed line...
+        child.expect(r"\w+ \w+ \w+")  # ...then the answer's first words: it is streaming
         child.sendintr()
         child.expect(r"\[stopped\]")
         child.expect("> ")
@@ -94,9 +107,9 @@ def test_run_chat_in_a_terminal(smollm2_path):
 
 @pytest.mark.real
 def test_run_leaves_on_ctrl_d(smollm2_path):
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path)], encoding="utf-8", timeout=120)
+    child = spawn("run", str(smollm2_path), timeout=120)
     try:
-        child.expect("> ")
+        child.expect("> ")  # readline has the terminal from before it prints the prompt
         child.sendintr()  # Ctrl-C at the prompt does not leave
         child.expect("Ctrl-D")
         child.expect("> ")
@@ -148,21 +161,11 @@ def test_models_lists_aliases():
 
 
 def test_long_chat_keeps_going(tiny_path):
-    """A conversation longer than the context: the oldest turns are dropped, the chat goes on."""
-    import io
-
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0"],
-                          encoding="utf-8", timeout=120)
-    child.logfile_read = log = io.StringIO()
-    try:
-        child.expect("> ")
-        for _ in range(6):
-            child.sendline("the cat sat on the mat the dog sat on the mat")
-            child.expect("> ")
-        assert "oldest turn was dropped" in log.getvalue()
-        assert "error" not in log.getvalue()
-        child.sendline("/exit")
-        child.expect(pexpect.EOF)
-    finally:
-        child.close()
-    assert child.exitstatus == 0
+    """A conversation longer than the context: the oldest turns are dropped, the chat goes on.
+    (Lines come from a pipe: this is about the conversation, not the terminal.)"""
+    lines = ["the cat sat on the mat the dog sat on the mat"] * 6 + ["/exit"]
+    r = run_cli("run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0", "-v", input="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "oldest turn was dropped" in r.stderr
+    assert "error" not in r.stderr
+    assert r.stderr.count("[prompt: ") == 6  # every turn was answered (-v's line after each answer)
