@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from edgellm.chat import ChatTemplate
+from edgellm.chat import CHATML_TEMPLATE, ChatTemplate
 from edgellm.errors import TemplateError, TokenizerError
 
 KEYS = (
@@ -149,6 +149,10 @@ def test_from_metadata_lookups_and_errors():
         ChatTemplate.from_metadata(no_tokens)
     bare = ChatTemplate.from_metadata({"general.architecture": "gemma3"})
     assert bare.is_builtin and bare.bos_token == "" and bare.stop_strings == ["<end_of_turn>"]
+    # found by scripts/fuzz.py: an architecture that is not a string (the loader's error to
+    # report) made a TypeError here
+    for odd in (["gemma3"], 3, None):
+        assert ChatTemplate.from_metadata({"general.architecture": odd}).source == CHATML_TEMPLATE
 
 
 # --------------------------------------------------------------------------------------------

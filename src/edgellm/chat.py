@@ -158,11 +158,12 @@ class ChatTemplate:
                 raise TokenizerError(f"{key} = {tid} is outside the vocabulary of {len(tokens)} tokens")
             return str(tokens[int(tid)])
 
+        arch = meta.get("general.architecture")
         return cls(
             meta.get("tokenizer.chat_template"),
             bos_token=text_of("tokenizer.ggml.bos_token_id"),
             eos_token=text_of("tokenizer.ggml.eos_token_id"),
-            arch=meta.get("general.architecture"),
+            arch=arch if isinstance(arch, str) else None,  # another type is the model loader's error
             add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)) if add_bos is None else add_bos,
             add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)) if add_eos is None else add_eos,
         )

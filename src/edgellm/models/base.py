@@ -132,6 +132,9 @@ _REQUIRED = object()
 REQUIRED = _REQUIRED
 
 
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: a larger block_count is refused there too
+
+
 def positive(name: str, v: int) -> int:
     if v is None or v <= 0:
         raise GGUFError(f"hyperparameter {name} must be positive (got {v})")
@@ -155,7 +158,7 @@ def decoder_shape(gguf, k: Keys) -> dict:
     n_head = positive("n_head", k.int("{arch}.attention.head_count", REQUIRED))
     head_dim = positive("head_dim", k.int("{arch}.attention.key_length", n_embd // n_head))
     return dict(
-        n_layer=positive("n_layer", k.int("{arch}.block_count", REQUIRED)),
+        n_layer=_layer_count(k),
         n_embd=n_embd,
         n_head=n_head,
         n_head_kv=positive("n_head_kv", k.int("{arch}.attention.head_count_kv", n_head)),
@@ -165,6 +168,13 @@ def decoder_shape(gguf, k: Keys) -> dict:
         n_vocab=n_vocab_of(gguf, k),
         n_rot=k.int("{arch}.rope.dimension_count", head_dim),
     )
+
+
+def _layer_count(k: Keys) -> int:
+    n = positive("n_layer", k.int("{arch}.block_count", REQUIRED))
+    if n > MAX_LAYERS:  # before anything makes per-layer tables of that size
+        raise GGUFError(f"hyperparameter n_layer is {n}, more than the {MAX_LAYERS} layers supported")
+    return n
 
 
 def rope_scaling(k: Keys) -> tuple[str, float, int]:
