@@ -1,7 +1,8 @@
 """The Jinja2 sandbox chat templates render in, with a budget for each render.
 
 The environment is transformers' chat-template one (an immutable sandbox, trim_blocks,
-lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, a plain `tojson`), plus what a
+lstrip_blocks, loop controls, the generation tag, `raise_exception`, `strftime_now`, a plain
+`tojson`), plus what a
 template from an untrusted GGUF file must not get past:
 - no loader (no include / import / extends) and unsafe attribute access as an error;
 - nothing is evaluated while compiling (Jinja's constant folding would run a filter such as
@@ -33,7 +34,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.exceptions import SecurityError
-from jinja2.ext import loopcontrols
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, _PassArg
 
@@ -68,6 +69,18 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = N
     if indent is not None and (indent if isinstance(indent, int) else len(str(indent))) > MAX_JSON_INDENT:
         raise SecurityError(f"tojson indent {indent!r} is too large (limit {MAX_JSON_INDENT})")
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _GenerationTag(Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's tokens for
+    training masks): the body is rendered as it is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
 
 
 # --------------------------------------------------------------------------------- the budget
@@ -294,8 +307,8 @@ class Sandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self):
-        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols], loader=None,
-                         optimized=False)
+        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationTag],
+                         loader=None, optimized=False)
         self.filters["tojson"] = _tojson
         for name, bound in _FILTER_BOUNDS.items():
             self.filters[name] = _checked_filter(self.filters[name], bound)
@@ -376,12 +389,12 @@ class Sandbox(ImmutableSandboxedEnvironment):
 SANDBOX = Sandbox()
 
 
-def render(template: jinja2.Template, **variables) -> str:
+def render(template: jinja2.Template, variables: dict) -> str:
     """Render with a fresh budget; the text may be at most MAX_TEXT characters."""
     token = _BUDGET.set(_Budget())
     try:
         out, size = [], 0
-        for chunk in template.generate(**variables):
+        for chunk in template.generate(variables):
             size += len(chunk)
             _too_big("the rendered prompt", size)
             out.append(chunk)
