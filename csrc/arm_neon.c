@@ -8,7 +8,7 @@
  * generic twins' (quants_generic.c, kquants_generic.c): same operations, same operands, same
  * order, vfmaq where the twins call fmaf. Legacy types (and Q6_K's small-batch kernel): per
  * (row, activation) pair the twins' 8 lanes as two float32x4 (lane i: values 4i..4i+3, one
- * fma per block), reduced at the end in legacy_hsum8's order, plus the scalar min chain of
+ * fma per block), reduced at the end in el_hsum8's order, plus the scalar min chain of
  * Q4_1 / Q5_1. Other K-quants: the per-super-block fma chain (Q4_K: per quarter super-block),
  * weight rows in vector lanes. Results are the twins' bits at both levels, and gemm's are
  * vec_dot's whatever the tile.
@@ -189,7 +189,7 @@ EL_INLINE void q32_decode(const int T, const void *blk, int8x16_t *lo, int8x16_t
     }
 }
 
-/* the twins' legacy_hsum8 of lanes 0-3 in a, 4-7 in b: ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
+/* the twins' el_hsum8 of lanes 0-3 in a, 4-7 in b: ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
 EL_INLINE float hsum8(float32x4_t a, float32x4_t b) {
     const float32x4_t s = vaddq_f32(a, b);
     return vpadds_f32(vadd_f32(vget_low_f32(s), vget_high_f32(s)));
@@ -260,7 +260,7 @@ EL_INLINE void q32_acc_zero(q32_acc *st) {
     }
 }
 
-/* out[c*ldo + r] = legacy_hsum8(lanes) [+ min chain] */
+/* out[c*ldo + r] = el_hsum8(lanes) [+ min chain] */
 EL_INLINE void q32_finish(const int T, const q32_acc *st, const int R, const int C, float *out, size_t ldo) {
     for (int c = 0; c < C; c++) {
         float m[4];

@@ -96,6 +96,12 @@ static inline el_bf16 el_float_to_bf16(float f) {  /* round to nearest even, NaN
  * quantizers round; callers keep |x| < 2^22 */
 static inline int el_nearest_int(float fval) { return (int)lrintf(fval); }
 
+/* the sum of 8 float lanes in the tree of llama.cpp's x86 hsum_float_8:
+ * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+static inline float el_hsum8(const float l[8]) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 #define EL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EL_MAX(a, b) ((a) > (b) ? (a) : (b))
 

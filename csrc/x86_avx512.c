@@ -99,7 +99,7 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
     o->seed = off ? _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char)off), o->av)) : zero;
 }
 
-static inline float hsum8_avx(__m256 v) {  /* legacy_hsum8 of quants_generic.c */
+static inline float hsum8_avx(__m256 v) {  /* el_hsum8 of common.h */
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
