@@ -3,10 +3,10 @@
  *
  * Contents: float helpers for attention (el_vops), activation quantizers writing the same bytes
  * as the reference (quantize_row_q8_0/q8_1/q8_K), float-weight kernels (F32, F16, BF16) and,
- * in x86_avx2_dots.h (included twice: plain AVX2 and AVX-VNNI), the quantized kernels. Every
- * weight type gets a vec_dot and a gemm (Q4_K and Q6_K also the small-batch pair); gemm returns
- * bit-identical results to vec_dot, and the quantized ones the generic twins' bits (see
- * x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
+ * in x86_avx2_dots.h and x86_avx2_iq4.h (each included twice: plain AVX2 and AVX-VNNI), the
+ * quantized kernels. Every weight type gets a vec_dot and a gemm (Q4_K and Q6_K also the
+ * small-batch pair); gemm returns bit-identical results to vec_dot, and the quantized ones the
+ * generic twins' bits (see x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <stdlib.h>
@@ -586,6 +586,7 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #define EL_VNNI 0
 #define KFN(name) name##_avx2
 #include "x86_avx2_dots.h"
+#include "x86_avx2_iq4.h"
 #undef KFN
 #undef EL_VNNI
 
@@ -600,6 +601,7 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #define EL_VNNI 1
 #define KFN(name) name##_avxvnni
 #include "x86_avx2_dots.h"
+#include "x86_avx2_iq4.h"
 #undef KFN
 #undef EL_VNNI
 
@@ -626,8 +628,8 @@ void el_register_avx2(el_type_traits *t) {
     t[EL_F32].vec_dot = f32_vec_dot_avx2, t[EL_F32].gemm = f32_gemm_avx2;
     t[EL_F16].vec_dot = f16_vec_dot_avx2, t[EL_F16].gemm = f16_gemm_avx2;
     t[EL_BF16].vec_dot = bf16_vec_dot_avx2, t[EL_BF16].gemm = bf16_gemm_avx2;
-    if (use_avx_vnni()) register_avxvnni(t);
-    else register_avx2(t);
+    if (use_avx_vnni()) register_avxvnni(t), register_iq4_avxvnni(t);
+    else register_avx2(t), register_iq4_avx2(t);
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
     el_vops.qk_tile = qk_tile_avx2;
