@@ -527,6 +527,8 @@ KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
 
+#include "x86_avx512_iq4.h"
+
 /* ---- attention and activation helpers (el_vec_ops; the portable twins are in dispatch.c) ---- */
 
 /* el_sum16: the lane tree spelled out (compilers differ in how _mm512_reduce_add_ps adds) */
@@ -668,6 +670,8 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_Q4_K, q4_K);
     SET(EL_Q5_K, q5_K);
     SET(EL_Q6_K, q6_K);
+    SET(EL_IQ4_NL, iq4_nl);
+    SET(EL_IQ4_XS, iq4_xs);
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
