@@ -5,6 +5,7 @@ over with its value types, fallbacks, overrides, refusals, and no half-written o
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -224,6 +225,39 @@ def test_metadata_carried_over_with_types(tmp_path, alignment):
         assert all(t.offset % g.alignment == 0 for t in g.tensors.values())
         assert g.file_size == g.data_offset + sum(-(-t.nbytes // g.alignment) * g.alignment
                                                   for t in g.tensors.values())
+
+
+# --- against llama.cpp's own quantizer -------------------------------------------------------------
+
+def _llama_quantize_reference(fixtures_dir):
+    return json.loads((fixtures_dir / "quant" / "llama_quantize.json").read_text())["models"]
+
+
+@pytest.fixture(scope="module")
+def llama_reference_models(fixtures_dir, tmp_path_factory):
+    """The tiny models scripts/make_quantize_reference.py gave to llama_model_quantize, rebuilt."""
+    from tiny_models import tiny_model as tiny_engine_model
+
+    d = tmp_path_factory.mktemp("llama-quantize")
+    paths = {}
+    for name, m in _llama_quantize_reference(fixtures_dir).items():
+        spec = dict(m["tiny_model"])
+        path = tiny_engine_model(d / f"{name}.gguf", spec.pop("arch"), QType.F32, **spec)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest == m["source_sha256"], f"{name}: the tiny model builder changed; rerun scripts/make_quantize_reference.py"
+        paths[name] = path
+    return paths
+
+
+@pytest.mark.parametrize("ft", ALL_FILE_TYPES)
+def test_files_equal_llama_quantize(fixtures_dir, llama_reference_models, tmp_path, ft):
+    """Every file type, on tiny llama (GQA, tied embeddings, rows that force every fallback) and
+    gemma3 models: the output file is byte for byte the one llama.cpp's llama_model_quantize wrote
+    (metadata, tensor order, types, quantized bytes)."""
+    for name, m in _llama_quantize_reference(fixtures_dir).items():
+        out = tmp_path / f"{name}.gguf"
+        quantize_mod.quantize_model(llama_reference_models[name], out, parse_file_type(ft), n_threads=2)
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == m["outputs"][ft], name
 
 
 # --- the mixes ------------------------------------------------------------------------------------
