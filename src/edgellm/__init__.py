@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LLM",
+    "BatchEngine",
     "errors",
     "EdgeLLMError",
     "GGUFError",
@@ -28,4 +29,8 @@ def __getattr__(name):  # keep `import edgellm` light: the engine loads on first
         from .api import LLM
 
         return LLM
+    if name == "BatchEngine":
+        from .scheduler import BatchEngine
+
+        return BatchEngine
     raise AttributeError(name)

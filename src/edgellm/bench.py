@@ -90,7 +90,8 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         seed: int = 1234, progress=None) -> list[BenchResult]:
     threads = list(threads)
     llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0])
-    engine = llm._new_engine()  # (moves the weights to huge pages where it can, as generation does)
+    engine = llm._engine  # (moves the weights to huge pages where it can, as generation does)
+    session = llm.session()
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())
     params = sum(t.n_elements for t in llm.gguf.tensors.values())
@@ -108,15 +109,15 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                               bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
             for rep in range(reps + 1):  # the first run warms caches and page tables up
                 ids = _tokens(llm, n, rng)
-                engine.clear()
+                session.reset()
                 if name.startswith("pp"):
                     t0 = time.perf_counter()
-                    engine.decode(ids)
+                    session._feed(ids)
                     dt = time.perf_counter() - t0
                 else:
                     t0 = time.perf_counter()
                     for tok in ids:
-                        engine.decode([tok])
+                        session._feed([tok])
                     dt = time.perf_counter() - t0
                 if rep:
                     res.samples.append(n / dt)
