@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include "x86_common.h"
 
-#if defined(__clang__)
+/* EL_X86_EMULATED: tests/x86_emu builds this file on SIMDe's portable intrinsics, without the
+ * target pragmas and with every CPU feature assumed, to check it on CPUs that lack them */
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
@@ -590,7 +593,8 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #undef KFN
 #undef EL_VNNI
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
 #else
@@ -605,7 +609,8 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #undef KFN
 #undef EL_VNNI
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
@@ -616,9 +621,13 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 static int use_avx_vnni(void) {
     const char *env = getenv("EDGELLM_X86_VNNI");
     if (env && env[0] == '0') return 0;
+#if defined(EL_X86_EMULATED)
+    return 1;
+#else
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 4) & 1;
+#endif
 }
 
 void el_register_avx2(el_type_traits *t) {

@@ -13,7 +13,8 @@
 #include <cpuid.h>
 #include "x86_common.h"
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)  /* as in x86_avx2.c */
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
@@ -637,7 +638,8 @@ static void silu_mul_avx512(int64_t n, float *g, const float *u) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
 }
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
@@ -646,9 +648,13 @@ static void silu_mul_avx512(int64_t n, float *g, const float *u) {
 /* AVX512DQ: CPUID.(EAX=7, ECX=0):EBX bit 17; AVX512_VNNI: ECX bit 11 (dispatch.c has checked
  * F, BW, VL and the OS state) */
 static int have_dq_vnni(void) {
+#if defined(EL_X86_EMULATED)
+    return 1;
+#else
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return ((b >> 17) & 1) && ((c >> 11) & 1);
+#endif
 }
 
 void el_register_avx512(el_type_traits *t) {
