@@ -3,11 +3,13 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-# Debian packages for the NEON kernel tests: an aarch64 cross compiler and qemu-user.
-if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then
+# Debian packages for the NEON kernel tests (an aarch64 cross compiler and qemu-user) and for the
+# emulated x86 kernel test (SIMDe, header-only).
+if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1 ||
+        [ ! -e /usr/include/simde/x86/avx512.h ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+    PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libsimde-dev"
     $SUDO apt-get install -y -q $PKGS >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q $PKGS; }
 fi
 
