@@ -11,6 +11,12 @@ round runs llama.cpp then edgellm for every model and thread count; the table gi
 rounds and the ratio edgellm / llama.cpp. --cold-start also times process start to first generated
 token: `edgellm generate ... -n 1` against the same through llama-cpp-python, or against llama.cpp's
 own CLI binary when --llama-cli points at one (llama-completion / llama-cli built from source).
+
+--batched 1,4,8,16,32 --batched-bench PATH: many sequences instead. llama.cpp's llama-batched-bench
+(built from the same llama.cpp source: cmake --build build --target llama-batched-bench) against
+`edgellm bench --batch` on the same file, threads and sizes (-p prompt tokens, -n generated tokens
+per sequence), alternately in each round; the table gives S_PP and S_TG (aggregate tokens/s) per
+sequence count, medians over rounds, and the ratios.
 """
 
 from __future__ import annotations
@@ -142,7 +148,11 @@ def main() -> None:
     ap.add_argument("--cold-start", action="store_true", help="also time process start to first token")
     ap.add_argument("--llama-cli", help="llama.cpp's CLI binary for --cold-start (llama-completion)")
     ap.add_argument("--json", help="also write the raw figures here")
+    ap.add_argument("--batched", help="comma-separated sequence counts: llama-batched-bench's test instead")
+    ap.add_argument("--batched-bench", help="llama.cpp's llama-batched-bench binary (with --batched)")
     args = ap.parse_args()
+    if args.batched:
+        return batched(args)
 
     from edgellm.registry import resolve
 
@@ -193,6 +203,61 @@ def main() -> None:
             a, b = statistics.median(ll), statistics.median(ed)
             table.append({"model": m, "test": "cold_start_s", "llama.cpp": a, "edgellm": b})
             print(f"| {Path(path).name} | {a:.3f} | {b:.3f} | {b - a:+.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=2))
+
+
+def batched(args) -> None:
+    """llama-batched-bench against `edgellm bench --batch`, alternating, medians and ratios."""
+    from edgellm.registry import resolve
+
+    if not args.batched_bench:
+        sys.exit("--batched needs --batched-bench PATH (llama.cpp's llama-batched-bench)")
+    seqs = [int(x) for x in args.batched.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    raw: dict = {}
+    for rnd in range(args.rounds):
+        for m in args.models:
+            path = str(resolve(m))
+            for t in threads:
+                n_ctx = max(seqs) * (args.n_prompt + args.n_gen) + 64
+                r = subprocess.run([args.batched_bench, "-m", path, "-t", str(t), "-tb", str(t), "-c", str(n_ctx),
+                                    "-b", "2048", "-ub", "512", "-npp", str(args.n_prompt), "-ntg", str(args.n_gen),
+                                    "-npl", ",".join(map(str, seqs)), "--output-format", "jsonl"],
+                                   capture_output=True, text=True, timeout=7200, env=env)
+                if r.returncode != 0:
+                    sys.exit(f"llama-batched-bench failed: {r.stderr[-2000:]}")
+                for line in r.stdout.splitlines():
+                    if line.startswith("{"):
+                        d = json.loads(line)
+                        raw.setdefault((m, t, d["pl"]), {}).setdefault("llama.cpp", []).append((d["speed_pp"], d["speed_tg"]))
+                r = subprocess.run([sys.executable, "-m", "edgellm", "bench", path, "--batch", ",".join(map(str, seqs)),
+                                    "-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(t), "-r", "1", "-o", "json"],
+                                   capture_output=True, text=True, timeout=7200, env=env)
+                if r.returncode != 0:
+                    sys.exit(f"edgellm bench failed: {r.stderr[-2000:]}")
+                for d in json.loads(r.stdout)["results"]:
+                    raw.setdefault((m, t, d["n_seqs"]), {}).setdefault("edgellm", []).append((d["s_pp"], d["s_tg"]))
+                    raw.setdefault("isa", d["backend"])
+                print(f"round {rnd + 1}: {m} t={t} done", file=sys.stderr)
+    print(f"\nMachine: {machine()}; edgellm ISA path: {raw.get('isa')}; median of {args.rounds} alternating rounds; "
+          f"pp {args.n_prompt}, tg {args.n_gen} per sequence\n")
+    print("| model | threads | B | llama.cpp S_PP | edgellm S_PP | ratio | llama.cpp S_TG | edgellm S_TG | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    table = []
+    for key, sides in raw.items():
+        if not isinstance(key, tuple):
+            continue
+        m, t, b = key
+        lp = statistics.median(x[0] for x in sides["llama.cpp"])
+        lt = statistics.median(x[1] for x in sides["llama.cpp"])
+        ep = statistics.median(x[0] for x in sides["edgellm"])
+        et = statistics.median(x[1] for x in sides["edgellm"])
+        table.append(dict(model=m, threads=t, n_seqs=b, llama_s_pp=lp, llama_s_tg=lt, edgellm_s_pp=ep, edgellm_s_tg=et,
+                          samples=sides))
+        print(f"| {Path(str(resolve(m))).name} | {t} | {b} | {lp:.1f} | {ep:.1f} | {ep / lp:.2f}x | {lt:.1f} | "
+              f"{et:.1f} | {et / lt:.2f}x |")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=2))
 

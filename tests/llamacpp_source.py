@@ -1,5 +1,6 @@
 """llama.cpp's own source files the tests read: its tokenizer suite (models/ggml-vocab-*.gguf with
-their .inp/.out files) and its chat templates (models/templates/*.jinja).
+their .inp/.out files), its chat templates (models/templates/*.jinja) and its example grammars
+(grammars/*.gbnf).
 
 They come from the llama-cpp-python 0.3.36 sdist (which vendors llama.cpp build 0c1e570), fetched
 once from PyPI with `pip download --no-binary :all: --no-deps` into edgellm's cache directory
@@ -20,7 +21,7 @@ from edgellm.registry import home
 VERSION = "0.3.36"
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 _PREFIX = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
-_WANTED = ("models/ggml-vocab-", "models/templates/")
+_WANTED = ("models/ggml-vocab-", "models/templates/", "grammars/")
 
 
 def _cache() -> Path:
@@ -35,7 +36,7 @@ def _sdist() -> Path:
     path = dest / SDIST
     if not path.exists():
         dest.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--no-build-isolation",
+        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
                "-q", "-d", str(dest), f"llama-cpp-python=={VERSION}"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0 or not path.exists():
@@ -47,7 +48,7 @@ def models_dir() -> Path:
     """llama.cpp's models/ directory (vocabularies and templates only), unpacked on first use."""
     out = _cache() / "llama.cpp"
     done = out / ".complete"
-    if not done.exists():
+    if not done.exists() or not (out / "grammars").is_dir():  # (a copy unpacked before grammars/ was wanted)
         with tarfile.open(_sdist()) as tar:
             members = [m for m in tar.getmembers()
                        if m.isfile() and m.name.startswith(_PREFIX) and m.name[len(_PREFIX):].startswith(_WANTED)]
@@ -59,6 +60,11 @@ def models_dir() -> Path:
             tar.extractall(out, members=members, **safe)
         done.touch()
     return out / "models"
+
+
+def grammars_dir() -> Path:
+    """llama.cpp's grammars/ directory (*.gbnf)."""
+    return models_dir().parent / "grammars"
 
 
 def vocab_file(name: str) -> Path:

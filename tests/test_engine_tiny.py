@@ -10,14 +10,15 @@ import pytest
 from edgellm import models
 from edgellm.errors import ContextOverflowError, GGUFError, UnsupportedModelError
 from edgellm.gguf_file import GGUFFile
-from edgellm.kernels import c_module, create_engine
+from edgellm.kernels import c_module
 from edgellm.models.base import bind_weights
 from edgellm.quants import WEIGHT_TYPES, QType
 from gguf_builders import write_gguf
 from reference_forward import ReferenceModel
 from tiny_models import tiny_model
 
-from conftest import engine_paths, use_engine_path
+from conftest import engine_paths
+from seq_engine import engine
 
 BACKENDS = engine_paths()  # "c:generic", "c:avx2", "c:avx512" (as the CPU allows), "numba"
 ARCHS = ["llama", "gemma3"]
@@ -43,13 +44,6 @@ def model_path(model_dir, arch, qtype, **kw):
         name = f"{arch}-{qtype.name}-{abs(hash(key[2])) % 10**6}.gguf"
         _paths[key] = tiny_model(model_dir / name, arch, qtype, **kw)
     return _paths[key]
-
-
-def engine(path, backend, monkeypatch, *, n_ctx=128, n_batch=16, n_threads=2):
-    use_engine_path(monkeypatch, backend)
-    g = GGUFFile(path)
-    cfg = models.load_config(g)
-    return create_engine(g, cfg, bind_weights(g, cfg), n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
 
 
 def rel_err(a, b) -> float:

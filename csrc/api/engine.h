@@ -1,5 +1,6 @@
 /* The inference engine: a transformer forward pass over memory-mapped GGUF weights, executed in C
- * on a persistent thread pool, with its own KV cache. Implemented in engine.c (+ kv.c, pool.c). */
+ * on a persistent thread pool, over a paged KV cache shared by many sequences. Implemented in
+ * engine.c (forward pass), attention.c, kv.c (KV storage), pool.c (threads). */
 
 typedef struct {
     int type;               /* ggml type id; data == NULL means "absent" */
@@ -37,33 +38,65 @@ typedef struct {
     float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int n_ctx_orig;
     el_tensor tok_embd, output_norm, output, rope_freqs;
-    const el_layer *layers; /* n_layer entries; copied by el_ctx_new */
+    const el_layer *layers; /* n_layer entries; copied by el_engine_new */
 } el_model_desc;
 
-typedef struct el_ctx el_ctx;
+/* ---- the engine: one per loaded model (weights, thread pool, KV storage) ---------------------
+ *
+ * KV storage is a pool of blocks of EL_KV_BLOCK slots per layer group (group 0: global layers,
+ * group 1: sliding-window layers). Which blocks a sequence holds is the caller's business (the
+ * block manager in src/edgellm/kv_cache.py): every batch passes each of its sequences' block
+ * tables. A sequence's slot i lives in block tables[g][seq][i / EL_KV_BLOCK] at i % EL_KV_BLOCK. */
+#define EL_KV_BLOCK 16
 
-/* Returns NULL when memory cannot be allocated or the description is inconsistent
- * (el_last_error() says why). n_batch bounds the tokens evaluated per step. */
-el_ctx *el_ctx_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads);
-void el_ctx_free(el_ctx *ctx);
+typedef struct el_engine el_engine;
+
+/* n_ctx: the most slots one sequence may hold; n_batch: the most tokens of one decode call.
+ * Returns NULL when memory cannot be allocated or the description is inconsistent
+ * (el_last_error() says why). The KV pool starts empty (el_kv_reserve). */
+el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads);
+void el_engine_free(el_engine *e);
 const char *el_last_error(void);
-int el_ctx_set_threads(el_ctx *ctx, int n_threads);
-int el_ctx_isa(const el_ctx *ctx);  /* the kernels a context runs are fixed when it is made */
+int el_engine_set_threads(el_engine *e, int n_threads);
+int el_engine_isa(const el_engine *e);  /* the kernels an engine runs are fixed when it is made */
+int el_engine_has_swa(const el_engine *e);  /* whether group 1 has layers */
 
-/* Evaluate n tokens at positions pos0 .. pos0+n-1 (pos0 == el_kv_next_pos). logits: float
- * [n, n_vocab] when all_logits, else [n_vocab] for the last token; NULL for none.
- * Returns 0, or -1 when the context is full (caller shifts or fails), -2 bad arguments. */
-int el_decode(el_ctx *ctx, const int32_t *tokens, int n, float *logits, int all_logits);
+/* Grow group g's pool to at least n_blocks blocks (it never shrinks; pages are touched only when
+ * a block is first written, so reserved but unused blocks cost address space, not memory).
+ * Returns the pool's size, or -1 when out of memory. */
+int el_kv_reserve(el_engine *e, int group, int n_blocks);
+int el_kv_blocks(const el_engine *e, int group);
+/* Copy block src to dst in every layer of group g (keys, values, positions): copy-on-write. */
+int el_kv_copy_block(el_engine *e, int group, int src, int dst);
+/* One sequence's context shift: slots [n_keep + n_discard, n_slots) move to [n_keep, n_slots -
+ * n_discard), their positions drop by n_discard and their keys are rotated back by as much.
+ * tables: [2][max_blocks]; every destination block must exist (and be the sequence's own); in
+ * the sliding-window group, sources in absent blocks are skipped. 0, or -2 bad arguments. */
+int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots, int n_keep, int n_discard);
+/* Positions held by slots [0, n) of a sequence in group g (-1 where the block is absent). */
+int el_kv_positions(const el_engine *e, int group, const int32_t *table, int n, int32_t *out);
 
-/* Hidden state after the final norm is not exposed; these manage the KV cache. */
-void el_kv_clear(el_ctx *ctx);
-int el_kv_next_pos(const el_ctx *ctx);     /* tokens held = next position */
-int el_kv_capacity(const el_ctx *ctx);     /* n_ctx */
-/* Drop n_discard tokens after the first n_keep and slide the rest down (RoPE re-applied). */
-int el_kv_shift(el_ctx *ctx, int n_keep, int n_discard);
-/* Forget positions >= p. Returns 0, or -1 when a sliding-window layer no longer holds the
- * history needed to continue from p (the caller must clear and re-evaluate). */
-int el_kv_truncate(el_ctx *ctx, int p);
+typedef struct {
+    int n_tokens;
+    const int32_t *token;    /* [n_tokens] */
+    const int32_t *pos;      /* [n_tokens] positions (RoPE; a key is seen by queries at >= its position) */
+    const int32_t *seq;      /* [n_tokens] index of the row's sequence in this batch: non-decreasing,
+                                each of 0 .. n_seqs-1 present (a sequence's rows are contiguous) */
+    const int8_t *logits;    /* [n_tokens] rows whose logits are wanted; NULL: the last row only */
+    int n_seqs;
+    const int32_t *seq_len;  /* [n_seqs] slots each sequence holds before this step; its rows are
+                                written to slots seq_len, seq_len + 1, ... */
+    const int32_t *tables;   /* [2][n_seqs][max_blocks] block ids per group, -1 = none */
+    int max_blocks;
+    int llama_order;         /* 1: llama.cpp's batch-size-dependent orders (one sequence only) */
+} el_batch;
+
+/* Evaluate a batch (n_tokens <= n_batch). logits: float [rows wanted][n_vocab], in row order.
+ * Without llama_order every row's arithmetic is the same whatever else the batch holds (batch
+ * invariance); with it, a step of one token and the tail rows of a batch take the kernels
+ * llama.cpp switches to there, as the single-stream API reproduces llama.cpp's numbers.
+ * Returns 0, or -2 for a bad batch (el_last_error() says what). */
+int el_engine_decode(el_engine *e, const el_batch *b, float *logits);
 
 /* Debugging: fn(name, layer, data, rows, cols, ld) sees each named intermediate of a forward
  * pass (names as llama.cpp's graph uses them); NULL turns it off. Not thread-safe to change

@@ -5,6 +5,7 @@ from .errors import (
     ContextOverflowError,
     EdgeLLMError,
     GGUFError,
+    GrammarError,
     ModelNotFoundError,
     UnsupportedModelError,
 )
@@ -13,9 +14,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LLM",
+    "BatchEngine",
     "errors",
     "EdgeLLMError",
     "GGUFError",
+    "GrammarError",
     "UnsupportedModelError",
     "ContextOverflowError",
     "ModelNotFoundError",
@@ -28,4 +31,8 @@ def __getattr__(name):  # keep `import edgellm` light: the engine loads on first
         from .api import LLM
 
         return LLM
+    if name == "BatchEngine":
+        from .scheduler import BatchEngine
+
+        return BatchEngine
     raise AttributeError(name)

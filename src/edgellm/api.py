@@ -8,15 +8,20 @@ you feed token by token). The CLI is a thin shell over these.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import kernels, models
-from .errors import ContextOverflowError, GGUFError
+from .errors import ContextOverflowError, GGUFError, GrammarError
+from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
+from .kv_cache import KVPool
 from .models.base import bind_weights
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
@@ -50,13 +55,33 @@ def physical_cores() -> int:
     return max(1, min(avail, len(cores) or avail))
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def clamp_threads(n: int) -> int:
+    """n threads, or the CPUs this process may use if fewer (with a warning): threads beyond
+    them only wait for each other."""
+    cpus = usable_cpus()
+    if n > cpus and os.environ.get("EDGELLM_NO_CLAMP") != "1":  # (benchmarks of oversubscription)
+        warnings.warn(f"{n} threads requested but this process may use {cpus} CPU"
+                      f"{'s' if cpus > 1 else ''}: using {cpus}", stacklevel=3)
+        return cpus
+    return n
+
+
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
     prompt_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # "eog", "stop", "length"
+    stop_reason: str = ""  # "eog", "stop", "length", or "grammar" (the constraint admits nothing more)
+    forced_tokens: int = 0  # of generated_tokens, appended because the constraint forced them
 
     @property
     def prompt_tps(self) -> float:
@@ -68,45 +93,82 @@ class GenerationStats:
 
 
 class Session:
-    """A persistent KV cache: `feed(ids)` continues where the last call stopped."""
+    """A sequence of the model's KV cache: `feed(ids)` continues where the last call stopped.
 
-    def __init__(self, llm: "LLM", engine=None):
+    Sessions of one LLM share its engine (weights, threads, KV pool) and may be used from
+    different threads; each call on one session must finish before the next starts. Their numbers
+    are llama.cpp's: a step takes the kernels llama.cpp takes for a batch of its size."""
+
+    def __init__(self, llm: "LLM"):
         self._llm = llm
-        self._engine = engine or llm._new_engine()
-        self._tokens: list[int] = []
+        self._seq = llm._pool.new_sequence()
+        self._busy = threading.Lock()
+        # the blocks go back to the pool when the session is dropped
+        self._finalizer = weakref.finalize(self, _release_sequence, llm._engine_lock, llm._pool, self._seq)
+        self._out = np.empty((1, llm.n_vocab), dtype=np.float32)  # this session's last logits
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return self._seq.n
 
     @property
     def tokens(self) -> list[int]:
-        return list(self._tokens)
+        return list(self._seq.tokens)
 
     @property
     def n_ctx(self) -> int:
-        return self._engine.n_ctx
+        return self._llm.n_ctx
 
     def reset(self) -> None:
-        self._engine.clear()
-        self._tokens.clear()
+        with self._llm._engine_lock:
+            self._llm._pool.clear(self._seq)
+
+    def close(self) -> None:
+        """Give the session's KV blocks back now (it is empty afterwards)."""
+        self.reset()
 
     def feed(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ids after what the session holds; returns the logits of the last one."""
         return np.array(self._feed(ids))
 
-    def _feed(self, ids: Sequence[int]) -> np.ndarray:
-        """As feed, but the logits may be the engine's buffer, overwritten by the next call."""
+    def _feed(self, ids: Sequence[int], *, logits: int = LOGITS_LAST):
+        """As feed, but the logits are this session's buffer, overwritten by its next call.
+        Steps of n_batch tokens, so an interrupt stops a long prompt within one step."""
         ids = self._llm._check_ids(ids)
         if not ids:
             raise ValueError("feed() needs at least one token")
-        if len(self._tokens) + len(ids) > self.n_ctx:
+        if self._seq.n + len(ids) > self.n_ctx:
             raise ContextOverflowError(
-                f"{len(self._tokens) + len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
-        self._tokens.extend(ids)
+                f"{self._seq.n + len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this session is in use by another thread (a session runs one call at a time; "
+                               "use one session per thread)")
         try:
-            return self._engine.decode(ids)
-        finally:  # the engine's position is the truth, also after an interrupt
-            del self._tokens[self._engine.n_past:]
+            return self._feed_steps(ids, logits)
+        finally:
+            self._busy.release()
+
+    def _feed_steps(self, ids: list[int], logits: int):
+        llm = self._llm
+        nb = llm.n_batch
+        rows = []
+        for i in range(0, len(ids), nb):
+            chunk = ids[i:i + nb]
+            last = i + nb >= len(ids)
+            mode = logits if logits == LOGITS_ALL else (logits if last else LOGITS_NONE)
+            if mode == LOGITS_ALL and len(chunk) > self._out.shape[0]:
+                self._out = np.empty((len(chunk), llm.n_vocab), dtype=np.float32)
+            step = Step()
+            step.add(self._seq, chunk, mode)
+            with llm._engine_lock:
+                llm._pool.reserve(self._seq, len(chunk))
+                got = step.run(llm._engine, llm._pool, llama_order=True, out=self._out)[0]
+            if mode == LOGITS_ALL:
+                rows.append(np.array(got))
+            elif mode == LOGITS_LAST:
+                rows.append(got)
+        if logits == LOGITS_ALL:
+            return np.concatenate(rows, axis=0)
+        return rows[-1] if rows else None
 
     # -- used by generation --
 
@@ -115,24 +177,33 @@ class Session:
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         n = 0
-        for a, b in zip(self._tokens, ids):
+        for a, b in zip(self._seq.tokens, ids):
             if a != b:
                 break
             n += 1
         n = min(n, len(ids) - 1)  # re-evaluate at least the last token to get its logits
-        if n < len(self._tokens):
-            if not self._engine.truncate(n):
-                self._engine.clear()
-                n = 0
-            del self._tokens[n:]
+        if n < self._seq.n:
+            with self._llm._engine_lock:
+                if not self._llm._pool.truncate(self._seq, n):
+                    self._llm._pool.clear(self._seq)
+                    n = 0
         return self._feed(ids[n:])
 
     def _make_room(self, n_keep: int) -> None:
         """Context full: drop the older half of what follows the first n_keep tokens."""
-        n_keep = max(0, min(n_keep, len(self._tokens) - 2))
-        n_discard = max(1, (len(self._tokens) - n_keep) // 2)
-        self._engine.shift(n_keep, n_discard)
-        del self._tokens[n_keep:n_keep + n_discard]
+        n_keep = max(0, min(n_keep, self._seq.n - 2))
+        n_discard = max(1, (self._seq.n - n_keep) // 2)
+        with self._llm._engine_lock:
+            if self._llm._pool.shift(self._seq, n_keep, n_discard):
+                return
+            tokens = self._seq.tokens  # (never with a small n_keep: the window is then all moved slots)
+            self._llm._pool.clear(self._seq)
+        self._feed(tokens)
+
+
+def _release_sequence(lock, pool, seq) -> None:
+    with lock:
+        pool.release(seq)
 
 
 class LLM:
@@ -141,10 +212,12 @@ class LLM:
     def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                  seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
                  progress: bool = False):
-        if n_ctx < 0 or n_batch <= 0:
-            raise ValueError("n_ctx must be >= 0 (0 = the model's training context) and n_batch > 0")
+        if n_ctx < 0:
+            raise ValueError(f"n_ctx must be >= 0 (0 = the model's training context), got {n_ctx}")
+        if n_batch <= 0:
+            raise ValueError(f"n_batch must be positive, got {n_batch}")
         if n_threads is not None and n_threads <= 0:
-            raise ValueError("n_threads must be positive")
+            raise ValueError(f"n_threads must be positive, got {n_threads}")
         self.path = resolve(model, progress=progress)
         self.gguf = GGUFFile(self.path)
         self.config = models.load_config(self.gguf)
@@ -156,14 +229,18 @@ class LLM:
                             f"{self.config.n_vocab} output rows")
         self.n_ctx = n_ctx or self.config.n_ctx_train
         self.n_batch = min(n_batch, self.n_ctx)
-        self.n_threads = n_threads or physical_cores()
+        self.n_threads = clamp_threads(n_threads or physical_cores())
         self.seed = seed
         self._chat_template_override = chat_template
         self._template = None  # built on first use: jinja2 is not needed to generate (startup time)
         if chat_template is not None:
             self.template  # noqa: B018 - a template given explicitly is checked now
+        self._engine_lock = threading.RLock()  # one engine step at a time; the pool's books with it
+        self._eng = None   # the engine and its KV pool, made on first use
+        self._kv = None
         self._session: Session | None = None  # generate/chat reuse its cache across calls
-        self.last_stats = GenerationStats()
+        self._session_owner = threading.Lock()  # held while a call uses the cached session
+        self._stats = threading.local()
 
     # -- basics --
 
@@ -187,13 +264,37 @@ class LLM:
     @property
     def backend(self) -> str:
         """The kernel path generation runs on: generic / avx2 / avx512 / neon, or numba."""
-        return self._main_session()._engine.isa
+        return self._engine.isa
 
-    def _new_engine(self):
-        if kernels.backend_name() == "c":
-            self._store.move_to_huge_pages()
-        return kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
-                                     n_batch=self.n_batch, n_threads=self.n_threads, store=self._store)
+    @property
+    def _engine(self):
+        """The model's one engine (weights, thread pool, KV storage), made on first use."""
+        if self._eng is None:
+            with self._engine_lock:
+                if self._eng is None:
+                    if kernels.backend_name() == "c":
+                        self._store.move_to_huge_pages()
+                    eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
+                                                n_batch=self.n_batch, n_threads=self.n_threads, store=self._store)
+                    self._kv = KVPool(eng, n_ctx=self.n_ctx, n_swa=self.config.n_swa, has_swa=eng.has_swa)
+                    self._eng = eng
+        return self._eng
+
+    @property
+    def _pool(self) -> KVPool:
+        """The block manager of the engine's KV storage."""
+        self._engine  # noqa: B018 - made together
+        return self._kv
+
+    @property
+    def last_stats(self) -> GenerationStats:
+        """Token counts and speeds of this thread's last generate() / chat() call."""
+        st = getattr(self._stats, "value", None)
+        return st if st is not None else GenerationStats()
+
+    @last_stats.setter
+    def last_stats(self, value: GenerationStats) -> None:
+        self._stats.value = value
 
     def _check_ids(self, ids) -> list[int]:
         out = [int(i) for i in ids]
@@ -215,12 +316,8 @@ class LLM:
         """Forget the prompt cache that generate() and chat() reuse across calls: the next call
         evaluates its whole prompt in one batch (as a fresh llama.cpp context does)."""
         if self._session is not None:
-            self._session.reset()
-
-    def _main_session(self) -> Session:
-        if self._session is None:
-            self._session = Session(self)
-        return self._session
+            with self._session_owner:
+                self._session.reset()
 
     def logits(self, ids: Sequence[int], *, last_only: bool = False, start: int = 0) -> np.ndarray:
         """float32 [len(ids) - start, n_vocab] (or [n_vocab] with last_only) from one evaluation of
@@ -232,17 +329,15 @@ class LLM:
             raise ValueError(f"start must be in [0, {len(ids)})")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"{len(ids)} tokens do not fit in the context of {self.n_ctx} tokens")
-        s = self._main_session()
-        s.reset()
-        s._tokens.extend(ids)
+        s = Session(self)
         try:
             if last_only:
-                return np.array(s._engine.decode(ids))
+                return np.array(s._feed(ids))
             if start:
-                s._engine.decode(ids[:start], want_logits=False)
-            return s._engine.decode(ids[start:], all_logits=True)
+                s._feed(ids[:start], logits=LOGITS_NONE)
+            return s._feed(ids[start:], logits=LOGITS_ALL)
         finally:
-            del s._tokens[s._engine.n_past:]
+            s.close()
 
     # -- generation --
 
@@ -258,24 +353,121 @@ class LLM:
                  min_p: float | None = None, repeat_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
-                 repeat_last_n: int | None = None):
-        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces."""
+                 repeat_last_n: int | None = None, json_schema: dict | str | None = None,
+                 grammar=None, regex: str | None = None):
+        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces.
+        At most one constraint: `json_schema` (dict or JSON text), `grammar` (GBNF text or a
+        constrain.Grammar), `regex`; last_stats.stop_reason "length" then means the output was
+        cut before the constraint was complete."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
         params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                      presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
-        it = self._stream(ids, params, max_tokens, stop)
+        it = self._stream(ids, params, max_tokens, stop, self._constraint(
+            json_schema=json_schema, grammar=grammar, regex=regex))
         return it if stream else "".join(it)
 
+    def _constraint(self, **options):
+        """The generation constraint for generate()'s / chat()'s constraint keywords, or None."""
+        if all(v is None for v in options.values()):
+            return None
+        from .constrain import Grammar
+
+        return Grammar.from_options(**options).constraint(self.tokenizer)
+
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
-             stop: str | Sequence[str] | None = None, seed: int | None = None, **sampling):
-        """Reply to a conversation rendered with the model's chat template."""
-        text = self.template.render(messages, add_generation_prompt=True)
-        ids = self.chat_tokens(text)
-        params = self._sampling(sampling, seed)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings))
+             stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
+             json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
+             tools: list[dict] | None = None, tool_choice=None, **sampling):
+        """Reply to a conversation rendered with the model's chat template. The reply may be
+        constrained by OpenAI's `response_format` or by one of generate()'s constraints.
+        `tools` (OpenAI's function specs) reach the template; tool_choice "required" or
+        {"type": "function", "function": {"name": ...}} makes the reply a call (chat_message
+        parses it into tool_calls)."""
+        it, _ = self._chat(messages, stream=stream, max_tokens=max_tokens, stop=stop, seed=seed,
+                           response_format=response_format, json_schema=json_schema, grammar=grammar,
+                           regex=regex, tools=tools, tool_choice=tool_choice, **sampling)
         return it if stream else "".join(it)
+
+    def chat_message(self, messages: list[dict], **options) -> dict:
+        """chat(), read back as an OpenAI assistant message: {"role": "assistant", "content",
+        "tool_calls" (if the model called tools), "reasoning_content" (a <think> block)}."""
+        return self.create_chat_completion(messages, **options)["choices"][0]["message"]
+
+    def create_chat_completion(self, messages: list[dict], **options) -> dict:
+        """chat() as OpenAI's chat.completion object (message, finish_reason, usage)."""
+        if options.get("stream"):
+            raise ValueError("create_chat_completion does not stream; use chat(stream=True)")
+        it, turn = self._chat(messages, **options)
+        msg, finish = turn.message("".join(it), self.last_stats.stop_reason)
+        s = self.last_stats
+        return {"id": "chatcmpl-" + os.urandom(12).hex(), "object": "chat.completion", "created": int(time.time()),
+                "model": self.path.name,
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
+                          "total_tokens": s.prompt_tokens + s.generated_tokens}}
+
+    def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
+              json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, **sampling):
+        from .tool_calls import prepare_turn
+
+        turn = prepare_turn(self.template, messages, tools, tool_choice)
+        ids = self.chat_tokens(turn.prompt)
+        params = self._sampling(sampling, seed)
+        if response_format is not None or turn.grammar is not None:
+            from .constrain import Grammar
+
+            given = [g for g in (Grammar.from_response_format(response_format), grammar,
+                                 None if turn.grammar is None else Grammar.from_lark(turn.grammar)) if g is not None]
+            if len(given) > 1:
+                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
+            grammar = given[0] if given else None
+        constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint), turn
+
+    # -- many sequences at once --
+
+    def generate_batch(self, prompts: Sequence[str | Sequence[int]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                       seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
+                       max_seqs: int | None = None, json_schema: dict | str | None = None, grammar=None,
+                       regex: str | None = None, **sampling) -> list[str]:
+        """Complete every prompt, decoding them together (BatchEngine); the texts in order.
+        `seed`: one for every prompt, or a list (one each). A prompt's text is the same as it
+        would be alone (batch invariance), though not llama.cpp's bits: see the README.
+        json_schema / grammar / regex: one constraint every completion follows, as generate()."""
+        from .constrain import Grammar
+
+        sampling["grammar"] = Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
+        return self._batch([(p, None) for p in prompts], max_tokens, seed, stop, max_seqs, sampling)
+
+    def chat_batch(self, conversations: Sequence[list[dict]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                   seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
+                   max_seqs: int | None = None, **sampling) -> list[str]:
+        """Reply to every conversation (rendered with the chat template), decoded together."""
+        items = [(self.chat_tokens(self.template.render(m, add_generation_prompt=True)), self.template.stop_strings)
+                 for m in conversations]
+        return self._batch(items, max_tokens, seed, stop, max_seqs, sampling)
+
+    def _batch(self, items, max_tokens, seed, stop, max_seqs, sampling) -> list[str]:
+        from .scheduler import BatchEngine
+
+        if not items:
+            return []
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(items)
+        if len(seeds) != len(items):
+            raise ValueError(f"{len(seeds)} seeds for {len(items)} prompts")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        ids = [self.tokenize(p) if isinstance(p, str) else self._check_ids(p) for p, _ in items]
+        per = [min(self.n_ctx, len(i) + (max_tokens if max_tokens is not None else self.n_ctx)) for i in ids]
+        engine = BatchEngine(self, max_seqs=max_seqs or min(len(items), 32),
+                             kv_tokens=min(sum(per), 8 * self.n_ctx) if sum(per) > self.n_ctx else self.n_ctx)
+        grammar = sampling.pop("grammar", None)
+        reqs = [engine.submit(i, max_tokens=max_tokens, sampling=self._sampling(sampling, sd),
+                              stop=stops + list(extra or ()), grammar=grammar)
+                for i, (_, extra), sd in zip(ids, items, seeds)]
+        engine.run_until_done(reqs)
+        return [r.result() for r in reqs]
 
     def chat_tokens(self, rendered: str) -> list[int]:
         """Tokens of a rendered chat prompt: special tokens parsed, BOS not doubled."""
@@ -285,16 +477,35 @@ class LLM:
             ids = ids[1:]
         return ids
 
-    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None) -> Iterator[str]:
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops)
+        return self._generate_iter(ids, params, max_tokens, stops, constraint)
 
-    def _generate_iter(self, ids, params, max_tokens, stops) -> Iterator[str]:
-        session = self._main_session()
+    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None) -> Iterator[str]:
+        """Generation on the cached session (its prompt cache reused from the last call) when no
+        other call holds it, else on a session of its own: calls from several threads, or a
+        second call while a stream is open, each get their own sequence and the text they
+        would get alone."""
+        own = self._session_owner.acquire(blocking=False)
+        if own:
+            if self._session is None:
+                self._session = Session(self)
+            session = self._session
+        else:
+            session = Session(self)
+        try:
+            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint)
+        finally:
+            if own:
+                self._session_owner.release()
+            else:
+                session.close()
+
+    def _generate_on(self, session: Session, ids, params, max_tokens, stops, constraint=None) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         sampler = Sampler(params, self.n_vocab)
         detok = self.tokenizer.streaming_decoder()
@@ -308,31 +519,48 @@ class LLM:
         except BaseException:
             session.reset()
             raise
-        stats.prompt_seconds = time.perf_counter() - t0
+        finally:
+            stats.prompt_seconds = time.perf_counter() - t0
         history = list(ids)
         t1 = time.perf_counter()
         stats.stop_reason = "length"
+        # -- constraint hook: a Guide samples under the constraint and appends forced tokens --
+        guide = None
+        if constraint is not None:
+            from .constrain import Guide
+
+            guide = Guide(constraint)
+        # --
         try:
             while limit is None or stats.generated_tokens < limit:
-                tok = sampler.sample(logits, history)
+                tok = sampler.sample(logits, history) if guide is None else guide.sample(sampler, logits, history)
                 if tok in eog:
                     stats.stop_reason = "eog"
                     break
-                stats.generated_tokens += 1
-                history.append(tok)
-                emit, done = checker.feed(detok.add(tok))
-                if emit:
-                    yield emit
+                new = [tok] if guide is None else guide.advance(
+                    tok, None if limit is None else limit - stats.generated_tokens)
+                done = False
+                for t in new:
+                    stats.generated_tokens += 1
+                    history.append(t)
+                    emit, done = checker.feed(detok.add(t))
+                    if emit:
+                        yield emit
+                    if done:
+                        break
                 if done:
                     stats.stop_reason = "stop"
                     break
+                if guide is not None and guide.constraint.finished:
+                    stats.stop_reason = "grammar"
+                    break
                 if limit is not None and stats.generated_tokens >= limit:
                     break
-                if len(session) >= session.n_ctx:
+                if len(session) + len(new) > session.n_ctx:
                     if limit is None and len(history) - len(ids) >= session.n_ctx:
                         break  # an unbounded reply as long as the whole context: stop
                     session._make_room(n_keep)
-                logits = session._feed([tok])
+                logits = session._feed(new)
             if stats.stop_reason != "stop":
                 tail, stopped = checker.feed(detok.flush())
                 if not stopped:
@@ -341,6 +569,8 @@ class LLM:
                     yield tail
         finally:
             stats.decode_seconds = time.perf_counter() - t1
+            if guide is not None:
+                stats.forced_tokens = guide.forced
 
     def close(self) -> None:
         self._session = None

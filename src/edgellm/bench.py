@@ -90,7 +90,8 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         seed: int = 1234, progress=None) -> list[BenchResult]:
     threads = list(threads)
     llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0])
-    engine = llm._new_engine()  # (moves the weights to huge pages where it can, as generation does)
+    engine = llm._engine  # (moves the weights to huge pages where it can, as generation does)
+    session = llm.session()
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())
     params = sum(t.n_elements for t in llm.gguf.tensors.values())
@@ -108,15 +109,15 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                               bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
             for rep in range(reps + 1):  # the first run warms caches and page tables up
                 ids = _tokens(llm, n, rng)
-                engine.clear()
+                session.reset()
                 if name.startswith("pp"):
                     t0 = time.perf_counter()
-                    engine.decode(ids)
+                    session._feed(ids)
                     dt = time.perf_counter() - t0
                 else:
                     t0 = time.perf_counter()
                     for tok in ids:
-                        engine.decode([tok])
+                        session._feed([tok])
                     dt = time.perf_counter() - t0
                 if rep:
                     res.samples.append(n / dt)
@@ -126,6 +127,115 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
             if progress:
                 progress(res)
     return results
+
+
+@dataclass
+class BatchedResult:
+    """One row of llama-batched-bench's table: B sequences, pp P tokens each, then tg T each."""
+
+    model: str
+    backend: str
+    threads: int
+    n_prompt: int
+    n_gen: int
+    n_seqs: int
+    t_pp: list[float] = field(default_factory=list)  # seconds, per repetition
+    t_tg: list[float] = field(default_factory=list)
+    scheduler: bool = False
+
+    @property
+    def s_pp(self) -> float:
+        return self.n_seqs * self.n_prompt / statistics.median(self.t_pp) if self.n_prompt else 0.0
+
+    @property
+    def s_tg(self) -> float:
+        return self.n_seqs * self.n_gen / statistics.median(self.t_tg) if self.n_gen else 0.0
+
+    @property
+    def s_total(self) -> float:
+        t = statistics.median(self.t_pp) + statistics.median(self.t_tg)
+        return self.n_seqs * (self.n_prompt + self.n_gen) / t
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(s_pp=self.s_pp, s_tg=self.s_tg, s_total=self.s_total)
+        return d
+
+
+def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen: int = 128, threads=None,
+                reps: int = 3, seed: int = 1234, scheduler: bool = False, progress=None) -> list[BatchedResult]:
+    """llama-batched-bench's method on the batch-invariant engine path: for each B, B sequences
+    of n_prompt random tokens evaluated together (in steps of n_batch tokens), then n_gen steps
+    of one token for each sequence. Without `scheduler` the steps go straight to the engine (no
+    sampling, as llama-batched-bench); with it, through BatchEngine with greedy sampling, stop
+    checks and detokenizing (what a server pays). Medians over reps after a warm-up."""
+    from .batch import LOGITS_LAST, LOGITS_NONE, Step
+    from .sampling import SamplingParams
+    from .scheduler import BatchEngine
+
+    bmax = max(batches)
+    per_seq = n_prompt + n_gen + 1
+    llm = LLM(model, n_ctx=per_seq, n_batch=min(512, max(bmax, bmax * n_prompt)), n_threads=threads)
+    engine, pool = llm._engine, llm._pool
+    pool.limit_blocks = None
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in batches:
+        res = BatchedResult(llm.path.name, engine.isa, llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
+        for rep in range(reps + 1):
+            prompts = [_tokens(llm, n_prompt, rng) for _ in range(b)]
+            if scheduler:
+                eng = BatchEngine(llm, max_seqs=b, kv_tokens=b * per_seq, prefix_cache=False)
+                reqs = [eng.submit(p, max_tokens=n_gen, sampling=SamplingParams(temperature=0), ignore_eos=True)
+                        for p in prompts]
+                t0 = time.perf_counter()
+                while any(r.seq is None or r.seq.n < n_prompt for r in reqs):
+                    eng.step()
+                t1 = time.perf_counter()
+                eng.run_until_done(reqs)
+                t2 = time.perf_counter()
+            else:
+                seqs = [pool.new_sequence() for _ in range(b)]
+                t0 = time.perf_counter()
+                todo = [(s, p) for s, p in zip(seqs, prompts)]
+                while todo:  # prompts packed into steps of n_batch tokens
+                    step, room, rest = Step(), llm.n_batch, []
+                    for s, p in todo:
+                        k = min(room, len(p) - s.n)
+                        if k > 0:
+                            pool.reserve(s, k)
+                            step.add(s, p[s.n:s.n + k], LOGITS_LAST if s.n + k == len(p) else LOGITS_NONE)
+                            room -= k
+                        if s.n + max(k, 0) < len(p):
+                            rest.append((s, p))
+                    step.run(engine, pool)
+                    todo = rest
+                t1 = time.perf_counter()
+                for i in range(n_gen):
+                    step = Step()
+                    for s in seqs:
+                        pool.reserve(s, 1)
+                        step.add(s, [int(rng.integers(3, llm.n_vocab))], LOGITS_LAST)
+                    step.run(engine, pool)
+                t2 = time.perf_counter()
+                for s in seqs:
+                    pool.release(s)
+            if rep:
+                res.t_pp.append(t1 - t0)
+                res.t_tg.append(t2 - t1)
+        out.append(res)
+        if progress:
+            progress(res)
+    return out
+
+
+def markdown_batched(results: list[BatchedResult]) -> str:
+    rows = ["| model | backend | threads | PP | TG | B | S_PP t/s | S_TG t/s | S t/s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        rows.append(f"| {r.model} | {r.backend}{' (scheduler)' if r.scheduler else ''} | {r.threads} | "
+                    f"{r.n_prompt} | {r.n_gen} | {r.n_seqs} | {r.s_pp:.1f} | {r.s_tg:.1f} | {r.s_total:.1f} |")
+    return "\n".join(rows)
 
 
 def peak_rss_bytes() -> int:

@@ -1,10 +1,12 @@
-"""The C engine (csrc/engine.c) behind a small Python class: one C call per decode step."""
+"""The C engine (csrc/engine.c, kv.c) behind a small Python class: one C call per batch."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ContextOverflowError, EdgeLLMError
+from ..errors import EdgeLLMError
+from ..kv_cache import BLOCK
+from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, LAYER_TENSORS, ROPE_NEOX, ModelConfig, ModelWeights
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
@@ -16,6 +18,8 @@ class CEngine:
     def __init__(self, store, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
                  n_threads: int, lib, ffi):
         self.lib, self.ffi = lib, ffi
+        if lib.EL_KV_BLOCK != BLOCK:
+            raise EdgeLLMError(f"the C kernels use KV blocks of {lib.EL_KV_BLOCK} slots, edgellm {BLOCK}: reinstall")
         self.store = store  # weights.WeightStore: the bytes must outlive the context
         self.cfg = cfg
         self.n_ctx = n_ctx
@@ -44,11 +48,21 @@ class CEngine:
             for fld in LAYER_TENSORS:
                 self._fill(getattr(L, fld), lw[fld])
         d.layers = layers
-        ctx = lib.el_ctx_new(d, n_ctx, n_batch, n_threads)
-        if ctx == ffi.NULL:
-            raise EdgeLLMError(f"cannot create the model context: {ffi.string(lib.el_last_error()).decode()}")
-        self._ctx = ffi.gc(ctx, lib.el_ctx_free)
-        self._logits_last = np.empty(cfg.n_vocab, dtype=np.float32)
+        eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads)
+        if eng == ffi.NULL:
+            raise EdgeLLMError(f"cannot create the model engine: {ffi.string(lib.el_last_error()).decode()}")
+        self._eng = ffi.gc(eng, lib.el_engine_free)
+        self.n_batch = min(n_batch, n_ctx)
+        self.has_swa = bool(lib.el_engine_has_swa(eng))
+        self.n_swa = cfg.n_swa
+        self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self._out_ptr = None
+        self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
+        b = self._batch = ffi.new("el_batch *")
+        self._batch_bufs = [ffi.from_buffer(t, a) for t, a in (
+            ("int32_t[]", self.batch.token), ("int32_t[]", self.batch.pos), ("int32_t[]", self.batch.seq),
+            ("int8_t[]", self.batch.want), ("int32_t[]", self.batch.seq_len), ("int32_t[]", self.batch.tables))]
+        b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables = self._batch_bufs
 
     def _fill(self, t, info) -> None:
         if info is None:
@@ -65,49 +79,61 @@ class CEngine:
 
     # -- the engine protocol (shared with the numba engine) --
 
-    @property
-    def n_past(self) -> int:
-        return self.lib.el_kv_next_pos(self._ctx)
+    def kv_reserve(self, group: int, n_blocks: int) -> int:
+        got = self.lib.el_kv_reserve(self._eng, group, n_blocks)
+        if got < 0:
+            raise MemoryError(f"out of memory for {n_blocks} KV blocks")
+        return got
 
-    def decode(self, tokens, *, all_logits: bool = False, want_logits: bool = True) -> np.ndarray | None:
-        """Logits [n, n_vocab] with all_logits, else [n_vocab] of the last token (a buffer reused
-        by the next call), or None without want_logits."""
-        toks = np.ascontiguousarray(tokens, dtype=np.int32)
-        n = len(toks)
-        if n == 0:
-            raise ValueError("no tokens to evaluate")
-        if self.n_past + n > self.n_ctx:
-            raise ContextOverflowError(
-                f"{self.n_past + n} tokens do not fit in the context of {self.n_ctx} tokens")
-        out = None
-        if want_logits:
-            out = np.empty((n, self.n_vocab), dtype=np.float32) if all_logits else self._logits_last
-        rc = self.lib.el_decode(self._ctx, self.ffi.from_buffer("int32_t[]", toks),
-                                n, self.ffi.NULL if out is None else self.ffi.from_buffer("float[]", out),
-                                int(all_logits))
-        if rc == -2:
-            raise ValueError(f"token ids must be in [0, {self.n_vocab})")
-        if rc != 0:
-            raise ContextOverflowError(f"context of {self.n_ctx} tokens is full")
-        return out  # last-token logits: the context's own buffer, valid until the next decode
+    def kv_copy_block(self, group: int, src: int, dst: int) -> None:
+        if self.lib.el_kv_copy_block(self._eng, group, src, dst) != 0:
+            raise EdgeLLMError(f"bad KV block copy {src} -> {dst}")
 
-    def clear(self) -> None:
-        self.lib.el_kv_clear(self._ctx)
-
-    def truncate(self, n: int) -> bool:
-        """Forget everything from position n on; False when the caller must clear and refeed."""
-        return self.lib.el_kv_truncate(self._ctx, n) == 0
-
-    def shift(self, n_keep: int, n_discard: int) -> None:
-        rc = self.lib.el_kv_shift(self._ctx, n_keep, n_discard)
+    def kv_shift(self, tables: np.ndarray, n_slots: int, n_keep: int, n_discard: int) -> None:
+        t = np.ascontiguousarray(tables, dtype=np.int32)
+        rc = self.lib.el_kv_shift(self._eng, self.ffi.from_buffer("int32_t[]", t), t.shape[1], n_slots, n_keep,
+                                  n_discard)
         if rc != 0:
             raise EdgeLLMError(f"context shift failed ({rc})")
 
+    def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
+        out = np.empty(n, dtype=np.int32)
+        t = np.ascontiguousarray(table, dtype=np.int32)
+        self.lib.el_kv_positions(self._eng, group, self.ffi.from_buffer("int32_t[]", t), n,
+                                 self.ffi.from_buffer("int32_t[]", out))
+        return out
+
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+        """Evaluate the step held by self.batch.views(n, n_seqs, mb) (see el_batch in
+        csrc/api/engine.h). Returns the logits of the rows that want them, float32 [n_out,
+        n_vocab]: `out` when given (C-contiguous, at least n_out rows), else the engine's buffer,
+        valid until the next call."""
+        b = self._batch
+        n_out = int(np.count_nonzero(self.batch.want[:n]))
+        own = out is None
+        out = _out_rows(self, out, n_out)
+        b.n_tokens = n
+        b.n_seqs = n_seqs
+        b.max_blocks = mb
+        b.llama_order = int(llama_order)
+        if not n_out:
+            ptr = self.ffi.NULL
+        elif own:
+            if self._out_ptr is None or self._out_ptr[0] is not self._out:
+                self._out_ptr = (self._out, self.ffi.from_buffer("float[]", self._out))
+            ptr = self._out_ptr[1]
+        else:
+            ptr = self.ffi.from_buffer("float[]", out)
+        rc = self.lib.el_engine_decode(self._eng, b, ptr)
+        if rc != 0:
+            raise EdgeLLMError(f"bad batch: {self.ffi.string(self.lib.el_last_error()).decode()}")
+        return out
+
     def set_threads(self, n: int) -> None:
-        if self.lib.el_ctx_set_threads(self._ctx, n) != 0:
+        if self.lib.el_engine_set_threads(self._eng, n) != 0:
             raise EdgeLLMError(f"cannot start {n} threads")
 
     @property
     def isa(self) -> str:
-        """The kernel path this context runs (fixed when it was made)."""
-        return ISA_NAMES[self.lib.el_ctx_isa(self._ctx)]
+        """The kernel path this engine runs (fixed when it was made)."""
+        return ISA_NAMES[self.lib.el_engine_isa(self._eng)]

@@ -1,6 +1,6 @@
-"""The numba engine: the same forward pass and KV-cache semantics as csrc/engine.c, in numpy
-with numba kernels for the quantized matmuls. It is the path for installs without a C compiler
-and the reference the C engine is tested against.
+"""The numba engine: the same forward pass and KV-cache semantics as csrc/engine.c (batches of
+many sequences over paged KV blocks), in numpy with numba kernels for the quantized matmuls. It
+is the path for installs without a C compiler and the reference the C engine is tested against.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import math
 import numba
 import numpy as np
 
-from ..errors import ContextOverflowError
+from ..kv_cache import BLOCK
 from ..models.base import ACT_GELU_TANH, ROPE_NEOX, ModelConfig, ModelWeights
 from ..quants import QType, type_info
+from . import BatchArrays, out_rows as _out_rows
 from .quant_ops import _lname, _numba_module as _module
 
 _MATMULS: dict = {}
@@ -130,6 +131,10 @@ def _silu(x):
 
 
 class NumbaEngine:
+    """The engine protocol of kernels/cengine.py (KV blocks, batches of many sequences) in numpy.
+    KV storage per layer: f16 [n_blocks, n_head_kv, BLOCK, head_dim]; per group, the position
+    each slot holds."""
+
     backend = "numba"
     isa = "numba"
 
@@ -140,6 +145,7 @@ class NumbaEngine:
         self.n_ctx = n_ctx
         self.n_batch = min(n_batch, n_ctx)
         self.n_vocab = cfg.n_vocab
+        self.n_swa = cfg.n_swa
         self.set_threads(n_threads)
 
         def w(info):
@@ -157,110 +163,99 @@ class NumbaEngine:
             self.layers.append({k: (f32(v) if k in ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_post_norm",
                                                     "ffn_norm", "ffn_post_norm", "bq", "bk", "bv", "bo") else w(v))
                                 for k, v in lw.items()})
-        any_swa = any(lc.is_swa for lc in cfg.layers)
-        self.cap = {False: n_ctx, True: min(n_ctx, cfg.n_swa + self.n_batch) if any_swa else 0}
-        self.pos = {s: np.full(c, -1, dtype=np.int64) for s, c in self.cap.items()}
-        hk, hv = cfg.head_dim_k, cfg.head_dim_v
-        self.k = [np.zeros((cfg.n_head_kv, self.cap[lc.is_swa], hk), dtype=np.float16) for lc in cfg.layers]
-        self.v = [np.zeros((cfg.n_head_kv, self.cap[lc.is_swa], hv), dtype=np.float16) for lc in cfg.layers]
-        self._n_past = 0
+        self.has_swa = any(lc.is_swa for lc in cfg.layers)
+        self.group = [int(lc.is_swa) for lc in cfg.layers]
+        hk, hv, kv = cfg.head_dim_k, cfg.head_dim_v, cfg.n_head_kv
+        self.k = [np.zeros((0, kv, BLOCK, hk), dtype=np.float16) for _ in cfg.layers]
+        self.v = [np.zeros((0, kv, BLOCK, hv), dtype=np.float16) for _ in cfg.layers]
+        self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
+        self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
 
     # -- protocol --
-
-    @property
-    def n_past(self) -> int:
-        return self._n_past
 
     def set_threads(self, n: int) -> None:
         numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
-    def clear(self) -> None:
-        for p in self.pos.values():
-            p[:] = -1
-        self._n_past = 0
+    def kv_reserve(self, group: int, n_blocks: int) -> int:
+        if group == 1 and not self.has_swa:
+            return 0
+        have = self.pos[group].shape[0]
+        if n_blocks > have:
+            extra = n_blocks - have
+            for l, g in enumerate(self.group):
+                if g == group:
+                    self.k[l] = np.concatenate([self.k[l], np.zeros((extra,) + self.k[l].shape[1:], np.float16)])
+                    self.v[l] = np.concatenate([self.v[l], np.zeros((extra,) + self.v[l].shape[1:], np.float16)])
+            self.pos[group] = np.concatenate([self.pos[group], np.zeros((extra, BLOCK), np.int32)])
+        return self.pos[group].shape[0]
 
-    def truncate(self, n: int) -> bool:
-        n = max(0, n)
-        if n >= self._n_past:
-            return True
-        for p in self.pos.values():
-            p[p >= n] = -1
-        self._n_past = n
-        if self.cap[True]:
-            cap = self.cap[True]
-            for q in range(max(0, n - self.cfg.n_swa + 1), n):
-                if self.pos[True][q % cap] != q:
-                    return False
-        return True
+    def kv_copy_block(self, group: int, src: int, dst: int) -> None:
+        for l, g in enumerate(self.group):
+            if g == group:
+                self.k[l][dst] = self.k[l][src]
+                self.v[l][dst] = self.v[l][src]
+        self.pos[group][dst] = self.pos[group][src]
 
-    def shift(self, n_keep: int, n_discard: int) -> None:
+    def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
+        slots = np.arange(n)
+        blk = table[slots // BLOCK]
+        return np.where(blk >= 0, self.pos[group][np.maximum(blk, 0), slots % BLOCK], -1).astype(np.int32)
+
+    def kv_shift(self, tables: np.ndarray, n_slots: int, n_keep: int, n_discard: int) -> None:
+        """As el_kv_shift: slots [n_keep + n_discard, n_slots) move down by n_discard, their
+        positions drop by as much and their keys are rotated back."""
         cfg = self.cfg
-        n_used = self._n_past
-        if n_keep < 0 or n_discard <= 0 or n_keep + n_discard > n_used:
+        if n_keep < 0 or n_discard <= 0 or n_keep + n_discard > n_slots:
             raise ValueError("bad context shift")
-        for l, lc in enumerate(cfg.layers):
-            cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
-                                   self.rope_freqs, mscale_fold=False)
-            if not lc.is_swa:
-                src = slice(n_keep + n_discard, n_used)
-                dst = slice(n_keep, n_used - n_discard)
-                self.k[l][:, dst] = self.k[l][:, src].copy()
-                self.v[l][:, dst] = self.v[l][:, src].copy()
-                moved = np.arange(n_keep, n_used - n_discard)
-            else:
-                cap = self.cap[True]
-                pos = self.pos[True]
-                k2, v2 = self.k[l].copy(), self.v[l].copy()
-                moved = []
-                for s in range(cap):
-                    if pos[s] >= n_keep + n_discard:
-                        ns = (pos[s] - n_discard) % cap
-                        self.k[l][:, ns] = k2[:, s]
-                        self.v[l][:, ns] = v2[:, s]
-                        moved.append(ns)
-                moved = np.array(moved, dtype=np.int64)
-            if cfg.n_rot and len(moved):
-                kk = self.k[l][:, moved].astype(np.float32).transpose(1, 0, 2)  # [n, heads, hd]
-                kk = _rope(kk, np.repeat(cos, len(moved), 0), np.repeat(sin, len(moved), 0), cfg.n_rot,
-                           cfg.rope_type == ROPE_NEOX)
-                self.k[l][:, moved] = kk.transpose(1, 0, 2).astype(np.float16)
-        g = self.pos[False]
-        g[:] = -1
-        g[:n_used - n_discard] = np.arange(n_used - n_discard)
-        if self.cap[True]:
-            cap = self.cap[True]
-            old = self.pos[True].copy()
-            new = np.full(cap, -1, dtype=np.int64)
-            for s in range(cap):
-                ps = old[s]
-                if 0 <= ps < n_keep:
-                    new[s] = ps
-                elif ps >= n_keep + n_discard:
-                    new[(ps - n_discard) % cap] = ps - n_discard
-            self.pos[True][:] = new
-        self._n_past = n_used - n_discard
+        dst = np.arange(n_keep, n_slots - n_discard)
+        src = dst + n_discard
+        for l, (lc, g) in enumerate(zip(cfg.layers, self.group)):
+            t = tables[g]
+            sb, db = t[src // BLOCK], t[dst // BLOCK]
+            ok = sb >= 0
+            s_idx, d_idx = (sb[ok], src[ok] % BLOCK), (db[ok], dst[ok] % BLOCK)
+            k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd]
+            self.v[l][d_idx[0], :, d_idx[1]] = self.v[l][s_idx[0], :, s_idx[1]].copy()
+            if cfg.n_rot and len(k):
+                cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
+                                       self.rope_freqs, mscale_fold=False)
+                k = _rope(k.astype(np.float32), np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0), cfg.n_rot,
+                          cfg.rope_type == ROPE_NEOX).astype(np.float16)
+            self.k[l][d_idx[0], :, d_idx[1]] = k
+        for g in range(2 if self.has_swa else 1):
+            t = tables[g]
+            sb, db = t[src // BLOCK], t[dst // BLOCK]
+            have = (db >= 0) & (sb >= 0)  # an absent source: the slot is out of every window
+            self.pos[g][db[have], dst[have] % BLOCK] = self.pos[g][sb[have], src[have] % BLOCK] - n_discard
 
-    def decode(self, tokens, *, all_logits: bool = False, want_logits: bool = True):
-        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        n = len(toks)
-        if n == 0:
-            raise ValueError("no tokens to evaluate")
-        if np.any((toks < 0) | (toks >= self.n_vocab)):
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+        """As CEngine.decode (the numba path has one arithmetic for every batch size, so
+        llama_order changes nothing here)."""
+        tokens, pos, seq, want, seq_len, tables = self.batch.views(n, n_seqs, mb)
+        tokens, pos, seq, seq_len = (a.astype(np.int64) for a in (tokens, pos, seq, seq_len))
+        if not 0 < n <= self.n_batch:
+            raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, not {n}")
+        if np.any((tokens < 0) | (tokens >= self.n_vocab)):
             raise ValueError(f"token ids must be in [0, {self.n_vocab})")
-        if self._n_past + n > self.n_ctx:
-            raise ContextOverflowError(f"{self._n_past + n} tokens do not fit in the context of {self.n_ctx} tokens")
-        outs = []
-        for i in range(0, n, self.n_batch):
-            chunk = toks[i:i + self.n_batch]
-            last = i + self.n_batch >= n
-            x = self._forward(chunk)
-            if want_logits and (all_logits or last):
-                rows = x if all_logits else x[-1:]
-                outs.append(self._logits(rows))
-        if not want_logits:
-            return None
-        out = np.concatenate(outs, axis=0)
-        return out if all_logits else out[-1].copy()
+        starts = np.searchsorted(seq, np.arange(len(seq_len)))
+        slots = np.empty(n, dtype=np.int64)
+        for s in range(len(seq_len)):
+            r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
+            slots[r0:r1] = seq_len[s] + np.arange(r1 - r0)
+            if seq_len[s] + (r1 - r0) > self.n_ctx:
+                raise ValueError(f"sequence {s} exceeds the context of {self.n_ctx}")
+        for g in range(2 if self.has_swa else 1):
+            blk = tables[g][seq, slots // BLOCK]
+            if np.any(blk < 0):
+                raise ValueError("a row's KV block is missing")
+            self.pos[g][blk, slots % BLOCK] = pos
+        x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts)
+        rows = np.flatnonzero(want)
+        res = _out_rows(self, out, len(rows))
+        if len(rows):
+            res[:] = self._logits(x[rows])
+        return res
 
     # -- the forward pass --
 
@@ -278,14 +273,9 @@ class NumbaEngine:
         mm(w.k, w.rows, a, out)
         return out
 
-    def _forward(self, toks: np.ndarray) -> np.ndarray:
+    def _forward(self, toks, positions, seq, slots, seq_len, tables, starts) -> np.ndarray:
         cfg = self.cfg
         n = len(toks)
-        pos0 = self._n_past
-        positions = np.arange(pos0, pos0 + n)
-        for s, cap in self.cap.items():
-            if cap:
-                self.pos[s][positions if not s else positions % cap] = positions
         E, H, KV = cfg.n_embd, cfg.n_head, cfg.n_head_kv
         hk, hv = cfg.head_dim_k, cfg.head_dim_v
         x = _dequant_rows(self.tok_embd.qtype, self.tok_embd.rows[toks], E)
@@ -293,6 +283,7 @@ class NumbaEngine:
             x = x * np.float32(cfg.embd_scale)
         neox = cfg.rope_type == ROPE_NEOX
         for l, (lc, L) in enumerate(zip(cfg.layers, self.layers)):
+            g = self.group[l]
             h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps)
             q, k, v = self._matmul(L["wq"], h), self._matmul(L["wk"], h), self._matmul(L["wv"], h)
             for b, t in (("bq", q), ("bk", k), ("bv", v)):
@@ -311,11 +302,13 @@ class NumbaEngine:
                 k = _rope(k, cos, sin, cfg.n_rot, neox)
             if cfg.q_scale != 1.0:
                 q = q * np.float32(cfg.q_scale)
-            cap = self.cap[lc.is_swa]
-            slots = positions % cap if lc.is_swa else positions
-            self.k[l][:, slots] = k.transpose(1, 0, 2).astype(np.float16)
-            self.v[l][:, slots] = v.transpose(1, 0, 2).astype(np.float16)
-            att = self._attention(l, lc.is_swa, q, positions)
+            blk = tables[g][seq, slots // BLOCK]
+            self.k[l][blk, :, slots % BLOCK] = k.astype(np.float16)
+            self.v[l][blk, :, slots % BLOCK] = v.astype(np.float16)
+            att = np.empty((n, H, hv), dtype=np.float32)
+            for s in range(len(seq_len)):
+                r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
+                att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1])
             o = self._matmul(L["wo"], att.reshape(n, H * hv))
             if L["bo"] is not None:
                 o += L["bo"]
@@ -323,32 +316,36 @@ class NumbaEngine:
                 o = _rmsnorm(o, L["attn_post_norm"], cfg.norm_eps)
             x = x + o
             h = _rmsnorm(x, L["ffn_norm"], cfg.norm_eps)
-            g, u = self._matmul(L["w_gate"], h), self._matmul(L["w_up"], h)
-            g = (_gelu_tanh(g) if cfg.act == ACT_GELU_TANH else _silu(g)) * u
-            d = self._matmul(L["w_down"], g.astype(np.float32))
+            gt, u = self._matmul(L["w_gate"], h), self._matmul(L["w_up"], h)
+            gt = (_gelu_tanh(gt) if cfg.act == ACT_GELU_TANH else _silu(gt)) * u
+            d = self._matmul(L["w_down"], gt.astype(np.float32))
             if L["ffn_post_norm"] is not None:
                 d = _rmsnorm(d, L["ffn_post_norm"], cfg.norm_eps)
             x = (x + d).astype(np.float32)
-        self._n_past += n
         return x
 
-    def _attention(self, l: int, is_swa: bool, q: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def _attention(self, l: int, g: int, table: np.ndarray, n_slots: int, q: np.ndarray,
+                   positions: np.ndarray) -> np.ndarray:
+        """One sequence's queries q [n, H, hk] at positions against its slots [0, n_slots)."""
         cfg = self.cfg
-        n_slots = self.cap[True] if is_swa else int(positions[-1]) + 1
-        pos = self.pos[is_swa][:n_slots]
-        K = self.k[l][:, :n_slots].astype(np.float32)  # [KV, S, hk]
-        V = self.v[l][:, :n_slots].astype(np.float32)
+        slots = np.arange(n_slots)
+        blk = table[slots // BLOCK]
+        have = blk >= 0
+        bi, li = np.maximum(blk, 0), slots % BLOCK
+        pos = np.where(have, self.pos[g][bi, li], -1)
+        K = self.k[l][bi, :, li].astype(np.float32).transpose(1, 0, 2)  # [KV, S, hk]
+        V = self.v[l][bi, :, li].astype(np.float32).transpose(1, 0, 2)
         group = cfg.n_head // cfg.n_head_kv
         Kh = np.repeat(K, group, axis=0)  # [H, S, hk]
         Vh = np.repeat(V, group, axis=0)
-        # q and the softmax weights are rounded to f16, as in csrc/engine.c's attention()
+        # q and the softmax weights are rounded to f16, as in csrc/attention.c
         q = q.astype(np.float16).astype(np.float32)
         scores = np.einsum("nhd,hsd->nhs", q, Kh) * np.float32(cfg.attn_scale)
         if cfg.attn_softcap > 0:
             scores = cfg.attn_softcap * np.tanh(scores / cfg.attn_softcap)
         p = positions[:, None]
         visible = (pos[None, :] >= 0) & (pos[None, :] <= p)
-        if is_swa:
+        if g == 1:
             visible &= (p - pos[None, :]) < cfg.n_swa
         scores = np.where(visible[:, None, :], scores, -np.inf)
         mx = scores.max(axis=-1, keepdims=True)

@@ -1,0 +1,438 @@
+"""The KV cache's block manager: which blocks of the engine's KV storage each sequence holds.
+
+The engine (csrc/kv.c, or the numba engine) stores keys and values in blocks of ``BLOCK`` slots,
+per layer group: group 0 holds the global-attention layers, group 1 the sliding-window layers.
+This module decides which block ids a sequence's slots live in (a block table per group, as
+vLLM's PagedAttention), and passes the tables with every batch:
+
+- blocks come from a shared pool, allocated as a sequence grows and returned when it shrinks or
+  ends (low ids first, so the touched part of the storage stays as small as what is in use);
+  in the sliding-window group a sequence keeps only the blocks its window (plus a margin for
+  rollbacks) still needs;
+- a block is shared by reference counting: a fork (n > 1 completions of a prompt) shares every
+  block, and a write into a shared block first copies it (copy-on-write);
+- prefix reuse (SGLang's RadixAttention, vLLM's automatic prefix caching): every full block of a
+  cacheable sequence is indexed by the tokens of its whole prefix; a new sequence whose tokens
+  start with indexed blocks takes them instead of recomputing them. Blocks nobody holds stay
+  indexed until the pool needs them back, least recently used first.
+
+Everything here is bookkeeping on small Python objects; the storage itself is the engine's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import EdgeLLMError
+
+BLOCK = 16  # slots per block: csrc/api/engine.h's EL_KV_BLOCK (checked when the C engine loads)
+GROUPS = 2  # 0: global-attention layers, 1: sliding-window layers
+# Sliding-window blocks a sequence keeps beyond its window, so a rollback of this many tokens
+# (speculative decoding's rejected drafts, a regenerated reply) still finds its keys.
+SWA_MARGIN = 64
+
+
+class KVCacheFullError(EdgeLLMError):
+    """The KV pool has no free block left (every block is held by a live sequence)."""
+
+
+@dataclass(eq=False)
+class _Node:
+    """A full block in the prefix index: the tokens of its whole prefix are its key."""
+
+    key: tuple
+    block: int                  # group-0 block
+    swa_block: int = -1         # group-1 block of the same slots, while it is kept
+    parent: "_Node | None" = None
+    children: set = field(default_factory=set)
+    uid: int = 0
+
+
+class Sequence:
+    """One sequence's share of the cache: slots held, their tokens, a block table per group."""
+
+    def __init__(self, max_blocks: int, cacheable: bool):
+        self.n = 0                                      # slots held
+        self.tokens: list[int] = []                     # the token in each slot
+        self.tables = np.full((GROUPS, max_blocks), -1, dtype=np.int32)
+        self.nodes: list[_Node] = []                    # prefix-index nodes of its full blocks, in order
+        self.swa_from = 0                               # sliding-window blocks below this are dropped
+        self.swa_valid = 0                              # sliding-window slots below this hold nothing
+        self.cacheable = cacheable
+        self.alive = True
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class _Group:
+    """Reference counts, free blocks and evictable (indexed, unheld) blocks of one layer group."""
+
+    def __init__(self):
+        self.refs: list[int] = []
+        self.free: list[int] = []            # min-heap: low ids first
+        self.evictable: OrderedDict = OrderedDict()  # block -> node, least recently used first
+        self.owner: dict[int, _Node] = {}    # block -> the index node that names it
+
+    @property
+    def size(self) -> int:
+        return len(self.refs)
+
+    @property
+    def used(self) -> int:
+        return self.size - len(self.free) - len(self.evictable)
+
+
+class KVPool:
+    """The block manager over one engine's KV storage (see the module docstring).
+
+    ``limit_blocks``: the most group-0 blocks in use at once (None: grow as needed, as far as
+    memory goes). The sliding-window group is bounded by its windows and needs no limit."""
+
+    def __init__(self, engine, *, n_ctx: int, n_swa: int, has_swa: bool, limit_blocks: int | None = None):
+        self.engine = engine
+        self.n_ctx = n_ctx
+        self.n_swa = n_swa
+        self.has_swa = has_swa
+        self.max_blocks = -(-n_ctx // BLOCK) + 1
+        self.limit_blocks = limit_blocks
+        self.groups = [_Group(), _Group()]
+        self.index: dict[tuple, _Node] = {}
+        self._uids = itertools.count(1)
+        self.hits = 0          # slots taken from the prefix index
+        self.cow_copies = 0
+
+    # -- blocks --
+
+    def blocks_in_use(self, g: int = 0) -> int:
+        return self.groups[g].used
+
+    def blocks_cached(self, g: int = 0) -> int:
+        return len(self.groups[g].evictable)
+
+    def blocks_free(self, g: int = 0) -> int:
+        """Blocks a sequence could get now: free, evictable, or not yet made (up to the limit)."""
+        grp = self.groups[g]
+        if g == 0 and self.limit_blocks is not None:
+            return max(0, self.limit_blocks - grp.used)
+        return 1 << 30  # grows as far as memory goes
+
+    def _grow(self, g: int, want: int) -> None:
+        grp = self.groups[g]
+        if g == 0 and self.limit_blocks is not None:
+            want = min(want, self.limit_blocks)
+        if want <= grp.size:
+            return
+        got = self.engine.kv_reserve(g, want)
+        if got < want:
+            raise MemoryError(f"cannot grow the KV cache to {want} blocks of {BLOCK} tokens")
+        for b in range(grp.size, got):
+            grp.refs.append(0)
+            heapq.heappush(grp.free, b)
+
+    def _alloc(self, g: int) -> int:
+        grp = self.groups[g]
+        if not grp.free and not grp.evictable:
+            self._grow(g, max(grp.size + 1, grp.size * 2 if grp.size else 4 * 64))
+        if grp.free:
+            b = heapq.heappop(grp.free)
+        elif grp.evictable:
+            b, node = grp.evictable.popitem(last=False)
+            self._forget(g, b)
+        else:
+            raise KVCacheFullError(f"the KV cache is full ({grp.size} blocks of {BLOCK} tokens in use)")
+        grp.refs[b] = 1
+        return b
+
+    def _ref(self, g: int, b: int) -> None:
+        grp = self.groups[g]
+        if grp.refs[b] == 0:
+            grp.evictable.pop(b, None)
+        grp.refs[b] += 1
+
+    def _unref(self, g: int, b: int) -> None:
+        grp = self.groups[g]
+        grp.refs[b] -= 1
+        assert grp.refs[b] >= 0, "block released twice"
+        if grp.refs[b] == 0:
+            if b in grp.owner:
+                grp.evictable[b] = grp.owner[b]
+            else:
+                heapq.heappush(grp.free, b)
+
+    # -- the prefix index --
+
+    def _forget(self, g: int, b: int) -> None:
+        """Block b (of group g) stops being named by the index: in group 0 the node and every
+        node below it go (their keys run through this block); in group 1 the node keeps its
+        global block and loses only its sliding-window copy."""
+        grp = self.groups[g]
+        node = grp.owner.pop(b, None)
+        if node is None:
+            return
+        if g == 1:
+            node.swa_block = -1
+            return
+        stack = [node]
+        while stack:
+            nd = stack.pop()
+            stack.extend(nd.children)
+            self.index.pop(nd.key, None)
+            if nd.parent is not None:
+                nd.parent.children.discard(nd)
+            for gg, blk in ((0, nd.block), (1, nd.swa_block)):
+                if blk < 0:
+                    continue
+                gp = self.groups[gg]
+                if gp.owner.get(blk) is nd:
+                    del gp.owner[blk]
+                    if blk in gp.evictable:
+                        del gp.evictable[blk]
+                        heapq.heappush(gp.free, blk)
+
+    def _register(self, seq: Sequence, i: int) -> None:
+        """Index seq's full block i (its tokens and all before them name it)."""
+        parent = seq.nodes[i - 1] if i else None
+        key = (parent.uid if parent else 0, tuple(seq.tokens[i * BLOCK:(i + 1) * BLOCK]))
+        node = self.index.get(key)
+        if node is not None and node.block != int(seq.tables[0, i]):
+            seq.nodes.append(node)  # another sequence indexed the same prefix first
+            return
+        if node is None:
+            b = int(seq.tables[0, i])
+            if b in self.groups[0].owner:  # cannot happen: a written block is not indexed
+                self._forget(0, b)
+            node = _Node(key=key, block=b, parent=parent, uid=next(self._uids))
+            if parent is not None:
+                parent.children.add(node)
+            self.index[key] = node
+            self.groups[0].owner[b] = node
+        sb = int(seq.tables[1, i]) if self.has_swa else -1
+        if sb >= 0 and node.swa_block < 0 and sb not in self.groups[1].owner:
+            node.swa_block = sb
+            self.groups[1].owner[sb] = node
+        seq.nodes.append(node)
+
+    def match_prefix(self, seq: Sequence, tokens) -> int:
+        """Give an empty cacheable sequence the indexed blocks its tokens start with; returns
+        the slots it now holds (a multiple of BLOCK, and less than len(tokens) so the last
+        token is always evaluated)."""
+        assert seq.n == 0 and seq.cacheable
+        chain: list[_Node] = []
+        parent = 0
+        for i in range((len(tokens) - 1) // BLOCK):
+            node = self.index.get((parent, tuple(tokens[i * BLOCK:(i + 1) * BLOCK])))
+            if node is None:
+                break
+            chain.append(node)
+            parent = node.uid
+        # sliding-window layers need the window before the first new token
+        while chain and self.has_swa:
+            n = len(chain) * BLOCK
+            first = max(0, n - self.n_swa) // BLOCK
+            if all(nd.swa_block >= 0 for nd in chain[first:]):
+                break
+            chain.pop()
+        if not chain:
+            return 0
+        n = len(chain) * BLOCK
+        first_swa = max(0, n - self.n_swa) // BLOCK
+        for i, nd in enumerate(chain):
+            self._ref(0, nd.block)
+            seq.tables[0, i] = nd.block
+            self._touch(0, nd.block)
+            if self.has_swa and i >= first_swa:
+                self._ref(1, nd.swa_block)
+                seq.tables[1, i] = nd.swa_block
+        seq.nodes = list(chain)
+        seq.tokens = list(tokens[:n])
+        seq.n = n
+        seq.swa_from = first_swa
+        seq.swa_valid = first_swa * BLOCK
+        self.hits += n
+        return n
+
+    def _touch(self, g: int, b: int) -> None:
+        grp = self.groups[g]
+        if b in grp.evictable:
+            grp.evictable.move_to_end(b)
+
+    def cached_prefix(self, tokens) -> int:
+        """How many of tokens' leading slots the index would give (no side effects)."""
+        n, parent = 0, 0
+        for i in range((len(tokens) - 1) // BLOCK):
+            node = self.index.get((parent, tuple(tokens[i * BLOCK:(i + 1) * BLOCK])))
+            if node is None:
+                break
+            n, parent = n + BLOCK, node.uid
+        return n
+
+    # -- sequences --
+
+    def new_sequence(self, *, cacheable: bool = False) -> Sequence:
+        return Sequence(self.max_blocks, cacheable)
+
+    def blocks_needed(self, seq: Sequence, n_new: int) -> int:
+        """Group-0 blocks reserve(seq, n_new) would take from the pool (new ones and copies)."""
+        lo, hi = seq.n, seq.n + n_new
+        need = -(-hi // BLOCK) - -(-lo // BLOCK)
+        if lo % BLOCK and self._must_copy(0, seq, lo // BLOCK):
+            need += 1
+        return need
+
+    def _must_copy(self, g: int, seq: Sequence, i: int) -> bool:
+        b = int(seq.tables[g, i])
+        return b >= 0 and self.groups[g].refs[b] > 1
+
+    def reserve(self, seq: Sequence, n_new: int) -> None:
+        """Make slots [seq.n, seq.n + n_new) writable: blocks allocated, a shared or indexed
+        partial block copied first. Raises KVCacheFullError (nothing changed) when the pool
+        cannot give them."""
+        if seq.n + n_new > self.n_ctx:
+            raise KVCacheFullError(f"a sequence holds at most {self.n_ctx} tokens")
+        if self.blocks_needed(seq, n_new) > self.blocks_free(0):
+            raise KVCacheFullError(f"the KV cache is full ({self.blocks_in_use()} blocks of {BLOCK} tokens in use)")
+        lo, hi = seq.n, seq.n + n_new
+        groups = (0, 1) if self.has_swa else (0,)
+        for g in groups:
+            if lo % BLOCK:
+                self._own(g, seq, lo // BLOCK)
+            for i in range(-(-lo // BLOCK), -(-hi // BLOCK)):
+                if seq.tables[g, i] < 0:
+                    seq.tables[g, i] = self._alloc(g)
+
+    def _own(self, g: int, seq: Sequence, i: int) -> None:
+        """Seq is about to write into its block i of group g: copy it if it is shared; stop
+        indexing it if it is indexed (its contents will change)."""
+        b = int(seq.tables[g, i])
+        if b < 0:
+            seq.tables[g, i] = self._alloc(g)
+            return
+        grp = self.groups[g]
+        if grp.refs[b] > 1:
+            nb = self._alloc(g)
+            self.engine.kv_copy_block(g, b, nb)
+            self._unref(g, b)
+            seq.tables[g, i] = nb
+            self.cow_copies += 1
+        elif b in grp.owner:
+            self._forget(g, b)
+        if g == 0 and i < len(seq.nodes):
+            del seq.nodes[i:]
+
+    def commit(self, seq: Sequence, tokens) -> None:
+        """The engine wrote len(tokens) slots after seq.n (reserved before)."""
+        seq.tokens.extend(tokens)
+        seq.n += len(tokens)
+        if seq.cacheable:
+            for i in range(len(seq.nodes), seq.n // BLOCK):
+                self._register(seq, i)
+        if self.has_swa:
+            self._drop_swa(seq)
+
+    def _drop_swa(self, seq: Sequence) -> None:
+        """Release sliding-window blocks no future query of seq can see (beyond the margin)."""
+        keep_from = max(0, seq.n - self.n_swa - SWA_MARGIN) // BLOCK
+        row = seq.tables[1]
+        for i in range(seq.swa_from, keep_from):
+            if row[i] >= 0:
+                self._unref(1, int(row[i]))
+                row[i] = -1
+        seq.swa_from = max(seq.swa_from, keep_from)
+        seq.swa_valid = max(seq.swa_valid, keep_from * BLOCK)
+
+    def truncate(self, seq: Sequence, n: int) -> bool:
+        """Forget slots from n on. False when sliding-window layers no longer hold the window
+        before n (the caller must clear the sequence and evaluate it again)."""
+        n = max(0, n)
+        if n >= seq.n:
+            return True
+        keep = -(-n // BLOCK)
+        for g in range(GROUPS if self.has_swa else 1):
+            row = seq.tables[g]
+            for i in range(keep, self.max_blocks):
+                if row[i] >= 0:
+                    self._unref(g, int(row[i]))
+                    row[i] = -1
+        del seq.nodes[n // BLOCK:]
+        del seq.tokens[n:]
+        seq.n = n
+        if n == 0:
+            seq.swa_from = seq.swa_valid = 0
+        return self._window_held(seq)
+
+    def _window_held(self, seq: Sequence) -> bool:
+        """Whether the sliding-window layers hold every slot the next query can see."""
+        return not self.has_swa or max(0, seq.n - self.n_swa) >= seq.swa_valid
+
+    def clear(self, seq: Sequence) -> None:
+        self.truncate(seq, 0)
+
+    def release(self, seq: Sequence) -> None:
+        """The sequence ends: its blocks go back (indexed ones stay findable until reused)."""
+        if seq.alive:
+            self.truncate(seq, 0)
+            seq.alive = False
+
+    def fork(self, seq: Sequence) -> Sequence:
+        """A new sequence holding the same slots (every block shared)."""
+        child = Sequence(self.max_blocks, seq.cacheable)
+        child.tables[:] = seq.tables
+        for g in range(GROUPS if self.has_swa else 1):
+            for b in seq.tables[g]:
+                if b >= 0:
+                    self._ref(g, int(b))
+        child.n, child.tokens, child.nodes = seq.n, list(seq.tokens), list(seq.nodes)
+        child.swa_from, child.swa_valid = seq.swa_from, seq.swa_valid
+        return child
+
+    def shift(self, seq: Sequence, n_keep: int, n_discard: int) -> bool:
+        """Context shift: drop n_discard slots after the first n_keep, slide the rest down.
+        False when the sliding-window layers then miss part of the window (kept slots they
+        had already dropped come back into view): the caller must clear and evaluate again."""
+        n = seq.n
+        if n_keep < 0 or n_discard <= 0 or n_keep + n_discard > n:
+            raise ValueError(f"cannot shift {n_discard} tokens after {n_keep} of {n}")
+        new_n = n - n_discard
+        for i in range(n_keep // BLOCK, -(-new_n // BLOCK)):
+            self._own(0, seq, i)
+        if self.has_swa:
+            # a destination block is needed where any of its slots' sources is still held
+            src = seq.tables[1]
+            for i in range(n_keep // BLOCK, -(-new_n // BLOCK)):
+                lo, hi = max(i * BLOCK, n_keep) + n_discard, min((i + 1) * BLOCK, new_n) + n_discard
+                if src[lo // BLOCK] >= 0 or src[(hi - 1) // BLOCK] >= 0:
+                    self._own(1, seq, i)
+        self.engine.kv_shift(seq.tables, n, n_keep, n_discard)
+        tokens = seq.tokens[:n_keep] + seq.tokens[n_keep + n_discard:]
+        self.truncate(seq, new_n)
+        seq.tokens = tokens
+        del seq.nodes[n_keep // BLOCK:]
+        # the moved slots' keys and values were computed with the dropped tokens in view: they are
+        # not what these tokens alone give, so nothing from here on may enter the prefix index
+        seq.cacheable = False
+        if self.has_swa:
+            v = seq.swa_valid  # kept slots stay as they were; moved ones come from v on
+            seq.swa_valid = v if v <= n_keep else max(n_keep, v - n_discard)
+            seq.swa_from = 0  # the tables moved: look at every block once
+            self._drop_swa(seq)
+        return self._window_held(seq)
+
+    def check(self) -> None:
+        """Consistency of the books (tests): every reference accounted for."""
+        for g, grp in enumerate(self.groups):
+            free = set(grp.free)
+            assert len(free) == len(grp.free), "a block is free twice"
+            for b, r in enumerate(grp.refs):
+                assert r >= 0
+                if r == 0:
+                    assert (b in free) != (b in grp.evictable), f"group {g} block {b} lost"
+                else:
+                    assert b not in free and b not in grp.evictable
+            for b in grp.evictable:
+                assert grp.owner.get(b) is not None

@@ -1,0 +1,562 @@
+"""Many sequences in one step: `BatchEngine`, the scheduler over one LLM's engine.
+
+Each step packs the next token of every running request together with chunks of prompts still
+being evaluated (chunked prefill under a per-step token budget, so a long new prompt does not
+freeze the running streams), evaluates them in one engine call, and samples every request that
+got logits with its own sampler, seed, stop strings and streaming detokenizer (mlx-lm's
+BatchGenerator and vLLM's scheduler are the models).
+
+    engine = BatchEngine(llm, max_seqs=16)
+    engine.start()                                 # or drive it with engine.step()
+    req = engine.submit(ids, max_tokens=64, sampling=SamplingParams(temperature=0))
+    for ev in req:                                 # Event(text, token, logprob, top_logprobs)
+        print(ev.text, end="")
+
+A request's tokens are a function of its own prompt and sampling parameters only: the engine's
+arithmetic is batch-invariant (csrc/engine.c), so at temperature 0 or with a seed a request
+gives the same tokens alone or among 31 others, and after a preemption (its blocks given to
+others, its tokens evaluated again later) as if it had never been interrupted.
+
+KV memory: requests draw blocks from the LLM's pool (kv_cache.KVPool), limited to `kv_tokens`.
+A new request starts from the longest indexed prefix (its system prompt, a previous turn, a
+sibling's prompt); n > 1 completions of one prompt fork it after one evaluation. When the pool
+is full, admission waits; when running requests cannot grow, the most recently admitted one is
+preempted and recomputed later. Submitting and cancelling are safe from any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .batch import LOGITS_LAST, LOGITS_NONE, Step
+from .errors import ContextOverflowError, EdgeLLMError
+from .kv_cache import BLOCK, KVCacheFullError
+from .sampling import Sampler, SamplingParams, StopChecker
+
+DEFAULT_MAX_SEQS = 16
+DEFAULT_MAX_TOKENS = 256
+MAX_TOP_LOGPROBS = 20  # as OpenAI's API
+
+
+class QueueFullError(EdgeLLMError):
+    """The engine's queue of waiting requests is full (try again later)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One generated token (token None: the text held back until the end, at the finish)."""
+
+    text: str
+    token: int | None
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens taken from the prefix cache
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Times:
+    submitted: float = 0.0
+    first_token: float | None = None
+    finished: float | None = None
+
+
+_DONE = object()
+
+
+class Request:
+    """A submitted completion: iterate it for its events (blocking), or give submit() an
+    on_event callback (called on the engine's thread)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, engine: "BatchEngine", prompt: list[int], *, max_tokens: int | None,
+                 sampling: SamplingParams, stop: Sequence[str], logprobs: int | None,
+                 logit_bias: dict[int, float] | None, on_event: Callable | None, grammar=None):
+        self.id = next(self._ids)
+        self.engine = engine
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.sampling = sampling
+        self.logprobs = logprobs
+        self.logit_bias = logit_bias
+        self.on_event = on_event
+        llm = engine.llm
+        self.sampler = Sampler(sampling, llm.n_vocab)
+        self.guide = None  # constrain.Guide: samples under the grammar, appends what it forces
+        if grammar is not None:
+            from .constrain import Guide
+
+            self.guide = Guide(grammar.constraint(llm.tokenizer))
+        self.detok = llm.tokenizer.streaming_decoder()
+        self.checker = StopChecker(list(stop))
+        self.history: list[int] = list(prompt)  # what the KV must hold before the next sample
+        self.generated: list[int] = []
+        self.seq = None
+        self.finish_reason: str | None = None
+        self.error: BaseException | None = None
+        self.usage = Usage(prompt_tokens=len(prompt))
+        self.times = Times(submitted=time.monotonic())
+        self.group: list[Request] | None = None  # n > 1: the siblings forked after the prompt
+        self.leader: Request | None = None       # for a sibling: the request it forks from
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._cancel = False
+        self._admitted = 0  # admission order (preemption takes the latest)
+        self.ignore_eos = False
+        self.text = ""
+
+    # -- for users --
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            ev = self._events.get()
+            if ev is _DONE:
+                return
+            yield ev
+
+    def cancel(self) -> None:
+        self.engine.cancel(self)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def result(self) -> str:
+        """Wait for the end; the whole text."""
+        for _ in self:
+            pass
+        if self.error is not None:
+            raise self.error
+        return self.text
+
+    # -- for the engine --
+
+    def _emit(self, ev: Event) -> None:
+        self.text += ev.text
+        if self.on_event is not None:
+            self.on_event(self, ev)
+        self._events.put(ev)
+
+    def _finish(self, reason: str, error: BaseException | None = None) -> None:
+        if self.finish_reason is not None:
+            return
+        if reason != "cancelled" and error is None:
+            tail = ""
+            if not self.checker.stopped:
+                tail, stopped = self.checker.feed(self.detok.flush())
+                if not stopped:
+                    tail += self.checker.flush()
+            if tail:
+                self._emit(Event(tail, None))
+        self.finish_reason = reason
+        self.error = error
+        self.times.finished = time.monotonic()
+        if self.on_event is not None:
+            self.on_event(self, None)
+        self._events.put(_DONE)
+
+
+class BatchEngine:
+    """The scheduler over one LLM's engine (see the module docstring).
+
+    max_seqs: requests decoded together at most; kv_tokens: KV tokens all requests may hold
+    together (default: the LLM's n_ctx); step_tokens: tokens evaluated per step (default and
+    maximum: the LLM's n_batch); prefix_cache: reuse indexed prefixes; max_queue: waiting
+    requests accepted before submit() raises QueueFullError (None: no bound)."""
+
+    def __init__(self, llm, *, max_seqs: int = DEFAULT_MAX_SEQS, kv_tokens: int | None = None,
+                 step_tokens: int | None = None, prefix_cache: bool = True, max_queue: int | None = None):
+        if max_seqs <= 0:
+            raise ValueError(f"max_seqs must be positive, got {max_seqs}")
+        if kv_tokens is not None and kv_tokens < BLOCK:
+            raise ValueError(f"kv_tokens must be at least {BLOCK}, got {kv_tokens}")
+        if step_tokens is not None and step_tokens <= 0:
+            raise ValueError(f"step_tokens must be positive, got {step_tokens}")
+        if max_queue is not None and max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        self.llm = llm
+        self.max_seqs = max_seqs
+        self.step_tokens = min(step_tokens or llm.n_batch, llm.n_batch)
+        self.prefix_cache = prefix_cache
+        self.max_queue = max_queue
+        self.kv_tokens = kv_tokens or llm.n_ctx
+        pool = llm._pool
+        with llm._engine_lock:
+            pool.limit_blocks = max(pool.limit_blocks or 0, -(-self.kv_tokens // BLOCK))
+        self._lock = threading.Condition()
+        self._waiting: list[Request] = []
+        self._running: list[Request] = []
+        self._admissions = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._step_lock = threading.Lock()
+        self._closing = False
+        self.steps = 0
+        self.tokens_generated = 0
+        self.preemptions = 0
+
+    # -- the public interface --
+
+    def submit(self, prompt: Sequence[int] | str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+               sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
+               logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
+               on_event: Callable | None = None, ignore_eos: bool = False, grammar=None):
+        """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
+        n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
+        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks). grammar:
+        a constrain.Grammar the completion follows (tokens it forces are evaluated in one
+        batch); finish_reason "stop" when it is complete, "length" when cut short."""
+        llm = self.llm
+        ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
+        if not ids:
+            raise ValueError("the prompt is empty (and the model adds no BOS token)")
+        if len(ids) > llm.n_ctx or len(ids) > self.kv_tokens:
+            raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds "
+                                       f"{min(llm.n_ctx, self.kv_tokens)}")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+            raise ValueError(f"max_tokens must be a non-negative integer or None, got {max_tokens!r}")
+        if not isinstance(n, int) or not 1 <= n <= self.max_seqs:
+            raise ValueError(f"n must be an integer in [1, {self.max_seqs}] (max_seqs), got {n!r}")
+        if logprobs is not None and (not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {logprobs!r}")
+        if logit_bias:
+            for tok, bias in logit_bias.items():
+                if not isinstance(tok, (int, np.integer)) or not 0 <= tok < llm.n_vocab:
+                    raise ValueError(f"logit_bias: token id {tok!r} is outside the vocabulary [0, {llm.n_vocab})")
+                if not isinstance(bias, (int, float)) or not math.isfinite(bias):
+                    raise ValueError(f"logit_bias: the bias of token {tok} must be a finite number")
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+        sampling = sampling or SamplingParams()
+        reqs = []
+        for i in range(n):
+            params = sampling
+            if i and sampling.seed is not None:  # siblings draw different samples, reproducibly
+                params = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + i})
+            reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
+                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar))
+            reqs[-1].ignore_eos = bool(ignore_eos)
+        if n > 1:
+            for r in reqs:
+                r.group = reqs
+            for r in reqs[1:]:
+                r.leader = reqs[0]
+        if max_tokens == 0:  # nothing to generate: done at once
+            for r in reqs:
+                r.leader = None
+                r._finish("length")
+            return reqs[0] if n == 1 else reqs
+        with self._lock:
+            if self._closing:
+                raise EdgeLLMError("the engine is closed")
+            if self.max_queue is not None and len(self._waiting) + n > self.max_queue:
+                raise QueueFullError(f"{len(self._waiting)} requests are waiting (max_queue {self.max_queue})")
+            self._waiting.extend(reqs)
+            self._lock.notify_all()
+        return reqs[0] if n == 1 else reqs
+
+    def cancel(self, req: Request) -> None:
+        """Stop a request (from any thread): it ends with finish_reason "cancelled", and its KV
+        blocks are free after the next step."""
+        with self._lock:
+            req._cancel = True
+            self._lock.notify_all()
+
+    def stats(self) -> dict:
+        pool = self.llm._pool
+        with self._lock:
+            running, waiting = len(self._running), len(self._waiting)
+        return dict(running=running, waiting=waiting, kv_blocks_used=pool.blocks_in_use(),
+                    kv_blocks_cached=pool.blocks_cached(), kv_blocks_total=pool.limit_blocks,
+                    kv_block_tokens=BLOCK, prompt_tokens_cached=pool.hits, steps=self.steps,
+                    tokens_generated=self.tokens_generated, preemptions=self.preemptions)
+
+    @property
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._running and not self._waiting
+
+    def start(self) -> "BatchEngine":
+        """Step on a background thread while there is work."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="edgellm-engine", daemon=True)
+                self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the thread; requests still running or waiting end as "cancelled"."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            reqs = self._running + self._waiting
+            self._running, self._waiting = [], []
+        for r in reqs:
+            self._end(r, "cancelled")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run_until_done(self, reqs: Sequence[Request]) -> None:
+        """Step on this thread until every one of reqs has finished (no background thread)."""
+        while not all(r.done for r in reqs):
+            if not self.step():
+                raise EdgeLLMError("the engine has nothing to do but requests are unfinished")
+
+    # -- the loop --
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closing and not self._running and not self._waiting:
+                    self._lock.wait()
+                if self._closing:
+                    return
+            try:
+                self.step()
+            except BaseException as exc:  # a failed step fails its requests, not the server
+                with self._lock:
+                    reqs = self._running
+                    self._running = []
+                for r in reqs:
+                    self._end(r, "error", exc)
+
+    def step(self) -> bool:
+        """One scheduling step: cancellations, admissions, one engine call, sampling. Returns
+        False when there was nothing to do."""
+        with self._step_lock:
+            return self._step()
+
+    def _step(self) -> bool:
+        llm = self.llm
+        with self._lock:
+            for r in [r for r in self._running + self._waiting if r._cancel]:
+                self._drop(r)
+                self._end(r, "cancelled")
+            self._admit()
+            running = list(self._running)
+        if not running:
+            return False
+        for r in running:  # a sibling whose leader ended before forking runs on its own
+            if r.seq is None and r.leader is None and r.finish_reason is None:
+                self._start(r)
+        with llm._engine_lock:
+            step, fed = self._plan(running)
+            if not len(step):
+                return False
+            results = step.run(llm._engine, llm._pool)
+        self.steps += 1
+        for (req, sample), logits in zip(fed, results):
+            if sample:
+                self._sample(req, logits)
+        return True
+
+    # -- inside a step --
+
+    def _admit(self) -> None:
+        """Move waiting requests to running while there are places (and, for n > 1, places for
+        the whole group). Called with _lock held."""
+        pool = self.llm._pool
+        while self._waiting:
+            req = self._waiting[0]
+            if req.leader is not None:  # a sibling waits for its leader to be admitted
+                break
+            group = [req] + [s for s in (req.group or []) if s.leader is req and s in self._waiting]
+            if len(self._running) + len(group) > self.max_seqs:
+                break
+            # enough blocks for the prompt's first chunk (or for what the cache does not hold)
+            cached = pool.cached_prefix(req.history) if self.prefix_cache else 0
+            first = min(len(req.history) - cached, self.step_tokens)
+            if -(-first // BLOCK) + 1 > pool.blocks_free() and self._running:
+                break
+            self._waiting.pop(0)
+            self._start(req)
+            req._admitted = next(self._admissions)
+            self._running.append(req)
+            for sib in group[1:]:  # places kept for the siblings
+                self._waiting.remove(sib)
+                self._running.append(sib)
+                sib._admitted = req._admitted
+
+    def _start(self, req: Request) -> None:
+        """Give req a sequence, holding the longest indexed prefix of its tokens."""
+        pool = self.llm._pool
+        with self.llm._engine_lock:
+            req.seq = pool.new_sequence(cacheable=self.prefix_cache)
+            if self.prefix_cache:
+                got = pool.match_prefix(req.seq, req.history)
+                req.usage.cached_tokens = max(req.usage.cached_tokens, min(got, len(req.prompt)))
+
+    def _plan(self, running: list[Request]):
+        """The step: one token for each decoding request, then prompt chunks within the token
+        budget. Reserves the slots; preempts the latest request when the pool cannot give them."""
+        pool = self.llm._pool
+        step = Step()
+        fed = []
+        budget = self.step_tokens
+        decoding = [r for r in running if r.seq is not None and len(r.history) - r.seq.n == 1]
+        prefilling = [r for r in running if r.seq is not None and len(r.history) - r.seq.n > 1]
+        in_step: set[int] = set()
+        for r in decoding:
+            if r.finish_reason is not None or r.seq is None:
+                continue
+            while True:
+                try:
+                    pool.reserve(r.seq, 1)
+                    break
+                except KVCacheFullError:
+                    # preempt the latest admitted request not already in this step (r itself last)
+                    others = [v for v in running if v.seq is not None and v.finish_reason is None
+                              and id(v) not in in_step and v is not r]
+                    victim = max(others, key=lambda v: v._admitted, default=None)
+                    if victim is None:
+                        if not in_step:
+                            self._fail(r, "the KV cache cannot hold this request")
+                        else:
+                            self._preempt(r)
+                        break
+                    self._preempt(victim)
+            if r.seq is None or r.finish_reason is not None:
+                continue
+            step.add(r.seq, [r.history[-1]], LOGITS_LAST)
+            fed.append((r, True))
+            in_step.add(id(r))
+            budget -= 1
+        for r in prefilling:
+            if budget <= 0:
+                break
+            if r.seq is None or r.finish_reason is not None:
+                continue
+            todo = r.history[r.seq.n:]
+            chunk = todo[:budget]
+            try:
+                pool.reserve(r.seq, len(chunk))
+            except KVCacheFullError:
+                if not step.entries and all(v is r for v in running if v.seq is not None):
+                    self._fail(r, "the KV cache cannot hold this request")
+                elif not step.entries:
+                    self._preempt(r)  # let the others finish first
+                continue  # waits for blocks to come back
+            last = len(chunk) == len(todo)
+            step.add(r.seq, chunk, LOGITS_LAST if last else LOGITS_NONE)
+            fed.append((r, last))
+            budget -= len(chunk)
+        return step, fed
+
+    def _preempt(self, req: Request) -> None:
+        """Give req's blocks back; it waits at the front and is evaluated again (its sampler
+        state and tokens kept, so it goes on exactly where it stopped)."""
+        with self._lock:
+            if req in self._running:
+                self._running.remove(req)
+            self._release(req)
+            self._waiting.insert(0, req)
+            self.preemptions += 1
+
+    def _sample(self, req: Request, logits: np.ndarray) -> None:
+        if req.finish_reason is not None:
+            return
+        siblings = [s for s in (req.group or []) if s.leader is req and s.seq is None and s.finish_reason is None]
+        for sib in siblings:  # fork the evaluated prompt for each sibling, sample it too
+            with self.llm._engine_lock:
+                sib.seq = self.llm._pool.fork(req.seq)
+            sib.usage.cached_tokens = req.usage.cached_tokens
+            sib.leader = None
+            self._sample(sib, logits)
+        x = logits
+        if req.logit_bias:
+            x = np.array(logits)
+            for tok, bias in req.logit_bias.items():
+                x[int(tok)] += bias
+        try:
+            tok = req.sampler.sample(x, req.history) if req.guide is None else req.guide.sample(req.sampler, x, req.history)
+        except (ValueError, EdgeLLMError) as exc:
+            self._fail(req, str(exc))
+            return
+        if req.times.first_token is None:
+            req.times.first_token = time.monotonic()
+        llm = self.llm
+        if tok in llm.tokenizer.eog_ids and not req.ignore_eos:
+            self._end(req, "stop")
+            return
+        lp, top = self._logprobs(req, x, tok)
+        # with a grammar, the tokens it forces follow tok; the next step evaluates them together
+        new = [tok] if req.guide is None else req.guide.advance(
+            tok, None if req.max_tokens is None else req.max_tokens - len(req.generated))
+        for i, t in enumerate(new):
+            req.generated.append(t)
+            req.history.append(t)
+            req.usage.completion_tokens += 1
+            self.tokens_generated += 1
+            emit, stopped = req.checker.feed(req.detok.add(t))
+            req._emit(Event(emit, t, lp if i == 0 else None, top if i == 0 else None))
+            if stopped:
+                break
+        if stopped or (req.guide is not None and req.guide.constraint.finished):
+            self._end(req, "stop")
+        elif req.max_tokens is not None and len(req.generated) >= req.max_tokens:
+            self._end(req, "length")
+        elif len(req.history) > llm.n_ctx:
+            self._end(req, "length")
+
+    @staticmethod
+    def _logprobs(req: Request, x: np.ndarray, tok: int):
+        if req.logprobs is None:
+            return None, None
+        mx = float(x.max())
+        lse = mx + math.log(float(np.exp(x - mx, dtype=np.float64).sum()))
+        lp = float(x[tok]) - lse
+        top = None
+        if req.logprobs > 0:
+            k = req.logprobs
+            idx = np.argpartition(-x, k - 1)[:k]
+            idx = idx[np.lexsort((idx, -x[idx]))]
+            top = [(int(i), float(x[i]) - lse) for i in idx]
+        return lp, top
+
+    def _fail(self, req: Request, why: str) -> None:
+        self._end(req, "error", EdgeLLMError(why))
+
+    def _release(self, req: Request) -> None:
+        if req.seq is not None:
+            with self.llm._engine_lock:
+                self.llm._pool.release(req.seq)
+            req.seq = None
+
+    def _drop(self, req: Request) -> None:
+        """Take req out of the queues (with _lock held)."""
+        if req in self._running:
+            self._running.remove(req)
+        if req in self._waiting:
+            self._waiting.remove(req)
+
+    def _end(self, req: Request, reason: str, error: BaseException | None = None) -> None:
+        with self._lock:
+            self._drop(req)
+            for sib in req.group or []:
+                if sib.leader is req:
+                    sib.leader = None  # the leader ended before its prompt was done: run alone
+        self._release(req)
+        req._finish(reason, error)

@@ -1,0 +1,346 @@
+"""The batched engine (BatchEngine over the paged KV cache): batch invariance on every engine
+path, prefix sharing and forks, a pool smaller than the work, cancellation, a randomized run of
+submit / step / cancel / fork that must leak no block, threads, and the thread pool under
+oversubscription."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import edgellm
+from edgellm.kv_cache import BLOCK
+from edgellm.quants import QType
+from edgellm.sampling import SamplingParams
+from edgellm.scheduler import BatchEngine
+from tiny_models import tiny_model
+
+from conftest import engine_paths, use_engine_path
+
+BACKENDS = engine_paths()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("batch")
+
+
+_paths: dict = {}
+
+
+def model_path(model_dir, arch, qtype, **kw):
+    key = (arch, qtype, tuple(sorted(kw.items())))
+    if key not in _paths:
+        _paths[key] = tiny_model(model_dir / f"{arch}-{qtype.name}-{len(_paths)}.gguf", arch, qtype, **kw)
+    return _paths[key]
+
+
+def prompts(n, seed=0, lo=1, hi=40, vocab=(3, 300)):
+    rng = random.Random(seed)
+    return [[1] + [rng.randrange(*vocab) for _ in range(rng.randrange(lo, hi))] for _ in range(n)]
+
+
+def run(llm, ps, *, params, max_tokens=8, **kw):
+    """Tokens generated for each prompt, all submitted to one BatchEngine."""
+    eng = BatchEngine(llm, **kw)
+    reqs = [eng.submit(p, max_tokens=max_tokens, sampling=sp) for p, sp in zip(ps, params)]
+    eng.run_until_done(reqs)
+    for r in reqs:
+        assert r.error is None, r.error
+    return [r.generated for r in reqs], eng
+
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def seeded(i):
+    return SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=1000 + i)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("arch,qtype", [("llama", QType.Q4_K), ("gemma3", QType.Q6_K), ("llama", QType.Q4_0)],
+                         ids=["llama-Q4_K", "gemma3-Q6_K", "llama-Q4_0"])
+def test_batch_invariance(model_dir, monkeypatch, backend, arch, qtype):
+    """32 prompts of different lengths, greedy and seeded sampling, generated together equal each
+    generated alone, token for token. Q4_K and Q6_K are the types whose llama.cpp kernels change
+    with the batch size; gemma3's sliding-window layers (window 8) see their window only."""
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, arch, qtype), n_ctx=96, n_batch=64, n_threads=2)
+    ps = prompts(32, seed=hash((arch, qtype.name)) % 1000)
+    params = [GREEDY if i % 2 else seeded(i) for i in range(32)]
+    together, eng = run(llm, ps, params=params, max_seqs=32, kv_tokens=32 * 96)
+    assert eng.steps < 32 * 8  # they really shared steps
+    alone = [run(llm, [p], params=[sp], max_seqs=1, prefix_cache=False)[0][0] for p, sp in zip(ps, params)]
+    assert together == alone
+    assert llm._pool.blocks_in_use() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chunking_does_not_change_results(model_dir, monkeypatch, backend):
+    """The same prompts with a budget of 3 tokens a step (prompts split mid-block, sharing steps
+    with other sequences' decodes) and of 64: the same tokens."""
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q4_K), n_ctx=96, n_batch=64, n_threads=2)
+    ps = prompts(6, seed=5, lo=10, hi=40)
+    params = [GREEDY] * 6
+    small, _ = run(llm, ps, params=params, step_tokens=3, prefix_cache=False)
+    big, _ = run(llm, ps, params=params, step_tokens=64, prefix_cache=False)
+    assert small == big
+
+
+def test_batched_logits_equal_alone_exactly(model_dir, monkeypatch):
+    """Below the sampler: the logits of a row are the same bits alone and in a step with other
+    sequences (the property the token-level tests rest on)."""
+    from edgellm.batch import LOGITS_ALL, Step
+
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_K), n_ctx=96, n_batch=64, n_threads=2)
+    pool, eng = llm._pool, llm._engine
+    ps = prompts(4, seed=9, lo=5, hi=15)  # 4 x <= 15 tokens: one step of n_batch 64
+
+    def logits(group):
+        seqs = [pool.new_sequence() for _ in group]
+        step = Step()
+        for s, p in zip(seqs, group):
+            pool.reserve(s, len(p))
+            step.add(s, p, LOGITS_ALL)
+        out = [np.array(x) for x in step.run(eng, pool)]
+        for s in seqs:
+            pool.release(s)
+        return out
+
+    together = logits(ps)
+    for p, t in zip(ps, together):
+        np.testing.assert_array_equal(logits([p])[0], t)
+
+
+@pytest.mark.parametrize("backend", [BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0], "numba"])
+def test_prefix_cache_and_forks_give_the_same_tokens(model_dir, monkeypatch, backend):
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q8_0, n_swa=16), n_ctx=160, n_batch=64, n_threads=2)
+    system = prompts(1, seed=3, lo=70, hi=71)[0]
+    ps = [system + p[1:] for p in prompts(6, seed=4, lo=2, hi=12)]
+    params = [seeded(i) for i in range(6)]
+    cold = [run(llm, [p], params=[sp], prefix_cache=False)[0][0] for p, sp in zip(ps, params)]
+    warm, eng = run(llm, ps, params=params, max_seqs=2, prefix_cache=True)
+    assert warm == cold
+    assert eng.stats()["prompt_tokens_cached"] >= 4 * (len(system) // BLOCK) * BLOCK
+    # n = 3 completions of one prompt: forked after one evaluation, each as if submitted alone
+    eng = BatchEngine(llm, max_seqs=4)
+    group = eng.submit(ps[0], max_tokens=8, sampling=seeded(7), n=3)
+    eng.run_until_done(group)
+    single = [run(llm, [ps[0]], params=[seeded(7 + i)], prefix_cache=False)[0][0] for i in range(3)]
+    assert [r.generated for r in group] == single
+    assert llm._pool.cow_copies > 0  # the forks shared the prompt's partial block until they wrote
+    assert llm._pool.blocks_in_use() == 0
+
+
+@pytest.mark.parametrize("backend", [BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0], "numba"])
+def test_more_sequences_than_the_pool_holds(model_dir, monkeypatch, backend):
+    """A pool of 96 tokens for 10 requests needing ~40 each: admission waits, running requests
+    are preempted and recomputed; every one finishes with the tokens it gets alone, and the
+    pool never holds more than its limit."""
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_K), n_ctx=96, n_batch=32, n_threads=2)
+    ps = prompts(10, seed=11, lo=20, hi=30)
+    params = [GREEDY if i % 3 else seeded(i) for i in range(10)]
+    eng = BatchEngine(llm, max_seqs=8, kv_tokens=96, prefix_cache=False)
+    reqs = [eng.submit(p, max_tokens=16, sampling=sp) for p, sp in zip(ps, params)]
+    peak = 0
+    while not all(r.done for r in reqs):
+        assert eng.step()
+        peak = max(peak, llm._pool.blocks_in_use())
+        llm._pool.check()
+    assert peak <= 96 // BLOCK
+    assert eng.preemptions > 0
+    assert all(r.finish_reason == "length" for r in reqs), [r.finish_reason for r in reqs]
+    alone = [run(llm, [p], params=[sp], max_tokens=16, prefix_cache=False)[0][0] for p, sp in zip(ps, params)]
+    assert [r.generated for r in reqs] == alone
+
+
+def test_cancel_returns_the_blocks(model_dir, monkeypatch):
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q8_0), n_ctx=128, n_batch=32, n_threads=2)
+    eng = BatchEngine(llm, max_seqs=4)
+    keep = eng.submit(prompts(1, seed=1)[0], max_tokens=None, sampling=GREEDY)
+    for _ in range(3):
+        eng.step()
+    before = [llm._pool.blocks_in_use(g) for g in (0, 1)]
+    doomed = [eng.submit(p, max_tokens=None, sampling=seeded(i)) for i, p in enumerate(prompts(3, seed=2))]
+    for _ in range(4):
+        eng.step()
+    assert llm._pool.blocks_in_use() > before[0]
+    for r in doomed:
+        r.cancel()
+    eng.step()
+    assert all(r.finish_reason == "cancelled" for r in doomed)
+    assert eng.stats()["running"] == 1
+    # the survivor grew by at most a block in those steps
+    assert llm._pool.blocks_in_use() <= before[0] + 1
+    keep.cancel()
+    eng.step()
+    assert llm._pool.blocks_in_use(0) == 0 and llm._pool.blocks_in_use(1) == 0
+    llm._pool.check()
+
+
+def test_randomized_operations_leak_no_block(model_dir, monkeypatch):
+    """A few thousand seeded steps of random submissions (some with n > 1 forks and shared
+    prefixes), cancellations and steps on a small pool: the books stay consistent every step and
+    every block comes back at the end."""
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q4_0, n_swa=8, n_layer=2), n_ctx=64, n_batch=24,
+                      n_threads=2)
+    rng = random.Random(1234)
+    eng = BatchEngine(llm, max_seqs=6, kv_tokens=160, step_tokens=24)
+    shared = prompts(1, seed=99, lo=30, hi=31)[0]
+    live: list = []
+    finished = 0
+    for it in range(2500):
+        op = rng.random()
+        if op < 0.08 and len(live) < 12:
+            base = shared[:rng.randrange(1, len(shared))] if rng.random() < 0.5 else [1]
+            p = base + [rng.randrange(3, 300) for _ in range(rng.randrange(0, 20))]
+            sp = GREEDY if rng.random() < 0.5 else seeded(rng.randrange(1000))
+            got = eng.submit(p, max_tokens=rng.choice([1, 4, 12, None]), sampling=sp, n=rng.choice([1, 1, 1, 2, 3]))
+            live.extend(got if isinstance(got, list) else [got])
+        elif op < 0.12 and live:
+            rng.choice(live).cancel()
+        else:
+            eng.step()
+        llm._pool.check()
+        for r in [r for r in live if r.done]:
+            assert r.finish_reason in ("stop", "length", "cancelled"), (r.finish_reason, r.error)
+            live.remove(r)
+            finished += 1
+    for r in live:
+        r.cancel()
+    eng.step()
+    assert finished > 50
+    assert all(r.done for r in live)
+    assert llm._pool.blocks_in_use(0) == 0 and llm._pool.blocks_in_use(1) == 0
+    llm._pool.check()
+
+
+def test_engine_thread_streams_and_other_threads_submit(model_dir, monkeypatch):
+    """The background thread steps while four threads submit and read their streams; each
+    stream's text is what its request gives alone."""
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
+    ps = prompts(8, seed=21)
+    want = [run(llm, [p], params=[seeded(i)])[0][0] for i, p in enumerate(ps)]
+    with BatchEngine(llm, max_seqs=4).start() as eng:
+        got = [None] * 8
+
+        def client(i):
+            req = eng.submit(ps[i], max_tokens=8, sampling=seeded(i))
+            got[i] = [ev.token for ev in req if ev.token is not None]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+    assert got == want
+
+
+def test_bad_submissions(model_dir):
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=32, n_batch=16, n_threads=1)
+    eng = BatchEngine(llm, max_seqs=2, max_queue=1)
+    with pytest.raises(edgellm.ContextOverflowError, match="40 tokens"):
+        eng.submit([1] * 40)
+    with pytest.raises(ValueError, match="vocabulary"):
+        eng.submit([10**6])
+    with pytest.raises(ValueError, match="max_tokens"):
+        eng.submit([1, 5], max_tokens=-3)
+    with pytest.raises(ValueError, match="n must be"):
+        eng.submit([1, 5], n=3)
+    with pytest.raises(ValueError, match="logit_bias"):
+        eng.submit([1, 5], logit_bias={10**6: 1.0})
+    eng.submit([1, 5])
+    from edgellm.scheduler import QueueFullError
+
+    with pytest.raises(QueueFullError):
+        eng.submit([1, 6])
+
+
+def test_generate_batch_and_chat_batch(model_dir):
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
+    texts = llm.generate_batch(["hello world", "the cat sat", "a dog"], max_tokens=6, temperature=0)
+    assert texts == [llm.generate_batch([p], max_tokens=6, temperature=0)[0] for p in
+                     ["hello world", "the cat sat", "a dog"]]
+    seeded_texts = llm.generate_batch(["hello", "hello"], max_tokens=6, seed=[1, 2], temperature=1.0)
+    assert len(seeded_texts) == 2
+    replies = llm.chat_batch([[{"role": "user", "content": "hello"}]] * 2, max_tokens=4, temperature=0)
+    assert replies[0] == replies[1]
+
+
+def test_threads_share_one_llm(model_dir):
+    """Four threads calling generate() on one LLM each get what they get alone; an open stream
+    goes on unchanged after another call on the same LLM."""
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
+    ps = ["hello world", "the cat sat on", "a dog", "the mat"]
+    want = [llm.generate(p, max_tokens=10, seed=i, temperature=0.9) for i, p in enumerate(ps)]
+    got = [None] * 4
+
+    def worker(i):
+        got[i] = llm.generate(ps[i], max_tokens=10, seed=i, temperature=0.9)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert got == want
+    stream = llm.generate(ps[0], max_tokens=10, seed=0, temperature=0.9, stream=True)
+    first = next(stream)
+    assert llm.generate(ps[1], max_tokens=10, seed=1, temperature=0.9) == want[1]
+    assert first + "".join(stream) == want[0]
+
+
+def test_session_used_from_two_threads_at_once_is_refused(model_dir):
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=1)
+    s = llm.session()
+    s._busy.acquire()  # as if another thread were inside feed()
+    with pytest.raises(RuntimeError, match="another thread"):
+        s.feed([1, 5])
+    s._busy.release()
+    assert s.feed([1, 5]).shape == (llm.n_vocab,)
+
+
+def test_more_threads_than_cores_finishes(model_dir):
+    """The engine with 16 threads on this machine's cores (and an LLM asked for more threads than
+    it may use: clamped, with a warning) finishes: the pool's waits sleep instead of spinning."""
+    path = model_path(model_dir, "gemma3", QType.Q4_K)
+    code = f"""
+import warnings, edgellm
+from edgellm import kernels, models
+from edgellm.gguf_file import GGUFFile
+from edgellm.models.base import bind_weights
+from edgellm.kv_cache import KVPool
+from edgellm.batch import Step
+g = GGUFFile({str(path)!r}); cfg = models.load_config(g)
+eng = kernels.create_engine(g, cfg, bind_weights(g, cfg), n_ctx=64, n_batch=32, n_threads=16)
+pool = KVPool(eng, n_ctx=64, n_swa=cfg.n_swa, has_swa=eng.has_swa)
+s = pool.new_sequence()
+for i in range(40):
+    pool.reserve(s, 1)
+    st = Step(); st.add(s, [5 + i]); st.run(eng, pool)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    llm = edgellm.LLM({str(path)!r}, n_ctx=64, n_threads=1000)
+print(llm.n_threads, len(w), str(w[0].message) if w else "")
+print(llm.generate("hello", max_tokens=4, temperature=0) is not None)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "EDGELLM_BACKEND": "c"} if BACKENDS[0] != "numba" else None)
+    assert r.returncode == 0, r.stderr
+    n, warned = r.stdout.split()[:2]
+    assert int(n) == len(os.sched_getaffinity(0)) and int(warned) >= 1
+    assert "1000 threads requested" in r.stdout
