@@ -297,7 +297,8 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
 
     return Vocab(
         kind=kind, tokens=tokens, token_to_id=token_to_id, scores=scores, attrs=attrs, special=special,
-        add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix, pre=pre, byte_map=kind == "bpe" and flags.byte_map,
+        add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix, pre=pre,
+        byte_map=kind == "bpe" and flags.byte_map,
         ignore_merges=ignore_merges, merges=merges, eog_ids=frozenset(eog),
     )
 
