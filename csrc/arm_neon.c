@@ -682,13 +682,23 @@ EL_INLINE void gemm_kq(const int T, const int small, int n, const uint8_t *w, si
 }
 
 #include "arm_neon_iq4.h"
+/* clang checks inline assembly against the target features of the function it ends up in (it
+ * ignores sdot()'s .arch directive), so under clang the dotprod level's entry points carry the
+ * feature. GCC takes the directive; its build is left as it was checked. */
+#if defined(__clang__)
+#define LEVEL_ATTR_1 __attribute__((target("dotprod")))
+#else
+#define LEVEL_ATTR_1
+#endif
+#define LEVEL_ATTR_0
+#define LEVEL_ATTR(DP) LEVEL_ATTR_##DP
 
 #define DEFINE_QGEMM(NAME, DRIVER, T, SMALL, DP)                                                   \
-    static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda,  \
-                            int nc, float *out, size_t ldo) {                                      \
+    LEVEL_ATTR(DP) static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, \
+                                           size_t lda, int nc, float *out, size_t ldo) {           \
         DRIVER(T, SMALL, n, w, ldw, nr, a, lda, nc, out, ldo, DP);                                 \
     }                                                                                              \
-    static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {                   \
+    LEVEL_ATTR(DP) static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {    \
         gemm_##NAME(n, x, 0, 1, y, 0, 1, s, 1);                                                    \
     }
 
@@ -976,6 +986,10 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
     el_vops.silu_mul = silu_mul_neon;
 }
 
-void el_register_neon(el_type_traits *t) { el_register_neon_level(t, el_neon_has_dotprod()); }
+int el_register_neon(el_type_traits *t) {
+    const int dotprod = el_neon_has_dotprod();
+    el_register_neon_level(t, dotprod);
+    return dotprod;
+}
 
 #endif /* __aarch64__ */

@@ -13,6 +13,7 @@
 el_type_traits el_traits[EL_NTYPES];
 el_vec_ops el_vops;
 static int current_isa = -1;
+static int current_features = 0;  /* el_isa_features() */
 
 /* from_float is only ever used on activations: Q8_0 / Q8_1 take the activation quantizers,
  * the other types their reference quantizer (Q8_K's is also ggml's activation quantizer). */
@@ -140,20 +141,27 @@ int el_set_isa(int isa) {
     el_vops.sum16_rows = sum16_rows_generic;
     el_vops.exp_sum = exp_sum_generic;
     el_vops.silu_mul = silu_mul_generic;
+    int features = 0;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);
     if (isa >= EL_ISA_AVX512) el_register_avx512(t);
 #endif
 #if defined(__aarch64__)
-    if (isa == EL_ISA_NEON) el_register_neon(t);
+    if (isa == EL_ISA_NEON && el_register_neon(t)) features |= 1;
 #endif
     memcpy(el_traits, t, sizeof(t));
     el_gelu_init();
     current_isa = isa;
+    current_features = features;
     return isa;
 }
 
 int el_get_isa(void) {
     if (current_isa < 0) el_set_isa(-1);
     return current_isa;
+}
+
+int el_isa_features(void) {
+    el_get_isa();
+    return current_features;
 }

@@ -56,7 +56,7 @@ void el_register_avx2(el_type_traits *t);    /* x86_avx2.c   (AVX2 + FMA + F16C)
 void el_register_avx512(el_type_traits *t);  /* x86_avx512.c (AVX-512 F/BW/VL, VNNI when present) */
 #endif
 #if defined(__aarch64__)
-void el_register_neon(el_type_traits *t);    /* arm_neon.c (dotprod when present) */
+int el_register_neon(el_type_traits *t);     /* arm_neon.c (dotprod when present: returns 1) */
 #endif
 
 /* float vector helpers of attention and the FFN activation, dispatched like the quant kernels.

@@ -112,6 +112,17 @@ static inline uint32_t load_u32(const void *p) {
     return v;
 }
 
+/* v with lane c (0..3) replaced by x's lane 0; the immediate spelled out per lane, as clang wants
+ * a constant expression (c is one once the column loop is unrolled) */
+static inline __attribute__((always_inline)) __m128 insert_lane_ps(__m128 v, __m128 x, const int c) {
+    switch (c) {
+    case 0: return _mm_insert_ps(v, x, 0x00);
+    case 1: return _mm_insert_ps(v, x, 0x10);
+    case 2: return _mm_insert_ps(v, x, 0x20);
+    default: return _mm_insert_ps(v, x, 0x30);
+    }
+}
+
 /* cols: NULL, or the C columns prepared (column c, block b at cols[c * nb + b]) */
 static inline __attribute__((always_inline)) void legacy_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                               const int R, const uint8_t *a, size_t lda,
@@ -153,7 +164,7 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
             const __m512i av = _mm512_broadcast_i64x4(col->av);
             const __m512i seed = _mm512_broadcast_i64x4(col->seed);
             const __m512 ad = _mm512_set1_ps(col->ad);
-            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : _mm_insert_ps(sv, _mm_set_ss(col->s), c << 4);
+            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : insert_lane_ps(sv, _mm_set_ss(col->s), c);
             for (int p = 0; p < P; p++) {
                 const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(seed, wq[p], av));
                 acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd[p], ad), x, acc[p][c]);

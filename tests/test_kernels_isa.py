@@ -587,3 +587,21 @@ def test_vec_ops_bit_identical_to_generic(variant):
             np.testing.assert_array_equal(gk, w, err_msg=f"{variant}: {key}")
     finally:
         k.close()
+
+
+@pytest.mark.skipif(c_module() is None, reason="C kernels not built")
+def test_isa_label_names_the_features_of_the_path_in_use():
+    """isa_label (what `generate -v` and `bench` print): the path in use plus the optional features
+    its kernels use - only NEON has one (sdot: "neon+dotprod"; checked on both sides under qemu by
+    tests/neon and scripts/arm64_check.sh) - and other names unchanged."""
+    from edgellm import kernels
+
+    lib = c_module()[1]
+    current = kernels.isa_name()
+    bits = lib.el_isa_features()
+    if current != "neon":
+        assert bits == 0
+    assert kernels.isa_label(current) == "+".join([current] + [n for b, n in kernels.ISA_FEATURES if bits & b])
+    assert kernels.isa_label("numba") == "numba"
+    other = next(i for i in ISA_NAMES if i != current)
+    assert kernels.isa_label(other) == other

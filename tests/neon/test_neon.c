@@ -10,7 +10,7 @@
  *     any position and size, and nothing written outside the tile;
  *   - el_vops (conversions, attention tiles, softmax exp, SiLU): the registered table bit-identical
  *     to the portable code;
- *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports;
+ *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports, and el_isa_features() says which;
  *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdarg.h>
@@ -350,6 +350,8 @@ int main(void) {
     el_register_neon_level(expect, has_dp);
     checks++;
     if (isa != EL_ISA_NEON) fail("el_set_isa(-1) chose ISA %d, not NEON", isa);
+    checks++;
+    if (el_isa_features() != (has_dp ? 1 : 0)) fail("el_isa_features() = %d with dotprod %d", el_isa_features(), has_dp);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
         const int id = TYPES[i].id;
         checks++;
