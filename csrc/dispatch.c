@@ -93,6 +93,8 @@ void el_register_generic(el_type_traits *t) {
     T(EL_Q5_K, 256, 176, EL_Q8_K, quantize_row_q5_K_ref, dequantize_row_q5_K, vec_dot_q5_K_q8_K_generic);
     T(EL_Q6_K, 256, 210, EL_Q8_K, quantize_row_q6_K_ref, dequantize_row_q6_K, vec_dot_q6_K_q8_K_generic);
     T(EL_Q8_K, 256, 292, EL_Q8_K, quantize_row_q8_K_ref, dequantize_row_q8_K, NULL);
+    T(EL_IQ4_NL, 32, 18, EL_Q8_0, quantize_row_iq4_nl_ref, dequantize_row_iq4_nl, vec_dot_iq4_nl_q8_0_generic);
+    T(EL_IQ4_XS, 256, 136, EL_Q8_K, quantize_row_iq4_xs_ref, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_generic);
 #undef T
     t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
     t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;

@@ -35,7 +35,7 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
  * per-column term -o*sum(a) seeds the accumulator. The float part is the generic twins' order
  * (quants_generic.c): each (row, column) has 8 float lanes, acc = fma(cvt(int lane), dw * da,
- * acc) block after block, summed at the end by hsum256 (legacy_hsum8's tree). Q4_1 / Q5_1 add
+ * acc) block after block, summed at the end by hsum256 (el_hsum8's tree). Q4_1 / Q5_1 add
  * sum over blocks of m * s (weight min times the activation's d*sum(q)) as one chain of fmas in
  * block order, in a second pass over the blocks: accm[c] lane r takes row r. The result is
  * hsum(main) + lane r of accm[c].

@@ -77,6 +77,7 @@ static const type_case TYPES[] = {
     {EL_Q5_1, "q5_1", {0, 2}},  {EL_Q8_0, "q8_0", {0, -1}},
     {EL_Q2_K, "q2_K", {80, 82}}, {EL_Q3_K, "q3_K", {108, -1}}, {EL_Q4_K, "q4_K", {0, 2}},
     {EL_Q5_K, "q5_K", {0, 2}},  {EL_Q6_K, "q6_K", {208, -1}},
+    {EL_IQ4_NL, "iq4_nl", {0, -1}}, {EL_IQ4_XS, "iq4_xs", {0, -1}},
 };
 
 static el_type_traits gen[EL_NTYPES];
