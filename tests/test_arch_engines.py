@@ -151,7 +151,9 @@ def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
         return [r.generated for r in reqs]
 
     together = run(prompts)
-    assert together[0] == g["ids"]
+    differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])  # ties: test_engine_matches_llama_cpp
+    k = differ[0][0] if differ else len(g["ids"])
+    assert together[0][:k] == g["ids"][:k]
     assert together == [run([p])[0] for p in prompts]
 
 
