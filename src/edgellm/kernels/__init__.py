@@ -17,6 +17,7 @@ import warnings
 from ..errors import EdgeLLMError
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
+ISA_FEATURES = ((1, "dotprod"),)  # bits of el_isa_features(): optional CPU features a path uses
 _warned = False
 
 # The model features (models.base.FEATURES) each engine's forward pass implements; a model that
@@ -121,6 +122,16 @@ def isa_name() -> str:
     ffi, lib = c_module()
     _apply_isa(lib)
     return ISA_NAMES[lib.el_get_isa()]
+
+
+def isa_label(isa: str) -> str:
+    """`isa` with the optional CPU features its kernels use, as the CLI and `edgellm bench` print
+    it: "neon+dotprod" on a Raspberry Pi 5 / Apple M1, "neon" on a Pi 4; other paths unchanged."""
+    m = c_module()
+    if m is None or isa not in ISA_NAMES or ISA_NAMES[m[1].el_get_isa()] != isa:
+        return isa
+    bits = m[1].el_isa_features()
+    return "+".join([isa] + [name for bit, name in ISA_FEATURES if bits & bit])
 
 
 def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None):

@@ -166,6 +166,9 @@ _REQUIRED = object()
 REQUIRED = _REQUIRED
 
 
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: a larger block_count is refused there too
+
+
 def positive(name: str, v: int) -> int:
     if v is None or v <= 0:
         raise GGUFError(f"hyperparameter {name} must be positive (got {v})")
@@ -185,7 +188,7 @@ def n_vocab_of(gguf, k: Keys) -> int:
 def decoder_shape(gguf, k: Keys, *, need_ff: bool = True) -> dict:
     """The shape keys every decoder shares: layers, widths, heads, head sizes, vocabulary, rotated
     dims (llama.cpp's defaults: head sizes n_embd / n_head, all of the key head rotated)."""
-    n_layer = positive("n_layer", k.int("{arch}.block_count", REQUIRED))
+    n_layer = _layer_count(k)
     n_embd = positive("n_embd", k.int("{arch}.embedding_length", REQUIRED))
     n_head = positive("n_head", k.per_layer("{arch}.attention.head_count", n_layer))
     head_dim = positive("head_dim", k.int("{arch}.attention.key_length", n_embd // n_head))
@@ -201,6 +204,13 @@ def decoder_shape(gguf, k: Keys, *, need_ff: bool = True) -> dict:
         n_vocab=n_vocab_of(gguf, k),
         n_rot=k.int("{arch}.rope.dimension_count", head_dim),
     )
+
+
+def _layer_count(k: Keys) -> int:
+    n = positive("n_layer", k.int("{arch}.block_count", REQUIRED))
+    if n > MAX_LAYERS:  # before anything makes per-layer tables of that size
+        raise GGUFError(f"hyperparameter n_layer is {n}, more than the {MAX_LAYERS} layers supported")
+    return n
 
 
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
