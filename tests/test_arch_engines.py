@@ -57,6 +57,9 @@ def _log_probs(z) -> np.ndarray:
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
+KNOWN_TIES = {"llama-bias-ropefreqs": [27]}  # greedy steps where llama.cpp's top two are a tie
+
+
 def _llm(built, name, path, monkeypatch, n_batch=64):
     use_engine_path(monkeypatch, path)
     return edgellm.LLM(built(name), n_ctx=REFS[name]["n_ctx"], n_batch=n_batch, n_threads=2)
@@ -100,12 +103,11 @@ def test_engine_matches_llama_cpp(built, monkeypatch, request, name, path):
     assert top1 >= 0.99, detail
     if name not in OVER_BAR:  # those: test_mean_bar_on_the_sensitive_models
         assert diff.mean() < 0.01, detail
-    # llama.cpp's 32 greedy tokens, but for a step where the engine's top two are within 0.01
-    # (the bar on mean |Δ log-prob|: a tie at llama.cpp's own rounding, e.g. llama-bias-ropefreqs
-    # at step 27, margin 0.0018)
+    # llama.cpp's 32 greedy tokens, every one; the one known exception is a tie at llama.cpp's own
+    # rounding (llama-bias-ropefreqs, step 27: llama.cpp's top two are 0.0018 apart), which may go
+    # either way on a path - any other step, or another model, fails
     differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])
-    assert all(margin < 0.01 for *_, margin in differ), (name, differ)
-    assert len(differ) <= 1, (name, differ)
+    assert [d[0] for d in differ] in ([], KNOWN_TIES.get(name, [])), (name, differ)
 
 
 @pytest.mark.xfail(strict=True, reason="mean |Δ log-prob| 0.0156 (qwen3) / 0.0117 (smollm3) vs llama.cpp, "
