@@ -32,10 +32,9 @@ def test_seeded_inputs_find_nothing(name, real_models_cached, tmp_path):
 
 
 def test_targets_not_available_yet_say_so(capsys):
-    assert sorted(AVAILABLE) == ["gguf", "template", "tokenizer"]
-    for name in ("state", "http"):
-        with pytest.raises(SystemExit, match=f"fuzz target '{name}' is not available yet: .*no "):
-            fuzz.fuzz(name, 10)
+    assert sorted(AVAILABLE) == ["gguf", "http", "template", "tokenizer"]
+    with pytest.raises(SystemExit, match="fuzz target 'state' is not available yet: .*no saved-state format"):
+        fuzz.fuzz("state", 10)
 
 
 PLANTED = '''
@@ -76,4 +75,5 @@ def test_driver_reports_exceptions_crashes_and_hangs(tmp_path, monkeypatch):
     want = {(i, {1: "KeyError", 2: "crash", 3: "hang"}[k]) for i, k in enumerate(kinds) if k in (1, 2, 3)}
     assert got == want
     assert r["expected"] == {"GGUFError": kinds.count(4)}
-    assert r["workers"] == 1 + sum(k in (2, 3) for k in kinds)  # restarted after each crash and hang
+    # restarted after each crash and hang but one in the last input (nothing left to run then)
+    assert r["workers"] == 1 + sum(k in (2, 3) for k in kinds[:-1])
