@@ -255,3 +255,18 @@ def test_models_aligns_unknown_sizes(tmp_path):
     rows = r.stdout.splitlines()[:2]
     assert len(rows) == 2 and "    98 MB" in rows[0] and "     ? MB" in rows[1]
     assert rows[0].index(" MB") == rows[1].index(" MB")
+
+
+def test_stats_line_after_an_interrupted_prompt():
+    """Ctrl-C in the prompt: how many tokens went in, and no 0.0 tok/s for an answer that has none."""
+    from types import SimpleNamespace
+
+    from edgellm.api import GenerationStats
+    from edgellm.cli import _stats_line
+
+    llm = SimpleNamespace(n_threads=2, backend="c", last_stats=GenerationStats(
+        prompt_tokens=512, prompt_seconds=2.0, stop_reason="interrupted"))
+    assert _stats_line(llm) == "[prompt: 512 tok evaluated, then stopped, 256.0 tok/s | answer: 0 tok | c, 2 threads]"
+    llm.last_stats = GenerationStats(prompt_tokens=40, prompt_seconds=0.5, generated_tokens=10, decode_seconds=1.0,
+                                     stop_reason="interrupted")
+    assert _stats_line(llm) == "[prompt: 40 tok, 80.0 tok/s | answer: 10 tok, 10.0 tok/s | c, 2 threads]"

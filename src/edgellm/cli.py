@@ -137,10 +137,14 @@ def _load(model: str, n_ctx: int, n_threads, seed=None):
 
 
 def _stats_line(llm) -> str:
+    """Speeds of the last answer; an interrupted prompt says how far it got, and no speed is
+    given for what has no tokens."""
     s, n = llm.last_stats, llm.n_threads
-    return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
-            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | "
-            f"{llm.backend}, {n} thread{'' if n == 1 else 's'}]")
+    stopped = s.stop_reason == "interrupted" and not s.generated_tokens
+    prompt = f"prompt: {s.prompt_tokens} tok{' evaluated, then stopped' if stopped else ''}"
+    prompt += f", {s.prompt_tps:.1f} tok/s" if s.prompt_tokens else ""
+    answer = f"answer: {s.generated_tokens} tok" + (f", {s.decode_tps:.1f} tok/s" if s.generated_tokens else "")
+    return f"[{prompt} | {answer} | {llm.backend}, {n} thread{'' if n == 1 else 's'}]"
 
 
 def _limit(max_tokens: int):
