@@ -11,7 +11,7 @@ import sys
 import pexpect
 import pytest
 
-from conftest import REFERENCE
+from conftest import REFERENCE, default_sigint
 from edgellm.quants import QType
 from tiny_models import tiny_model
 
@@ -59,7 +59,8 @@ def test_generate_prints_llamacpp_greedy_text(smollm2_path):
 def spawn(*args, **kw):
     """`edgellm ARGS` on a pseudo-terminal wide enough that readline never scrolls the typed line
     (its echo is then exactly what was typed)."""
-    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500), **kw)
+    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500),
+                         preexec_fn=default_sigint, **kw)
 
 
 # Every wait below names text that only the step it waits for prints: the verbose speed line
