@@ -75,5 +75,5 @@ def test_driver_reports_exceptions_crashes_and_hangs(tmp_path, monkeypatch):
     want = {(i, {1: "KeyError", 2: "crash", 3: "hang"}[k]) for i, k in enumerate(kinds) if k in (1, 2, 3)}
     assert got == want
     assert r["expected"] == {"GGUFError": kinds.count(4)}
-    # restarted after each crash and hang but one in the last input (nothing left to run then)
+    # a new worker after each crash and hang, except one on the last input (nothing is left to run)
     assert r["workers"] == 1 + sum(k in (2, 3) for k in kinds[:-1])

@@ -22,6 +22,7 @@ import click
 
 from . import __version__
 from .errors import EdgeLLMError
+from .kernels import isa_label
 
 CHAT_MAX_TOKENS = 1024  # `edgellm run`'s longest answer unless -n says otherwise: a looping answer ends
 
@@ -113,12 +114,17 @@ def _sampling_options(fn):
     return fn
 
 
+_MLOCK_OPTION = click.option("--mlock", is_flag=True,
+                             help="Lock the weights in RAM (mlock) so they are never paged out.")
+
+
 def _model_options(fn):
     options = [
         click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=0), default=4096, show_default=True,
                      help="Context length in tokens (0 = the model's)."),
         click.option("-t", "--threads", "n_threads", type=click.IntRange(min=1), default=None,
                      help="Threads (default: physical cores)."),
+        _MLOCK_OPTION,
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -130,10 +136,10 @@ def _sampling(kw: dict) -> dict:
     return {k: kw.pop(k) for k in keys if k in kw}
 
 
-def _load(model: str, n_ctx: int, n_threads, seed=None):
+def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
     from .api import LLM
 
-    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, mlock=mlock)
 
 
 def _stats_line(llm) -> str:
@@ -144,7 +150,7 @@ def _stats_line(llm) -> str:
     prompt = f"prompt: {s.prompt_tokens} tok{' evaluated, then stopped' if stopped else ''}"
     prompt += f", {s.prompt_tps:.1f} tok/s" if s.prompt_tokens else ""
     answer = f"answer: {s.generated_tokens} tok" + (f", {s.decode_tps:.1f} tok/s" if s.generated_tokens else "")
-    return f"[{prompt} | {answer} | {llm.backend}, {n} thread{'' if n == 1 else 's'}]"
+    return f"[{prompt} | {answer} | {isa_label(llm.backend)}, {n} thread{'' if n == 1 else 's'}]"
 
 
 def _limit(max_tokens: int):
@@ -167,7 +173,7 @@ def main():
 @_model_options
 @_sampling_options
 @_user_errors
-def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
+def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
     from .registry import default_alias
 
@@ -177,8 +183,8 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
-    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
+    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {isa_label(llm.backend)}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     if llm.template.is_builtin:
         click.echo(f"warning: {llm.path.name} carries no chat template, so it is probably a base model that "
@@ -261,13 +267,14 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @_model_options
 @_sampling_options
 @_user_errors
-def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, **kw):
+def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, mlock,
+             **kw):
     """Print MODEL's completion of a prompt."""
     if prompt == "-":
         prompt = sys.stdin.read()
     constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
     stream = llm.generate(prompt, max_tokens=_limit(max_tokens), stop=list(stop), stream=True, **constraint,
                           **sampling)
     printed = ended = False
@@ -403,8 +410,9 @@ def _counts(what: str, default):
               help="Comma-separated sequence counts, e.g. 1,4,8,16,32: llama-batched-bench's test instead "
                    "(B sequences, pp N_PROMPT each, then tg N_GEN each; S_PP, S_TG, total).")
 @click.option("--scheduler", is_flag=True, help="With --batch: go through BatchEngine (greedy sampling) too.")
+@_MLOCK_OPTION
 @_user_errors
-def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, scheduler):
+def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, scheduler, mlock):
     """Measure prompt (pp) and generation (tg) speed the way llama-bench does (with --batch, the
     way llama-batched-bench does)."""
     from . import bench as b
@@ -413,12 +421,12 @@ def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, schedule
         results = []
         for t in counts:
             results += b.run_batched(model, batches=batches, n_prompt=n_prompt, n_gen=n_gen, threads=t,
-                                     reps=repetitions, scheduler=scheduler,
+                                     reps=repetitions, scheduler=scheduler, mlock=mlock,
                                      progress=(lambda r: click.echo(f"B={r.n_seqs}: S_TG {r.s_tg:.1f} t/s", err=True)))
         click.echo(b.markdown_batched(results) if output == "md" else
                    json.dumps({"results": [r.as_dict() for r in results]}, indent=2))
         return
-    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
+    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions, mlock=mlock,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
                     if output == "md" else None)
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))
