@@ -811,7 +811,8 @@ def _http_message(rng: random.Random):
 
 # Fields and values that make a valid request, each sometimes replaced by a random JSON value.
 def _http_fields(rng: random.Random, route: str, n_vocab: int) -> dict:
-    common = {"model": HTTP_MODEL, "max_tokens": rng.choice((1, 2, 4, 8, 16)), "temperature": rng.choice((0, 0.7, 1, 2)),
+    common = {"model": HTTP_MODEL, "max_tokens": rng.choice((1, 2, 4, 8, 16)),
+              "temperature": rng.choice((0, 0.7, 1, 2)),
               "top_p": rng.choice((0.5, 1)), "top_k": rng.choice((0, 1, 40)), "min_p": rng.choice((0, 0.1)),
               "repeat_penalty": rng.choice((1, 1.1)), "frequency_penalty": rng.choice((-2, 0, 1)),
               "presence_penalty": rng.choice((0, 2)), "seed": rng.choice((0, 1, -1, 2**63 - 1)),
@@ -837,7 +838,8 @@ def _http_fields(rng: random.Random, route: str, n_vocab: int) -> dict:
     else:
         body = {"model": HTTP_MODEL}
     keep = rng.random()
-    out = {k: v for k, v in body.items() if k in ("model", "messages", "prompt", "content", "tokens") or rng.random() < keep}
+    required = ("model", "messages", "prompt", "content", "tokens")
+    out = {k: v for k, v in body.items() if k in required or rng.random() < keep}
     if rng.random() < 0.5:  # replace some values with random JSON
         for k in rng.sample(sorted(out), min(len(out), rng.randint(1, 3))):
             out[k] = _json_value(rng)

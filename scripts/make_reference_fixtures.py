@@ -223,7 +223,8 @@ def compare_reference(new: dict, old: dict) -> list[str]:
                f"{'identical' if new['tokenize_special'] == old['tokenize_special'] else 'DIFFER'}")
     for a, b in zip(new["greedy"], old["greedy"]):
         x, y = a["continuation_ids"], b["continuation_ids"]
-        at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), None if len(x) == len(y) else min(len(x), len(y)))
+        shorter = None if len(x) == len(y) else min(len(x), len(y))
+        at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), shorter)
         out.append(f"greedy {a['prompt']!r}: " + ("identical" if at is None and a["prompt_ids"] == b["prompt_ids"]
                                                    else f"first differs at token {at} of {len(y)}"))
     tn, to = new["teacher_forced"], old["teacher_forced"]
