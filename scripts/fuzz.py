@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Fuzz edgellm's parsers of untrusted input.
 
-    scripts/fuzz.py TARGET N [--seed S] [--engine mutator|atheris] [--timeout SECONDS]
+    scripts/fuzz.py TARGET N [--seed S] [--engine mutator|atheris] [--timeout SECONDS] [--seconds LIMIT]
     scripts/fuzz.py TARGET --replay I [--seed S]        # run input I of the mutator again, with its traceback
     scripts/fuzz.py --list
 
-Targets live in fuzz_targets.py (gguf, tokenizer, template; state and http are registered but not
-available yet). An input passes when it returns or raises one of edgellm's own errors
-(edgellm.errors.EdgeLLMError). Anything else is a finding: another exception (a failed property
+Targets live in fuzz_targets.py (gguf, tokenizer, template, http; state is registered but not
+available: there is no saved-state format yet). An input passes when it returns or raises one of
+edgellm's own errors (edgellm.errors.EdgeLLMError). Anything else is a finding: another exception (a failed property
 such as a round trip is an AssertionError), a crash of the process, or an input still running
 after --timeout seconds (a hang).
 
@@ -21,7 +21,8 @@ Engines:
 Inputs run in a worker process with a capped address space (a memory bomb is a MemoryError, not a
 dead machine); the driver restarts the worker after a crash or a hang and goes on with the next
 input. Prints inputs, findings by kind (crash / hang / exception type), the edgellm errors raised
-by type, and the slowest input; exit status 1 when anything was found.
+by type, and the slowest input; exit status 1 when anything was found. --seconds ends the run
+early (after the input running at that moment) with the figures so far.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def worker_main(args) -> None:
     target = ft.TARGETS[args.target]
     w = _Worker(target, target.setup(), args.progress, args.timeout, Path(args.findings))
     for i in range(args.start, args.stop):
+        if args.deadline and time.time() > args.deadline:
+            break
         try:
             data = target.generate(random.Random(f"{args.seed}/{i}"), w.ctx)
         except Exception:  # a bug in the fuzzer itself, not a finding
@@ -153,7 +156,7 @@ def _atheris_worker(args) -> None:
 
     with atheris.instrument_imports(include=["edgellm"]):
         ft = _targets()
-        import edgellm.chat, edgellm.gguf_file, edgellm.models, edgellm.tokenizer  # noqa: E401,F401
+        import edgellm.chat, edgellm.gguf_file, edgellm.models, edgellm.server, edgellm.tokenizer  # noqa: E401,F401
     target = ft.TARGETS[args.target]
     ctx = target.setup()
     corpus = Path(args.findings) / "corpus" / target.name
@@ -169,7 +172,7 @@ def _atheris_worker(args) -> None:
     def test_one_input(data: bytes) -> None:
         w.one(state["i"], data)
         state["i"] += 1
-        if state["i"] >= args.stop:
+        if state["i"] >= args.stop or (args.deadline and time.time() > args.deadline):
             w.summary()
             os._exit(0)
 
@@ -184,8 +187,9 @@ def _atheris_worker(args) -> None:
 
 
 def fuzz(name: str, n: int, *, seed: int = 0, engine: str = "mutator", timeout: float = 60.0,
-         findings: Path | None = None, quiet: bool = False) -> dict:
-    """Run n inputs of target `name` in worker processes; returns the summary (see main)."""
+         findings: Path | None = None, quiet: bool = False, seconds: float | None = None) -> dict:
+    """Run n inputs of target `name` in worker processes (fewer when `seconds` run out first);
+    returns the summary (see main)."""
     ft = _targets()
     target = ft.TARGETS[name]
     if target.unavailable:
@@ -194,13 +198,15 @@ def fuzz(name: str, n: int, *, seed: int = 0, engine: str = "mutator", timeout: 
     result = {"target": name, "engine": engine, "seed": seed, "inputs": 0, "findings": [],
               "expected": collections.Counter(), "slow": [], "workers": 0}
     t0 = time.perf_counter()
+    deadline = time.time() + seconds if seconds else 0.0
     with tempfile.TemporaryDirectory(prefix="edgellm-fuzz-") as work:  # the workers' TMPDIR
         progress = Path(work) / "progress"
         progress.write_bytes(b"\0" * 8)
         start = 0
-        while start < n:
+        while start < n and not (deadline and time.time() > deadline):
             result["workers"] += 1
-            summary, stderr, rc = _run_worker(name, engine, seed, start, n, timeout, work, findings, result, quiet)
+            summary, stderr, rc = _run_worker(name, engine, seed, start, n, timeout, work, findings, result, quiet,
+                                              deadline)
             if summary is not None:
                 result["inputs"] += summary["inputs"]
                 result["slow"] += summary["slow"]
@@ -221,9 +227,9 @@ def fuzz(name: str, n: int, *, seed: int = 0, engine: str = "mutator", timeout: 
     return result
 
 
-def _run_worker(name, engine, seed, start, stop, timeout, work, findings, result, quiet):
+def _run_worker(name, engine, seed, start, stop, timeout, work, findings, result, quiet, deadline):
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--engine", engine, "--seed", str(seed),
-           "--start", str(start), "--stop", str(stop), "--timeout", str(timeout),
+           "--start", str(start), "--stop", str(stop), "--timeout", str(timeout), "--deadline", str(deadline),
            "--progress", str(Path(work) / "progress"), "--findings", str(findings)]
     with tempfile.TemporaryFile("w+", dir=work) as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=dict(os.environ, TMPDIR=work))
@@ -283,6 +289,8 @@ def main(argv=None) -> int:
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--progress", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds (and report)")
     args = p.parse_args(argv)
     if args.worker:
         args.target = args.worker
@@ -300,7 +308,8 @@ def main(argv=None) -> int:
         return 0
     if not args.n or args.n <= 0:
         p.error("give the number of inputs to run")
-    r = fuzz(args.target, args.n, seed=args.seed, engine=args.engine, timeout=args.timeout, findings=args.findings)
+    r = fuzz(args.target, args.n, seed=args.seed, engine=args.engine, timeout=args.timeout, findings=args.findings,
+             seconds=args.seconds)
     if args.json:
         print(json.dumps(r, indent=1))
     else:

@@ -12,13 +12,17 @@ maker of the mutator engine (it also seeds atheris' corpus).
                random ids; round trips where the tokenizer is lossless
     template   chat templates: Jinja sandbox-escape payloads and resource bombs, random Jinja,
                the real templates with random messages
-    state      saved sessions (not available yet)
-    http       the server's request bodies (not available yet)
+    http       the server: request bodies, headers and routes against its ASGI app, in-process on a
+               tiny model; every answer a 2xx or a 4xx with OpenAI's error JSON
+    state      saved sessions (not available: main has no saved-state format)
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import json
+import logging
 import random
 import struct
 import tempfile
@@ -687,18 +691,256 @@ def fuzz_template(data: bytes, ctx: dict) -> None:
     assert not CANARY.exists(), "a template ran a shell command"
 
 
+# ------------------------------------------------------------------------------ http
+
+HTTP_MODEL = "tiny-llama"
+HTTP_KEY = "sk-fuzz"
+HTTP_N_CTX = 64  # every generation ends within 64 tokens
+HTTP_MAX_BODY = 64 * 1024  # bodies above this get 413 (the server's default is 8 MiB)
+HTTP_ROUTES = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/tokenize"),
+               ("POST", "/detokenize"), ("GET", "/v1/models"), ("GET", "/v1/models/" + HTTP_MODEL),
+               ("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/chat/completions"), ("POST", "/v1/models"),
+               ("DELETE", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/v1/models/x%00y%2F..%2F"),
+               ("PUT", "/tokenize"), ("POST", "/v1/chat/completions/"), ("GET", "/%FF%FE")]
+_ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+class _Logged(logging.Handler):
+    """Keeps what the server logs at ERROR: its own bugs (answered with a 500, or a stream cut)."""
+
+    def __init__(self):
+        super().__init__(level=logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def _http_setup() -> dict:
+    import sys
+
+    from edgellm.api import LLM
+    from edgellm.scheduler import BatchEngine
+    from edgellm.server.app import Context, create_app
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_models import tiny_model
+
+    path = tiny_model(Path(tempfile.mkdtemp(prefix="edgellm-fuzz-http-")) / f"{HTTP_MODEL}.gguf", "llama",
+                      n_layer=1, n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=128)
+    llm = LLM(str(path), n_ctx=HTTP_N_CTX, n_threads=1)
+    engine = BatchEngine(llm, max_seqs=2, kv_tokens=2 * HTTP_N_CTX, prefix_cache=True, max_queue=4).start()
+    app_ctx = Context(llm=llm, engine=engine, model_id=HTTP_MODEL, api_key=HTTP_KEY, max_seqs=2,
+                      max_body=HTTP_MAX_BODY)
+    errors = _Logged()
+    logger = logging.getLogger("edgellm.server")
+    logger.addHandler(errors)
+    logger.propagate = False  # the records are findings; nothing to print
+    return {"app": create_app(app_ctx), "loop": asyncio.new_event_loop(), "errors": errors, "n_vocab": llm.n_vocab}
+
+
+@dataclass
+class _Response:
+    status: int
+    headers: dict
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+async def _asgi_call(app, method: str, path: str, headers: dict, body: bytes) -> _Response:
+    """One request as uvicorn hands it to the application (an http scope, the body in one message,
+    a client that stays connected); an exception the application lets out propagates."""
+    from urllib.parse import unquote
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": unquote(path), "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080)}
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    start, chunks = {}, []
+
+    async def receive():
+        if pending:
+            return pending.pop()
+        await asyncio.Event().wait()  # no disconnect: waits until the app stops listening
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    assert start, f"{method} {path}: the application returned without starting a response"
+    return _Response(start["status"], {k.decode().lower(): v.decode("latin-1") for k, v in start.get("headers", [])},
+                     b"".join(chunks))
+
+
+def _json_value(rng: random.Random, depth: int = 0):
+    r = rng.random()
+    if r < 0.2:
+        return rng.choice(INTERESTING_INTS) * rng.choice((1, -1))
+    if r < 0.35:
+        return rng.choice(INTERESTING_FLOATS)
+    if r < 0.6:
+        return random_text(rng, rng.choice((0, 1, 8, 64)))
+    if r < 0.7:
+        return rng.choice((True, False, None))
+    if r < 0.85 and depth < 4:
+        return [_json_value(rng, depth + 1) for _ in range(rng.choice((0, 1, 2, 5)))]
+    if depth < 4:
+        return {random_text(rng, rng.choice((1, 5))): _json_value(rng, depth + 1) for _ in range(rng.choice((0, 1, 3)))}
+    return rng.randrange(100)
+
+
+def _http_message(rng: random.Random):
+    if rng.random() < 0.9:
+        role = rng.choice(("system", "developer", "user", "assistant", "user", "user"))
+        content = rng.choice((random_text(rng, rng.choice((1, 10, 60))), "hi", "",
+                              [{"type": "text", "text": random_text(rng, 10)}]))
+        m = {"role": role, "content": content}
+        if rng.random() < 0.1:
+            m["name"] = random_text(rng, 5)
+        return m
+    return rng.choice(({"role": "tool", "content": "x"}, {"role": "user"}, {"content": "x"}, "hi", None, [],
+                       {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]},
+                       {"role": "user", "content": [{"type": "text"}]}, {"role": 1, "content": 2}))
+
+
+# Fields and values that make a valid request, each sometimes replaced by a random JSON value.
+def _http_fields(rng: random.Random, route: str, n_vocab: int) -> dict:
+    common = {"model": HTTP_MODEL, "max_tokens": rng.choice((1, 2, 4, 8, 16)),
+              "temperature": rng.choice((0, 0.7, 1, 2)),
+              "top_p": rng.choice((0.5, 1)), "top_k": rng.choice((0, 1, 40)), "min_p": rng.choice((0, 0.1)),
+              "repeat_penalty": rng.choice((1, 1.1)), "frequency_penalty": rng.choice((-2, 0, 1)),
+              "presence_penalty": rng.choice((0, 2)), "seed": rng.choice((0, 1, -1, 2**63 - 1)),
+              "stop": rng.choice(("\n", ["a", "b"], [], "the")), "n": rng.choice((1, 2)),
+              "stream": rng.random() < 0.3, "logit_bias": {str(rng.randrange(n_vocab)): rng.choice((-100, 5, 100))},
+              "user": "fuzz"}
+    if route == "/v1/chat/completions":
+        body = {**common, "messages": [_http_message(rng) for _ in range(rng.choice((1, 1, 2, 3, 6)))],
+                "logprobs": rng.random() < 0.3, "top_logprobs": rng.choice((0, 2, 20)),
+                "max_completion_tokens": rng.choice((1, 4)), "stream_options": {"include_usage": True},
+                "response_format": rng.choice(({"type": "text"}, {"type": "json_object"}))}
+    elif route == "/v1/completions":
+        prompt = rng.choice((random_text(rng, rng.choice((1, 20, 200))), "the cat",
+                             [rng.randrange(n_vocab) for _ in range(rng.randint(1, 8))],
+                             ["a", "b"], [[1, 2], [3]], ""))
+        body = {**common, "prompt": prompt, "logprobs": rng.choice((0, 1, 5)), "echo": rng.random() < 0.3,
+                "best_of": 1, "suffix": None}
+    elif route == "/tokenize":
+        body = {"content": random_text(rng, rng.choice((1, 30, 300))), "add_special": rng.random() < 0.5,
+                "parse_special": rng.random() < 0.5, "with_pieces": rng.random() < 0.5}
+    elif route == "/detokenize":
+        body = {"tokens": [rng.randrange(n_vocab) for _ in range(rng.randint(0, 16))]}
+    else:
+        body = {"model": HTTP_MODEL}
+    keep = rng.random()
+    required = ("model", "messages", "prompt", "content", "tokens")
+    out = {k: v for k, v in body.items() if k in required or rng.random() < keep}
+    if rng.random() < 0.5:  # replace some values with random JSON
+        for k in rng.sample(sorted(out), min(len(out), rng.randint(1, 3))):
+            out[k] = _json_value(rng)
+    if rng.random() < 0.1:
+        del out[rng.choice(sorted(out))]
+    if rng.random() < 0.1:
+        out[rng.choice(("functions", "tools", "x", "max_tokens", "prompt", "\ud800"))] = _json_value(rng)
+    return out
+
+
+def _http_generate(rng: random.Random, ctx: dict) -> bytes:
+    """Route byte, header byte, then the body: mostly a near-valid JSON request for the route."""
+    route = rng.randrange(len(HTTP_ROUTES)) if rng.random() < 0.15 else rng.randrange(4)
+    headers = (1 if rng.random() < 0.93 else rng.randrange(256)) | (rng.random() < 0.05) << 7
+    path = HTTP_ROUTES[route][1]
+    r = rng.random()
+    if r < 0.75:
+        body = json.dumps(_http_fields(rng, path, ctx["n_vocab"]), ensure_ascii=rng.random() < 0.5).encode(
+            "utf-8", "surrogatepass")
+        if rng.random() < 0.15:
+            body = mutate_bytes(rng, body, rng.randint(1, 3))
+    elif r < 0.85:
+        body = json.dumps(_json_value(rng)).encode()
+    elif r < 0.95:
+        body = random_utf8(rng, rng.choice((0, 1, 10, 100)))
+    else:  # past the body limit, or deep nesting
+        body = rng.choice((b"[" * 100000 + b"]" * 100000, b'{"a":' * 50000 + b"1" + b"}" * 50000,
+                           b'"' + b"x" * (HTTP_MAX_BODY + 10) + b'"', b"{" + b" " * (HTTP_MAX_BODY // 2) + b"}"))
+    return bytes([route, headers]) + body
+
+
+def _http_headers(flags: int, body: bytes) -> dict:
+    """Bit 0: the right API key (else none); 1: a wrong one; 2: a text/plain content type;
+    3: another auth scheme; 4: a content-length of 10**12; 5: a content-length of 0; 6: a long
+    header; 7: Accept-Encoding and an odd Content-Encoding."""
+    h = {"content-type": "text/plain" if flags & 4 else "application/json"}
+    if flags & 1:
+        h["authorization"] = f"Bearer {HTTP_KEY}"
+    if flags & 2:
+        h["authorization"] = f"Bearer {HTTP_KEY}x"
+    if flags & 8:
+        h["authorization"] = f"Basic {HTTP_KEY}"
+    if flags & 16:
+        h["content-length"] = str(10**12)
+    elif flags & 32:
+        h["content-length"] = "0"
+    if flags & 64:
+        h["x-fuzz"] = "a" * 10000
+    if flags & 128:
+        h["content-encoding"] = "gzip"
+        h["accept-encoding"] = "gzip, br"
+    return h
+
+
+def _check_error_body(resp, what: str) -> str:
+    """The error's code, once the body is checked to be OpenAI's error JSON."""
+    body = resp.json()
+    assert isinstance(body, dict) and set(body) == {"error"}, f"{what}: not OpenAI's error JSON: {resp.body[:200]!r}"
+    err = body["error"]
+    assert isinstance(err, dict) and set(err) == _ERROR_KEYS, f"{what}: error fields {sorted(err)}"
+    assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str), what
+    return err["code"]
+
+
+@target("http", setup=_http_setup, generate=_http_generate, max_len=1 << 17)
+def fuzz_http(data: bytes, ctx: dict) -> None:
+    """The server's requests (bodies, headers, routes) against its ASGI app in-process on a tiny
+    model: every answer a 2xx, or a 4xx with OpenAI's error JSON; streams end with [DONE]."""
+    if len(data) < 2:
+        return
+    method, path = HTTP_ROUTES[data[0] % len(HTTP_ROUTES)]
+    body = data[2:]
+    errors = ctx["errors"].records
+    errors.clear()
+    resp = ctx["loop"].run_until_complete(_asgi_call(ctx["app"], method, path, _http_headers(data[1], body),
+                                                     body if method != "GET" else b""))
+    what = f"{method} {path} -> {resp.status}"
+    if errors:  # the server logged a bug of its own (answered 500, or died mid-stream)
+        rec = errors[0]
+        if rec.exc_info and not isinstance(rec.exc_info[1], EdgeLLMError):
+            raise rec.exc_info[1]
+        raise AssertionError(f"{what}: the server logged {rec.getMessage()!r} {rec.exc_info and rec.exc_info[1]!r}")
+    assert 200 <= resp.status < 300 or 400 <= resp.status < 500, f"{what}: {resp.body[:200]!r}"
+    if resp.status >= 400:  # counted with edgellm's errors, as "status code"
+        _EXPECTED[f"{resp.status} {_check_error_body(resp, what)}"] += 1
+    elif resp.headers.get("content-type", "").startswith("text/event-stream"):
+        text = resp.body.decode("utf-8")
+        events = [ln[6:] for ln in text.split("\n") if ln.startswith("data: ")]
+        assert events and events[-1] == "[DONE]", f"{what}: the stream did not end with [DONE]: {text[-200:]}"
+        for ev in events[:-1]:
+            chunk = json.loads(ev)
+            assert "error" not in chunk, f"{what}: an error mid-stream: {ev[:200]}"
+    elif path.startswith("/v1/") or path in ("/tokenize", "/detokenize", "/health"):
+        assert isinstance(resp.json(), dict), what
+
+
 # ------------------------------------------------------------------------------ not yet
 
 
-@target("state", unavailable="edgellm has no saved-session files yet (a later issue adds them); "
-                             "register the loader here when it lands")
+@target("state", unavailable="edgellm has no saved-state format yet (nothing in main writes or reads a "
+                             "session file); register its loader here when one lands")
 def fuzz_state(data: bytes, ctx) -> None:
     """Saved session files."""
-    raise NotImplementedError
-
-
-@target("http", unavailable="edgellm has no server yet (a later issue adds it); "
-                            "register its request-body parser here when it lands")
-def fuzz_http(data: bytes, ctx) -> None:
-    """The server's request bodies."""
     raise NotImplementedError

@@ -4,6 +4,7 @@ and llama.cpp's reference outputs on them (tests/fixtures)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 # were made); nothing outside the clone is needed.
 FIXTURES = REPO / "tests" / "fixtures"
 REFERENCE = FIXTURES / "reference"
+
+
+def default_sigint() -> None:
+    """preexec_fn of the terminal tests' children: Ctrl-C with its default action. A test run
+    started in the background by a shell without job control (`cmd &` in a script) ignores SIGINT,
+    children inherit that, and Python then installs no KeyboardInterrupt handler, so sendintr()
+    did nothing and the tests waited for their timeouts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def engine_paths() -> list[str]:

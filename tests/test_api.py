@@ -96,6 +96,41 @@ def test_generate_token_ids_prompt(llm):
     assert llm.generate(ids, max_tokens=6, temperature=0) == llm.generate("the mat", max_tokens=6, temperature=0)
 
 
+def test_interrupt_during_the_prompt_stops_at_the_next_step(tiny_path, monkeypatch):
+    """Ctrl-C in a long prompt: the prompt goes in steps of n_batch tokens and the interrupt lands at
+    the end of the step it hit, so no later step runs; the stats count the tokens evaluated (the
+    CLI printed the whole prompt's length and 0.0 tok/s), and the LLM works afterwards."""
+    from edgellm import batch
+
+    llm = edgellm.LLM(tiny_path, n_ctx=64, n_threads=1, n_batch=8)
+    ids = llm.tokenize("the cat sat on the mat " * 6)[:30]
+    steps, run = [], batch.Step.run
+
+    def interrupted_second_step(self, *a, **kw):
+        steps.append(self.n_tokens)
+        if len(steps) == 2:
+            raise KeyboardInterrupt  # as SIGINT surfaces when the engine call returns
+        return run(self, *a, **kw)
+
+    monkeypatch.setattr(batch.Step, "run", interrupted_second_step)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(ids, max_tokens=4, temperature=0)
+    assert steps == [8, 8]
+    s = llm.last_stats
+    assert (s.stop_reason, s.prompt_tokens, s.generated_tokens) == ("interrupted", 8, 0)
+    monkeypatch.undo()
+    want = edgellm.LLM(tiny_path, n_ctx=64, n_threads=1, n_batch=8).generate(ids, max_tokens=4, temperature=0)
+    assert llm.generate(ids, max_tokens=4, temperature=0) == want
+
+
+def test_closing_a_stream_counts_as_interrupted(llm):
+    stream = llm.generate("the cat", max_tokens=20, temperature=0, stream=True)
+    next(stream)
+    stream.close()
+    s = llm.last_stats
+    assert s.stop_reason == "interrupted" and s.generated_tokens >= 1 and s.prompt_tokens > 0
+
+
 def test_stop_strings(llm):
     full = llm.generate("the", max_tokens=20, temperature=0)
     if len(full) > 3:

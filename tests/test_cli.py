@@ -11,7 +11,7 @@ import sys
 import pexpect
 import pytest
 
-from conftest import REFERENCE
+from conftest import REFERENCE, default_sigint
 from edgellm.quants import QType
 from tiny_models import tiny_model
 
@@ -59,7 +59,8 @@ def test_generate_prints_llamacpp_greedy_text(smollm2_path):
 def spawn(*args, **kw):
     """`edgellm ARGS` on a pseudo-terminal wide enough that readline never scrolls the typed line
     (its echo is then exactly what was typed)."""
-    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500), **kw)
+    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500),
+                         preexec_fn=default_sigint, **kw)
 
 
 # Every wait below names text that only the step it waits for prints: the verbose speed line
@@ -255,3 +256,18 @@ def test_models_aligns_unknown_sizes(tmp_path):
     rows = r.stdout.splitlines()[:2]
     assert len(rows) == 2 and "    98 MB" in rows[0] and "     ? MB" in rows[1]
     assert rows[0].index(" MB") == rows[1].index(" MB")
+
+
+def test_stats_line_after_an_interrupted_prompt():
+    """Ctrl-C in the prompt: how many tokens went in, and no 0.0 tok/s for an answer that has none."""
+    from types import SimpleNamespace
+
+    from edgellm.api import GenerationStats
+    from edgellm.cli import _stats_line
+
+    llm = SimpleNamespace(n_threads=2, backend="c", last_stats=GenerationStats(
+        prompt_tokens=512, prompt_seconds=2.0, stop_reason="interrupted"))
+    assert _stats_line(llm) == "[prompt: 512 tok evaluated, then stopped, 256.0 tok/s | answer: 0 tok | c, 2 threads]"
+    llm.last_stats = GenerationStats(prompt_tokens=40, prompt_seconds=0.5, generated_tokens=10, decode_seconds=1.0,
+                                     stop_reason="interrupted")
+    assert _stats_line(llm) == "[prompt: 40 tok, 80.0 tok/s | answer: 10 tok, 10.0 tok/s | c, 2 threads]"

@@ -32,10 +32,9 @@ def test_seeded_inputs_find_nothing(name, real_models_cached, tmp_path):
 
 
 def test_targets_not_available_yet_say_so(capsys):
-    assert sorted(AVAILABLE) == ["gguf", "template", "tokenizer"]
-    for name in ("state", "http"):
-        with pytest.raises(SystemExit, match=f"fuzz target '{name}' is not available yet: .*no "):
-            fuzz.fuzz(name, 10)
+    assert sorted(AVAILABLE) == ["gguf", "http", "template", "tokenizer"]
+    with pytest.raises(SystemExit, match="fuzz target 'state' is not available yet: .*no saved-state format"):
+        fuzz.fuzz("state", 10)
 
 
 PLANTED = '''

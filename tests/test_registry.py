@@ -552,10 +552,12 @@ main(["pull", "tiny"])
 
 def test_interrupted_pull_says_so_and_leaves_no_file_under_the_final_name(env, monkeypatch):
     import pexpect
+    from conftest import default_sigint
 
     data = three_chunk_model(env)
     monkeypatch.setenv("PYTHONPATH", str(SRC))
-    child = pexpect.spawn(sys.executable, ["-c", PULL_HELD_WHILE_UNPACKING], encoding="utf-8", timeout=300)
+    child = pexpect.spawn(sys.executable, ["-c", PULL_HELD_WHILE_UNPACKING], encoding="utf-8", timeout=300,
+                          preexec_fn=default_sigint)
     try:
         child.expect_exact("[test: unpacking held]")  # printed only once bytes are being written
         child.sendintr()

@@ -92,6 +92,10 @@ BAD_REQUESTS = [
     ("completions best_of above n", COMP, comp(best_of=3), 400, "best_of"),
     ("tokenize without content", "/tokenize", {}, 400, "content"),
     ("detokenize a token outside the vocabulary", "/detokenize", {"tokens": [5, N_VOCAB]}, 400, "tokens"),
+    # found by scripts/fuzz.py http: a lone surrogate could not be written back as UTF-8 (500)
+    ("lone surrogate in a field name", CHAT, b'{"model": "tiny-llama", "messages": [], "\\ud800": 1}', 400, None),
+    ("lone surrogate in an echoed prompt", COMP, b'{"model": "tiny-llama", "prompt": "a\\udfff", "echo": true}', 400,
+     None),
 ]
 
 
@@ -119,6 +123,8 @@ def test_other_http_errors(server):
     assert status == 404 and payload["error"]["code"] == "not_found"
     status, _, payload = server.request("GET", CHAT, headers=AUTH)
     assert status == 405 and "error" in payload
+    status, _, payload = server.request("POST", CHAT + "/", chat(), headers=AUTH)  # not a 307 to follow
+    assert status == 404 and payload["error"]["code"] == "not_found"
     status, _, payload = server.request("GET", "/v1/models/gpt-4o", headers=AUTH)
     assert status == 404 and payload["error"]["code"] == "model_not_found"
     big = b'{"model": "tiny-llama", "prompt": "' + b"a" * (9 * 1024 * 1024) + b'"}'

@@ -80,7 +80,8 @@ class GenerationStats:
     prompt_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # "eog", "stop", "length", or "grammar" (the constraint admits nothing more)
+    stop_reason: str = ""  # "eog", "stop", "length", "grammar" (the constraint admits nothing more), or
+    # "interrupted" (Ctrl-C, or the stream closed): prompt_tokens then counts what was evaluated
     forced_tokens: int = 0  # of generated_tokens, appended because the constraint forced them
 
     @property
@@ -517,7 +518,9 @@ class LLM:
         t0 = time.perf_counter()
         try:
             logits = session._prefill(ids)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):  # lands at the end of an n_batch step of the prompt
+                stats.stop_reason, stats.prompt_tokens = "interrupted", len(session)
             session.reset()
             raise
         finally:
@@ -568,6 +571,9 @@ class LLM:
                     tail += checker.flush()
                 if tail:
                     yield tail
+        except (KeyboardInterrupt, GeneratorExit):
+            stats.stop_reason = "interrupted"
+            raise
         finally:
             stats.decode_seconds = time.perf_counter() - t1
             if guide is not None:

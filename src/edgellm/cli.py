@@ -143,10 +143,14 @@ def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
 
 
 def _stats_line(llm) -> str:
+    """Speeds of the last answer; an interrupted prompt says how far it got, and no speed is
+    given for what has no tokens."""
     s, n = llm.last_stats, llm.n_threads
-    return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
-            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | "
-            f"{isa_label(llm.backend)}, {n} thread{'' if n == 1 else 's'}]")
+    stopped = s.stop_reason == "interrupted" and not s.generated_tokens
+    prompt = f"prompt: {s.prompt_tokens} tok{' evaluated, then stopped' if stopped else ''}"
+    prompt += f", {s.prompt_tps:.1f} tok/s" if s.prompt_tokens else ""
+    answer = f"answer: {s.generated_tokens} tok" + (f", {s.decode_tps:.1f} tok/s" if s.generated_tokens else "")
+    return f"[{prompt} | {answer} | {isa_label(llm.backend)}, {n} thread{'' if n == 1 else 's'}]"
 
 
 def _limit(max_tokens: int):
@@ -326,7 +330,7 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, mlock):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -337,7 +341,7 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose, mlock=mlock)
 
 
 @main.command()

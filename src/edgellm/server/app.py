@@ -102,5 +102,6 @@ def create_app(ctx: Context) -> Starlette:
     routes = [Route(path, _endpoint(ctx, path, handler, open_), methods=[method])
               for method, path, handler, open_ in ROUTES]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
+    app.router.redirect_slashes = False  # a path with a trailing slash is unknown (404), not a 307 to follow
     app.state.ctx = ctx
     return app

@@ -37,10 +37,27 @@ async def read_json(request: Request, limit: int):
             raise too_large(limit)
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks), parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = json.loads(b"".join(chunks), parse_constant=_reject_constant)
+        _check_unicode(body)
+        return body
+    except (ValueError, UnicodeError) as exc:
         raise invalid(None, f"We could not parse the JSON body of your request ({exc}). The body must be JSON.",
                       "invalid_json") from None
+
+
+def _check_unicode(value) -> None:
+    """JSON may escape half a surrogate pair ("\\ud800"), which is no character: refused here, since
+    nothing can tokenize, echo or report it as UTF-8 (UnicodeEncodeError names the string's offset)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            v.encode("utf-8")
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
 
 
 # -- generation --------------------------------------------------------------------------------
