@@ -21,7 +21,7 @@ from . import kernels, models
 from .errors import ContextOverflowError, GGUFError
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
-from .kv_cache import KVPool
+from .kv_cache import DEFAULT_CACHE_TYPE, KVPool, cache_type
 from .models.base import bind_weights
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
@@ -98,9 +98,9 @@ class Session:
     different threads; each call on one session must finish before the next starts. Their numbers
     are llama.cpp's: a step takes the kernels llama.cpp takes for a batch of its size."""
 
-    def __init__(self, llm: "LLM"):
+    def __init__(self, llm: "LLM", _seq=None):
         self._llm = llm
-        self._seq = llm._pool.new_sequence()
+        self._seq = llm._pool.new_sequence() if _seq is None else _seq
         self._busy = threading.Lock()
         # the blocks go back to the pool when the session is dropped
         self._finalizer = weakref.finalize(self, _release_sequence, llm._engine_lock, llm._pool, self._seq)
@@ -124,6 +124,12 @@ class Session:
     def close(self) -> None:
         """Give the session's KV blocks back now (it is empty afterwards)."""
         self.reset()
+
+    def fork(self) -> "Session":
+        """A new session holding the same tokens: it shares this one's KV blocks until either
+        writes into a shared one (copy-on-write), so forking a long context is free."""
+        with self._llm._engine_lock:
+            return Session(self._llm, self._llm._pool.fork(self._seq))
 
     def feed(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ids after what the session holds; returns the logits of the last one."""
@@ -206,7 +212,8 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                  seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
-                 progress: bool = False):
+                 progress: bool = False, cache_type_k: str = DEFAULT_CACHE_TYPE,
+                 cache_type_v: str = DEFAULT_CACHE_TYPE):
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0 (0 = the model's training context), got {n_ctx}")
         if n_batch <= 0:
@@ -222,6 +229,10 @@ class LLM:
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
                             f"{self.config.n_vocab} output rows")
+        # the KV cache types (kv_cache.CACHE_TYPES: f16, q8_0, q4_0), checked before any work
+        self.cache_type_k, self.cache_type_v = str(cache_type_k).lower(), str(cache_type_v).lower()
+        self._cache_types = (cache_type(cache_type_k, self.config.head_dim_k, "cache_type_k"),
+                             cache_type(cache_type_v, self.config.head_dim_v, "cache_type_v"))
         self.n_ctx = n_ctx or self.config.n_ctx_train
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = clamp_threads(n_threads or physical_cores())
@@ -270,7 +281,8 @@ class LLM:
                     if kernels.backend_name() == "c":
                         self._store.move_to_huge_pages()
                     eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
-                                                n_batch=self.n_batch, n_threads=self.n_threads, store=self._store)
+                                                n_batch=self.n_batch, n_threads=self.n_threads, store=self._store,
+                                                cache_types=self._cache_types)
                     self._kv = KVPool(eng, n_ctx=self.n_ctx, n_swa=self.config.n_swa, has_swa=eng.has_swa)
                     self._eng = eng
         return self._eng

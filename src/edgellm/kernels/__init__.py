@@ -92,9 +92,13 @@ def isa_name() -> str:
     return ISA_NAMES[lib.el_get_isa()]
 
 
-def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None):
+def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None, cache_types=None):
     """An engine over gguf's tensors; `store` (weights.WeightStore) says where the C engine reads
-    them (default: straight from the file's mapping)."""
+    them (default: straight from the file's mapping); cache_types: (keys, values) QTypes of the
+    KV cache (default f16, f16)."""
+    from ..quants import QType
+
+    types = tuple(cache_types or (QType.F16, QType.F16))
     if backend_name() == "c":
         from ..weights import WeightStore
         from .cengine import CEngine
@@ -102,7 +106,7 @@ def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: in
         ffi, lib = c_module()
         _apply_isa(lib)
         return CEngine(store or WeightStore(gguf), cfg, weights, n_ctx=n_ctx, n_batch=n_batch,
-                       n_threads=n_threads, lib=lib, ffi=ffi)
+                       n_threads=n_threads, lib=lib, ffi=ffi, cache_types=types)
     from .numba_engine import NumbaEngine
 
-    return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+    return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, cache_types=types)

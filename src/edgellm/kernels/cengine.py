@@ -8,6 +8,7 @@ from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK
 from . import out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, LAYER_TENSORS, ROPE_NEOX, ModelConfig, ModelWeights
+from ..quants import QType
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
 
@@ -16,7 +17,7 @@ class CEngine:
     backend = "c"
 
     def __init__(self, store, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
-                 n_threads: int, lib, ffi):
+                 n_threads: int, lib, ffi, cache_types=(QType.F16, QType.F16)):
         self.lib, self.ffi = lib, ffi
         if lib.EL_KV_BLOCK != BLOCK:
             raise EdgeLLMError(f"the C kernels use KV blocks of {lib.EL_KV_BLOCK} slots, edgellm {BLOCK}: reinstall")
@@ -48,7 +49,8 @@ class CEngine:
             for fld in LAYER_TENSORS:
                 self._fill(getattr(L, fld), lw[fld])
         d.layers = layers
-        eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads)
+        self.cache_types = tuple(QType(t) for t in cache_types)
+        eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads, int(self.cache_types[0]), int(self.cache_types[1]))
         if eng == ffi.NULL:
             raise EdgeLLMError(f"cannot create the model engine: {ffi.string(lib.el_last_error()).decode()}")
         self._eng = ffi.gc(eng, lib.el_engine_free)
@@ -122,6 +124,11 @@ class CEngine:
     def set_threads(self, n: int) -> None:
         if self.lib.el_engine_set_threads(self._eng, n) != 0:
             raise EdgeLLMError(f"cannot start {n} threads")
+
+    @property
+    def attention_split(self) -> int:
+        """Bit g set: the last step's attention split group g's keys across threads (tests)."""
+        return int(self.lib.el_engine_attention_split(self._eng))
 
     @property
     def isa(self) -> str:
