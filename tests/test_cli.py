@@ -113,6 +113,24 @@ def test_generate_on_tiny_model(tiny_path):
     assert "tok/s" in r.stderr
 
 
+def test_cache_types_on_every_command(tiny_path, tmp_path):
+    """-ctk / -ctv reach the model on generate, bench (with -d) and perplexity; a bad name is one line."""
+    r = run_cli("generate", str(tiny_path), "-p", "the cat", "-n", "3", "--temp", "0", "-ctk", "q8_0", "-ctv", "q4_0")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("bench", str(tiny_path), "-p", "8", "-n", "4", "-d", "0,40", "-r", "1", "-ctk", "q4_0", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["results"]
+    assert [(x["test"], x["depth"], x["cache_types"]) for x in rows] == [
+        ("pp8", 0, "q4_0/f16"), ("tg4", 0, "q4_0/f16"), ("pp8 @ d40", 40, "q4_0/f16"), ("tg4 @ d40", 40, "q4_0/f16")]
+    assert rows[3]["kv_bytes_per_token"] > rows[1]["kv_bytes_per_token"] > 0
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 40)
+    r = run_cli("perplexity", str(tiny_path), "-f", str(text), "-c", "32", "--chunks", "2", "-ctv", "q8_0")
+    assert r.returncode == 0 and "Final estimate: PPL" in r.stdout, r.stderr
+    r = run_cli("generate", str(tiny_path), "-p", "x", "-ctk", "q5_9")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "q5_9" in r.stderr
+
+
 @pytest.mark.parametrize("make_bad", ["missing", "garbage", "truncated", "directory"])
 def test_bad_model_file_is_one_line(tmp_path, tiny_path, make_bad):
     p = tmp_path / "m.gguf"

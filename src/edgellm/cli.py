@@ -20,6 +20,7 @@ import json
 import click
 
 from . import __version__
+from .cli_options import cache_type_options, cache_types
 from .errors import EdgeLLMError
 
 HELP_TEXT = """Commands:
@@ -72,7 +73,7 @@ def _model_options(fn):
     ]
     for opt in reversed(options):
         fn = opt(fn)
-    return fn
+    return cache_type_options(fn)
 
 
 def _sampling(kw: dict) -> dict:
@@ -80,10 +81,10 @@ def _sampling(kw: dict) -> dict:
     return {k: kw.pop(k) for k in keys if k in kw}
 
 
-def _load(model: str, n_ctx: int, n_threads, seed=None):
+def _load(model: str, n_ctx: int, n_threads, seed=None, **llm_kw):
     from .api import LLM
 
-    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, **llm_kw)
 
 
 def _stats_line(llm) -> str:
@@ -116,7 +117,7 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **cache_types(kw))
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     base = [{"role": "system", "content": system}] if system else []
@@ -193,7 +194,7 @@ def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
     if prompt == "-":
         prompt = sys.stdin.read()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **cache_types(kw))
     try:
         for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, **sampling):
             click.echo(piece, nl=False)
@@ -243,8 +244,12 @@ def pull(alias, force):
               help="Comma-separated sequence counts, e.g. 1,4,8,16,32: llama-batched-bench's test instead "
                    "(B sequences, pp N_PROMPT each, then tg N_GEN each; S_PP, S_TG, total).")
 @click.option("--scheduler", is_flag=True, help="With --batch: go through BatchEngine (greedy sampling) too.")
+@click.option("-d", "--depth", "depths", default="0", show_default=True,
+              help="Comma-separated context depths: the tests run after a context of this many tokens "
+                   "(llama-bench's -d).")
+@cache_type_options
 @_user_errors
-def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, scheduler):
+def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, scheduler, depths, **kw):
     """Measure prompt (pp) and generation (tg) speed the way llama-bench does (with --batch, the
     way llama-batched-bench does)."""
     from . import bench as b
@@ -252,11 +257,16 @@ def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, schedul
     try:
         counts = [int(x) for x in threads.split(",")] if threads else [None]
         seqs = [int(x) for x in batches.split(",")] if batches else None
+        depth_list = [int(x) for x in depths.split(",")]
     except ValueError:
         raise click.BadParameter("expected comma-separated integers, e.g. 1,2") from None
+    if any(x < 0 for x in depth_list):
+        raise click.BadParameter("depths must be >= 0", param_hint="-d")
     if any(c is not None and c <= 0 for c in counts) or repetitions <= 0 or n_prompt < 0 or n_gen < 0:
         raise click.BadParameter("thread counts and repetitions must be positive")
     if seqs is not None:
+        if depth_list != [0] or kw.get("cache_type_k", "f16") != "f16" or kw.get("cache_type_v", "f16") != "f16":
+            raise click.BadParameter("--batch measures an empty f16 cache (no -d, -ctk or -ctv)")
         if any(x <= 0 for x in seqs):
             raise click.BadParameter("sequence counts must be positive", param_hint="--batch")
         results = []
@@ -267,9 +277,9 @@ def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, schedul
         click.echo(b.markdown_batched(results) if output == "md" else
                    json.dumps({"results": [r.as_dict() for r in results]}, indent=2))
         return
-    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
+    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions, depths=depth_list,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
-                    if output == "md" else None)
+                    if output == "md" else None, **cache_types(kw))
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))
 
 
