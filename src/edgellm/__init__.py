@@ -5,6 +5,7 @@ from .errors import (
     ContextOverflowError,
     EdgeLLMError,
     GGUFError,
+    GrammarError,
     ModelNotFoundError,
     UnsupportedModelError,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "errors",
     "EdgeLLMError",
     "GGUFError",
+    "GrammarError",
     "UnsupportedModelError",
     "ContextOverflowError",
     "ModelNotFoundError",

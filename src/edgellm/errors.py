@@ -31,3 +31,7 @@ class TokenizerError(EdgeLLMError):
 
 class TemplateError(EdgeLLMError):
     """A chat template failed to render."""
+
+
+class GrammarError(EdgeLLMError):
+    """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""

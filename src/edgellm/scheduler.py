@@ -89,7 +89,7 @@ class Request:
 
     def __init__(self, engine: "BatchEngine", prompt: list[int], *, max_tokens: int | None,
                  sampling: SamplingParams, stop: Sequence[str], logprobs: int | None,
-                 logit_bias: dict[int, float] | None, on_event: Callable | None):
+                 logit_bias: dict[int, float] | None, on_event: Callable | None, grammar=None):
         self.id = next(self._ids)
         self.engine = engine
         self.prompt = prompt
@@ -100,6 +100,11 @@ class Request:
         self.on_event = on_event
         llm = engine.llm
         self.sampler = Sampler(sampling, llm.n_vocab)
+        self.guide = None  # constrain.Guide: samples under the grammar, appends what it forces
+        if grammar is not None:
+            from .constrain import Guide
+
+            self.guide = Guide(grammar.constraint(llm.tokenizer))
         self.detok = llm.tokenizer.streaming_decoder()
         self.checker = StopChecker(list(stop))
         self.history: list[int] = list(prompt)  # what the KV must hold before the next sample
@@ -211,10 +216,12 @@ class BatchEngine:
     def submit(self, prompt: Sequence[int] | str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
                logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
-               on_event: Callable | None = None, ignore_eos: bool = False):
+               on_event: Callable | None = None, ignore_eos: bool = False, grammar=None):
         """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
         n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
-        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks)."""
+        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks). grammar:
+        a constrain.Grammar the completion follows (tokens it forces are evaluated in one
+        batch); finish_reason "stop" when it is complete, "length" when cut short."""
         llm = self.llm
         ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
         if not ids:
@@ -242,7 +249,7 @@ class BatchEngine:
             if i and sampling.seed is not None:  # siblings draw different samples, reproducibly
                 params = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + i})
             reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
-                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event))
+                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar))
             reqs[-1].ignore_eos = bool(ignore_eos)
         if n > 1:
             for r in reqs:
@@ -484,8 +491,8 @@ class BatchEngine:
             for tok, bias in req.logit_bias.items():
                 x[int(tok)] += bias
         try:
-            tok = req.sampler.sample(x, req.history)
-        except ValueError as exc:
+            tok = req.sampler.sample(x, req.history) if req.guide is None else req.guide.sample(req.sampler, x, req.history)
+        except (ValueError, EdgeLLMError) as exc:
             self._fail(req, str(exc))
             return
         if req.times.first_token is None:
@@ -495,13 +502,19 @@ class BatchEngine:
             self._end(req, "stop")
             return
         lp, top = self._logprobs(req, x, tok)
-        req.generated.append(tok)
-        req.history.append(tok)
-        req.usage.completion_tokens += 1
-        self.tokens_generated += 1
-        emit, stopped = req.checker.feed(req.detok.add(tok))
-        req._emit(Event(emit, tok, lp, top))
-        if stopped:
+        # with a grammar, the tokens it forces follow tok; the next step evaluates them together
+        new = [tok] if req.guide is None else req.guide.advance(
+            tok, None if req.max_tokens is None else req.max_tokens - len(req.generated))
+        for i, t in enumerate(new):
+            req.generated.append(t)
+            req.history.append(t)
+            req.usage.completion_tokens += 1
+            self.tokens_generated += 1
+            emit, stopped = req.checker.feed(req.detok.add(t))
+            req._emit(Event(emit, t, lp if i == 0 else None, top if i == 0 else None))
+            if stopped:
+                break
+        if stopped or (req.guide is not None and req.guide.constraint.finished):
             self._end(req, "stop")
         elif req.max_tokens is not None and len(req.generated) >= req.max_tokens:
             self._end(req, "length")
