@@ -247,3 +247,44 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
     free(kp);
     return 0;
 }
+
+/* A block's contents in the portable layout (the numba engine's and the state files'): per layer
+ * of the group in order, the keys as [n_head_kv][KT] rows of the key type (f16: head_dim_k halves),
+ * then the values the same; then the KT positions. */
+size_t el_kv_block_bytes(const el_engine *e, int g) {
+    int n = 0;
+    for (int l = 0; l < e->d.n_layer; l++) n += layer_group(e, l) == g;
+    return (size_t)n * (k_block_bytes(e) + v_block_bytes(e)) + sizeof(int32_t) * KT;
+}
+
+/* one head's part of a block <-> KT rows: f16 tiles are transposed, quantized rows copied */
+static void part_rows(int type, uint8_t *part, uint8_t *rows, size_t row, int dim, int to_rows) {
+    if (type != EL_F16) {
+        if (to_rows) memcpy(rows, part, row * KT);
+        else memcpy(part, rows, row * KT);
+        return;
+    }
+    for (int lane = 0; lane < KT; lane++) {
+        el_half *r = (el_half *)(rows + (size_t)lane * row);
+        if (to_rows) tile_get((const el_half *)part, dim, lane, r);
+        else tile_put((el_half *)part, dim, lane, r);
+    }
+}
+
+static int block_io(el_engine *e, int g, int blk, uint8_t *buf, int to_buf) {
+    if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
+    uint8_t *p = buf;
+    for (int l = 0; l < e->d.n_layer; l++) {
+        if (layer_group(e, l) != g) continue;
+        for (int h = 0; h < e->d.n_head_kv; h++, p += e->k_head)
+            part_rows(e->type_k, kv_kb(e, l, blk, h), p, e->k_row, e->d.head_dim_k, to_buf);
+        for (int h = 0; h < e->d.n_head_kv; h++, p += e->v_head)
+            part_rows(e->type_v, kv_vb(e, l, blk, h), p, e->v_row, e->d.head_dim_v, to_buf);
+    }
+    if (to_buf) memcpy(p, kv_pos(e, g, blk), sizeof(int32_t) * KT);
+    else memcpy(kv_pos(e, g, blk), p, sizeof(int32_t) * KT);
+    return 0;
+}
+
+int el_kv_read_block(el_engine *e, int g, int blk, uint8_t *out) { return block_io(e, g, blk, out, 1); }
+int el_kv_write_block(el_engine *e, int g, int blk, const uint8_t *in) { return block_io(e, g, blk, (uint8_t *)in, 0); }

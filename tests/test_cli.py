@@ -184,3 +184,35 @@ def test_long_chat_keeps_going(tiny_path):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_run_prompt_cache_reopens_the_chat(tiny_path, tmp_path):
+    """`run --prompt-cache FILE` saves the chat after each answer; a second run reopens it (its
+    history and cache) and the next answer is the one the first run would have given."""
+    import io
+
+    def chat(lines, cache):
+        child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "256", "-n", "5", "--temp", "0"] +
+                              (["--prompt-cache", str(cache)] if cache else []), encoding="utf-8", timeout=120)
+        child.logfile_read = log = io.StringIO()
+        try:
+            child.expect("> ")
+            for line in lines:
+                child.sendline(line)
+                child.expect("> ")
+            child.sendline("/exit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close()
+        assert child.exitstatus == 0, log.getvalue()
+        return log.getvalue()
+
+    cache = tmp_path / "chat.state"
+    one = chat(["the cat sat", "on the mat"], None)
+    chat(["the cat sat"], cache)
+    two = chat(["on the mat"], cache)
+    assert "reopened a chat of 1 turns" in two
+    assert one.rsplit("on the mat", 1)[1].split(">")[0] == two.rsplit("on the mat", 1)[1].split(">")[0]
+    cache.write_bytes(cache.read_bytes()[:-10])
+    r = run_cli("run", str(tiny_path), "--prompt-cache", str(cache), input="")
+    assert r.returncode == 1 and "corrupt or truncated" in r.stderr and "Traceback" not in r.stderr

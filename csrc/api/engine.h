@@ -77,6 +77,12 @@ int el_kv_copy_block(el_engine *e, int group, int src, int dst);
 int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots, int n_keep, int n_discard);
 /* Positions held by slots [0, n) of a sequence in group g (-1 where the block is absent). */
 int el_kv_positions(const el_engine *e, int group, const int32_t *table, int n, int32_t *out);
+/* A block of group g as portable bytes, el_kv_block_bytes of them (saved sessions; kv.c gives
+ * the layout, which the numba engine shares): read copies block blk out, write copies it in.
+ * 0, or -2 for a bad group or block. */
+size_t el_kv_block_bytes(const el_engine *e, int group);
+int el_kv_read_block(el_engine *e, int group, int blk, uint8_t *out);
+int el_kv_write_block(el_engine *e, int group, int blk, const uint8_t *in);
 
 typedef struct {
     int n_tokens;

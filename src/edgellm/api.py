@@ -132,6 +132,23 @@ class Session:
         with self._llm._engine_lock:
             return Session(self._llm, self._llm._pool.fork(self._seq))
 
+    def save_state(self, path: str | os.PathLike, meta=None) -> None:
+        """Write what the session holds (its tokens and KV cache, with the model's sha256 and the
+        cache types) to path; meta: JSON-able data kept with it (load_state returns it)."""
+        from . import state
+
+        with self._llm._engine_lock:
+            state.save(self._llm, self._seq, path, meta)
+
+    def load_state(self, path: str | os.PathLike):
+        """Replace what the session holds by a saved state: feeding goes on as if it had never
+        stopped. Raises state.StateFileError (the session unchanged) for a truncated or corrupt
+        file, another model, other cache types or a context too small. Returns its meta."""
+        from . import state
+
+        with self._llm._engine_lock:
+            return state.load(self._llm, self._seq, path)
+
     def feed(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ids after what the session holds; returns the logits of the last one."""
         return np.array(self._feed(ids))
@@ -218,7 +235,7 @@ class LLM:
     def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                  seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
                  progress: bool = False, cache_type_k: str = DEFAULT_CACHE_TYPE,
-                 cache_type_v: str = DEFAULT_CACHE_TYPE):
+                 cache_type_v: str = DEFAULT_CACHE_TYPE, mlock: bool = False):
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0 (0 = the model's training context), got {n_ctx}")
         if n_batch <= 0:
@@ -242,6 +259,7 @@ class LLM:
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = clamp_threads(n_threads or physical_cores())
         self.seed = seed
+        self.mlock = bool(mlock)  # pin the weights in RAM when the engine is made (llama.cpp's --mlock)
         self._chat_template_override = chat_template
         self._template = None  # built on first use: jinja2 is not needed to generate (startup time)
         if chat_template is not None:
@@ -285,6 +303,8 @@ class LLM:
                 if self._eng is None:
                     if kernels.backend_name() == "c":
                         self._store.move_to_huge_pages()
+                    if self.mlock and (why := self._store.lock()):
+                        warnings.warn(why, stacklevel=3)
                     eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
                                                 n_batch=self.n_batch, n_threads=self.n_threads, store=self._store,
                                                 cache_types=self._cache_types)
@@ -323,6 +343,30 @@ class LLM:
 
     def session(self) -> Session:
         return Session(self)
+
+    @property
+    def model_sha256(self) -> str:
+        """The model file's sha256 (computed once; saved states record it)."""
+        if getattr(self, "_sha256", None) is None:
+            from .state import file_sha256
+
+            self._sha256 = file_sha256(self.path)
+        return self._sha256
+
+    def save_state(self, path: str | os.PathLike, meta=None) -> None:
+        """Save the prompt cache generate() and chat() reuse (llama-cpp-python's save_state):
+        a later process's load_state continues from it without evaluating it again."""
+        with self._session_owner:
+            if self._session is None:
+                self._session = Session(self)
+            self._session.save_state(path, meta)
+
+    def load_state(self, path: str | os.PathLike):
+        """Make a saved state the prompt cache of the next generate() / chat(); returns its meta."""
+        with self._session_owner:
+            if self._session is None:
+                self._session = Session(self)
+            return self._session.load_state(path)
 
     def reset(self) -> None:
         """Forget the prompt cache that generate() and chat() reuse across calls: the next call

@@ -17,6 +17,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import json
+from pathlib import Path
 
 import click
 
@@ -74,7 +75,15 @@ def _model_options(fn):
     ]
     for opt in reversed(options):
         fn = opt(fn)
+    fn = click.option("--mlock", is_flag=True,
+                      help="Pin the model in RAM (as llama.cpp's --mlock; needs a locked-memory limit, ulimit -l, "
+                           "above the model's size).")(fn)
     return cache_type_options(fn)
+
+
+def _llm_options(kw: dict) -> dict:
+    """The LLM arguments of _model_options' options beside -c and -t, popped from kw."""
+    return {**cache_types(kw), "mlock": kw.pop("mlock", False)}
 
 
 def _sampling(kw: dict) -> dict:
@@ -105,10 +114,13 @@ def main():
 @click.option("-s", "--system", default=None, help="System prompt.")
 @click.option("-n", "--max-tokens", type=int, default=None, help="Longest answer in tokens (default: no limit).")
 @click.option("-v", "--verbose", is_flag=True, help="Show prompt and decode speed after each answer.")
+@click.option("--prompt-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Reopen the chat saved in this file (its history and KV cache, not evaluated again) and save "
+                   "it there after every answer.")
 @_model_options
 @_sampling_options
 @_user_errors
-def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
+def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
     from .registry import default_alias
 
@@ -118,11 +130,19 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **cache_types(kw))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **_llm_options(kw))
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
+    if prompt_cache is not None and prompt_cache.exists():
+        meta = llm.load_state(prompt_cache)
+        if not isinstance(meta, dict) or not isinstance(meta.get("messages"), list):
+            raise click.ClickException(f"{prompt_cache} holds no chat (was it saved by edgellm run?)")
+        messages = meta["messages"]
+        base = [m for m in messages[:1] if m.get("role") == "system"]
+        click.echo(f"(reopened a chat of {sum(m.get('role') == 'user' for m in messages)} turns from "
+                   f"{prompt_cache})", err=True)
     while True:
         try:
             line = input("> ")
@@ -162,6 +182,8 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
             continue
         click.echo("")
         messages.append({"role": "assistant", "content": "".join(answer)})
+        if prompt_cache is not None:
+            llm.save_state(prompt_cache, meta={"messages": messages})
         if verbose:
             click.echo(_stats_line(llm), err=True)
 
@@ -200,7 +222,7 @@ def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, 
         prompt = sys.stdin.read()
     constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **cache_types(kw))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), **_llm_options(kw))
     try:
         for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True,
                                   **constraint, **sampling):
@@ -251,7 +273,7 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -262,7 +284,8 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
+               **_llm_options(kw))
 
 
 @main.command()

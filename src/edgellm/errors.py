@@ -35,3 +35,8 @@ class TemplateError(EdgeLLMError):
 
 class GrammarError(EdgeLLMError):
     """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""
+
+
+class StateFileError(EdgeLLMError):
+    """A saved session file is unreadable, truncated, corrupt, or made for another model, KV
+    cache type or a larger context."""

@@ -370,6 +370,25 @@ class KVPool:
         if self.has_swa:
             self._drop_swa(seq)
 
+    def restore(self, seq: Sequence, tokens, held, *, swa_valid: int = 0, cacheable: bool = True) -> None:
+        """Make the empty seq hold tokens whose blocks a saved state gives (state.py): blocks
+        allocated (the caller then writes each held one into seq.tables[g, i]); sliding-window
+        blocks the saved sequence had dropped (not in held[1]) stay absent, and so do the slots
+        its window validity says hold nothing."""
+        if seq.n:
+            raise ValueError("restore needs an empty sequence")
+        self.reserve(seq, len(tokens))
+        if self.has_swa:
+            keep = set(held[1])
+            for i in range(-(-len(tokens) // BLOCK)):
+                if i not in keep and seq.tables[1, i] >= 0:
+                    self._unref(1, int(seq.tables[1, i]))
+                    seq.tables[1, i] = -1
+        seq.cacheable = seq.cacheable and cacheable
+        self.commit(seq, [int(t) for t in tokens])
+        if self.has_swa:
+            seq.swa_valid = max(seq.swa_valid, swa_valid)
+
     def _drop_swa(self, seq: Sequence) -> None:
         """Release sliding-window blocks no future query of seq can see (beyond the margin)."""
         keep_from = max(0, seq.n - self.n_swa - SWA_MARGIN) // BLOCK

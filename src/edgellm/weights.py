@@ -101,3 +101,24 @@ class WeightStore:
         self._copy, self._base = dst, start
         self._anon = anon  # keeps the mapping alive with the arrays
         return True
+
+    def lock(self) -> str | None:
+        """Pin the weights the engine reads in RAM (mlock, as llama.cpp's --mlock), so the kernel
+        never pages them out; None when done, else why not (the caller warns and goes on)."""
+        import ctypes
+        import ctypes.util
+
+        arr = self._copy if self._copy is not None else self.gguf._u8
+        name = ctypes.util.find_library("c")
+        if not name or arr is None or not arr.nbytes:
+            return "mlock is not available here"
+        libc = ctypes.CDLL(name, use_errno=True)
+        page = mmap.PAGESIZE
+        lo = arr.ctypes.data // page * page
+        n = arr.ctypes.data + arr.nbytes - lo
+        if libc.mlock(ctypes.c_void_p(lo), ctypes.c_size_t(n)) != 0:
+            err = ctypes.get_errno()
+            return (f"mlock of {n / 2**20:.0f} MiB failed ({os.strerror(err)}); raise the locked-memory limit "
+                    f"(ulimit -l) to pin the model in RAM")
+        self.locked = n
+        return None

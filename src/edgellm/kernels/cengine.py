@@ -98,6 +98,22 @@ class CEngine:
         if rc != 0:
             raise EdgeLLMError(f"context shift failed ({rc})")
 
+    def kv_block_bytes(self, group: int) -> int:
+        """Bytes of one block of group's keys, values and positions in the portable layout."""
+        return int(self.lib.el_kv_block_bytes(self._eng, group))
+
+    def kv_read_block(self, group: int, blk: int) -> bytes:
+        out = bytearray(self.kv_block_bytes(group))
+        if self.lib.el_kv_read_block(self._eng, group, blk, self.ffi.from_buffer("uint8_t[]", out)) != 0:
+            raise EdgeLLMError(f"bad KV block {blk}")
+        return bytes(out)
+
+    def kv_write_block(self, group: int, blk: int, data: bytes) -> None:
+        if len(data) != self.kv_block_bytes(group):
+            raise ValueError(f"a KV block holds {self.kv_block_bytes(group)} bytes, not {len(data)}")
+        if self.lib.el_kv_write_block(self._eng, group, blk, self.ffi.from_buffer("uint8_t[]", data)) != 0:
+            raise EdgeLLMError(f"bad KV block {blk}")
+
     def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
         out = np.empty(n, dtype=np.int32)
         t = np.ascontiguousarray(table, dtype=np.int32)

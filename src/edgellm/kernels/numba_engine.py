@@ -208,6 +208,30 @@ class NumbaEngine:
         blk = table[slots // BLOCK]
         return np.where(blk >= 0, self.pos[group][np.maximum(blk, 0), slots % BLOCK], -1).astype(np.int32)
 
+    def _group_layers(self, group: int) -> list[int]:
+        return [l for l, g in enumerate(self.group) if g == group]
+
+    def kv_block_bytes(self, group: int) -> int:
+        """As CEngine's: per layer of the group, keys then values as [heads][BLOCK] rows; then
+        the positions (the portable layout of csrc/kv.c)."""
+        def per_block(a):
+            return a.dtype.itemsize * int(np.prod(a.shape[1:]))
+
+        return sum(per_block(self.k[l]) + per_block(self.v[l]) for l in self._group_layers(group)) + 4 * BLOCK
+
+    def kv_read_block(self, group: int, blk: int) -> bytes:
+        parts = [p for l in self._group_layers(group) for p in (self.k[l][blk], self.v[l][blk])]
+        return b"".join(np.ascontiguousarray(p).tobytes() for p in parts + [self.pos[group][blk]])
+
+    def kv_write_block(self, group: int, blk: int, data: bytes) -> None:
+        if len(data) != self.kv_block_bytes(group):
+            raise ValueError(f"a KV block holds {self.kv_block_bytes(group)} bytes, not {len(data)}")
+        o = 0
+        for a in [x for l in self._group_layers(group) for x in (self.k[l], self.v[l])] + [self.pos[group]]:
+            n = a[blk].nbytes
+            a[blk] = np.frombuffer(data, a.dtype, a[blk].size, o).reshape(a[blk].shape)
+            o += n
+
     def kv_shift(self, tables: np.ndarray, n_slots: int, n_keep: int, n_discard: int) -> None:
         """As el_kv_shift: slots [n_keep + n_discard, n_slots) move down by n_discard, their
         positions drop by as much and their keys are rotated back."""
