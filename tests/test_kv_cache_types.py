@@ -112,3 +112,23 @@ def test_bad_cache_types_are_refused(models):
         edgellm.LLM(models["hd40"], cache_type_v="q8_0")
     llm = edgellm.LLM(models["hd40"], n_ctx=64, cache_type_k="F16")  # names are case-insensitive
     assert llm.cache_type_k == "f16" and isinstance(llm.generate(PROMPT[:5], max_tokens=2, temperature=0), str)
+
+
+def test_server_takes_cache_types(models):
+    """`edgellm serve -ctk q8_0 -ctv q4_0` serves with that cache; a bad type is one line."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("starlette")
+    from server_process import ServerProcess
+
+    srv = ServerProcess(models["llama"], "-c", "128", "--parallel", "1", "-t", "1", "-ctk", "q8_0", "-ctv", "q4_0")
+    try:
+        req = {"model": "llama", "prompt": "the cat", "max_tokens": 4, "temperature": 0}
+        status, _, body = srv.request("POST", "/v1/completions", req)
+        assert status == 200 and isinstance(body["choices"][0]["text"], str), body
+    finally:
+        assert srv.stop() == 0
+    r = subprocess.run([sys.executable, "-m", "edgellm", "serve", str(models["llama"]), "-ctv", "q5_9"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "q5_9" in r.stderr and "Traceback" not in r.stderr
