@@ -246,7 +246,8 @@ class LLM:
         self.gguf = GGUFFile(self.path)
         self.config = models.load_config(self.gguf)
         self._weights = bind_weights(self.gguf, self.config)
-        self._store = WeightStore(self.gguf)  # mapped now; into huge pages when the first context is made
+        # mapped now; into huge pages when the first context is made; mlock: held in RAM (weights.py)
+        self._store = WeightStore(self.gguf, mlock=mlock)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
@@ -259,7 +260,6 @@ class LLM:
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = clamp_threads(n_threads or physical_cores())
         self.seed = seed
-        self.mlock = bool(mlock)  # pin the weights in RAM when the engine is made (llama.cpp's --mlock)
         self._chat_template_override = chat_template
         self._template = None  # built on first use: jinja2 is not needed to generate (startup time)
         if chat_template is not None:
@@ -303,8 +303,6 @@ class LLM:
                 if self._eng is None:
                     if kernels.backend_name() == "c":
                         self._store.move_to_huge_pages()
-                    if self.mlock and (why := self._store.lock()):
-                        warnings.warn(why, stacklevel=3)
                     eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
                                                 n_batch=self.n_batch, n_threads=self.n_threads, store=self._store,
                                                 cache_types=self._cache_types)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .api import LLM
 from .batch import LOGITS_NONE
+from .kernels import isa_label
 
 
 @dataclass
@@ -95,14 +96,14 @@ def _tokens(llm: LLM, n: int, rng) -> list[int]:
 
 def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: int = 5,
         seed: int = 1234, progress=None, depths=(0,), cache_type_k: str = "f16",
-        cache_type_v: str = "f16") -> list[BenchResult]:
+        cache_type_v: str = "f16", mlock: bool = False) -> list[BenchResult]:
     from .api import DEFAULT_N_BATCH
     from .kv_cache import read_bytes
 
     threads, depths = list(threads), list(depths)
     dmax = max(depths)
     llm = LLM(model, n_ctx=dmax + max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt, DEFAULT_N_BATCH if dmax else 0),
-              n_threads=threads[0], cache_type_k=cache_type_k, cache_type_v=cache_type_v)
+              n_threads=threads[0], cache_type_k=cache_type_k, cache_type_v=cache_type_v, mlock=mlock)
     engine = llm._engine  # (moves the weights to huge pages where it can, as generation does)
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())
@@ -123,7 +124,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                 tests.append(("tg", n_gen))
             for kind, n in tests:
                 kv = read_bytes(llm.config, llm._cache_types, d + n // 2 + 1) if kind == "tg" else 0
-                res = BenchResult(llm.path.name, size, params, engine.isa, n_threads,
+                res = BenchResult(llm.path.name, size, params, isa_label(engine.isa), n_threads,
                                   f"{kind}{n}" + (f" @ d{d}" if d else ""), depth=d, cache_types=types,
                                   bytes_per_token=weight_bytes_per_token(llm) + kv if kind == "tg" else 0,
                                   kv_bytes_per_token=kv)
@@ -187,7 +188,8 @@ class BatchedResult:
 
 
 def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen: int = 128, threads=None,
-                reps: int = 3, seed: int = 1234, scheduler: bool = False, progress=None) -> list[BatchedResult]:
+                reps: int = 3, seed: int = 1234, scheduler: bool = False, progress=None,
+                mlock: bool = False) -> list[BatchedResult]:
     """llama-batched-bench's method on the batch-invariant engine path: for each B, B sequences
     of n_prompt random tokens evaluated together (in steps of n_batch tokens), then n_gen steps
     of one token for each sequence. Without `scheduler` the steps go straight to the engine (no
@@ -199,13 +201,13 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
 
     bmax = max(batches)
     per_seq = n_prompt + n_gen + 1
-    llm = LLM(model, n_ctx=per_seq, n_batch=min(512, max(bmax, bmax * n_prompt)), n_threads=threads)
+    llm = LLM(model, n_ctx=per_seq, n_batch=min(512, max(bmax, bmax * n_prompt)), n_threads=threads, mlock=mlock)
     engine, pool = llm._engine, llm._pool
     pool.limit_blocks = None
     rng = np.random.default_rng(seed)
     out = []
     for b in batches:
-        res = BatchedResult(llm.path.name, engine.isa, llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
+        res = BatchedResult(llm.path.name, isa_label(engine.isa), llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
         for rep in range(reps + 1):
             prompts = [_tokens(llm, n_prompt, rng) for _ in range(b)]
             if scheduler:

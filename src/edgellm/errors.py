@@ -40,3 +40,7 @@ class GrammarError(EdgeLLMError):
 class StateFileError(EdgeLLMError):
     """A saved session file is unreadable, truncated, corrupt, or made for another model, KV
     cache type or a larger context."""
+
+
+class MemoryLockError(EdgeLLMError):
+    """mlock could not lock the weights in RAM (usually: the RLIMIT_MEMLOCK limit is too low)."""
