@@ -892,16 +892,87 @@ static void qk_tile_neon(int hk, const float *q, int nq, int ldq, const el_half 
     }
 }
 
-static void pv_tile_neon(int hv, const float *w, const el_half *vt, float *acc) {
-    const float32x4_t w0 = vld1q_f32(w), w1 = vld1q_f32(w + 4), w2 = vld1q_f32(w + 8), w3 = vld1q_f32(w + 12);
-    for (int d = 0; d < hv; d++) {
-        const el_half *v = vt + (size_t)d * 16;
-        float *o = acc + (size_t)d * 16;
-        vst1q_f32(o, vaddq_f32(vld1q_f32(o), vmulq_f32(w0, h8_lo(v))));
-        vst1q_f32(o + 4, vaddq_f32(vld1q_f32(o + 4), vmulq_f32(w1, h8_lo(v + 4))));
-        vst1q_f32(o + 8, vaddq_f32(vld1q_f32(o + 8), vmulq_f32(w2, h8_lo(v + 8))));
-        vst1q_f32(o + 12, vaddq_f32(vld1q_f32(o + 12), vmulq_f32(w3, h8_lo(v + 12))));
+/* whether any of 16 weights is nonzero (NaN counts, -0 does not, as the twin's != 0) */
+EL_INLINE int any16_neon(const float *w) {
+    uint32x4_t z = vceqq_f32(vld1q_f32(w), vdupq_n_f32(0.0f));
+    for (int i = 4; i < 16; i += 4) z = vandq_u32(z, vceqq_f32(vld1q_f32(w + i), vdupq_n_f32(0.0f)));
+    return vminvq_u32(z) == 0;
+}
+
+static void pv_tiles_neon(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                          int lda, int sets, int t0) {
+    for (int r = 0; r < nh; r++)
+        for (int t = 0; t < nt; t++) {
+            const float *wt = w + (size_t)r * ldw + t * 16;
+            if (!any16_neon(wt)) continue;
+            const float32x4_t w0 = vld1q_f32(wt), w1 = vld1q_f32(wt + 4), w2 = vld1q_f32(wt + 8), w3 = vld1q_f32(wt + 12);
+            float *a = acc + (size_t)r * lda + (sets == 4 ? (size_t)((t0 + t) & 3) * nd * 16 : 0);
+            for (int d = 0; d < nd; d++) {
+                const el_half *v = vt[t] + (size_t)d * 16;
+                float *o = a + (size_t)d * 16;
+                vst1q_f32(o, vaddq_f32(vld1q_f32(o), vmulq_f32(w0, h8_lo(v))));
+                vst1q_f32(o + 4, vaddq_f32(vld1q_f32(o + 4), vmulq_f32(w1, h8_lo(v + 4))));
+                vst1q_f32(o + 8, vaddq_f32(vld1q_f32(o + 8), vmulq_f32(w2, h8_lo(v + 8))));
+                vst1q_f32(o + 12, vaddq_f32(vld1q_f32(o + 12), vmulq_f32(w3, h8_lo(v + 12))));
+            }
+        }
+}
+
+/* the 32 values d * q (exact) of a q8_0 / q4_0 block */
+EL_INLINE void q8_0_values_neon(const block_q8_0 *x, float *v) {
+    const float d = el_half_to_float(x->d);
+    for (int i = 0; i < 32; i += 16) {
+        const int8x16_t q = vld1q_s8(x->qs + i);
+        const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_s8(vget_high_s8(q));
+        vst1q_f32(v + i, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+        vst1q_f32(v + i + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
+        vst1q_f32(v + i + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+        vst1q_f32(v + i + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
     }
+}
+EL_INLINE void q4_0_values_neon(const block_q4_0 *x, float *v) {
+    const float d = el_half_to_float(x->d);
+    const uint8x16_t b = vld1q_u8(x->qs);
+    const int8x16_t k8 = vdupq_n_s8(8);
+    const int8x16_t part[2] = {vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), k8),
+                               vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), k8)};
+    for (int p = 0; p < 2; p++) {
+        const int16x8_t lo = vmovl_s8(vget_low_s8(part[p])), hi = vmovl_s8(vget_high_s8(part[p]));
+        vst1q_f32(v + 16 * p, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+        vst1q_f32(v + 16 * p + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
+        vst1q_f32(v + 16 * p + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+        vst1q_f32(v + 16 * p + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
+    }
+}
+
+/* per row and slot, the row's blocks dequantized and w * x added (product rounded, then sum) */
+static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                      const float *w, int ldw, float *acc, int lda) {
+    float x[32];
+    for (int r = 0; r < nh; r++)
+        for (int t = 0; t < nt; t++) {
+            const float *wt = w + (size_t)r * ldw + t * 16;
+            if (!vt[t] || !any16_neon(wt)) continue;
+            for (int l = 0; l < 16; l++) {
+                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
+                for (int b = 0; b < nd / 32; b++) {
+                    if (q4) q4_0_values_neon((const block_q4_0 *)row + b0 + b, x);
+                    else q8_0_values_neon((const block_q8_0 *)row + b0 + b, x);
+                    float *a = acc + (size_t)r * lda + b * 32;
+                    for (int i = 0; i < 32; i += 4)
+                        vst1q_f32(a + i, vaddq_f32(vld1q_f32(a + i), vmulq_n_f32(vld1q_f32(x + i), wt[l])));
+                }
+            }
+        }
+}
+
+static void pv_q8_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                         const float *w, int ldw, float *acc, int lda) {
+    pv_q_neon(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+static void pv_q4_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                         const float *w, int ldw, float *acc, int lda) {
+    pv_q_neon(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_neon(int n, const float *acc, float *out) {
@@ -980,7 +1051,9 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
     el_vops.f32_to_f16 = f32_to_f16_neon;
     el_vops.f16_to_f32 = f16_to_f32_neon;
     el_vops.qk_tile = qk_tile_neon;
-    el_vops.pv_tile = pv_tile_neon;
+    el_vops.pv_tiles = pv_tiles_neon;
+    el_vops.pv_q8_0 = pv_q8_0_neon;
+    el_vops.pv_q4_0 = pv_q4_0_neon;
     el_vops.sum16_rows = sum16_rows_neon;
     el_vops.exp_sum = exp_sum_neon;
     el_vops.silu_mul = silu_mul_neon;

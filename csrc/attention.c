@@ -1,115 +1,428 @@
-/* Attention over the paged KV cache, per (run of up to QB queries of one sequence, head).
+/* Attention over the paged KV cache.
  *
- * As llama.cpp's default (non-flash) CPU path computes it, the reference we are held to: q
+ * The arithmetic is llama.cpp's default (non-flash) CPU path, the reference we are held to: q
  * rounded to f16; scores from tinyBLAS's f16 gemm order (vops.qk_tile over one block = one tile
  * of KT keys), scaled, soft-capped, masked; softmax with ggml's exp, 16-value partial sums added
- * in double; probabilities rounded to f16; p.v in the same gemm order (vops.pv_tile, KT slot lanes
- * per output, reduced at the end). Masked slots weigh exactly 0 and tiles nobody sees are
- * skipped, so a query's result depends only on its own sequence's keys and their slots - not on
- * which other queries or sequences share the step (batch invariance), nor on how its sequence's
- * prompt was split into steps. With llama_order, a step of one token takes llama.cpp's vec_dot
- * order instead (vops.qk_tile_one; p.v lanes kept apart per tile index mod 4 and combined the
- * same way), so the single-stream API's decode steps give llama.cpp's bits. */
+ * in double in slot order; probabilities rounded to f16; p.v in the same gemm order
+ * (vops.pv_tiles, KT slot lanes per output, reduced at the end). With llama_order, a step of one
+ * token takes llama.cpp's vec_dot order instead (vops.qk_tile_one; p.v lanes kept apart per tile
+ * index mod 4 and combined the same way), so the single-stream API's decode steps give
+ * llama.cpp's bits. Masked slots weigh exactly 0 and tiles nobody sees are skipped, so a query's
+ * result depends only on its own sequence's keys and their slots - not on which other queries or
+ * sequences share the step (batch invariance), nor on how its prompt was split into steps.
+ *
+ * Work: a job is (a run of <= QB rows of one sequence, a kv head) with the rows' queries of every
+ * head sharing that kv head, so each key and value tile is read once for all of them. With
+ * enough jobs, each thread takes whole jobs (an atomic counter hands them out). A step with few
+ * jobs over many keys (decode of one or two long sequences) is split across the threads instead:
+ * the keys of each job in tile ranges for the scores and their exponentials (phases 1 and 2,
+ * each followed by a barrier), the value dimensions for p.v (phase 3). The split changes no
+ * bit: every score, maximum and exponential is computed alone; the softmax sum is the same
+ * sequence of double additions of the same 16-value partial sums, in slot order; each output
+ * dimension sums its p.v products in the same order. So results do not depend on the number of
+ * threads nor on which mode ran (tests/test_attention_split.py).
+ */
+#include <stdlib.h>
+#include <stdatomic.h>
 #include "engine_internal.h"
 
-/* attention scratch per thread, in floats: queries, score tile, one row, p.v lanes (x4 for decode) */
-size_t el_attention_scratch(int hk, int hv) {
-    return (size_t)QB * hk + QB * KT + (size_t)EL_MAX(hk, hv) + 4 * (size_t)hv * KT;
+#define CT 8           /* tiles of weights made at a time for p.v */
+#define NHB 8          /* query rows (x heads) per p.v pass */
+#define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
+#define PF_TILES 2     /* key / value tiles prefetched ahead (a sequence's blocks are scattered, and
+                          a head's part of a block is a few KB: too short for the hardware's streams) */
+
+static inline void prefetch(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
+
+typedef struct { int32_t lo, hi, full; } tile_sum;  /* positions of a tile's valid slots; all 16 valid */
+
+struct att_state {
+    int nth, G;
+    size_t cap;          /* a score row: n_ctx + KT slots */
+    size_t per_thread;   /* floats of each thread's scratch */
+    float *sc;           /* score rows: per thread [QB * G][cap], or shared when split */
+    float *psum;         /* split: 16-slot partial sums of each score row, [QB * G * nth][cap / KT] */
+    float *pmax;         /* split: [nth][QB * G * nth] partial maxima */
+    float *scratch;      /* [nth][per_thread] */
+    tile_sum *ts;        /* this step's tile summaries: per sequence, per group, per tile */
+    size_t ts_cap;
+    int32_t *ts_off;     /* [n_batch] first summary of each sequence (group g: + g * its tiles) */
+    int32_t *tlo, *thi;  /* [2][n_batch] tiles seen by each run of rows, per group */
+    int split[2];        /* this step's jobs of group g are split across threads */
+    atomic_int *next;    /* [n_layer] the next whole job of layer l */
+};
+
+/* per-thread scratch in floats: rounded queries, a score tile, weights of CT tiles, p.v lanes
+ * (4 sets), f16 conversions, maxima and (double) sums */
+static size_t scratch_floats(const el_engine *e, int G) {
+    const int hk = e->d.head_dim_k, hv = e->d.head_dim_v, hmax = EL_MAX(EL_MAX(hk, hv), CT * KT);
+    return (size_t)QB * G * hk + (size_t)QB * G * KT + (size_t)NHB * CT * KT + (size_t)NHB * hv * KT + (size_t)hmax +
+           (size_t)QB * G * 3 + 16;
+}
+
+void el_attention_free(el_engine *e) {
+    struct att_state *a = e->att;
+    if (!a) return;
+    free(a->sc); free(a->psum); free(a->pmax); free(a->scratch);
+    free(a->ts); free(a->ts_off); free(a->tlo); free(a->thi); free(a->next);
+    free(a);
+    e->att = NULL;
+}
+
+int el_attention_init(el_engine *e) {
+    el_attention_free(e);
+    struct att_state *a = calloc(1, sizeof *a);
+    if (!a) return -1;
+    e->att = a;
+    const int nth = e->n_threads, G = e->d.n_head / e->d.n_head_kv;
+    a->nth = nth;
+    a->G = G;
+    a->cap = (size_t)e->n_ctx + KT;
+    a->per_thread = scratch_floats(e, G);
+    const size_t rows = (size_t)nth * QB * G;  /* score rows: each thread's, or all of them shared */
+    a->sc = malloc(sizeof(float) * rows * a->cap);
+    a->psum = malloc(sizeof(float) * rows * (a->cap / KT));
+    a->pmax = malloc(sizeof(float) * (size_t)nth * rows);
+    a->scratch = malloc(sizeof(float) * (size_t)nth * a->per_thread);
+    a->ts_off = malloc(sizeof(int32_t) * (size_t)e->n_batch);
+    a->tlo = malloc(sizeof(int32_t) * 2 * (size_t)e->n_batch);
+    a->thi = malloc(sizeof(int32_t) * 2 * (size_t)e->n_batch);
+    a->next = malloc(sizeof(atomic_int) * (size_t)e->d.n_layer);
+    if (!a->sc || !a->psum || !a->pmax || !a->scratch || !a->ts_off || !a->tlo || !a->thi || !a->next) {
+        el_attention_free(e);
+        return -1;
+    }
+    return 0;
+}
+
+int el_engine_attention_split(const el_engine *e) { return e->att ? e->att->split[0] | e->att->split[1] << 1 : 0; }
 
 static int visible(int ps, int p, int swa, int n_swa) { return ps >= 0 && ps <= p && !(swa && p - ps >= n_swa); }
 
-void el_attention(el_engine *e, int l, int ith, int nth) {
-    const el_model_desc *d = &e->d;
+/* slots sequence s holds after this step */
+static int seq_slots(const step_plan *pl, int s) { return pl->row_slot[pl->seq_row0[s] + pl->seq_rows[s] - 1] + 1; }
+
+static const tile_sum *seq_tiles(const el_engine *e, int s, int g) {
+    const struct att_state *a = e->att;
+    return a->ts + a->ts_off[s] + (size_t)g * ((seq_slots(&e->plan, s) + KT - 1) / KT);
+}
+
+/* Before a step: summaries of every tile of the batch's sequences, the tiles each run of rows
+ * sees (a superset of the tiles holding a slot visible to one of its rows), and whether the
+ * step's jobs are split across threads. -1 when out of memory. */
+int el_attention_plan(el_engine *e) {
+    struct att_state *a = e->att;
     const step_plan *pl = &e->plan;
     const el_batch *b = pl->b;
-    const int g = layer_group(e, l), swa = g == G_SWA;
-    const int hk = d->head_dim_k, hv = d->head_dim_v;
-    const int group = d->n_head / d->n_head_kv;
-    const int max_cap = e->n_ctx + KT;
-    const int hmax = EL_MAX(hk, hv);
-    float *sc = e->scores + (size_t)ith * QB * max_cap;     /* [QB][slots]: scores, then weights */
-    float *qr = e->qround + (size_t)ith * el_attention_scratch(hk, hv); /* [QB][hk] queries rounded to f16 */
-    float *tile = qr + (size_t)QB * hk;                     /* [QB][KT] scores of a tile */
-    float *row = tile + QB * KT;                            /* one row */
-    el_half *tmp = (el_half *)row;                          /* or 2*hmax halves */
-    float *lanes = row + hmax;                              /* [4][hv][KT] p.v lanes of one query */
-    const int one = b->llama_order && pl->n == 1;           /* llama.cpp's single-token order */
-    const int od = d->n_head * hv, qd = d->n_head * hk;
-    for (int task = ith; task < pl->n_qb * d->n_head; task += nth) {
-        const int qb = task / d->n_head, h = task % d->n_head, kvh = h / group;
-        const int s = pl->qb_seq[qb], m0 = pl->qb_row0[qb], mq = pl->qb_rows[qb];
-        const int32_t *table = seq_table(b, g, s);
-        const int n_slots = pl->row_slot[pl->seq_row0[s] + pl->seq_rows[s] - 1] + 1;
-        const int n_tiles = (n_slots + KT - 1) / KT;
+    const int ng = el_engine_has_swa(e) ? 2 : 1, n_swa = e->d.n_swa;
+    size_t need = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        a->ts_off[s] = (int32_t)need;
+        need += (size_t)ng * ((seq_slots(pl, s) + KT - 1) / KT);
+    }
+    if (need > a->ts_cap) {
+        tile_sum *ts = realloc(a->ts, sizeof(tile_sum) * need);
+        if (!ts) return -1;
+        a->ts = ts;
+        a->ts_cap = need;
+    }
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int n_slots = seq_slots(pl, s), n_tiles = (n_slots + KT - 1) / KT;
+        for (int g = 0; g < ng; g++) {
+            const int32_t *table = seq_table(b, g, s);
+            tile_sum *ts = a->ts + a->ts_off[s] + (size_t)g * n_tiles;
+            for (int t = 0; t < n_tiles; t++) {
+                tile_sum x = {INT32_MAX, -1, 0};
+                if (table[t] >= 0) {
+                    const int32_t *ps = kv_pos(e, g, table[t]);
+                    const int nt = EL_MIN(KT, n_slots - t * KT);
+                    int valid = 0;
+                    for (int u = 0; u < nt; u++)
+                        if (ps[u] >= 0) {
+                            valid++;
+                            x.lo = EL_MIN(x.lo, ps[u]);
+                            x.hi = EL_MAX(x.hi, ps[u]);
+                        }
+                    x.full = valid == KT;
+                }
+                ts[t] = x;
+            }
+        }
+    }
+    int max_seen[2] = {0, 0};
+    for (int qb = 0; qb < pl->n_qb; qb++) {
+        const int m0 = pl->qb_row0[qb], s = pl->qb_seq[qb];
         int p_first = b->pos[m0], p_last = b->pos[m0];
-        for (int j = 0; j < mq; j++) {
+        for (int j = 1; j < pl->qb_rows[qb]; j++) {
             p_first = EL_MIN(p_first, b->pos[m0 + j]);
             p_last = EL_MAX(p_last, b->pos[m0 + j]);
-            e->vops.f32_to_f16(hk, e->q + (size_t)(m0 + j) * qd + (size_t)h * hk, tmp);
-            e->vops.f16_to_f32(hk, tmp, qr + (size_t)j * hk);
         }
-        float mx[QB];
-        for (int j = 0; j < mq; j++) mx[j] = -INFINITY;
-        int t_lo = n_tiles, t_hi = 0;  /* the tiles someone sees */
-        for (int t = 0; t < n_tiles; t++) {
-            const int blk = table[t];
-            const int32_t *ps = blk >= 0 ? kv_pos(e, g, blk) : NULL;
-            const int nt = EL_MIN(KT, n_slots - t * KT);
-            int any = 0;
-            for (int u = 0; u < nt && ps && !any; u++)
-                any = ps[u] >= 0 && ps[u] <= p_last && !(swa && p_first - ps[u] >= d->n_swa && p_last - ps[u] >= d->n_swa);
-            if (!any) {
-                for (int j = 0; j < mq; j++)
-                    for (int u = 0; u < KT; u++) sc[(size_t)j * max_cap + t * KT + u] = -INFINITY;
-                continue;
-            }
-            t_lo = EL_MIN(t_lo, t);
-            t_hi = t + 1;
-            const el_half *K = kv_k(e, l, blk, kvh);
-            if (one) e->vops.qk_tile_one(hk, qr, K, tile);
-            else e->vops.qk_tile(hk, qr, mq, hk, K, tile);
-            for (int j = 0; j < mq; j++) {
-                const int p = b->pos[m0 + j];
-                for (int u = 0; u < KT; u++) {
-                    float v = -INFINITY;
-                    if (u < nt && visible(ps[u], p, swa, d->n_swa)) {
-                        v = tile[j * KT + u] * d->attn_scale;
-                        if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
-                        if (v > mx[j]) mx[j] = v;
-                    }
-                    sc[(size_t)j * max_cap + t * KT + u] = v;
+        const int n_tiles = (seq_slots(pl, s) + KT - 1) / KT;
+        for (int g = 0; g < ng; g++) {
+            const tile_sum *ts = seq_tiles(e, s, g);
+            int lo = n_tiles, hi = 0;
+            for (int t = 0; t < n_tiles; t++)
+                if (ts[t].hi >= 0 && ts[t].lo <= p_last && !(g == G_SWA && p_first - ts[t].hi >= n_swa)) {
+                    lo = EL_MIN(lo, t);
+                    hi = t + 1;
                 }
+            a->tlo[g * e->n_batch + qb] = lo;
+            a->thi[g * e->n_batch + qb] = EL_MAX(lo, hi);
+            max_seen[g] = EL_MAX(max_seen[g], hi - lo);
+        }
+    }
+    const int n_kv = e->d.n_head_kv, n_jobs = pl->n_qb * n_kv;
+    int has[2] = {0, 0};
+    for (int l = 0; l < e->d.n_layer; l++) has[layer_group(e, l)] = 1;
+    for (int g = 0; g < 2; g++)
+        a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv <= a->nth * QB && n_jobs < 2 * a->nth &&
+                      max_seen[g] >= SPLIT_MIN;
+    for (int l = 0; l < e->d.n_layer; l++) atomic_store(&a->next[l], 0);
+    return 0;
+}
+
+typedef struct {
+    int s, m0, mq, kvh, nh;  /* sequence, first row, rows, kv head, score rows (mq x G) */
+    int n_slots, tlo, thi;   /* slots held; tiles seen [tlo, thi) */
+    const int32_t *table;
+    const tile_sum *ts;
+    float *sc;               /* [nh][cap] scores, then exponentials */
+} job_t;
+
+static void job_get(const el_engine *e, int g, int j, float *sc, job_t *J) {
+    const struct att_state *a = e->att;
+    const step_plan *pl = &e->plan;
+    const int qb = j / e->d.n_head_kv;
+    J->s = pl->qb_seq[qb];
+    J->m0 = pl->qb_row0[qb];
+    J->mq = pl->qb_rows[qb];
+    J->kvh = j % e->d.n_head_kv;
+    J->nh = J->mq * a->G;
+    J->n_slots = seq_slots(pl, J->s);
+    J->tlo = a->tlo[g * e->n_batch + qb];
+    J->thi = a->thi[g * e->n_batch + qb];
+    J->table = seq_table(pl->b, g, J->s);
+    J->ts = seq_tiles(e, J->s, g);
+    J->sc = sc;
+}
+
+/* score row r of a job: query row r / G, head kvh * G + r % G */
+static int job_head(const el_engine *e, const job_t *J, int r) { return J->kvh * ((const struct att_state *)e->att)->G + r % ((const struct att_state *)e->att)->G; }
+
+/* Phase 1: scores of the job's rows against tiles [ta, tb), masked; mx[r] = their maximum. */
+static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, float *mx, float *scr) {
+    const struct att_state *a = e->att;
+    const el_model_desc *d = &e->d;
+    const el_batch *b = e->plan.b;
+    const int g = layer_group(e, l), swa = g == G_SWA, hk = d->head_dim_k, G = a->G, nh = J->nh;
+    const int qd = d->n_head * hk;
+    const int one = b->llama_order && e->plan.n == 1;
+    float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
+    float *tile = qr + (size_t)QB * G * hk;     /* [nh][KT] */
+    el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + (size_t)NHB * CT * KT + (size_t)NHB * d->head_dim_v * KT);
+    const el_type_traits *kt = &e->traits[e->type_k];
+    const int qtype = kt->vec_dot_type;
+    const size_t qrow = el_row_size(qtype, hk);  /* <= 4 hk bytes: fits a row of qr */
+    for (int r = 0; r < nh; r++) mx[r] = -INFINITY;
+    if (ta >= tb) return;
+    for (int r = 0; r < nh; r++) {
+        const float *q = e->q + (size_t)(J->m0 + r / G) * qd + (size_t)job_head(e, J, r) * hk;
+        if (e->type_k == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
+            e->vops.f32_to_f16(hk, q, tmp);
+            e->vops.f16_to_f32(hk, tmp, qr + (size_t)r * hk);
+        } else {  /* quantized into the keys' dot product type, as llama.cpp's mul_mat does */
+            e->traits[qtype].from_float(q, (uint8_t *)qr + (size_t)r * qrow, hk);
+        }
+    }
+    const size_t kbytes = e->k_head;
+    for (int t = ta; t < EL_MIN(tb, ta + PF_TILES); t++)
+        if (J->table[t] >= 0) prefetch(kv_k(e, l, J->table[t], J->kvh), kbytes);
+    for (int t = ta; t < tb; t++) {
+        const tile_sum ts = J->ts[t];
+        if (t + PF_TILES < tb && J->table[t + PF_TILES] >= 0)
+            prefetch(kv_k(e, l, J->table[t + PF_TILES], J->kvh), kbytes);
+        int cls[QB], any = 0;  /* per row: 0 sees none of the tile, 1 all of it, 2 some */
+        for (int j = 0; j < J->mq; j++) {
+            const int p = b->pos[J->m0 + j];
+            if (ts.hi < 0 || ts.lo > p || (swa && p - ts.hi >= d->n_swa)) cls[j] = 0;
+            else if (ts.full && ts.hi <= p && !(swa && p - ts.lo >= d->n_swa)) cls[j] = 1;
+            else cls[j] = 2;
+            any |= cls[j];
+        }
+        if (any) {
+            const uint8_t *K = kv_kb(e, l, J->table[t], J->kvh);
+            if (e->type_k != EL_F16) {  /* the type's dot products straight from the stored rows */
+                if (kt->gemm) kt->gemm(hk, K, e->k_row, KT, qr, qrow, nh, tile, KT);
+                else
+                    for (int r = 0; r < nh; r++)
+                        for (int u = 0; u < KT; u++)
+                            kt->vec_dot(hk, tile + r * KT + u, K + (size_t)u * e->k_row, (const uint8_t *)qr + (size_t)r * qrow);
+            } else if (one) {
+                e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile);
+            } else {
+                e->vops.qk_tile(hk, qr, nh, hk, (const el_half *)K, tile);
             }
         }
-        const int lo = t_lo * KT, n_pad = t_hi * KT;  /* the slots of the tiles seen */
-        for (int j = 0; j < mq; j++) {
-            float *out = e->xn + (size_t)(m0 + j) * od + (size_t)h * hv;
-            if (t_lo >= t_hi) {  /* nothing visible (cannot happen for a query that sees itself) */
-                memset(out, 0, sizeof(float) * hv);
+        const int32_t *ps = any ? kv_pos(e, g, J->table[t]) : NULL;
+        const int nt = EL_MIN(KT, J->n_slots - t * KT);
+        for (int r = 0; r < nh; r++) {
+            const int j = r / G, p = b->pos[J->m0 + j];
+            float *dst = J->sc + (size_t)r * a->cap + (size_t)t * KT, *src = tile + r * KT, m = mx[r];
+            if (!any || cls[j] == 0) {
+                for (int u = 0; u < KT; u++) dst[u] = -INFINITY;
                 continue;
             }
-            float *sj = sc + (size_t)j * max_cap;
-            const double sum = e->vops.exp_sum(n_pad - lo, sj + lo, mx[j]);
-            const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int u = lo; u < n_pad; u++) sj[u] *= inv;
-            /* weights rounded to f16 (in place, through the vector conversions) */
-            for (int s0 = lo; s0 < n_pad; s0 += 2 * hmax) {
-                const int ns = EL_MIN(2 * hmax, n_pad - s0);
-                e->vops.f32_to_f16(ns, sj + s0, tmp);
-                e->vops.f16_to_f32(ns, tmp, sj + s0);
+            for (int u = 0; u < KT; u++) {
+                float v = -INFINITY;
+                if (cls[j] == 1 || (u < nt && visible(ps[u], p, swa, d->n_swa))) {
+                    v = src[u] * d->attn_scale;
+                    if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
+                    m = v > m ? v : m;
+                }
+                dst[u] = v;
             }
-            const size_t lsz = (size_t)hv * KT;
-            memset(lanes, 0, sizeof(float) * lsz * (one ? 4 : 1));
-            for (int t = t_lo; t < t_hi; t++) {
-                int any = 0;
-                for (int u = 0; u < KT; u++) any |= sj[t * KT + u] != 0.0f;
-                if (any) e->vops.pv_tile(hv, sj + t * KT, kv_v(e, l, table[t], kvh), lanes + (one ? (size_t)(t % 4) * lsz : 0));
-            }
-            if (one)
-                for (size_t i = 0; i < lsz; i++)
-                    lanes[i] = (lanes[i] + lanes[2 * lsz + i]) + (lanes[lsz + i] + lanes[3 * lsz + i]);
-            e->vops.sum16_rows(hv, lanes, out);
+            mx[r] = m;
         }
+    }
+}
+
+/* Phase 3: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), given each
+ * row's softmax sum S[r] (of the exponentials in sc). Writes the attention output. */
+static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const double *S, float *scr) {
+    const struct att_state *a = e->att;
+    const el_model_desc *d = &e->d;
+    const int hk = d->head_dim_k, hv = d->head_dim_v, G = a->G, nd = d1 - d0;
+    const int od = d->n_head * hv;
+    const int qv = e->type_v != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
+    const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = NHB / sets;
+    float *w = scr + (size_t)QB * G * hk + (size_t)QB * G * KT;  /* [nb][CT * KT] */
+    float *lanes = w + (size_t)NHB * CT * KT;                      /* [nb][sets][nd][KT] */
+    el_half *tmp = (el_half *)(lanes + (size_t)NHB * hv * KT);
+    if (nd <= 0) return;
+    const el_half *vt[CT];
+    const uint8_t *vq[CT];
+    const size_t vbytes = qv ? e->v_head : sizeof(el_half) * (size_t)nd * KT;
+    for (int r0 = 0; r0 < J->nh; r0 += nb) {
+        const int nr = EL_MIN(nb, J->nh - r0);
+        const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT;
+        memset(lanes, 0, sizeof(float) * lsz * nr);
+        for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
+            const int nt = EL_MIN(CT, J->thi - c0);
+            for (int r = 0; r < nr; r++) {
+                const double sum = S[r0 + r];
+                const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+                const float *x = J->sc + (size_t)(r0 + r) * a->cap + (size_t)c0 * KT;
+                float *wr = w + (size_t)r * CT * KT;
+                for (int u = 0; u < nt * KT; u++) wr[u] = x[u] * inv;
+                e->vops.f32_to_f16(nt * KT, wr, tmp);  /* weights rounded to f16 */
+                e->vops.f16_to_f32(nt * KT, tmp, wr);
+            }
+            for (int t = 0; t < nt; t++) {  /* absent blocks have all-zero weights */
+                const int blk = J->table[c0 + t];
+                vt[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh) + (size_t)d0 * KT : NULL;
+                vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh) : NULL;
+            }
+            for (int t = c0 + CT; t < EL_MIN(J->thi, c0 + 2 * CT); t++)  /* the next chunk's values */
+                if (J->table[t] >= 0)
+                    prefetch(qv ? (const void *)kv_vb(e, l, J->table[t], J->kvh) : kv_v(e, l, J->table[t], J->kvh) + (size_t)d0 * KT,
+                             vbytes);
+            if (!qv) e->vops.pv_tiles(nd, nt, vt, nr, w, CT * KT, lanes, (int)lsz, sets, c0);
+            else if (e->type_v == EL_Q8_0) e->vops.pv_q8_0(d0 / 32, nd, nt, vq, e->v_row, nr, w, CT * KT, lanes, (int)lsz);
+            else e->vops.pv_q4_0(d0 / 32, nd, nt, vq, e->v_row, nr, w, CT * KT, lanes, (int)lsz);
+        }
+        for (int r = 0; r < nr; r++) {
+            float *lr = lanes + (size_t)r * lsz;
+            const int rr = r0 + r;
+            float *out = e->xn + (size_t)(J->m0 + rr / G) * od + (size_t)job_head(e, J, rr) * hv + d0;
+            if (qv) {
+                memcpy(out, lr, sizeof(float) * nd);
+                continue;
+            }
+            const size_t n = (size_t)nd * KT;
+            if (sets == 4)
+                for (size_t i = 0; i < n; i++) lr[i] = (lr[i] + lr[2 * n + i]) + (lr[n + i] + lr[3 * n + i]);
+            e->vops.sum16_rows(nd, lr, out);
+        }
+    }
+}
+
+/* a thread's share [*a, *b) of n items from lo, in units of `align` */
+static void share(int lo, int hi, int ith, int nth, int align, int *a, int *b) {
+    int64_t r0, r1;
+    el_split(hi - lo, ith, nth, align, &r0, &r1);
+    *a = lo + (int)r0;
+    *b = lo + (int)r1;
+}
+
+void el_attention(el_engine *e, int l, int ith, int nth) {
+    struct att_state *a = e->att;
+    const step_plan *pl = &e->plan;
+    const int g = layer_group(e, l), G = a->G, hv = e->d.head_dim_v;
+    const int n_jobs = pl->n_qb * e->d.n_head_kv;
+    float *scr = a->scratch + (size_t)ith * a->per_thread;
+    float *mx = scr + (a->per_thread - (size_t)QB * G * 3 - 16);
+    double *S = (double *)(mx + QB * G + (((uintptr_t)(mx + QB * G) & 7) ? 1 : 0));
+    if (!a->split[g]) {  /* whole jobs, one thread each */
+        float *sc = a->sc + (size_t)ith * QB * G * a->cap;
+        for (;;) {
+            const int j = atomic_fetch_add(&a->next[l], 1);
+            if (j >= n_jobs) break;
+            job_t J;
+            job_get(e, g, j, sc, &J);
+            job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
+            for (int r = 0; r < J.nh; r++)
+                S[r] = J.thi > J.tlo ? e->vops.exp_sum((J.thi - J.tlo) * KT, J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT, mx[r]) : 0.0;
+            job_pv(e, l, &J, 0, hv, S, scr);
+        }
+        return;
+    }
+    /* split: every thread takes a share of every job (n_qb * n_kv < 2 nth jobs, whose score rows
+     * all fit in the shared buffer) */
+    const size_t n_rows = (size_t)pl->n * e->d.n_head;  /* score rows of all jobs */
+    size_t row0 = 0;
+    for (int j = 0; j < n_jobs; j++) {  /* phase 1: scores of a share of each job's tiles */
+        job_t J;
+        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        int ta, tb;
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
+        job_scores(e, l, &J, ta, tb, a->pmax + (size_t)ith * n_rows + row0, scr);
+        row0 += (size_t)J.nh;
+    }
+    el_pool_barrier(e->pool);
+    row0 = 0;
+    for (int j = 0; j < n_jobs; j++) {  /* phase 2: exponentials and their 16-slot sums */
+        job_t J;
+        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        int ta, tb;
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
+        for (int r = 0; r < J.nh && ta < tb; r++) {
+            float m = -INFINITY;
+            for (int t = 0; t < nth; t++) {
+                const float v = a->pmax[(size_t)t * n_rows + row0 + r];
+                m = v > m ? v : m;
+            }
+            float *x = J.sc + (size_t)r * a->cap + (size_t)ta * KT;
+            e->vops.exp_sum((tb - ta) * KT, x, m);
+            e->vops.sum16_rows(tb - ta, x, a->psum + (row0 + r) * (a->cap / KT) + ta);
+        }
+        row0 += (size_t)J.nh;
+    }
+    el_pool_barrier(e->pool);
+    row0 = 0;
+    for (int j = 0; j < n_jobs; j++) {  /* phase 3: p.v over a share of the value dimensions */
+        job_t J;
+        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        for (int r = 0; r < J.nh; r++) {
+            const float *ps = a->psum + (row0 + r) * (a->cap / KT);
+            double sum = 0.0;
+            for (int t = J.tlo; t < J.thi; t++) sum += ps[t];
+            S[r] = sum;
+        }
+        int d0, d1;  /* quantized values: whole blocks of 32 */
+        share(0, hv, ith, nth, e->type_v == EL_F16 ? 8 : 32, &d0, &d1);
+        job_pv(e, l, &J, d0, d1, S, scr);
+        row0 += (size_t)J.nh;
     }
 }

@@ -36,24 +36,81 @@ static void qk_tile_generic(int hk, const float *q, int nq, int ldq, const el_ha
     }
 }
 
-static void qk_tile_one_generic(int hk, const float *q, const el_half *kt, float *out) {
+static void qk_tile_one_generic(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
     const int h64 = hk / 64 * 64;
-    float a[64][16];
-    memset(a, 0, sizeof a);
-    for (int d = 0; d < h64; d++)  /* products of f16 values are exact: one rounding, as an fma */
-        for (int t = 0; t < 16; t++) a[d % 64][t] += q[d] * el_half_to_float(kt[(size_t)d * 16 + t]);
-    for (int t = 0; t < 16; t++) {
-        float l[16];
-        for (int i = 0; i < 16; i++) l[i] = (a[i][t] + a[32 + i][t]) + (a[16 + i][t] + a[48 + i][t]);
-        double s = el_sum16(l);
-        for (int d = h64; d < hk; d++) s += (double)(q[d] * el_half_to_float(kt[(size_t)d * 16 + t]));
-        out[t] = (float)s;
+    for (int j = 0; j < nq; j++) {
+        const float *qj = q + (size_t)j * ldq;
+        float a[64][16];
+        memset(a, 0, sizeof a);
+        for (int d = 0; d < h64; d++)  /* products of f16 values are exact: one rounding, as an fma */
+            for (int t = 0; t < 16; t++) a[d % 64][t] += qj[d] * el_half_to_float(kt[(size_t)d * 16 + t]);
+        for (int t = 0; t < 16; t++) {
+            float l[16];
+            for (int i = 0; i < 16; i++) l[i] = (a[i][t] + a[32 + i][t]) + (a[16 + i][t] + a[48 + i][t]);
+            double s = el_sum16(l);
+            for (int d = h64; d < hk; d++) s += (double)(qj[d] * el_half_to_float(kt[(size_t)d * 16 + t]));
+            out[j * 16 + t] = (float)s;
+        }
     }
 }
 
-static void pv_tile_generic(int hv, const float *w, const el_half *vt, float *acc) {
-    for (int d = 0; d < hv; d++)
-        for (int l = 0; l < 16; l++) acc[d * 16 + l] += w[l] * el_half_to_float(vt[d * 16 + l]);
+static int any16_generic(const float *w) {
+    int any = 0;
+    for (int l = 0; l < 16; l++) any |= w[l] != 0.0f;
+    return any;
+}
+
+static void pv_tiles_generic(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                             int lda, int sets, int t0) {
+    for (int r = 0; r < nh; r++)
+        for (int t = 0; t < nt; t++) {
+            const float *wt = w + (size_t)r * ldw + t * 16;
+            if (!any16_generic(wt)) continue;
+            float *a = acc + (size_t)r * lda + (sets == 4 ? (size_t)((t0 + t) & 3) * nd * 16 : 0);
+            for (int d = 0; d < nd; d++)
+                for (int l = 0; l < 16; l++) a[d * 16 + l] += wt[l] * el_half_to_float(vt[t][d * 16 + l]);
+        }
+}
+
+/* the 32 values of a q8_0 / q4_0 block: d * q, exact in float */
+static void q8_0_values(const block_q8_0 *x, float *v) {
+    const float d = el_half_to_float(x->d);
+    for (int i = 0; i < 32; i++) v[i] = d * (float)x->qs[i];
+}
+static void q4_0_values(const block_q4_0 *x, float *v) {
+    const float d = el_half_to_float(x->d);
+    for (int i = 0; i < 16; i++) {
+        v[i] = d * (float)((x->qs[i] & 15) - 8);
+        v[i + 16] = d * (float)((x->qs[i] >> 4) - 8);
+    }
+}
+
+static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                         const float *w, int ldw, float *acc, int lda) {
+    float x[32];
+    for (int r = 0; r < nh; r++)
+        for (int t = 0; t < nt; t++) {
+            const float *wt = w + (size_t)r * ldw + t * 16;
+            if (!vt[t] || !any16_generic(wt)) continue;
+            for (int l = 0; l < 16; l++) {
+                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
+                for (int b = 0; b < nd / 32; b++) {
+                    if (q4) q4_0_values((const block_q4_0 *)row + b0 + b, x);
+                    else q8_0_values((const block_q8_0 *)row + b0 + b, x);
+                    float *a = acc + (size_t)r * lda + b * 32;
+                    for (int i = 0; i < 32; i++) a[i] += wt[l] * x[i];
+                }
+            }
+        }
+}
+
+static void pv_q8_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                            const float *w, int ldw, float *acc, int lda) {
+    pv_q_generic(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+static void pv_q4_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                            const float *w, int ldw, float *acc, int lda) {
+    pv_q_generic(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_generic(int n, const float *acc, float *out) {
@@ -137,7 +194,9 @@ int el_set_isa(int isa) {
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
     el_vops.qk_tile = qk_tile_generic;
     el_vops.qk_tile_one = qk_tile_one_generic;
-    el_vops.pv_tile = pv_tile_generic;
+    el_vops.pv_tiles = pv_tiles_generic;
+    el_vops.pv_q8_0 = pv_q8_0_generic;
+    el_vops.pv_q4_0 = pv_q4_0_generic;
     el_vops.sum16_rows = sum16_rows_generic;
     el_vops.exp_sum = exp_sum_generic;
     el_vops.silu_mul = silu_mul_generic;

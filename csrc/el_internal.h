@@ -70,13 +70,27 @@ typedef struct {
     /* scores of nq queries (f16-valued floats) against 16 keys stored f16 [hk][16]:
      * out[j*16 + l] = el_sum16 over lanes i of sum_{d = i mod 16, in order} q[j*ldq + d] * kt[d*16 + l] */
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
-    /* one query's scores against 16 keys in ggml_vec_dot_f16's order (llama.cpp's single-token
-     * path): four 16-lane accumulators over 64-dim chunks (dim d in accumulator (d % 64) / 16,
-     * lane d % 16), combined (a0 + a2) + (a1 + a3), then el_sum16; dims past the last multiple
-     * of 64 added in double */
-    void (*qk_tile_one)(int hk, const float *q, const el_half *kt, float *out);
-    /* acc[d*16 + l] += w[l] * vt[d*16 + l] for d < hv, l < 16 (16 value rows stored f16 [hv][16]) */
-    void (*pv_tile)(int hv, const float *w, const el_half *vt, float *acc);
+    /* scores of nq queries against 16 keys in ggml_vec_dot_f16's order (llama.cpp's single-token
+     * path), out[j*16 + l]: four 16-lane accumulators over 64-dim chunks (dim d in accumulator
+     * (d % 64) / 16, lane d % 16), combined (a0 + a2) + (a1 + a3), then el_sum16; dims past the
+     * last multiple of 64 added in double */
+    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    /* p.v of nh query rows over nt value tiles (tile t: nd value rows of 16 slots, f16, vt[t] +
+     * d*16; a NULL tile has all-zero weights): acc[r*lda + s*nd*16 + d*16 + l] +=
+     * w[r*ldw + t*16 + l] * vt[t][d*16 + l], tiles in order, with lane set s = (t0 + t) % 4 when
+     * sets == 4 (llama.cpp's single-token p.v keeps four), else 0. A (row, tile) whose 16 weights
+     * are all zero is skipped. Weights are f16 values, so every product is exact. */
+    void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                     int lda, int sets, int t0);
+    /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
+     * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
+     * dimensions [0, nd) (nd a multiple of 32): acc[r*lda + i] += w[r*ldw + t*16 + l] * x[i] with
+     * x = d * q (exact), the product rounded, then the sum; slots in order. A (row, tile) whose
+     * 16 weights are all zero is skipped, and so is a NULL tile (its weights are zero). */
+    void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
+                    int ldw, float *acc, int lda);
+    void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
+                    int ldw, float *acc, int lda);
     /* out[i] = el_sum16(acc + 16 i) for i < n */
     void (*sum16_rows)(int n, const float *acc, float *out);
     /* x[i] = exp(x[i] - max) (ggml_v_expf) for i < n (a multiple of 16); returns the sum of the

@@ -20,8 +20,6 @@
 #define ROW_TILE 256  /* weight rows per gemm call in prefill (decode: a thread's whole range) */
 #define TOK_TILE 32   /* activation rows per gemm call */
 
-size_t el_attention_scratch(int hk, int hv);
-
 static _Thread_local char last_error[256];
 
 /* Debugging: when set, thread 0 reports each named intermediate ([rows][cols], row stride ld)
@@ -58,7 +56,7 @@ static int norm_ok(const el_tensor *t, int64_t n) {
     return !t->data || (t->type == EL_F32 && t->ne0 == n && t->ne1 == 1);
 }
 
-el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads) {
+el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads, int type_k, int type_v) {
     el_engine *c = calloc(1, sizeof(el_engine));
     if (!c) { snprintf(last_error, sizeof last_error, "out of memory"); return NULL; }
     c->isa = el_get_isa();
@@ -109,10 +107,13 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
             FAIL("blk.%d: a bias has a bad shape", l);
     }
     if (any_swa && d->n_swa <= 0) FAIL("sliding-window layers without a window size");
+    if (el_kv_init(c, type_k, type_v) != 0)
+        FAIL("KV cache types %d / %d: f16, q8_0 or q4_0, quantized ones for head sizes that are multiples of 32 "
+             "(these are %d / %d)", type_k, type_v, d->head_dim_k, d->head_dim_v);
 
     for (int g = 0; g < 2; g++) {
-        c->kv[g].k = calloc((size_t)d->n_layer, sizeof(el_half **));
-        c->kv[g].v = calloc((size_t)d->n_layer, sizeof(el_half **));
+        c->kv[g].k = calloc((size_t)d->n_layer, sizeof(uint8_t **));
+        c->kv[g].v = calloc((size_t)d->n_layer, sizeof(uint8_t **));
         if (!c->kv[g].k || !c->kv[g].v) FAIL("out of memory");
     }
 
@@ -160,15 +161,11 @@ int el_engine_set_threads(el_engine *c, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (c->pool && el_pool_size(c->pool) == n_threads) return 0;
     el_pool_free(c->pool);
-    free(c->scores);
-    free(c->qround);
     free(c->tmp_k);
     c->pool = el_pool_new(n_threads);
     c->n_threads = n_threads;
-    c->scores = amalloc(sizeof(float) * (size_t)n_threads * QB * (c->n_ctx + KT));
-    c->qround = amalloc(sizeof(float) * (size_t)n_threads * el_attention_scratch(c->d.head_dim_k, c->d.head_dim_v));
     c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * EL_MAX(c->d.head_dim_k, c->d.head_dim_v));
-    return c->pool && c->scores && c->qround && c->tmp_k ? 0 : -1;
+    return c->pool && c->tmp_k && el_attention_init(c) == 0 ? 0 : -1;
 }
 
 void el_engine_free(el_engine *c) {
@@ -176,7 +173,8 @@ void el_engine_free(el_engine *c) {
     el_pool_free(c->pool);
     if (c->layers) el_kv_free_all(c);
     free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
-    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->scores); free(c->qround); free(c->tmp_k);
+    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->tmp_k);
+    el_attention_free(c);
     step_plan *pl = &c->plan;
     free(pl->row_slot); free(pl->seq_row0); free(pl->seq_rows); free(pl->out_row);
     free(pl->qb_seq); free(pl->qb_row0); free(pl->qb_rows);
@@ -256,18 +254,12 @@ static void matmul(el_engine *c, act_state *st, const el_tensor *w, const float 
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* Store row m's keys and values (f16) in its slot of the blocks of layer l. */
+/* Store row m's keys and values in its slot of the blocks of layer l (kv.c: in the cache types). */
 static void store_kv(el_engine *c, int l, int m, const float *k, const float *v, el_half *h16) {
-    const el_model_desc *d = &c->d;
     const step_plan *pl = &c->plan;
-    const int hk = d->head_dim_k, hv = d->head_dim_v, slot = pl->row_slot[m];
+    const int slot = pl->row_slot[m];
     const int blk = seq_table(pl->b, layer_group(c, l), pl->b->seq[m])[slot / KT];
-    for (int h = 0; h < d->n_head_kv; h++) {
-        c->vops.f32_to_f16(hk, k + h * hk, h16);
-        tile_put(kv_k(c, l, blk, h), hk, slot % KT, h16);
-        c->vops.f32_to_f16(hv, v + h * hv, h16);
-        tile_put(kv_v(c, l, blk, h), hv, slot % KT, h16);
-    }
+    el_kv_store(c, l, blk, slot % KT, k, v, h16);
 }
 
 /* a block's input: RMS-normed with w, or as it is where the block has no norm (olmo2) */
@@ -477,6 +469,10 @@ int el_engine_decode(el_engine *c, const el_batch *b, float *logits) {
             if (g == G_SWA && !el_engine_has_swa(c)) continue;
             kv_pos(c, g, seq_table(b, g, b->seq[m])[slot / KT])[slot % KT] = b->pos[m];
         }
+    }
+    if (el_attention_plan(c) != 0) {
+        c->plan.b = NULL;
+        BAD("out of memory for the attention plan");
     }
     el_pool_run(c->pool, forward_task, c);
     c->plan.b = NULL;

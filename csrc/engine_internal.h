@@ -11,13 +11,14 @@
 enum { G_GLOBAL = 0, G_SWA = 1 };
 
 /* KV storage of one layer group: slabs of SLAB_BLOCKS blocks. Per layer and block, keys are
- * [n_head_kv][head_dim_k][KT] halves (one attention tile per head: the KT slots a score tile
- * needs are contiguous per dimension), values [n_head_kv][head_dim_v][KT]; per block, the
- * position each slot holds. */
+ * [n_head_kv][...] in the cache type: f16 as [head_dim_k][KT] halves per head (one attention
+ * tile: the KT slots a score tile needs are contiguous per dimension), a quantized type (q8_0,
+ * q4_0) as KT rows of head_dim_k values in its blocks per head (a row is what its dot product
+ * reads); values the same with head_dim_v; per block, the position each slot holds. */
 typedef struct {
     int n_blocks;
     int n_slabs, cap_slabs;
-    el_half ***k, ***v;   /* [n_layer][slab] (only this group's layers are set) */
+    uint8_t ***k, ***v;   /* [n_layer][slab] (only this group's layers are set) */
     int32_t **pos;        /* [slab] -> [SLAB_BLOCKS][KT] */
 } kv_store;
 
@@ -44,6 +45,9 @@ struct el_engine {
     int n_ctx, n_batch, n_threads;
     el_pool *pool;
     kv_store kv[2];
+    int type_k, type_v;             /* cache types: EL_F16, EL_Q8_0, EL_Q4_0 */
+    size_t k_row, v_row;            /* bytes of one slot's keys (values) of one head */
+    size_t k_head, v_head;          /* bytes of one head's part of a block: KT rows */
     int max_k;           /* widest matmul input */
     /* scratch, n_batch rows each */
     float *x;      /* [n_batch, n_embd] residual stream */
@@ -56,8 +60,7 @@ struct el_engine {
     float *up;     /* [n_batch, n_ff] */
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
-    float *scores; /* per thread [QB][n_ctx + KT] */
-    float *qround; /* per thread: rounded queries, a score tile, one row, p.v lanes */
+    struct att_state *att; /* attention's scratch and per-step plan (attention.c) */
     el_half *tmp_k; /* per thread: one key or value row in f16 */
     step_plan plan;
 };
@@ -69,27 +72,31 @@ static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
     return b->tables + ((size_t)g * b->n_seqs + s) * b->max_blocks;
 }
 
-/* head h's tile of keys (values) in block blk of layer l */
-static inline el_half *kv_k(const el_engine *e, int l, int blk, int h) {
+/* head h's keys (values) in block blk of layer l: an f16 tile, or KT quantized rows */
+static inline uint8_t *kv_kb(const el_engine *e, int l, int blk, int h) {
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->d.head_dim_k * KT;
+    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->k_head;
 }
-static inline el_half *kv_v(const el_engine *e, int l, int blk, int h) {
+static inline uint8_t *kv_vb(const el_engine *e, int l, int blk, int h) {
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->v[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->d.head_dim_v * KT;
+    return st->v[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->v_head;
 }
+static inline el_half *kv_k(const el_engine *e, int l, int blk, int h) { return (el_half *)kv_kb(e, l, blk, h); }
+static inline el_half *kv_v(const el_engine *e, int l, int blk, int h) { return (el_half *)kv_vb(e, l, blk, h); }
 static inline int32_t *kv_pos(const el_engine *e, int g, int blk) {
     return e->kv[g].pos[blk / SLAB_BLOCKS] + (size_t)(blk % SLAB_BLOCKS) * KT;
 }
-/* one slot's row in a [dim][KT] tile */
-static inline void tile_put(el_half *t, int dim, int lane, const el_half *src) {
-    for (int e = 0; e < dim; e++) t[(size_t)e * KT + lane] = src[e];
-}
-static inline void tile_get(const el_half *t, int dim, int lane, el_half *dst) {
-    for (int e = 0; e < dim; e++) dst[e] = t[(size_t)e * KT + lane];
-}
-
-void el_attention(el_engine *e, int l, int ith, int nth);  /* attention.c: c->xn <- softmax(q k) v */
-void el_kv_free_all(el_engine *e);                         /* kv.c */
+/* attention.c: c->xn <- softmax(q k) v. init (re)allocates for the engine's thread count;
+ * plan runs before each step's threads start (-1: out of memory). */
+int el_attention_init(el_engine *e);
+void el_attention_free(el_engine *e);
+int el_attention_plan(el_engine *e);
+void el_attention(el_engine *e, int l, int ith, int nth);
+/* kv.c */
+int el_kv_init(el_engine *e, int type_k, int type_v);  /* the cache types; -1 unsupported */
+void el_kv_free_all(el_engine *e);
+/* store row k (n_head_kv * head_dim_k floats) and v in slot `lane` of block blk of layer l;
+ * buf: head_dim floats of scratch (max of k and v) */
+void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf);
 
 #endif

@@ -1,14 +1,88 @@
 /* KV cache storage: per layer group, a pool of blocks of KT slots that grows a slab at a time.
  * Slabs are anonymous mappings, so a block costs memory only once it is written; the block
  * manager (src/edgellm/kv_cache.py) hands out low block ids first, which keeps the touched part
- * of the pool as small as the blocks in use. */
+ * of the pool as small as the blocks in use.
+ *
+ * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
+ * attention's f16 tiles read), or q8_0 / q4_0, stored as KT rows of ggml blocks per head,
+ * quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
+ * q4_0 with the reference one). A context shift dequantizes a moved key, rotates it and
+ * quantizes it again. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include "engine_internal.h"
 
-static size_t k_block_bytes(const el_engine *e) { return sizeof(el_half) * (size_t)e->d.n_head_kv * e->d.head_dim_k * KT; }
-static size_t v_block_bytes(const el_engine *e) { return sizeof(el_half) * (size_t)e->d.n_head_kv * e->d.head_dim_v * KT; }
+static size_t k_block_bytes(const el_engine *e) { return e->k_head * (size_t)e->d.n_head_kv; }
+static size_t v_block_bytes(const el_engine *e) { return e->v_head * (size_t)e->d.n_head_kv; }
+
+int el_kv_init(el_engine *e, int type_k, int type_v) {
+    const int dims[2] = {e->d.head_dim_k, e->d.head_dim_v}, types[2] = {type_k, type_v};
+    size_t row[2], head[2];
+    for (int i = 0; i < 2; i++) {
+        if (types[i] == EL_F16) {
+            row[i] = sizeof(el_half) * (size_t)dims[i];
+        } else if (types[i] == EL_Q8_0 || types[i] == EL_Q4_0) {
+            if (dims[i] % QK8_0) return -1;  /* whole blocks per head */
+            row[i] = el_row_size(types[i], dims[i]);
+        } else {
+            return -1;
+        }
+        head[i] = row[i] * KT;
+    }
+    e->type_k = type_k;
+    e->type_v = type_v;
+    e->k_row = row[0];
+    e->v_row = row[1];
+    e->k_head = head[0];
+    e->v_head = head[1];
+    return 0;
+}
+
+/* one slot's row in a [dim][KT] tile */
+static void tile_put(el_half *t, int dim, int lane, const el_half *src) {
+    for (int i = 0; i < dim; i++) t[(size_t)i * KT + lane] = src[i];
+}
+static void tile_get(const el_half *t, int dim, int lane, el_half *dst) {
+    for (int i = 0; i < dim; i++) dst[i] = t[(size_t)i * KT + lane];
+}
+
+/* slot `lane` of head h's part p (keys or values) of a block, as floats; h16: dim halves */
+static void slot_get(const el_engine *e, int type, const uint8_t *p, size_t row, int dim, int lane, float *out,
+                     el_half *h16) {
+    if (type == EL_F16) {
+        tile_get((const el_half *)p, dim, lane, h16);
+        e->vops.f16_to_f32(dim, h16, out);
+    } else {
+        e->traits[type].to_float(p + (size_t)lane * row, out, dim);
+    }
+}
+static void slot_put(const el_engine *e, int type, uint8_t *p, size_t row, int dim, int lane, const float *x,
+                     el_half *h16) {
+    if (type == EL_F16) {
+        e->vops.f32_to_f16(dim, x, h16);
+        tile_put((el_half *)p, dim, lane, h16);
+    } else {
+        e->traits[type].from_float(x, p + (size_t)lane * row, dim);
+    }
+}
+/* the stored bytes of a slot moved as they are */
+static void slot_move(int type, const uint8_t *src, int ls, uint8_t *dst, int ld, size_t row, int dim, el_half *h16) {
+    if (type == EL_F16) {
+        tile_get((const el_half *)src, dim, ls, h16);
+        tile_put((el_half *)dst, dim, ld, h16);
+    } else {
+        memmove(dst + (size_t)ld * row, src + (size_t)ls * row, row);
+    }
+}
+
+void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf) {
+    const int hk = e->d.head_dim_k, hv = e->d.head_dim_v;
+    for (int h = 0; h < e->d.n_head_kv; h++) {
+        slot_put(e, e->type_k, kv_kb(e, l, blk, h), e->k_row, hk, lane, k + (size_t)h * hk, buf);
+        slot_put(e, e->type_v, kv_vb(e, l, blk, h), e->v_row, hv, lane, v + (size_t)h * hv, buf);
+    }
+}
 
 static void *map_zeroed(size_t n) {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -27,10 +101,10 @@ int el_kv_reserve(el_engine *e, int g, int n_blocks) {
         st->pos = pos;
         for (int l = 0; l < e->d.n_layer; l++) {
             if (layer_group(e, l) != g) continue;
-            el_half **k = realloc(st->k[l], sizeof(el_half *) * (size_t)cap);
+            uint8_t **k = realloc(st->k[l], sizeof(uint8_t *) * (size_t)cap);
             if (!k) return -1;
             st->k[l] = k;
-            el_half **v = realloc(st->v[l], sizeof(el_half *) * (size_t)cap);
+            uint8_t **v = realloc(st->v[l], sizeof(uint8_t *) * (size_t)cap);
             if (!v) return -1;
             st->v[l] = v;
         }
@@ -103,17 +177,15 @@ int el_kv_positions(const el_engine *e, int g, const int32_t *table, int n, int3
     return 0;
 }
 
-/* rotate one stored key row (all kv heads of a slot) by the angles in rc */
-static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, float *buf, el_half *kp) {
+/* rotate the keys of one slot (all kv heads) by the angles in rc */
+static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, float *buf, el_half *h16) {
     const el_model_desc *d = &e->d;
     const int hk = d->head_dim_k;
     for (int h = 0; h < d->n_head_kv; h++) {
-        el_half *t = kv_k(e, l, blk, h);
-        tile_get(t, hk, lane, kp);
-        dequantize_row_f16(kp, buf, hk);
+        uint8_t *p = kv_kb(e, l, blk, h);
+        slot_get(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
-        e->vops.f32_to_f16(hk, buf, kp);
-        tile_put(t, hk, lane, kp);
+        slot_put(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
     }
 }
 
@@ -156,10 +228,8 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
             if (src < 0) continue;
             const int ls = (s + n_discard) % KT, ld = s % KT;
             for (int h = 0; h < d->n_head_kv; h++) {
-                tile_get(kv_k(e, l, src, h), hk, ls, kp);
-                tile_put(kv_k(e, l, dst, h), hk, ld, kp);
-                tile_get(kv_v(e, l, src, h), hv, ls, kp);
-                tile_put(kv_v(e, l, dst, h), hv, ld, kp);
+                slot_move(e->type_k, kv_kb(e, l, src, h), ls, kv_kb(e, l, dst, h), ld, e->k_row, hk, kp);
+                slot_move(e->type_v, kv_vb(e, l, src, h), ls, kv_vb(e, l, dst, h), ld, e->v_row, hv, kp);
             }
             if (d->n_rot && L->use_rope) rerope(e, l, dst, ld, rc, buf, kp);
         }
@@ -177,3 +247,44 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
     free(kp);
     return 0;
 }
+
+/* A block's contents in the portable layout (the numba engine's and the state files'): per layer
+ * of the group in order, the keys as [n_head_kv][KT] rows of the key type (f16: head_dim_k halves),
+ * then the values the same; then the KT positions. */
+size_t el_kv_block_bytes(const el_engine *e, int g) {
+    int n = 0;
+    for (int l = 0; l < e->d.n_layer; l++) n += layer_group(e, l) == g;
+    return (size_t)n * (k_block_bytes(e) + v_block_bytes(e)) + sizeof(int32_t) * KT;
+}
+
+/* one head's part of a block <-> KT rows: f16 tiles are transposed, quantized rows copied */
+static void part_rows(int type, uint8_t *part, uint8_t *rows, size_t row, int dim, int to_rows) {
+    if (type != EL_F16) {
+        if (to_rows) memcpy(rows, part, row * KT);
+        else memcpy(part, rows, row * KT);
+        return;
+    }
+    for (int lane = 0; lane < KT; lane++) {
+        el_half *r = (el_half *)(rows + (size_t)lane * row);
+        if (to_rows) tile_get((const el_half *)part, dim, lane, r);
+        else tile_put((el_half *)part, dim, lane, r);
+    }
+}
+
+static int block_io(el_engine *e, int g, int blk, uint8_t *buf, int to_buf) {
+    if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
+    uint8_t *p = buf;
+    for (int l = 0; l < e->d.n_layer; l++) {
+        if (layer_group(e, l) != g) continue;
+        for (int h = 0; h < e->d.n_head_kv; h++, p += e->k_head)
+            part_rows(e->type_k, kv_kb(e, l, blk, h), p, e->k_row, e->d.head_dim_k, to_buf);
+        for (int h = 0; h < e->d.n_head_kv; h++, p += e->v_head)
+            part_rows(e->type_v, kv_vb(e, l, blk, h), p, e->v_row, e->d.head_dim_v, to_buf);
+    }
+    if (to_buf) memcpy(p, kv_pos(e, g, blk), sizeof(int32_t) * KT);
+    else memcpy(kv_pos(e, g, blk), p, sizeof(int32_t) * KT);
+    return 0;
+}
+
+int el_kv_read_block(el_engine *e, int g, int blk, uint8_t *out) { return block_io(e, g, blk, out, 1); }
+int el_kv_write_block(el_engine *e, int g, int blk, const uint8_t *in) { return block_io(e, g, blk, (uint8_t *)in, 0); }

@@ -504,7 +504,8 @@ static void qk_tile_avx2(int hk, const float *q, int nq, int ldq, const el_half 
 /* ggml_vec_dot_f16's order: per lane class i, its four chunk accumulators (two ymm each) summed
  * in registers, combined (a0 + a2) + (a1 + a3), then el_sum16's tree across the classes (as in
  * qk_query_avx2); dims past the last multiple of 64 added in double */
-static void qk_tile_one_avx2(int hk, const float *q, const el_half *kt, float *out) {
+static inline __attribute__((always_inline)) void qk_one_query_avx2(int hk, const float *q, const el_half *kt,
+                                                                    const float *kf, float *out) {
     const int h64 = hk / 64 * 64;
     __m256 p[2][2];
     for (int g = 0; g < 4; g++) {
@@ -517,8 +518,8 @@ static void qk_tile_one_avx2(int hk, const float *q, const el_half *kt, float *o
                 for (int k = 0; k < 4; k++) {
                     const int d = d0 + 16 * k + i + 4 * c;
                     const __m256 qv = _mm256_broadcast_ss(q + d);
-                    a[k][0] = _mm256_fmadd_ps(qv, key8(kt, NULL, d, 0), a[k][0]);
-                    a[k][1] = _mm256_fmadd_ps(qv, key8(kt, NULL, d, 1), a[k][1]);
+                    a[k][0] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 0), a[k][0]);
+                    a[k][1] = _mm256_fmadd_ps(qv, key8(kt, kf, d, 1), a[k][1]);
                 }
             for (int h = 0; h < 2; h++) l[c][h] = _mm256_add_ps(_mm256_add_ps(a[0][h], a[2][h]), _mm256_add_ps(a[1][h], a[3][h]));
         }
@@ -538,7 +539,7 @@ static void qk_tile_one_avx2(int hk, const float *q, const el_half *kt, float *o
     for (int d = h64; d < hk; d++) {
         const __m256 qv = _mm256_broadcast_ss(q + d);
         for (int h = 0; h < 2; h++) {
-            const __m256 pr = _mm256_mul_ps(qv, key8(kt, NULL, d, h));  /* float product, as the twin */
+            const __m256 pr = _mm256_mul_ps(qv, key8(kt, kf, d, h));  /* float product, as the twin */
             s[2 * h] = _mm256_add_pd(s[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(pr)));
             s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(pr, 1)));
         }
@@ -546,13 +547,142 @@ static void qk_tile_one_avx2(int hk, const float *q, const el_half *kt, float *o
     for (int k = 0; k < 4; k++) _mm_storeu_ps(out + 4 * k, _mm256_cvtpd_ps(s[k]));
 }
 
-static void pv_tile_avx2(int hv, const float *w, const el_half *vt, float *acc) {
-    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
-    for (int d = 0; d < hv; d++) {
-        float *o = acc + d * 16;
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(w0, key8(vt, NULL, d, 0), _mm256_loadu_ps(o)));  /* exact products */
-        _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(w1, key8(vt, NULL, d, 1), _mm256_loadu_ps(o + 8)));
+static void qk_tile_one_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    if (nq > 1 && hk <= 256) {  /* keys converted once for all the queries */
+        float kf[256 * 16];
+        f16_to_f32_avx2(hk * 16, kt, kf);
+        for (int j = 0; j < nq; j++) qk_one_query_avx2(hk, q + (size_t)j * ldq, kt, kf, out + j * 16);
+        return;
     }
+    for (int j = 0; j < nq; j++) qk_one_query_avx2(hk, q + (size_t)j * ldq, kt, NULL, out + j * 16);
+}
+
+/* whether any of 16 weights is nonzero (NaN counts, -0 does not, as the twin's != 0) */
+static inline int any16_avx2(const float *w) {
+    const __m256 z = _mm256_setzero_ps();
+    return _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(_mm256_loadu_ps(w), z, _CMP_NEQ_UQ),
+                                           _mm256_cmp_ps(_mm256_loadu_ps(w + 8), z, _CMP_NEQ_UQ))) != 0;
+}
+
+/* The values of up to 8 tiles x 32 dims are converted once for every row; then per row, lane
+ * set and 4 dims the accumulators stay in registers over the tiles (fma: the products are exact) */
+static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                          int lda, int sets, int t0) {
+    float vf[8][32][16];
+    for (int tb = 0; tb < nt; tb += 8) {
+        const int ntb = EL_MIN(8, nt - tb);
+        for (int d0 = 0; d0 < nd; d0 += 32) {
+            const int ndb = EL_MIN(32, nd - d0);
+            int conv = 0;  /* tiles converted so far (lazily: only when some row needs them) */
+            for (int r = 0; r < nh; r++) {
+                const float *wr = w + (size_t)r * ldw + tb * 16;
+                int mask = 0;
+                for (int t = 0; t < ntb; t++) mask |= any16_avx2(wr + t * 16) << t;
+                if (!mask) continue;
+                for (; conv < ntb; conv++)
+                    if (vt[tb + conv])
+                        f16_to_f32_avx2(ndb * 16, vt[tb + conv] + (size_t)d0 * 16, vf[conv][0]);
+                for (int s = 0; s < sets; s++) {
+                    int ms = mask;  /* the tiles of lane set s */
+                    if (sets == 4)
+                        for (int t = 0; t < ntb; t++)
+                            if (((t0 + tb + t) & 3) != s) ms &= ~(1 << t);
+                    if (!ms) continue;
+                    float *a = acc + (size_t)r * lda + (size_t)s * nd * 16 + (size_t)d0 * 16;
+                    int dd = 0;
+                    for (; dd + 4 <= ndb; dd += 4) {
+                        __m256 x[8];
+                        for (int i = 0; i < 8; i++) x[i] = _mm256_loadu_ps(a + dd * 16 + 8 * i);
+                        for (int t = 0; t < ntb; t++) {
+                            if (!(ms >> t & 1)) continue;
+                            const __m256 w0 = _mm256_loadu_ps(wr + t * 16), w1 = _mm256_loadu_ps(wr + t * 16 + 8);
+                            for (int i = 0; i < 4; i++) {
+                                x[2 * i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(vf[t][dd + i]), x[2 * i]);
+                                x[2 * i + 1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(vf[t][dd + i] + 8), x[2 * i + 1]);
+                            }
+                        }
+                        for (int i = 0; i < 8; i++) _mm256_storeu_ps(a + dd * 16 + 8 * i, x[i]);
+                    }
+                    for (; dd < ndb; dd++) {
+                        __m256 x0 = _mm256_loadu_ps(a + dd * 16), x1 = _mm256_loadu_ps(a + dd * 16 + 8);
+                        for (int t = 0; t < ntb; t++) {
+                            if (!(ms >> t & 1)) continue;
+                            x0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + t * 16), _mm256_loadu_ps(vf[t][dd]), x0);
+                            x1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + t * 16 + 8), _mm256_loadu_ps(vf[t][dd] + 8), x1);
+                        }
+                        _mm256_storeu_ps(a + dd * 16, x0);
+                        _mm256_storeu_ps(a + dd * 16 + 8, x1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* the 32 values d * q (exact) of a q8_0 / q4_0 block */
+static inline void q8_0_values_avx2(const block_q8_0 *x, float *v) {
+    const __m256 d = _mm256_set1_ps(el_half_to_float(x->d));
+    for (int i = 0; i < 4; i++) {
+        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * i)));
+        _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+    }
+}
+static inline void q4_0_values_avx2(const block_q4_0 *x, float *v) {
+    const __m256 d = _mm256_set1_ps(el_half_to_float(x->d));
+    const __m128i b = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; i++)
+        _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]))));
+}
+
+/* a tile's 16 rows dequantized once (up to 256 dims at a time) for every row of weights, whose
+ * accumulators stay in registers over the 16 slots, 64 dims at a time: w * x rounded, then added */
+static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                      const float *w, int ldw, float *acc, int lda) {
+    float xv[16][256];
+    for (int t = 0; t < nt; t++) {
+        if (!vt[t]) continue;
+        int need = 0;
+        for (int r = 0; r < nh && !need; r++) need = any16_avx2(w + (size_t)r * ldw + t * 16);
+        if (!need) continue;
+        for (int db = 0; db < nd; db += 256) {
+            const int ndb = EL_MIN(256, nd - db);
+            for (int l = 0; l < 16; l++) {
+                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
+                for (int b = 0; b < ndb / 32; b++) {
+                    const int bi = b0 + db / 32 + b;
+                    if (q4) q4_0_values_avx2((const block_q4_0 *)row + bi, xv[l] + 32 * b);
+                    else q8_0_values_avx2((const block_q8_0 *)row + bi, xv[l] + 32 * b);
+                }
+            }
+            for (int r = 0; r < nh; r++) {
+                const float *wt = w + (size_t)r * ldw + t * 16;
+                if (!any16_avx2(wt)) continue;
+                for (int dd = 0; dd < ndb; dd += 64) {
+                    const int nv = EL_MIN(64, ndb - dd) / 8;  /* 8 or 4 vectors */
+                    float *a = acc + (size_t)r * lda + db + dd;
+                    __m256 x[8];
+                    for (int i = 0; i < nv; i++) x[i] = _mm256_loadu_ps(a + 8 * i);
+                    for (int l = 0; l < 16; l++) {
+                        const __m256 wl = _mm256_broadcast_ss(wt + l);
+                        for (int i = 0; i < nv; i++)
+                            x[i] = _mm256_add_ps(x[i], _mm256_mul_ps(wl, _mm256_loadu_ps(xv[l] + dd + 8 * i)));
+                    }
+                    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a + 8 * i, x[i]);
+                }
+            }
+        }
+    }
+}
+
+static void pv_q8_0_avx2(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                         const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx2(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+static void pv_q4_0_avx2(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                         const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx2(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_avx2(int n, const float *acc, float *out) {
@@ -643,7 +773,9 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.f16_to_f32 = f16_to_f32_avx2;
     el_vops.qk_tile = qk_tile_avx2;
     el_vops.qk_tile_one = qk_tile_one_avx2;
-    el_vops.pv_tile = pv_tile_avx2;
+    el_vops.pv_tiles = pv_tiles_avx2;
+    el_vops.pv_q8_0 = pv_q8_0_avx2;
+    el_vops.pv_q4_0 = pv_q4_0_avx2;
     el_vops.sum16_rows = sum16_rows_avx2;
     el_vops.exp_sum = exp_sum_avx2;
     el_vops.silu_mul = silu_mul_avx2;

@@ -587,7 +587,7 @@ static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_hal
 }
 
 /* per lane class i < 16, the four chunk accumulators stay in registers; then el_sum16 across i */
-static void qk_tile_one_avx512(int hk, const float *q, const el_half *kt, float *out) {
+static void qk_one_query_avx512(int hk, const float *q, const el_half *kt, float *out) {
     const int h64 = hk / 64 * 64;
     __m512 t[16];
     for (int i = 0; i < 16; i++) {
@@ -616,12 +616,8 @@ static void qk_tile_one_avx512(int hk, const float *q, const el_half *kt, float 
     }
 }
 
-static void pv_tile_avx512(int hv, const float *w, const el_half *vt, float *acc) {
-    const __m512 wv = _mm512_loadu_ps(w);
-    for (int d = 0; d < hv; d++) {
-        const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vt + d * 16)));
-        _mm512_storeu_ps(acc + d * 16, _mm512_fmadd_ps(wv, v, _mm512_loadu_ps(acc + d * 16)));  /* exact product */
-    }
+static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    for (int j = 0; j < nq; j++) qk_one_query_avx512(hk, q + (size_t)j * ldq, kt, out + j * 16);
 }
 
 static void sum16_rows_avx512(int n, const float *acc, float *out) {
@@ -672,7 +668,6 @@ void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
     el_vops.qk_tile = qk_tile_avx512;
     el_vops.qk_tile_one = qk_tile_one_avx512;
-    el_vops.pv_tile = pv_tile_avx512;
     el_vops.sum16_rows = sum16_rows_avx512;
     el_vops.exp_sum = exp_sum_avx512;
     el_vops.silu_mul = silu_mul_avx512;

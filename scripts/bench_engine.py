@@ -2,13 +2,13 @@
 """Measurements of the batched engine beyond `edgellm bench --batch`:
 
     python scripts/bench_engine.py prefix MODEL [-t 2]     # prefix reuse: time to first token
-    python scripts/bench_engine.py rss MODEL [-t 2]        # 32 x 512 tokens: peak RSS vs blocks
+    python scripts/bench_engine.py rss MODEL [-t 2] [--cache-types f16/f16,q8_0/q8_0,q4_0/q4_0]
     python scripts/bench_engine.py contention MODEL [--llama-bench PATH]
 
 prefix: 16 requests sharing a 1,000-token system prompt, one after another through BatchEngine,
 with and without the prefix cache; the median time to first token of requests 2..16 and the
-ratio. rss: 32 sequences of 512 tokens decoded together (in a fresh process); peak RSS against
-the file + the KV blocks in use + 64 MB. contention: 2-thread decode alone, then with a busy loop
+ratio. rss: 32 sequences of 512 tokens decoded together (in a fresh process per KV cache type);
+peak RSS against the file + the KV blocks in use + 64 MB. contention: 2-thread decode alone, then with a busy loop
 pinned on one core, and -t 3 / -t 8 on this machine's cores (unclamped: EDGELLM_NO_CLAMP=1),
 beside llama-bench's tg under the same conditions when --llama-bench is given.
 """
@@ -50,8 +50,8 @@ def prefix(args) -> None:
 RSS_CHILD = r"""
 import resource, sys, edgellm
 from edgellm.batch import LOGITS_LAST, Step
-path, threads = sys.argv[1], int(sys.argv[2])
-llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads)
+path, threads, ctk, ctv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads, cache_type_k=ctk, cache_type_v=ctv)
 eng, pool = llm._engine, llm._pool
 import numpy as np
 rng = np.random.default_rng(0)
@@ -65,9 +65,8 @@ while seqs[0].n < 512:
     for s in seqs:
         pool.reserve(s, 1); st.add(s, [int(rng.integers(3, llm.n_vocab))], LOGITS_LAST)
     st.run(eng, pool)
-cfg = llm.config
-per_block = 2 * 16 * cfg.n_head_kv * (cfg.head_dim_k + cfg.head_dim_v)  # f16 K and V, one layer
-blocks = sum(pool.blocks_in_use(g) * per_block * sum(1 for lc in cfg.layers if lc.is_swa == bool(g)) for g in (0, 1))
+# a block's bytes in every layer of its group (keys and values in the cache types, positions)
+blocks = sum(pool.blocks_in_use(g) * eng.kv_block_bytes(g) for g in ((0, 1) if eng.has_swa else (0,)))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, blocks, sum(t.nbytes for t in llm.gguf.tensors.values()))
 """
 
@@ -76,13 +75,16 @@ def rss(args) -> None:
     from edgellm.registry import resolve
 
     path = str(resolve(args.model))
-    r = subprocess.run([sys.executable, "-c", RSS_CHILD, path, str(args.threads)], capture_output=True, text=True,
-                       check=True)
-    peak, kv, weights = map(int, r.stdout.split())
-    file_size = os.path.getsize(path)
-    bound = file_size + kv + 64 * 2**20
-    print(f"32 x 512 tokens: peak RSS {peak / 2**20:.1f} MiB; file {file_size / 2**20:.1f} MiB + KV blocks in use "
-          f"{kv / 2**20:.1f} MiB + 64 MiB = {bound / 2**20:.1f} MiB: {'within' if peak <= bound else 'ABOVE'}")
+    for types in args.cache_types.split(","):
+        ctk, ctv = types.split("/")
+        r = subprocess.run([sys.executable, "-c", RSS_CHILD, path, str(args.threads), ctk, ctv], capture_output=True,
+                           text=True, check=True)
+        peak, kv, weights = map(int, r.stdout.split())
+        file_size = os.path.getsize(path)
+        bound = file_size + kv + 64 * 2**20
+        print(f"32 x 512 tokens, KV {ctk}/{ctv}: peak RSS {peak / 2**20:.1f} MiB; file {file_size / 2**20:.1f} MiB + "
+              f"KV blocks in use {kv / 2**20:.1f} MiB + 64 MiB = {bound / 2**20:.1f} MiB: "
+              f"{'within' if peak <= bound else 'ABOVE'}")
 
 
 def _tg(cmd, env=None) -> float:
@@ -125,6 +127,8 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (contention)")
+    ap.add_argument("--cache-types", default="f16/f16,q8_0/q8_0,q4_0/q4_0",
+                    help="rss: comma-separated K/V cache type pairs, one fresh process each")
     args = ap.parse_args()
     {"prefix": prefix, "rss": rss, "contention": contention}[args.what](args)
 

@@ -5,8 +5,11 @@
 
 llama.cpp comes from the `llama-cpp-python` package (its bundled libllama), installed from PyPI into a
 separate virtual environment when --install-llamacpp is given (a source build: ~10 minutes once), or
-any Python that can `import llama_cpp` (--llama-python). Both sides run llama-bench's method in fresh
-processes: ppN = N random tokens in one batch on an empty cache; tgN = N single-token decodes. Each
+any Python that can `import llama_cpp` (--llama-python), or llama.cpp's own llama-bench binary
+(--llama-bench; needed for -d DEPTHS and -ctk/-ctv cache types). Both sides run llama-bench's method
+in fresh processes: ppN = N random tokens in one batch on an empty cache (or after a context of
+-d tokens); tgN = N single-token decodes. For tg, edgellm's bytes read per token (weights + K/V)
+and their share of a plain read loop's GB/s are printed too. Each
 round runs llama.cpp then edgellm for every model and thread count; the table gives the median over
 rounds and the ratio edgellm / llama.cpp. --cold-start also times process start to first generated
 token: `edgellm generate ... -n 1` against the same through llama-cpp-python, or against llama.cpp's
@@ -76,9 +79,14 @@ EDGELLM_WORKER = r"""
 import json, sys
 from edgellm import bench
 path, n_threads, n_prompt, n_gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-res = bench.run(path, n_prompt=n_prompt, n_gen=n_gen, threads=[n_threads], reps=1)
-out = {r.test[:2]: r.samples[0] for r in res}
+depths = [int(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else [0]
+ctk, ctv = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("f16", "f16")
+res = bench.run(path, n_prompt=n_prompt, n_gen=n_gen, threads=[n_threads], reps=1, depths=depths,
+                cache_type_k=ctk, cache_type_v=ctv)
+out = {f"{r.test[:2]}@{r.depth}" if r.depth else r.test[:2]: r.samples[0] for r in res}
 out["isa"] = res[0].backend
+out["bytes"] = {f"{r.test[:2]}@{r.depth}" if r.depth else r.test[:2]: r.bytes_per_token for r in res}
+out["read_loop_gbps"] = max((r.read_loop_gbps for r in res), default=0.0)
 print(json.dumps(out))
 """
 
@@ -108,14 +116,33 @@ def llamacpp_python(args) -> str:
     return str(py)
 
 
-def run_worker(python: str, code: str, path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+def run_worker(python: str, code: str, path: str, threads: int, n_prompt: int, n_gen: int, extra=()) -> dict:
     # both sides import numpy; its idle BLAS threads must not compete with the measured ones
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    r = subprocess.run([python, "-c", code, path, str(threads), str(n_prompt), str(n_gen)],
+    r = subprocess.run([python, "-c", code, path, str(threads), str(n_prompt), str(n_gen), *extra],
                        capture_output=True, text=True, timeout=3600, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"worker failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_llama_bench(binary: str, path: str, threads: int, n_prompt: int, n_gen: int, depths: list[int],
+                    ctk: str, ctv: str) -> dict:
+    """llama.cpp's own llama-bench, one repetition, with -d and -ctk/-ctv; flash attention where a
+    quantized V cache needs it (llama.cpp refuses one without), its default (auto) otherwise."""
+    cmd = [binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
+           "-d", ",".join(map(str, depths)), "-ctk", ctk, "-ctv", ctv, "-r", "1", "-o", "json"]
+    if ctv != "f16":
+        cmd += ["-fa", "on"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    out = {}
+    for row in json.loads(r.stdout):
+        kind = "pp" if row["n_prompt"] else "tg"
+        d = int(row.get("n_depth", 0))
+        out[f"{kind}@{d}" if d else kind] = float(row["avg_ts"])
+    return out
 
 
 def cold_start(cmd: list[str]) -> float:
@@ -148,6 +175,11 @@ def main() -> None:
     ap.add_argument("--cold-start", action="store_true", help="also time process start to first token")
     ap.add_argument("--llama-cli", help="llama.cpp's CLI binary for --cold-start (llama-completion)")
     ap.add_argument("--json", help="also write the raw figures here")
+    ap.add_argument("-d", "--depth", default="0", help="comma-separated context depths (llama-bench's -d)")
+    ap.add_argument("-ctk", "--cache-type-k", default="f16", help="KV cache type of the keys (f16, q8_0, q4_0)")
+    ap.add_argument("-ctv", "--cache-type-v", default="f16", help="KV cache type of the values")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: the llama.cpp side runs it (needed "
+                                          "for -d, -ctk, -ctv)")
     ap.add_argument("--batched", help="comma-separated sequence counts: llama-batched-bench's test instead")
     ap.add_argument("--batched-bench", help="llama.cpp's llama-batched-bench binary (with --batched)")
     args = ap.parse_args()
@@ -158,32 +190,52 @@ def main() -> None:
 
     paths = {m: str(resolve(m)) for m in args.models}
     threads = [int(t) for t in args.threads.split(",")]
-    py = llamacpp_python(args)
+    depths = [int(d) for d in args.depth.split(",")]
+    ctk, ctv = args.cache_type_k, args.cache_type_v
+    tests = [("pp", d) for d in depths if args.n_prompt] + [("tg", d) for d in depths if args.n_gen]
+    keys = [f"{k}@{d}" if d else k for k, d in tests]
+    if not args.llama_bench and (depths != [0] or ctk != "f16" or ctv != "f16"):
+        sys.exit("-d, -ctk and -ctv need --llama-bench PATH (llama.cpp's llama-bench binary)")
+    py = None if args.llama_bench else llamacpp_python(args)
     raw: dict = {}
+    info: dict = {}
     for rnd in range(args.rounds):
         for m, path in paths.items():
             for t in threads:
-                for side, (python, code) in (("llama.cpp", (py, LLAMA_WORKER)),
-                                             ("edgellm", (sys.executable, EDGELLM_WORKER))):
-                    res = run_worker(python, code, path, t, args.n_prompt, args.n_gen)
-                    for test in ("pp", "tg"):
-                        if test in res:
-                            raw.setdefault((m, t, test), {}).setdefault(side, []).append(res[test])
+                for side in ("llama.cpp", "edgellm"):
                     if side == "edgellm":
-                        raw.setdefault("isa", res.get("isa"))
+                        res = run_worker(sys.executable, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
+                                         extra=[",".join(map(str, depths)), ctk, ctv])
+                        info.setdefault("isa", res.get("isa"))
+                        info.setdefault("bytes", {})[(m, t)] = res.get("bytes", {})
+                        info.setdefault("loop", {}).setdefault((m, t), []).append(res.get("read_loop_gbps", 0.0))
+                    elif args.llama_bench:
+                        res = run_llama_bench(args.llama_bench, path, t, args.n_prompt, args.n_gen, depths, ctk, ctv)
+                    else:
+                        res = run_worker(py, LLAMA_WORKER, path, t, args.n_prompt, args.n_gen)
+                    for key in keys:
+                        if key in res:
+                            raw.setdefault((m, t, key), {}).setdefault(side, []).append(res[key])
                     print(f"round {rnd + 1}: {m} t={t} {side}: " +
-                          ", ".join(f"{k} {v:.1f}" for k, v in res.items() if k in ("pp", "tg")), file=sys.stderr)
-    print(f"\nMachine: {machine()}; edgellm ISA path: {raw.get('isa')}; median of {args.rounds} alternating rounds\n")
-    print("| model | threads | test | llama.cpp t/s | edgellm t/s | ratio |")
-    print("|---|---:|---|---:|---:|---:|")
+                          ", ".join(f"{k} {res[k]:.1f}" for k in keys if k in res), file=sys.stderr)
+    print(f"\nMachine: {machine()}; edgellm ISA path: {info.get('isa')}; KV cache {ctk}/{ctv}; "
+          f"median of {args.rounds} alternating rounds\n")
+    print("| model | threads | test | llama.cpp t/s | edgellm t/s | ratio | edgellm GB/s (bytes/token) | "
+          "of read loop |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     table = []
-    for (m, t, test), sides in ((k, v) for k, v in raw.items() if isinstance(k, tuple)):
+    for (m, t, key), sides in raw.items():
         a = statistics.median(sides["llama.cpp"])
         b = statistics.median(sides["edgellm"])
-        name = f"{test}{args.n_prompt if test == 'pp' else args.n_gen}"
+        kind, _, d = key.partition("@")
+        name = f"{kind}{args.n_prompt if kind == 'pp' else args.n_gen}" + (f" @ d{d}" if d else "")
+        nbytes = info["bytes"].get((m, t), {}).get(key, 0)
+        loop = statistics.median(info["loop"][(m, t)])
+        gbps = nbytes * b / 1e9
         table.append({"model": m, "threads": t, "test": name, "llama.cpp": a, "edgellm": b, "ratio": b / a,
-                      "samples": sides})
-        print(f"| {Path(paths[m]).name} | {t} | {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+                      "bytes_per_token": nbytes, "read_loop_gbps": loop, "samples": sides})
+        bw = f"{gbps:.1f} ({nbytes / 1e6:.0f} MB) | {gbps / loop:.0%}" if nbytes and loop else " | "
+        print(f"| {Path(paths[m]).name} | {t} | {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {bw} |")
     if args.cold_start:
         print("\n| model | llama.cpp cold start s | edgellm cold start s | difference s |")
         print("|---|---:|---:|---:|")

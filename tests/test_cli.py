@@ -128,6 +128,24 @@ def test_generate_on_tiny_model(tiny_path):
     assert "tok/s" in r.stderr
 
 
+def test_cache_types_on_every_command(tiny_path, tmp_path):
+    """-ctk / -ctv reach the model on generate, bench (with -d) and perplexity; a bad name is one line."""
+    r = run_cli("generate", str(tiny_path), "-p", "the cat", "-n", "3", "--temp", "0", "-ctk", "q8_0", "-ctv", "q4_0")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("bench", str(tiny_path), "-p", "8", "-n", "4", "-d", "0,40", "-r", "1", "-ctk", "q4_0", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["results"]
+    assert [(x["test"], x["depth"], x["cache_types"]) for x in rows] == [
+        ("pp8", 0, "q4_0/f16"), ("tg4", 0, "q4_0/f16"), ("pp8 @ d40", 40, "q4_0/f16"), ("tg4 @ d40", 40, "q4_0/f16")]
+    assert rows[3]["kv_bytes_per_token"] > rows[1]["kv_bytes_per_token"] > 0
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 40)
+    r = run_cli("perplexity", str(tiny_path), "-f", str(text), "-c", "32", "--chunks", "2", "-ctv", "q8_0")
+    assert r.returncode == 0 and "Final estimate: PPL" in r.stdout, r.stderr
+    r = run_cli("generate", str(tiny_path), "-p", "x", "-ctk", "q5_9")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "q5_9" in r.stderr
+
+
 @pytest.mark.parametrize("make_bad", ["missing", "garbage", "truncated", "directory"])
 def test_bad_model_file_is_one_line(tmp_path, tiny_path, make_bad):
     p = tmp_path / "m.gguf"
@@ -171,6 +189,54 @@ def test_long_chat_keeps_going(tiny_path):
     assert "oldest turn was dropped" in r.stderr
     assert "error" not in r.stderr
     assert r.stderr.count("[prompt: ") == 6  # every turn was answered (-v's line after each answer)
+
+    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0"],
+                          encoding="utf-8", timeout=120)
+    child.logfile_read = log = io.StringIO()
+    try:
+        child.expect("> ")
+        for _ in range(6):
+            child.sendline("the cat sat on the mat the dog sat on the mat")
+            child.expect("> ")
+        assert "oldest turn was dropped" in log.getvalue()
+        assert "error" not in log.getvalue()
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_run_prompt_cache_reopens_the_chat(tiny_path, tmp_path):
+    """`run --prompt-cache FILE` saves the chat after each answer; a second run reopens it (its
+    history and cache) and the next answer is the one the first run would have given."""
+    import io
+
+    def chat(lines, cache):
+        child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "256", "-n", "5", "--temp", "0"] +
+                              (["--prompt-cache", str(cache)] if cache else []), encoding="utf-8", timeout=120)
+        child.logfile_read = log = io.StringIO()
+        try:
+            child.expect("> ")
+            for line in lines:
+                child.sendline(line)
+                child.expect("> ")
+            child.sendline("/exit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close()
+        assert child.exitstatus == 0, log.getvalue()
+        return log.getvalue()
+
+    cache = tmp_path / "chat.state"
+    one = chat(["the cat sat", "on the mat"], None)
+    chat(["the cat sat"], cache)
+    two = chat(["on the mat"], cache)
+    assert "reopened a chat of 1 turns" in two
+    assert one.rsplit("on the mat", 1)[1].split(">")[0] == two.rsplit("on the mat", 1)[1].split(">")[0]
+    cache.write_bytes(cache.read_bytes()[:-10])
+    r = run_cli("run", str(tiny_path), "--prompt-cache", str(cache), input="")
+    assert r.returncode == 1 and "corrupt or truncated" in r.stderr and "Traceback" not in r.stderr
 
 
 # ------------------------------------------------------------------------------ rough edges

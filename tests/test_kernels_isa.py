@@ -60,15 +60,20 @@ typedef struct {
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
-    void (*qk_tile_one)(int hk, const float *q, const el_half *kt, float *out);
-    void (*pv_tile)(int hv, const float *w, const el_half *vt, float *acc);
+    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                     int lda, int sets, int t0);
+    void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
+                    int ldw, float *acc, int lda);
+    void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
+                    int ldw, float *acc, int lda);
     void (*sum16_rows)(int n, const float *acc, float *out);
     double (*exp_sum)(int n, float *x, float max);
     void (*silu_mul)(int64_t n, float *g, const float *u);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 """)
-VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "pv_tile", "sum16_rows", "exp_sum", "silu_mul"]
+VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul"]
 
 
 def _variants() -> list[str]:
@@ -534,18 +539,39 @@ def _run_vops(vops, rng_seed: int) -> dict:
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
             out[f"qk_tile hk={hk} nq={nq}"] = o
-        q = _f16_values(rng, hk, 4.0)
-        o = np.zeros(16, dtype=np.float32)
-        vops.qk_tile_one(hk, _ptr("float *", q), _ptr("el_half *", kt), _ptr("float *", o))
-        out[f"qk_tile_one hk={hk}"] = o
+        for nq, ldq in ((1, hk), (4, hk + 3)):
+            q = _f16_values(rng, (nq, ldq), 4.0)
+            o = np.zeros((nq, 16), dtype=np.float32)
+            vops.qk_tile_one(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
+            out[f"qk_tile_one hk={hk} nq={nq}"] = o
     for hv in (64, 80, 256):
-        w = rng.uniform(0, 1, 16).astype(np.float16).astype(np.float32)
-        w[3] = 0.0
-        vt = _f16_values(rng, (hv, 16)).astype(np.float16).view(np.uint16)
-        acc = rng.standard_normal((hv, 16)).astype(np.float32)
-        vops.pv_tile(hv, _ptr("float *", w), _ptr("el_half *", vt), _ptr("float *", acc))
-        vops.pv_tile(hv, _ptr("float *", w[::-1].copy()), _ptr("el_half *", vt), _ptr("float *", acc))
-        out[f"pv_tile hv={hv}"] = acc
+        # 11 tiles (more than one pass of 8), 3 rows; some (row, tile) pairs all zero, one tile absent
+        nt, nh = 11, 3
+        w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
+        w[:, 3] = 0.0
+        w[1, 16:32] = 0.0
+        w[:, 5 * 16:6 * 16] = 0.0
+        tiles = [_f16_values(rng, (hv, 16)).astype(np.float16).view(np.uint16) for _ in range(nt)]
+        for sets, nd, d0 in ((1, hv, 0), (4, hv, 0), (1, hv // 2 - 8, 8)):
+            vt = _ABI.new("el_half *[]", nt)
+            for t in range(nt):
+                vt[t] = _ABI.NULL if t == 5 else _ABI.cast("el_half *", tiles[t].ctypes.data) + d0 * 16
+            lda = sets * nd * 16 + 5
+            acc = rng.standard_normal(nh * lda).astype(np.float32)
+            vops.pv_tiles(nd, nt, vt, nh, _ptr("float *", w), nt * 16, _ptr("float *", acc), lda, sets, 2)
+            out[f"pv_tiles hv={hv} sets={sets} nd={nd}"] = acc
+        if hv % 32 == 0:  # values quantized per slot row (q8_0 / q4_0 blocks; dims from block 1 on)
+            for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
+                rows = [quant_ops.quantize_rows(qt, rng.standard_normal((16, hv + 32)).astype(np.float32), "c")
+                        for _ in range(nt)]
+                vq = _ABI.new("uint8_t *[]", nt)
+                for t in range(nt):
+                    vq[t] = _ABI.NULL if t == 5 else _ABI.cast("uint8_t *", rows[t].ctypes.data)
+                qacc = rng.standard_normal(nh * hv).astype(np.float32)
+                getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nh, _ptr("float *", w), nt * 16,
+                                    _ptr("float *", qacc), hv)
+                out[f"{name} hv={hv}"] = qacc
+        acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
         vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
         out[f"sum16_rows n={hv}"] = s

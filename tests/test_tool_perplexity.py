@@ -242,3 +242,41 @@ def test_real_kl_divergence_against_an_f16_base(smollm2_path, fixtures_dir, tmp_
     top = {k: _stat(v, "Same top p") for k, v in results.items()}
     assert 0 <= kld["q4_1"] < 0.05 and kld["q4_1"] < kld["q2_k"], kld
     assert top["q4_1"] > 90 and top["q4_1"] > top["q2_k"], top
+
+
+@pytest.fixture(scope="module")
+def kv_type_runs(smollm2_path, fixtures_dir, tmp_path_factory):
+    """SmolLM2 on the fixture text (-c 512, 3 chunks) with an f16 cache saving its logits, then
+    q8_0 and q4_0 caches against them (llama-perplexity's --kl-divergence): (base PPL, {type:
+    (PPL, mean KLD)})."""
+    runner = CliRunner()
+    logits = tmp_path_factory.mktemp("kvq") / "base.bin"
+    base = runner.invoke(perplexity_cmd, [str(smollm2_path), "-f", str(fixtures_dir / "apache-2.0.txt"), "-c", "512",
+                                          "--chunks", "3", "--save-logits", str(logits)])
+    assert base.exit_code == 0, base.output
+    out = {}
+    for t in ("q8_0", "q4_0"):
+        res = runner.invoke(perplexity_cmd, [str(smollm2_path), "-ctk", t, "-ctv", t, "--kl-divergence", str(logits)])
+        assert res.exit_code == 0, res.output
+        out[t] = (_stat(res.output, "Mean PPL(Q)"), _stat(res.output, "Mean    KLD"))
+    return _final_ppl(base.output), out
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_quantized_kv_cache_drift(kv_type_runs):
+    """Each cache type moves the distribution, q4_0 further than q8_0."""
+    _, out = kv_type_runs
+    assert 0 < out["q8_0"][1] < out["q4_0"][1], out
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="measured: q8_0 PPL 14.290 against f16's 14.367 (-0.53%; at -c 128, 17 "
+                                       "chunks: -0.52%); llama.cpp (-fa on) moves +0.13%: it rotates Q, K and V "
+                                       "by a Walsh-Hadamard matrix for quantized caches (attn_rot_k/v), edgellm "
+                                       "does not yet")
+def test_real_q8_0_cache_perplexity_within_half_a_percent(kv_type_runs):
+    """The issue's bar: a q8_0 cache keeps perplexity within 0.5% of f16's."""
+    base, out = kv_type_runs
+    assert out["q8_0"][0] == pytest.approx(base, rel=0.005), (base, out)

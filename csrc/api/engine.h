@@ -57,10 +57,12 @@ typedef struct {
 
 typedef struct el_engine el_engine;
 
-/* n_ctx: the most slots one sequence may hold; n_batch: the most tokens of one decode call.
- * Returns NULL when memory cannot be allocated or the description is inconsistent
- * (el_last_error() says why). The KV pool starts empty (el_kv_reserve). */
-el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads);
+/* n_ctx: the most slots one sequence may hold; n_batch: the most tokens of one decode call;
+ * type_k, type_v: the KV cache types (ggml ids: 1 f16, 8 q8_0, 2 q4_0; quantized ones need head
+ * sizes that are multiples of 32). Returns NULL when memory cannot be allocated or the
+ * description is inconsistent (el_last_error() says why). The KV pool starts empty
+ * (el_kv_reserve). */
+el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads, int type_k, int type_v);
 void el_engine_free(el_engine *e);
 const char *el_last_error(void);
 int el_engine_set_threads(el_engine *e, int n_threads);
@@ -81,6 +83,12 @@ int el_kv_copy_block(el_engine *e, int group, int src, int dst);
 int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots, int n_keep, int n_discard);
 /* Positions held by slots [0, n) of a sequence in group g (-1 where the block is absent). */
 int el_kv_positions(const el_engine *e, int group, const int32_t *table, int n, int32_t *out);
+/* A block of group g as portable bytes, el_kv_block_bytes of them (saved sessions; kv.c gives
+ * the layout, which the numba engine shares): read copies block blk out, write copies it in.
+ * 0, or -2 for a bad group or block. */
+size_t el_kv_block_bytes(const el_engine *e, int group);
+int el_kv_read_block(el_engine *e, int group, int blk, uint8_t *out);
+int el_kv_write_block(el_engine *e, int group, int blk, const uint8_t *in);
 
 typedef struct {
     int n_tokens;
@@ -103,6 +111,10 @@ typedef struct {
  * llama.cpp switches to there, as the single-stream API reproduces llama.cpp's numbers.
  * Returns 0, or -2 for a bad batch (el_last_error() says what). */
 int el_engine_decode(el_engine *e, const el_batch *b, float *logits);
+
+/* Which layer groups the last step's attention split across threads (bit g: group g), for
+ * tests and benchmarks: a split changes no result (attention.c says why). */
+int el_engine_attention_split(const el_engine *e);
 
 /* Debugging: fn(name, layer, data, rows, cols, ld) sees each named intermediate of a forward
  * pass (names as llama.cpp's graph uses them); NULL turns it off. Not thread-safe to change

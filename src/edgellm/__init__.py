@@ -7,6 +7,7 @@ from .errors import (
     GGUFError,
     GrammarError,
     ModelNotFoundError,
+    StateFileError,
     UnsupportedModelError,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "UnsupportedModelError",
     "ContextOverflowError",
     "ModelNotFoundError",
+    "StateFileError",
     "__version__",
 ]
 

@@ -21,7 +21,7 @@ from . import kernels, models
 from .errors import ContextOverflowError, GGUFError, GrammarError
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
-from .kv_cache import KVPool
+from .kv_cache import DEFAULT_CACHE_TYPE, KVPool, cache_type
 from .models.base import bind_weights
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
@@ -100,9 +100,9 @@ class Session:
     different threads; each call on one session must finish before the next starts. Their numbers
     are llama.cpp's: a step takes the kernels llama.cpp takes for a batch of its size."""
 
-    def __init__(self, llm: "LLM"):
+    def __init__(self, llm: "LLM", _seq=None):
         self._llm = llm
-        self._seq = llm._pool.new_sequence()
+        self._seq = llm._pool.new_sequence() if _seq is None else _seq
         self._busy = threading.Lock()
         # the blocks go back to the pool when the session is dropped
         self._finalizer = weakref.finalize(self, _release_sequence, llm._engine_lock, llm._pool, self._seq)
@@ -126,6 +126,29 @@ class Session:
     def close(self) -> None:
         """Give the session's KV blocks back now (it is empty afterwards)."""
         self.reset()
+
+    def fork(self) -> "Session":
+        """A new session holding the same tokens: it shares this one's KV blocks until either
+        writes into a shared one (copy-on-write), so forking a long context is free."""
+        with self._llm._engine_lock:
+            return Session(self._llm, self._llm._pool.fork(self._seq))
+
+    def save_state(self, path: str | os.PathLike, meta=None) -> None:
+        """Write what the session holds (its tokens and KV cache, with the model's sha256 and the
+        cache types) to path; meta: JSON-able data kept with it (load_state returns it)."""
+        from . import state
+
+        with self._llm._engine_lock:
+            state.save(self._llm, self._seq, path, meta)
+
+    def load_state(self, path: str | os.PathLike):
+        """Replace what the session holds by a saved state: feeding goes on as if it had never
+        stopped. Raises state.StateFileError (the session unchanged) for a truncated or corrupt
+        file, another model, other cache types or a context too small. Returns its meta."""
+        from . import state
+
+        with self._llm._engine_lock:
+            return state.load(self._llm, self._seq, path)
 
     def feed(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ids after what the session holds; returns the logits of the last one."""
@@ -212,7 +235,8 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                  seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
-                 progress: bool = False, mlock: bool = False):
+                 progress: bool = False, cache_type_k: str = DEFAULT_CACHE_TYPE,
+                 cache_type_v: str = DEFAULT_CACHE_TYPE, mlock: bool = False):
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0 (0 = the model's training context), got {n_ctx}")
         if n_batch <= 0:
@@ -229,6 +253,10 @@ class LLM:
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
                             f"{self.config.n_vocab} output rows")
+        # the KV cache types (kv_cache.CACHE_TYPES: f16, q8_0, q4_0), checked before any work
+        self.cache_type_k, self.cache_type_v = str(cache_type_k).lower(), str(cache_type_v).lower()
+        self._cache_types = (cache_type(cache_type_k, self.config.head_dim_k, "cache_type_k"),
+                             cache_type(cache_type_v, self.config.head_dim_v, "cache_type_v"))
         self.n_ctx = n_ctx or self.config.n_ctx_train
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = clamp_threads(n_threads or physical_cores())
@@ -277,7 +305,8 @@ class LLM:
                     if kernels.backend_name() == "c":
                         self._store.move_to_huge_pages()
                     eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
-                                                n_batch=self.n_batch, n_threads=self.n_threads, store=self._store)
+                                                n_batch=self.n_batch, n_threads=self.n_threads, store=self._store,
+                                                cache_types=self._cache_types)
                     self._kv = KVPool(eng, n_ctx=self.n_ctx, n_swa=self.config.n_swa, has_swa=eng.has_swa)
                     self._eng = eng
         return self._eng
@@ -313,6 +342,30 @@ class LLM:
 
     def session(self) -> Session:
         return Session(self)
+
+    @property
+    def model_sha256(self) -> str:
+        """The model file's sha256 (computed once; saved states record it)."""
+        if getattr(self, "_sha256", None) is None:
+            from .state import file_sha256
+
+            self._sha256 = file_sha256(self.path)
+        return self._sha256
+
+    def save_state(self, path: str | os.PathLike, meta=None) -> None:
+        """Save the prompt cache generate() and chat() reuse (llama-cpp-python's save_state):
+        a later process's load_state continues from it without evaluating it again."""
+        with self._session_owner:
+            if self._session is None:
+                self._session = Session(self)
+            self._session.save_state(path, meta)
+
+    def load_state(self, path: str | os.PathLike):
+        """Make a saved state the prompt cache of the next generate() / chat(); returns its meta."""
+        with self._session_owner:
+            if self._session is None:
+                self._session = Session(self)
+            return self._session.load_state(path)
 
     def reset(self) -> None:
         """Forget the prompt cache that generate() and chat() reuse across calls: the next call

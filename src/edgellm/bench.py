@@ -2,9 +2,12 @@
 
 - ppN: N tokens evaluated in one batch on an empty KV cache (logits of the last token only).
 - tgN: N tokens decoded one at a time, each on top of the previous (logits every step).
+- "@ dD" (-d D, as llama-bench's): the same after a context of D tokens (evaluated once, not
+  timed; each repetition runs on a copy-on-write fork of it).
 Tokens are random ids (BOS first where the model adds one), a warm-up run precedes the timed
 repetitions, and each figure is the mean +/- standard deviation over repetitions. For tg we also
-report the bytes of weights read per token and the bandwidth that implies.
+report the bytes a decode step reads (weights, plus the keys and values at the test's mean
+depth) and the bandwidth that implies.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .api import LLM
+from .batch import LOGITS_NONE
 from .kernels import isa_label
 
 
@@ -30,8 +34,11 @@ class BenchResult:
     threads: int
     test: str
     samples: list[float] = field(default_factory=list)  # tokens/s of each repetition
-    bytes_per_token: int = 0
+    bytes_per_token: int = 0     # weights + keys and values read per decode step
     read_loop_gbps: float = 0.0  # a plain read loop over the same weights, same threads
+    depth: int = 0               # context before the test (-d)
+    kv_bytes_per_token: int = 0  # of bytes_per_token: the keys and values
+    cache_types: str = "f16/f16"
 
     @property
     def mean(self) -> float:
@@ -88,45 +95,62 @@ def _tokens(llm: LLM, n: int, rng) -> list[int]:
 
 
 def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: int = 5,
-        seed: int = 1234, progress=None, mlock: bool = False) -> list[BenchResult]:
-    threads = list(threads)
-    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0], mlock=mlock)
+        seed: int = 1234, progress=None, depths=(0,), cache_type_k: str = "f16",
+        cache_type_v: str = "f16", mlock: bool = False) -> list[BenchResult]:
+    from .api import DEFAULT_N_BATCH
+    from .kv_cache import read_bytes
+
+    threads, depths = list(threads), list(depths)
+    dmax = max(depths)
+    llm = LLM(model, n_ctx=dmax + max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt, DEFAULT_N_BATCH if dmax else 0),
+              n_threads=threads[0], cache_type_k=cache_type_k, cache_type_v=cache_type_v, mlock=mlock)
     engine = llm._engine  # (moves the weights to huge pages where it can, as generation does)
-    session = llm.session()
     rng = np.random.default_rng(seed)
     size = sum(t.nbytes for t in llm.gguf.tensors.values())
     params = sum(t.n_elements for t in llm.gguf.tensors.values())
+    types = f"{llm.cache_type_k}/{llm.cache_type_v}"
     results = []
-    for t in threads:
-        n_threads = t or llm.n_threads
-        engine.set_threads(n_threads)
-        tests = []
-        if n_prompt > 0:
-            tests.append((f"pp{n_prompt}", n_prompt))
-        if n_gen > 0:
-            tests.append((f"tg{n_gen}", n_gen))
-        for name, n in tests:
-            res = BenchResult(llm.path.name, size, params, isa_label(engine.isa), n_threads, name,
-                              bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
-            for rep in range(reps + 1):  # the first run warms caches and page tables up
-                ids = _tokens(llm, n, rng)
-                session.reset()
-                if name.startswith("pp"):
-                    t0 = time.perf_counter()
-                    session._feed(ids)
-                    dt = time.perf_counter() - t0
-                else:
-                    t0 = time.perf_counter()
-                    for tok in ids:
-                        session._feed([tok])
-                    dt = time.perf_counter() - t0
-                if rep:
-                    res.samples.append(n / dt)
-            if name.startswith("tg"):
-                res.read_loop_gbps = read_loop_gbps(llm, n_threads)
-            results.append(res)
-            if progress:
-                progress(res)
+    for d in depths:
+        base = llm.session()  # the context every test at this depth starts from (its results do not
+        if d:                 # depend on the thread count, so one serves them all)
+            base._feed(_tokens(llm, d, rng), logits=LOGITS_NONE)
+        for t in threads:
+            n_threads = t or llm.n_threads
+            engine.set_threads(n_threads)
+            tests = []
+            if n_prompt > 0:
+                tests.append(("pp", n_prompt))
+            if n_gen > 0:
+                tests.append(("tg", n_gen))
+            for kind, n in tests:
+                kv = read_bytes(llm.config, llm._cache_types, d + n // 2 + 1) if kind == "tg" else 0
+                res = BenchResult(llm.path.name, size, params, isa_label(engine.isa), n_threads,
+                                  f"{kind}{n}" + (f" @ d{d}" if d else ""), depth=d, cache_types=types,
+                                  bytes_per_token=weight_bytes_per_token(llm) + kv if kind == "tg" else 0,
+                                  kv_bytes_per_token=kv)
+                for rep in range(reps + 1):  # the first run warms caches and page tables up
+                    ids = _tokens(llm, n, rng)
+                    if d and ids and llm.tokenizer.add_bos:
+                        ids[0] = int(rng.integers(0, llm.n_vocab))  # BOS only at the start
+                    s = base.fork()
+                    try:
+                        t0 = time.perf_counter()
+                        if kind == "pp":
+                            s._feed(ids)
+                        else:
+                            for tok in ids:
+                                s._feed([tok])
+                        dt = time.perf_counter() - t0
+                    finally:
+                        s.close()
+                    if rep:
+                        res.samples.append(n / dt)
+                if kind == "tg":
+                    res.read_loop_gbps = read_loop_gbps(llm, n_threads)
+                results.append(res)
+                if progress:
+                    progress(res)
+        base.close()
     return results
 
 
@@ -253,14 +277,21 @@ def _human(n: float, unit: str) -> str:
 
 
 def markdown(results: list[BenchResult]) -> str:
-    head = "| model | size | params | backend | threads | test | t/s | bytes/token | GB/s | read loop GB/s |"
-    rows = [head, "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+    """llama-bench's table, plus bytes read per token (weights + K/V), the GB/s they imply and a
+    plain read loop's GB/s (with the share reached); a KV cache type column when not f16."""
+    types = any(r.cache_types != "f16/f16" for r in results)
+    head = "| model | size | params | backend | threads |" + (" K/V cache |" if types else "") + \
+        " test | t/s | bytes/token | GB/s | read loop GB/s |"
+    rows = [head, "|---|---:|---:|---|---:|" + ("---|" if types else "") + "---|---:|---:|---:|---:|"]
     for r in results:
-        bpt = f"{r.bytes_per_token / 1e6:.1f} MB" if r.bytes_per_token else ""
+        w = r.bytes_per_token - r.kv_bytes_per_token
+        bpt = "" if not r.bytes_per_token else (f"{w / 1e6:.1f} + {r.kv_bytes_per_token / 1e6:.1f} MB"
+                                                if r.kv_bytes_per_token else f"{w / 1e6:.1f} MB")
         gbps = f"{r.gbps:.1f}" if r.bytes_per_token else ""
         loop = f"{r.read_loop_gbps:.1f} ({r.read_loop_share:.0%})" if r.read_loop_gbps else ""
         rows.append(f"| {r.model} | {r.size_bytes / 2**20:.1f} MiB | {_human(r.n_params, '')} | {r.backend} | "
-                    f"{r.threads} | {r.test} | {r.mean:.2f} ± {r.std:.2f} | {bpt} | {gbps} | {loop} |")
+                    f"{r.threads} |" + (f" {r.cache_types} |" if types else "") +
+                    f" {r.test} | {r.mean:.2f} ± {r.std:.2f} | {bpt} | {gbps} | {loop} |")
     return "\n".join(rows)
 
 

@@ -17,10 +17,12 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import json
+from pathlib import Path
 
 import click
 
 from . import __version__
+from .cli_options import cache_type_options, cache_types
 from .errors import EdgeLLMError
 from .kernels import isa_label
 
@@ -128,7 +130,12 @@ def _model_options(fn):
     ]
     for opt in reversed(options):
         fn = opt(fn)
-    return fn
+    return cache_type_options(fn)
+
+
+def _llm_options(kw: dict) -> dict:
+    """The LLM arguments of _model_options' options beside -c and -t, popped from kw."""
+    return {**cache_types(kw), "mlock": kw.pop("mlock", False)}
 
 
 def _sampling(kw: dict) -> dict:
@@ -136,10 +143,10 @@ def _sampling(kw: dict) -> dict:
     return {k: kw.pop(k) for k in keys if k in kw}
 
 
-def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
+def _load(model: str, n_ctx: int, n_threads, seed=None, **llm_kw):
     from .api import LLM
 
-    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, mlock=mlock)
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, **llm_kw)
 
 
 def _stats_line(llm) -> str:
@@ -170,10 +177,13 @@ def main():
 @click.option("-n", "--max-tokens", type=click.IntRange(min=0), default=CHAT_MAX_TOKENS, show_default=True,
               help="Longest answer in tokens (0 = until the context is full).")
 @click.option("-v", "--verbose", is_flag=True, help="Show prompt and decode speed after each answer.")
+@click.option("--prompt-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Reopen the chat saved in this file (its history and KV cache, not evaluated again) and save "
+                   "it there after every answer.")
 @_model_options
 @_sampling_options
 @_user_errors
-def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
+def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mlock, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
     from .registry import default_alias
 
@@ -183,7 +193,7 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock=mlock, **cache_types(kw))
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {isa_label(llm.backend)}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     if llm.template.is_builtin:
@@ -192,6 +202,14 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
                    "`edgellm generate` completes plain text.", err=True)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
+    if prompt_cache is not None and prompt_cache.exists():
+        meta = llm.load_state(prompt_cache)
+        if not isinstance(meta, dict) or not isinstance(meta.get("messages"), list):
+            raise click.ClickException(f"{prompt_cache} holds no chat (was it saved by edgellm run?)")
+        messages = meta["messages"]
+        base = [m for m in messages[:1] if m.get("role") == "system"]
+        click.echo(f"(reopened a chat of {sum(m.get('role') == 'user' for m in messages)} turns from "
+                   f"{prompt_cache})", err=True)
     while True:
         try:
             line = input("> ")
@@ -234,6 +252,8 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
             continue
         click.echo("")
         messages.append({"role": "assistant", "content": "".join(answer)})
+        if prompt_cache is not None:
+            llm.save_state(prompt_cache, meta={"messages": messages})
         if verbose:
             click.echo(_stats_line(llm), err=True)
 
@@ -274,7 +294,7 @@ def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, 
         prompt = sys.stdin.read()
     constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock=mlock, **cache_types(kw))
     stream = llm.generate(prompt, max_tokens=_limit(max_tokens), stop=list(stop), stream=True, **constraint,
                           **sampling)
     printed = ended = False
@@ -330,7 +350,7 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, mlock):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -341,7 +361,8 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose, mlock=mlock)
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
+               **_llm_options(kw))
 
 
 @main.command()
@@ -410,14 +431,26 @@ def _counts(what: str, default):
               help="Comma-separated sequence counts, e.g. 1,4,8,16,32: llama-batched-bench's test instead "
                    "(B sequences, pp N_PROMPT each, then tg N_GEN each; S_PP, S_TG, total).")
 @click.option("--scheduler", is_flag=True, help="With --batch: go through BatchEngine (greedy sampling) too.")
+@click.option("-d", "--depth", "depths", default="0", show_default=True,
+              help="Comma-separated context depths: the tests run after a context of this many tokens "
+                   "(llama-bench's -d).")
+@cache_type_options
 @_MLOCK_OPTION
 @_user_errors
-def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, scheduler, mlock):
+def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, scheduler, depths, mlock, **kw):
     """Measure prompt (pp) and generation (tg) speed the way llama-bench does (with --batch, the
     way llama-batched-bench does)."""
     from . import bench as b
 
+    try:
+        depth_list = [int(x) for x in depths.split(",")]
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 0,8000", param_hint="-d") from None
+    if any(x < 0 for x in depth_list):
+        raise click.BadParameter("depths must be >= 0", param_hint="-d")
     if batches is not None:
+        if depth_list != [0] or kw.get("cache_type_k", "f16") != "f16" or kw.get("cache_type_v", "f16") != "f16":
+            raise click.BadParameter("--batch measures an empty f16 cache (no -d, -ctk or -ctv)")
         results = []
         for t in counts:
             results += b.run_batched(model, batches=batches, n_prompt=n_prompt, n_gen=n_gen, threads=t,
@@ -427,8 +460,9 @@ def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, schedule
                    json.dumps({"results": [r.as_dict() for r in results]}, indent=2))
         return
     results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions, mlock=mlock,
+                    depths=depth_list,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
-                    if output == "md" else None)
+                    if output == "md" else None, **cache_types(kw))
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))
 
 

@@ -37,5 +37,10 @@ class GrammarError(EdgeLLMError):
     """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""
 
 
+class StateFileError(EdgeLLMError):
+    """A saved session file is unreadable, truncated, corrupt, or made for another model, KV
+    cache type or a larger context."""
+
+
 class MemoryLockError(EdgeLLMError):
     """mlock could not lock the weights in RAM (usually: the RLIMIT_MEMLOCK limit is too low)."""

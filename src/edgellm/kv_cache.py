@@ -29,12 +29,47 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import EdgeLLMError
+from .quants import QType
 
 BLOCK = 16  # slots per block: csrc/api/engine.h's EL_KV_BLOCK (checked when the C engine loads)
 GROUPS = 2  # 0: global-attention layers, 1: sliding-window layers
 # Sliding-window blocks a sequence keeps beyond its window, so a rollback of this many tokens
 # (speculative decoding's rejected drafts, a regenerated reply) still finds its keys.
 SWA_MARGIN = 64
+
+
+# KV cache types (keys and values separately), by the names llama.cpp's -ctk / -ctv use. A
+# quantized type stores each head's row of a slot in its 32-value blocks (head sizes must be
+# multiples of 32); f16 is the default and what llama.cpp's reference numbers use.
+CACHE_TYPES = {"f16": QType.F16, "q8_0": QType.Q8_0, "q4_0": QType.Q4_0}
+DEFAULT_CACHE_TYPE = "f16"
+
+
+def cache_type(name: str, head_dim: int, what: str) -> QType:
+    """The QType of a cache type name, checked against the head size it must store."""
+    t = CACHE_TYPES.get(str(name).lower())
+    if t is None:
+        raise ValueError(f"{what}: unknown KV cache type {name!r} (expected {', '.join(CACHE_TYPES)})")
+    if t != QType.F16 and head_dim % 32:
+        raise ValueError(f"{what} {name}: the model's head size {head_dim} is not a multiple of 32 (use f16)")
+    return t
+
+
+def slot_bytes(cfg, types) -> tuple[int, int]:
+    """Bytes one slot of a sequence takes in all global-attention layers together and in all
+    sliding-window layers, for cache types (keys, values) as QTypes."""
+    from .quants import type_info
+
+    per = cfg.n_head_kv * (type_info(types[0]).row_bytes(cfg.head_dim_k) + type_info(types[1]).row_bytes(cfg.head_dim_v))
+    n_swa = sum(1 for lc in cfg.layers if lc.is_swa)
+    return per * (cfg.n_layer - n_swa), per * n_swa
+
+
+def read_bytes(cfg, types, n_slots: int) -> int:
+    """Bytes of keys and values a query at slot n_slots - 1 reads (sliding-window layers: their
+    window only)."""
+    g, w = slot_bytes(cfg, types)
+    return g * n_slots + w * min(n_slots, cfg.n_swa or n_slots)
 
 
 class KVCacheFullError(EdgeLLMError):
@@ -334,6 +369,25 @@ class KVPool:
                 self._register(seq, i)
         if self.has_swa:
             self._drop_swa(seq)
+
+    def restore(self, seq: Sequence, tokens, held, *, swa_valid: int = 0, cacheable: bool = True) -> None:
+        """Make the empty seq hold tokens whose blocks a saved state gives (state.py): blocks
+        allocated (the caller then writes each held one into seq.tables[g, i]); sliding-window
+        blocks the saved sequence had dropped (not in held[1]) stay absent, and so do the slots
+        its window validity says hold nothing."""
+        if seq.n:
+            raise ValueError("restore needs an empty sequence")
+        self.reserve(seq, len(tokens))
+        if self.has_swa:
+            keep = set(held[1])
+            for i in range(-(-len(tokens) // BLOCK)):
+                if i not in keep and seq.tables[1, i] >= 0:
+                    self._unref(1, int(seq.tables[1, i]))
+                    seq.tables[1, i] = -1
+        seq.cacheable = seq.cacheable and cacheable
+        self.commit(seq, [int(t) for t in tokens])
+        if self.has_swa:
+            seq.swa_valid = max(seq.swa_valid, swa_valid)
 
     def _drop_swa(self, seq: Sequence) -> None:
         """Release sliding-window blocks no future query of seq can see (beyond the margin)."""

@@ -172,3 +172,4 @@ class WeightStore:
             _memlock(dst, True)
             self._locked = dst
         return True
+

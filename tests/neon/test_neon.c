@@ -8,7 +8,8 @@
  *   - F32 / F16: vec_dot within 1e-5 * sum|w_i a_i| of the twin;
  *   - gemm: every element of every tile bit-identical to the same level's vec_dot, for tiles of
  *     any position and size, and nothing written outside the tile;
- *   - el_vops (conversions, attention tiles, softmax exp, SiLU): the registered table bit-identical
+ *   - el_vops (conversions, attention tiles, p.v over f16 and quantized values, softmax exp,
+ *     SiLU): the registered table bit-identical
  *     to the portable code;
  *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports, and el_isa_features() says which;
  *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
@@ -242,17 +243,70 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             checks++;
             if (!same_bits(s0[i], s1[i])) fail("%s qk_tile n=%d [%d] = %.9g, portable %.9g", level, n, i, s1[i], s0[i]);
         }
-        /* weights of 16 slots times n value rows stored [n][16], added to accumulators */
-        static float wts[16], acc0[256 * 16], acc1[256 * 16];
-        for (int l = 0; l < 16; l++) wts[l] = uniform();
-        random_row(acc0, 16 * n);
-        memcpy(acc1, acc0, sizeof(float) * 16 * (size_t)n);
-        g->pv_tile(n, wts, kt, acc0);
-        v->pv_tile(n, wts, kt, acc1);
-        for (int i = 0; i < 16 * n; i++) {
+        /* nq queries in llama.cpp's single-token order */
+        g->qk_tile_one(n, q, 3, n, kt, s0);
+        v->qk_tile_one(n, q, 3, n, kt, s1);
+        for (int i = 0; i < 3 * 16; i++) {
             checks++;
-            if (!same_bits(acc0[i], acc1[i]))
-                fail("%s pv_tile n=%d [%d] = %.9g, portable %.9g", level, n, i, acc1[i], acc0[i]);
+            if (!same_bits(s0[i], s1[i])) fail("%s qk_tile_one n=%d [%d] = %.9g, portable %.9g", level, n, i, s1[i], s0[i]);
+        }
+        /* p.v: 3 rows of f16 weights over 5 value tiles [n][16] (one absent, some all-zero
+         * weights), into accumulators with one lane set and with four */
+        enum { PT = 5, PR = 3 };
+        static el_half vtiles[PT][256 * 16];
+        static float wts[PR * PT * 16], acc0[4 * PR * 256 * 16 + 16], acc1[4 * PR * 256 * 16 + 16];
+        const el_half *vt[PT];
+        for (int t = 0; t < PT; t++) {
+            random_row(k, 16 * n);
+            g->f32_to_f16(16 * n, k, vtiles[t]);
+            vt[t] = t == 3 ? NULL : vtiles[t];
+        }
+        for (int i = 0; i < PR * PT * 16; i++) wts[i] = el_half_to_float(el_float_to_half(uniform()));
+        for (int r = 0; r < PR; r++) memset(wts + r * PT * 16 + 3 * 16, 0, sizeof(float) * 16);  /* the absent tile */
+        memset(wts + 1 * PT * 16, 0, sizeof(float) * 16);  /* row 1, tile 0 */
+        wts[5] = 0.0f;
+        for (int sets = 1; sets <= 4; sets += 3) {
+            const int lda = sets * n * 16 + 3;
+            random_row(acc0, PR * lda);
+            memcpy(acc1, acc0, sizeof(float) * (size_t)(PR * lda));
+            g->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc0, lda, sets, 3);
+            v->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc1, lda, sets, 3);
+            for (int i = 0; i < PR * lda; i++) {
+                checks++;
+                if (!same_bits(acc0[i], acc1[i]))
+                    fail("%s pv_tiles n=%d sets=%d [%d] = %.9g, portable %.9g", level, n, sets, i, acc1[i], acc0[i]);
+            }
+        }
+        /* p.v over value rows quantized as q8_0 / q4_0: rows of nb + 1 blocks, dimensions from
+         * block 1 on (a thread's share of them) */
+        for (int qi = 0; qi < 2; qi++) {
+            const int nb = (n + 31) / 32, nd = 32 * nb;
+            const size_t rb = (size_t)(nb + 1) * (qi ? sizeof(block_q4_0) : sizeof(block_q8_0));
+            static uint8_t rows[PT][16 * 9 * sizeof(block_q8_0)];
+            static float x[9 * 32];
+            const uint8_t *vq[PT];
+            for (int t = 0; t < PT; t++) {
+                for (int l = 0; l < 16; l++) {
+                    random_row(x, 32 * (nb + 1));
+                    if (qi) quantize_row_q4_0_ref(x, rows[t] + l * rb, 32 * (nb + 1));
+                    else quantize_row_q8_0(x, rows[t] + l * rb, 32 * (nb + 1));
+                }
+                vq[t] = t == 3 ? NULL : rows[t];
+            }
+            random_row(acc0, PR * nd);
+            memcpy(acc1, acc0, sizeof(float) * (size_t)(PR * nd));
+            if (qi) {
+                g->pv_q4_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc0, nd);
+                v->pv_q4_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc1, nd);
+            } else {
+                g->pv_q8_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc0, nd);
+                v->pv_q8_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc1, nd);
+            }
+            for (int i = 0; i < PR * nd; i++) {
+                checks++;
+                if (!same_bits(acc0[i], acc1[i]))
+                    fail("%s pv_%s n=%d [%d] = %.9g, portable %.9g", level, qi ? "q4_0" : "q8_0", nd, i, acc1[i], acc0[i]);
+            }
         }
         /* lane sums of n rows of 16 */
         static float r0[256], r1[256];

@@ -134,12 +134,15 @@ def isa_label(isa: str) -> str:
     return "+".join([isa] + [name for bit, name in ISA_FEATURES if bits & bit])
 
 
-def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None):
+def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None, cache_types=None):
     """An engine over gguf's tensors; `store` (weights.WeightStore) says where the C engine reads
-    them (default: straight from the file's mapping). UnsupportedModelError when the model needs a
-    feature the engine does not implement."""
+    them (default: straight from the file's mapping); cache_types: (keys, values) QTypes of the
+    KV cache (default f16, f16). UnsupportedModelError when the model needs a feature the engine
+    does not implement."""
     from ..models.base import check_features
+    from ..quants import QType
 
+    types = tuple(cache_types or (QType.F16, QType.F16))
     backend = backend_name()
     check_features(cfg, weights, ENGINE_FEATURES[backend], backend)
     if backend == "c":
@@ -149,7 +152,7 @@ def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: in
         ffi, lib = c_module()
         _apply_isa(lib)
         return CEngine(store or WeightStore(gguf), cfg, weights, n_ctx=n_ctx, n_batch=n_batch,
-                       n_threads=n_threads, lib=lib, ffi=ffi)
+                       n_threads=n_threads, lib=lib, ffi=ffi, cache_types=types)
     from .numba_engine import NumbaEngine
 
-    return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+    return NumbaEngine(gguf, cfg, weights, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, cache_types=types)

@@ -9,6 +9,7 @@ from ..kv_cache import BLOCK
 from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
+from ..quants import QType
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
 
@@ -17,7 +18,7 @@ class CEngine:
     backend = "c"
 
     def __init__(self, store, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
-                 n_threads: int, lib, ffi):
+                 n_threads: int, lib, ffi, cache_types=(QType.F16, QType.F16)):
         self.lib, self.ffi = lib, ffi
         if lib.EL_KV_BLOCK != BLOCK:
             raise EdgeLLMError(f"the C kernels use KV blocks of {lib.EL_KV_BLOCK} slots, edgellm {BLOCK}: reinstall")
@@ -53,7 +54,8 @@ class CEngine:
             for fld, part in engine_tensors(cfg, lw).items():
                 self._fill(getattr(L, fld), part)
         d.layers = layers
-        eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads)
+        self.cache_types = tuple(QType(t) for t in cache_types)
+        eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads, int(self.cache_types[0]), int(self.cache_types[1]))
         if eng == ffi.NULL:
             raise EdgeLLMError(f"cannot create the model engine: {ffi.string(lib.el_last_error()).decode()}")
         self._eng = ffi.gc(eng, lib.el_engine_free)
@@ -105,6 +107,22 @@ class CEngine:
         if rc != 0:
             raise EdgeLLMError(f"context shift failed ({rc})")
 
+    def kv_block_bytes(self, group: int) -> int:
+        """Bytes of one block of group's keys, values and positions in the portable layout."""
+        return int(self.lib.el_kv_block_bytes(self._eng, group))
+
+    def kv_read_block(self, group: int, blk: int) -> bytes:
+        out = bytearray(self.kv_block_bytes(group))
+        if self.lib.el_kv_read_block(self._eng, group, blk, self.ffi.from_buffer("uint8_t[]", out)) != 0:
+            raise EdgeLLMError(f"bad KV block {blk}")
+        return bytes(out)
+
+    def kv_write_block(self, group: int, blk: int, data: bytes) -> None:
+        if len(data) != self.kv_block_bytes(group):
+            raise ValueError(f"a KV block holds {self.kv_block_bytes(group)} bytes, not {len(data)}")
+        if self.lib.el_kv_write_block(self._eng, group, blk, self.ffi.from_buffer("uint8_t[]", data)) != 0:
+            raise EdgeLLMError(f"bad KV block {blk}")
+
     def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
         out = np.empty(n, dtype=np.int32)
         t = np.ascontiguousarray(table, dtype=np.int32)
@@ -141,6 +159,11 @@ class CEngine:
     def set_threads(self, n: int) -> None:
         if self.lib.el_engine_set_threads(self._eng, n) != 0:
             raise EdgeLLMError(f"cannot start {n} threads")
+
+    @property
+    def attention_split(self) -> int:
+        """Bit g set: the last step's attention split group g's keys across threads (tests)."""
+        return int(self.lib.el_engine_attention_split(self._eng))
 
     @property
     def isa(self) -> str:

@@ -14,7 +14,7 @@ from ..kv_cache import BLOCK
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
-from . import BatchArrays, out_rows as _out_rows
+from . import BatchArrays, numba_kv, out_rows as _out_rows
 from .quant_ops import _lname, _numba_module as _module
 
 _MATMULS: dict = {}
@@ -145,7 +145,7 @@ class NumbaEngine:
     isa = "numba"
 
     def __init__(self, gguf, cfg: ModelConfig, weights: ModelWeights, *, n_ctx: int, n_batch: int,
-                 n_threads: int):
+                 n_threads: int, cache_types=(QType.F16, QType.F16)):
         self.gguf = gguf
         self.cfg = cfg
         self.n_ctx = n_ctx
@@ -173,8 +173,14 @@ class NumbaEngine:
         self.has_swa = any(lc.is_swa for lc in cfg.layers)
         self.group = [int(lc.is_swa) for lc in cfg.layers]
         hk, hv, kv = cfg.head_dim_k, cfg.head_dim_v, cfg.n_head_kv
-        self.k = [np.zeros((0, kv, BLOCK, hk), dtype=np.float16) for _ in cfg.layers]
-        self.v = [np.zeros((0, kv, BLOCK, hv), dtype=np.float16) for _ in cfg.layers]
+        self.cache_types = tuple(QType(t) for t in cache_types)
+
+        def store(t, n):  # f16 values, or rows of the quantized type's bytes
+            return np.zeros((0, kv, BLOCK, n), np.float16) if t == QType.F16 else \
+                np.zeros((0, kv, BLOCK, numba_kv.row_bytes(t, n)), np.uint8)
+
+        self.k = [store(self.cache_types[0], hk) for _ in cfg.layers]
+        self.v = [store(self.cache_types[1], hv) for _ in cfg.layers]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
@@ -192,8 +198,8 @@ class NumbaEngine:
             extra = n_blocks - have
             for l, g in enumerate(self.group):
                 if g == group:
-                    self.k[l] = np.concatenate([self.k[l], np.zeros((extra,) + self.k[l].shape[1:], np.float16)])
-                    self.v[l] = np.concatenate([self.v[l], np.zeros((extra,) + self.v[l].shape[1:], np.float16)])
+                    self.k[l] = np.concatenate([self.k[l], np.zeros((extra,) + self.k[l].shape[1:], self.k[l].dtype)])
+                    self.v[l] = np.concatenate([self.v[l], np.zeros((extra,) + self.v[l].shape[1:], self.v[l].dtype)])
             self.pos[group] = np.concatenate([self.pos[group], np.zeros((extra, BLOCK), np.int32)])
         return self.pos[group].shape[0]
 
@@ -209,6 +215,30 @@ class NumbaEngine:
         blk = table[slots // BLOCK]
         return np.where(blk >= 0, self.pos[group][np.maximum(blk, 0), slots % BLOCK], -1).astype(np.int32)
 
+    def _group_layers(self, group: int) -> list[int]:
+        return [l for l, g in enumerate(self.group) if g == group]
+
+    def kv_block_bytes(self, group: int) -> int:
+        """As CEngine's: per layer of the group, keys then values as [heads][BLOCK] rows; then
+        the positions (the portable layout of csrc/kv.c)."""
+        def per_block(a):
+            return a.dtype.itemsize * int(np.prod(a.shape[1:]))
+
+        return sum(per_block(self.k[l]) + per_block(self.v[l]) for l in self._group_layers(group)) + 4 * BLOCK
+
+    def kv_read_block(self, group: int, blk: int) -> bytes:
+        parts = [p for l in self._group_layers(group) for p in (self.k[l][blk], self.v[l][blk])]
+        return b"".join(np.ascontiguousarray(p).tobytes() for p in parts + [self.pos[group][blk]])
+
+    def kv_write_block(self, group: int, blk: int, data: bytes) -> None:
+        if len(data) != self.kv_block_bytes(group):
+            raise ValueError(f"a KV block holds {self.kv_block_bytes(group)} bytes, not {len(data)}")
+        o = 0
+        for a in [x for l in self._group_layers(group) for x in (self.k[l], self.v[l])] + [self.pos[group]]:
+            n = a[blk].nbytes
+            a[blk] = np.frombuffer(data, a.dtype, a[blk].size, o).reshape(a[blk].shape)
+            o += n
+
     def kv_shift(self, tables: np.ndarray, n_slots: int, n_keep: int, n_discard: int) -> None:
         """As el_kv_shift: slots [n_keep + n_discard, n_slots) move down by n_discard, their
         positions drop by as much and their keys are rotated back."""
@@ -222,13 +252,14 @@ class NumbaEngine:
             sb, db = t[src // BLOCK], t[dst // BLOCK]
             ok = sb >= 0
             s_idx, d_idx = (sb[ok], src[ok] % BLOCK), (db[ok], dst[ok] % BLOCK)
-            k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd]
+            k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd] (or their quantized rows)
             self.v[l][d_idx[0], :, d_idx[1]] = self.v[l][s_idx[0], :, s_idx[1]].copy()
-            if cfg.n_rot and lc.use_rope and len(k):
+            if cfg.n_rot and lc.use_rope and len(k):  # dequantized, rotated, quantized again
                 cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
                                        self.rope_freqs, mscale_fold=False)
-                k = _rope(k.astype(np.float32), np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0), cfg.n_rot,
-                          cfg.rope_type == ROPE_NEOX).astype(np.float16)
+                k = _rope(self._kv_floats(0, k, cfg.head_dim_k), np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0),
+                          cfg.n_rot, cfg.rope_type == ROPE_NEOX)
+                k = self._kv_stored(0, k)
             self.k[l][d_idx[0], :, d_idx[1]] = k
         for g in range(2 if self.has_swa else 1):
             t = tables[g]
@@ -319,8 +350,8 @@ class NumbaEngine:
                 t = np.log(fl.astype(np.float64) + 1.0) * np.float32(cfg.attn_temp_scale) + 1.0
                 q = q * t.astype(np.float32)[:, None, None]
             blk = tables[g][seq, slots // BLOCK]
-            self.k[l][blk, :, slots % BLOCK] = k.astype(np.float16)
-            self.v[l][blk, :, slots % BLOCK] = v.astype(np.float16)
+            self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
+            self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
             att = np.empty((n, H, hv), dtype=np.float32)
             for s in range(len(seq_len)):
                 r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
@@ -340,23 +371,36 @@ class NumbaEngine:
             x = (x + _scaled(d, cfg.residual_scale)).astype(np.float32)
         return x
 
+    def _kv_stored(self, which: int, x: np.ndarray) -> np.ndarray:
+        """Keys (0) or values (1) [..., head_dim] as the cache stores them."""
+        t = self.cache_types[which]
+        return x.astype(np.float16) if t == QType.F16 else numba_kv.quantize(t, x)
+
+    def _kv_floats(self, which: int, x: np.ndarray, n: int) -> np.ndarray:
+        t = self.cache_types[which]
+        return x.astype(np.float32) if t == QType.F16 else numba_kv.dequantize(t, x, n)
+
     def _attention(self, l: int, g: int, table: np.ndarray, n_slots: int, q: np.ndarray,
                    positions: np.ndarray) -> np.ndarray:
         """One sequence's queries q [n, H, hk] at positions against its slots [0, n_slots)."""
         cfg = self.cfg
+        tk, tv = self.cache_types
         slots = np.arange(n_slots)
         blk = table[slots // BLOCK]
         have = blk >= 0
         bi, li = np.maximum(blk, 0), slots % BLOCK
         pos = np.where(have, self.pos[g][bi, li], -1)
-        K = self.k[l][bi, :, li].astype(np.float32).transpose(1, 0, 2)  # [KV, S, hk]
-        V = self.v[l][bi, :, li].astype(np.float32).transpose(1, 0, 2)
+        K = self.k[l][bi, :, li].transpose(1, 0, 2)  # [KV, S, hk] (or [KV, S, row bytes])
+        V = self.v[l][bi, :, li].transpose(1, 0, 2)
         group = cfg.n_head // cfg.n_head_kv
-        Kh = np.repeat(K, group, axis=0)  # [H, S, hk]
-        Vh = np.repeat(V, group, axis=0)
-        # q and the softmax weights are rounded to f16, as in csrc/attention.c
-        q = q.astype(np.float16).astype(np.float32)
-        scores = np.einsum("nhd,hsd->nhs", q, Kh) * np.float32(cfg.attn_scale)
+        if tk == QType.F16:
+            # q and the softmax weights are rounded to f16, as in csrc/attention.c
+            Kh = np.repeat(K.astype(np.float32), group, axis=0)  # [H, S, hk]
+            q = q.astype(np.float16).astype(np.float32)
+            scores = np.einsum("nhd,hsd->nhs", q, Kh)
+        else:  # the type's dot products, queries quantized to q8_0
+            scores = np.stack([numba_kv.scores(tk, K[h // group], q[:, h]) for h in range(cfg.n_head)], axis=1)
+        scores = scores * np.float32(cfg.attn_scale)
         if cfg.attn_softcap > 0:
             scores = cfg.attn_softcap * np.tanh(scores / cfg.attn_softcap)
         p = positions[:, None]
@@ -368,7 +412,10 @@ class NumbaEngine:
         e = np.exp(scores - mx).astype(np.float32)
         inv = (1.0 / e.astype(np.float64).sum(axis=-1, keepdims=True)).astype(np.float32)
         p = (e * inv).astype(np.float16).astype(np.float32)
-        return np.einsum("nhs,hsd->nhd", p, Vh).astype(np.float32)
+        if tv == QType.F16:
+            Vh = np.repeat(V.astype(np.float32), group, axis=0)
+            return np.einsum("nhs,hsd->nhd", p, Vh).astype(np.float32)
+        return np.stack([numba_kv.pv(tv, V[h // group], p[:, h]) for h in range(cfg.n_head)], axis=1)
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         h = _rmsnorm(x, self.output_norm, self.cfg.norm_eps)

@@ -82,13 +82,16 @@ class _Server(uvicorn.Server):
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 8, n_ctx: int = 4096,
           n_threads: int | None = None, kv_tokens: int | None = None, api_key: str | None = None,
-          max_queue: int = 128, grace: int = 30, verbose: bool = False, mlock: bool = False) -> None:
+          max_queue: int = 128, grace: int = 30, verbose: bool = False, cache_type_k: str = "f16",
+          cache_type_v: str = "f16", mlock: bool = False) -> None:
     """kv_tokens: KV cache tokens all sequences share (default: parallel x the context, so every
-    slot can fill its context; memory is taken only as it is written)."""
+    slot can fill its context; memory is taken only as it is written); cache_type_k / _v: the KV
+    cache types and mlock (LLM's)."""
     from ..api import LLM
     from ..scheduler import BatchEngine
 
-    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, mlock=mlock)
+    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, cache_type_k=cache_type_k,
+              cache_type_v=cache_type_v, mlock=mlock)
     if kv_tokens is not None and kv_tokens < llm.n_ctx:
         raise ValueError(f"--kv-tokens {kv_tokens} is less than the context ({llm.n_ctx}): one full request would "
                          f"not fit")

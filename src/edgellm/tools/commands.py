@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..cli_options import cache_type_options, cache_types
 from ..errors import EdgeLLMError
 from ..gguf_file import GGUFFile
 from . import info as info_mod
@@ -104,7 +105,8 @@ def _threads_text(threads) -> str:
               help="Save the scored log-probabilities (llama.cpp's format) for a later --kl-divergence.")
 @click.option("--kl-divergence", "kl_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Compare with a base model's saved logits file (its tokens are used).")
-def perplexity(model, text_file, n_ctx, n_batch, threads, n_chunks, save_logits, kl_file):
+@cache_type_options
+def perplexity(model, text_file, n_ctx, n_batch, threads, n_chunks, save_logits, kl_file, **kw):
     """Perplexity of MODEL on a text, as llama-perplexity computes it (second half of each chunk
     scored), or its KL divergence from a saved base model run."""
     from ..api import LLM  # the model runtime loads only when a command needs it
@@ -118,7 +120,7 @@ def perplexity(model, text_file, n_ctx, n_batch, threads, n_chunks, save_logits,
         if base is not None and n_ctx is not None and n_ctx != base.n_ctx:
             raise click.ClickException(f"{kl_file} was saved with -c {base.n_ctx}, not {n_ctx}")
         ctx = base.n_ctx if base is not None else (n_ctx or 512)
-        llm = LLM(model, n_ctx=ctx, n_batch=n_batch or ctx, n_threads=threads)
+        llm = LLM(model, n_ctx=ctx, n_batch=n_batch or ctx, n_threads=threads, **cache_types(kw))
         if llm.tokenizer.add_eos:  # llama-perplexity asserts the same
             raise click.ClickException("this model's tokenizer appends EOS to every text; perplexity cannot use it")
         bos = llm.tokenizer.bos_id if llm.tokenizer.add_bos else None

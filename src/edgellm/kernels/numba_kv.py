@@ -1,0 +1,103 @@
+"""The numba engine's quantized KV cache: rows of q8_0 / q4_0 blocks per (slot, head), as
+csrc/kv.c stores them, and the attention kernels that read them (twins of csrc's): scores from
+the type's dot product against the query quantized to q8_0, and p.v from dequantized rows
+(pv_q8_0 / pv_q4_0 in csrc/dispatch.c: x = d * q exact, w * x rounded, then added, slots in order).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..quants import QType, type_info
+from . import numba_quants as nq
+
+_QUANTIZE = {QType.Q8_0: nq.quantize_row_q8_0, QType.Q4_0: nq.quantize_row_q4_0_ref}  # as csrc's from_float
+_DEQUANTIZE = {QType.Q8_0: nq.dequantize_row_q8_0, QType.Q4_0: nq.dequantize_row_q4_0}
+_VEC_DOT = {QType.Q8_0: nq.vec_dot_q8_0_q8_0_generic, QType.Q4_0: nq.vec_dot_q4_0_q8_0_generic}
+
+
+def row_bytes(t: QType, n: int) -> int:
+    return type_info(t).row_bytes(n)
+
+
+def quantize(t: QType, x: np.ndarray) -> np.ndarray:
+    """Rows of x (float32 [..., n]) in type t: uint8 [..., row_bytes]."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty((flat.shape[0], row_bytes(t, x.shape[-1])), dtype=np.uint8)
+    _rows(_QUANTIZE[QType(t)], flat, out)
+    return out.reshape(x.shape[:-1] + (out.shape[-1],))
+
+
+def dequantize(t: QType, rows: np.ndarray, n: int) -> np.ndarray:
+    """float32 [..., n] of rows in type t (uint8 [..., row_bytes])."""
+    flat = np.ascontiguousarray(rows).reshape(-1, rows.shape[-1])
+    out = np.empty((flat.shape[0], n), dtype=np.float32)
+    _rows(_DEQUANTIZE[QType(t)], flat, out)
+    return out.reshape(rows.shape[:-1] + (n,))
+
+
+@numba.njit(cache=False)
+def _rows_impl(fn, src, dst):
+    for i in range(src.shape[0]):
+        fn(src[i], dst[i])
+
+
+def _rows(fn, src, dst):
+    _rows_impl(fn, src, dst)
+
+
+_SCORES: dict = {}
+
+
+def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """q . k for keys in type t (uint8 [S, row_bytes]) and queries q (float32 [nq, hk]): the query
+    quantized to q8_0 (csrc: the keys' vec_dot_type), the type's dot product; float32 [nq, S]."""
+    t = QType(t)
+    if t not in _SCORES:
+        vec_dot = _VEC_DOT[t]
+
+        @numba.njit(cache=False)
+        def run(hk, k, qq, out):
+            for j in range(qq.shape[0]):
+                for s in range(k.shape[0]):
+                    out[j, s] = vec_dot(hk, k[s], qq[j])
+
+        _SCORES[t] = run
+    qq = quantize(QType.Q8_0, q)
+    out = np.empty((q.shape[0], keys.shape[0]), dtype=np.float32)
+    _SCORES[t](q.shape[1], np.ascontiguousarray(keys), qq, out)
+    return out
+
+
+@numba.njit(cache=True)
+def _pv(q4, rows, w, acc):
+    """acc[r, i] += w[r, s] * x_s[i] over slots s in order, x = d * q of slot s's row (csrc twin)."""
+    nb = acc.shape[1] // 32
+    bsz = 18 if q4 else 34
+    for r in range(w.shape[0]):
+        for s in range(rows.shape[0]):
+            ws = w[r, s]
+            for b in range(nb):
+                o = b * bsz
+                d = nq._get_half(rows[s], o)
+                for i in range(32):
+                    if q4:
+                        byte = np.int32(rows[s, o + 2 + (i & 15)])
+                        qi = ((byte & 15) if i < 16 else (byte >> 4)) - 8
+                    else:
+                        qi = np.int32(rows[s, o + 2 + i])
+                        qi = qi - 256 if qi > 127 else qi
+                    x = d * np.float32(qi)
+                    acc[r, b * 32 + i] = acc[r, b * 32 + i] + np.float32(ws * x)
+
+
+def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """p.v of weights w (float32 [nh, S]) over value rows in type t (uint8 [S, row_bytes]) of
+    hv = 32 * blocks dims: float32 [nh, hv]."""
+    t = QType(t)
+    hv = rows.shape[1] // type_info(t).type_size * 32
+    acc = np.zeros((w.shape[0], hv), dtype=np.float32)
+    _pv(t == QType.Q4_0, np.ascontiguousarray(rows), np.ascontiguousarray(w, dtype=np.float32), acc)
+    return acc

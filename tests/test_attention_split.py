@@ -1,0 +1,127 @@
+"""Attention split across threads (csrc/attention.c): a step with few jobs over many keys splits
+each job's keys (scores, softmax) and value dimensions (p.v) across the threads. The split is a
+schedule, not another arithmetic: the logits equal the single-thread ones bit for bit, at depths
+past every split boundary, in sliding-window layers, after a context shift, for single-token
+steps (llama.cpp's order), small prefill chunks and the batched path alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import edgellm
+from edgellm.batch import LOGITS_ALL, Step
+from edgellm.kernels import c_module
+from edgellm.quants import QType
+from tiny_models import tiny_model
+
+from conftest import engine_paths, use_engine_path
+
+pytestmark = pytest.mark.skipif(c_module() is None, reason="C kernels not built")
+C_PATHS = [p for p in engine_paths() if p != "numba"]
+DEPTH = 700  # > 32 tiles: decode steps split (the threshold is SPLIT_MIN = 32 tiles of 16 slots)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("split")
+    # global layers plus sliding-window layers whose window (600) is itself past the threshold
+    return {"gemma3": tiny_model(d / "g.gguf", "gemma3", QType.Q8_0, n_swa=600),
+            "llama": tiny_model(d / "l.gguf", "llama", QType.Q4_0)}
+
+
+def _history(rng, n):
+    return [1] + rng.integers(3, 300, n - 1).tolist()
+
+
+def _feed(llm, seq, ids, llama_order=True):
+    """Evaluate ids after what seq holds, in steps of n_batch; logits of every row."""
+    pool, eng, out = llm._pool, llm._engine, []
+    for i in range(0, len(ids), llm.n_batch):
+        chunk = ids[i:i + llm.n_batch]
+        pool.reserve(seq, len(chunk))
+        step = Step()
+        step.add(seq, chunk, LOGITS_ALL)
+        out.append(np.array(step.run(eng, pool, llama_order=llama_order)[0]))
+    return np.concatenate(out)
+
+
+def _continuations(path, ids, tail, threads, shift=None):
+    """The single-stream (llama_order) logits of tail after ids, one token at a time then a
+    chunk of 6, for each thread count (forks of one prefill); and which groups split."""
+    llm = edgellm.LLM(path, n_ctx=1024, n_batch=256, n_threads=1)
+    pool, eng = llm._pool, llm._engine
+    base = pool.new_sequence()
+    _feed(llm, base, ids)
+    if shift:
+        pool.shift(base, 1, shift)
+    res = []
+    for n in threads:
+        eng.set_threads(n)  # more threads than cores is allowed here: results must not change
+        seq, rows, split = pool.fork(base), [], 0
+        for t in tail[:4]:
+            rows.append(_feed(llm, seq, [t]))
+            split |= eng.attention_split
+        rows.append(_feed(llm, seq, tail[4:]))
+        split |= eng.attention_split
+        pool.release(seq)
+        res.append((np.concatenate(rows), split))
+    return res
+
+
+@pytest.mark.parametrize("path", C_PATHS)
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_split_equals_single_thread(models, monkeypatch, path, arch):
+    use_engine_path(monkeypatch, path)
+    rng = np.random.default_rng(7)
+    ids, tail = _history(rng, DEPTH), rng.integers(3, 300, 10).tolist()
+    (one, split1), *more = _continuations(models[arch], ids, tail, (1, 2, 3))
+    assert split1 == 0  # one thread never splits
+    for n, (got, split) in zip((2, 3), more):
+        assert split == (3 if arch == "gemma3" else 1), f"{n} threads did not split every group ({split})"
+        np.testing.assert_array_equal(got, one, err_msg=f"{n} threads")
+
+
+@pytest.mark.parametrize("path", C_PATHS[-1:])
+def test_split_after_context_shift(models, monkeypatch, path):
+    """The cache full: 500 slots after the first dropped and the keys re-rotated, then decoding
+    on: every thread count the same bits."""
+    use_engine_path(monkeypatch, path)
+    rng = np.random.default_rng(8)
+    ids, tail = _history(rng, 1010), rng.integers(3, 300, 10).tolist()
+    (one, _), (two, split) = _continuations(models["gemma3"], ids, tail, (1, 2), shift=500)
+    assert split & 1
+    np.testing.assert_array_equal(two, one)
+
+
+@pytest.mark.parametrize("path", C_PATHS[-1:])
+def test_batched_path_splits_the_same(models, monkeypatch, path):
+    """The batched order (no llama_order): a long sequence alone splits, and gives the bits it
+    gets on one thread and in a step beside another sequence (where jobs are whole)."""
+    use_engine_path(monkeypatch, path)
+    rng = np.random.default_rng(9)
+    long, short = _history(rng, DEPTH), _history(rng, 40)
+    nxt = rng.integers(3, 300, 3).tolist()
+
+    def run(n_threads, company):
+        llm = edgellm.LLM(models["gemma3"], n_ctx=1024, n_batch=256, n_threads=1)
+        pool, eng = llm._pool, llm._engine
+        eng.set_threads(n_threads)
+        seqs = [pool.new_sequence() for _ in range(1 + len(company))]
+        for s, p in zip(seqs, [long] + company):
+            _feed(llm, s, p, llama_order=False)
+        step = Step()
+        pool.reserve(seqs[0], len(nxt))
+        step.add(seqs[0], nxt, LOGITS_ALL)
+        for s in seqs[1:]:
+            pool.reserve(s, 1)
+            step.add(s, [5], LOGITS_ALL)
+        out = np.array(step.run(eng, pool)[0])
+        return out, eng.attention_split
+
+    alone1, s1 = run(1, [])
+    alone3, s3 = run(3, [])
+    crowd, s2 = run(2, [short] * 3)
+    assert s1 == 0 and s3 == 3 and s2 == 0
+    np.testing.assert_array_equal(alone3, alone1)
+    np.testing.assert_array_equal(crowd, alone1)
