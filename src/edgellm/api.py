@@ -81,6 +81,11 @@ class GenerationStats:
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     stop_reason: str = ""  # "eog", "stop", "length"
+    # speculative decoding (generate(..., speculative=)): draft tokens verified, how many of them
+    # were taken, in how many steps
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     @property
     def prompt_tps(self) -> float:
@@ -89,6 +94,15 @@ class GenerationStats:
     @property
     def decode_tps(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Drafts taken per verification step."""
+        return self.accepted_tokens / self.verify_steps if self.verify_steps else 0.0
 
 
 class Session:
@@ -105,6 +119,7 @@ class Session:
         # the blocks go back to the pool when the session is dropped
         self._finalizer = weakref.finalize(self, _release_sequence, llm._engine_lock, llm._pool, self._seq)
         self._out = np.empty((1, llm.n_vocab), dtype=np.float32)  # this session's last logits
+        self._llama_order = True  # llama.cpp's numbers; speculative decoding runs batch-invariant
 
     def __len__(self) -> int:
         return self._seq.n
@@ -160,7 +175,7 @@ class Session:
             step.add(self._seq, chunk, mode)
             with llm._engine_lock:
                 llm._pool.reserve(self._seq, len(chunk))
-                got = step.run(llm._engine, llm._pool, llama_order=True, out=self._out)[0]
+                got = step.run(llm._engine, llm._pool, llama_order=self._llama_order, out=self._out)[0]
             if mode == LOGITS_ALL:
                 rows.append(np.array(got))
             elif mode == LOGITS_LAST:
@@ -187,6 +202,13 @@ class Session:
                     self._llm._pool.clear(self._seq)
                     n = 0
         return self._feed(ids[n:])
+
+    def _set_llama_order(self, on: bool) -> None:
+        """Which arithmetic the next steps use; what the cache holds was computed with the other
+        one, so it is forgotten when that changes."""
+        if on != self._llama_order:
+            self.reset()
+            self._llama_order = on
 
     def _make_room(self, n_keep: int) -> None:
         """Context full: drop the older half of what follows the first n_keep tokens."""
@@ -348,24 +370,32 @@ class LLM:
                  min_p: float | None = None, repeat_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
-                 repeat_last_n: int | None = None):
-        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces."""
+                 repeat_last_n: int | None = None, speculative=None):
+        """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces.
+        speculative: "lookup", a draft model (LLM, alias or path) or a speculative.Speculative:
+        speculative decoding, on the batch-invariant path (see edgellm.speculative)."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
         params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                      presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
-        it = self._stream(ids, params, max_tokens, stop)
+        it = self._stream(ids, params, max_tokens, stop, self._speculative(speculative))
         return it if stream else "".join(it)
 
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
-             stop: str | Sequence[str] | None = None, seed: int | None = None, **sampling):
+             stop: str | Sequence[str] | None = None, seed: int | None = None, speculative=None, **sampling):
         """Reply to a conversation rendered with the model's chat template."""
         text = self.template.render(messages, add_generation_prompt=True)
         ids = self.chat_tokens(text)
         params = self._sampling(sampling, seed)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings))
+        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings),
+                          self._speculative(speculative))
         return it if stream else "".join(it)
+
+    def _speculative(self, value):
+        from .speculative import resolve
+
+        return resolve(self, value)
 
     # -- many sequences at once --
 
@@ -411,15 +441,15 @@ class LLM:
             ids = ids[1:]
         return ids
 
-    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, spec=None) -> Iterator[str]:
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops)
+        return self._generate_iter(ids, params, max_tokens, stops, spec)
 
-    def _generate_iter(self, ids, params, max_tokens, stops) -> Iterator[str]:
+    def _generate_iter(self, ids, params, max_tokens, stops, spec=None) -> Iterator[str]:
         """Generation on the cached session (its prompt cache reused from the last call) when no
         other call holds it, else on a session of its own: calls from several threads, or a
         second call while a stream is open, each get their own sequence and the text they
@@ -432,15 +462,21 @@ class LLM:
         else:
             session = Session(self)
         try:
-            yield from self._generate_on(session, ids, params, max_tokens, stops)
+            yield from self._generate_on(session, ids, params, max_tokens, stops, spec)
         finally:
             if own:
                 self._session_owner.release()
             else:
                 session.close()
 
-    def _generate_on(self, session: Session, ids, params, max_tokens, stops) -> Iterator[str]:
+    def _generate_on(self, session: Session, ids, params, max_tokens, stops, spec=None) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        if spec is not None:
+            from . import speculative
+
+            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats)
+            return
+        session._set_llama_order(True)
         sampler = Sampler(params, self.n_vocab)
         detok = self.tokenizer.streaming_decoder()
         checker = StopChecker(stops)

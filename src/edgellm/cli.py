@@ -75,6 +75,34 @@ def _model_options(fn):
     return fn
 
 
+def _speculative_options(fn):
+    options = [
+        click.option("--lookup", is_flag=True, help="Speculative decoding with prompt lookup (n-grams of the text so far)."),
+        click.option("--draft", "draft", default=None, metavar="MODEL",
+                     help="Speculative decoding with this draft model (same vocabulary)."),
+        click.option("--draft-max", type=click.IntRange(1, 64), default=None,
+                     help="Most draft tokens per step (default 16 with --lookup, 8 with --draft)."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _speculative(llm, kw: dict):
+    """The speculative= argument from --lookup / --draft / --draft-max (checked now: a draft
+    model with another vocabulary is refused before anything is generated)."""
+    from .speculative import Speculative, resolve
+
+    lookup, draft, k = kw.pop("lookup"), kw.pop("draft"), kw.pop("draft_max")
+    if lookup and draft:
+        raise click.UsageError("give --lookup or --draft, not both")
+    if not lookup and not draft:
+        if k is not None:
+            raise click.UsageError("--draft-max needs --lookup or --draft")
+        return None
+    return resolve(llm, Speculative("lookup" if lookup else draft, max_draft=k))
+
+
 def _sampling(kw: dict) -> dict:
     keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed")
     return {k: kw.pop(k) for k in keys if k in kw}
@@ -86,10 +114,12 @@ def _load(model: str, n_ctx: int, n_threads, seed=None):
     return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
 
 
-def _stats_line(llm) -> str:
+def _stats_line(llm, spec=None) -> str:
     s = llm.last_stats
+    drafts = (f" | drafts: {s.accepted_tokens}/{s.draft_tokens} accepted ({s.acceptance_rate:.0%}), "
+              f"{s.mean_accepted:.2f} per step" if spec is not None else "")
     return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
-            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | {llm.backend}, {llm.n_threads} threads]")
+            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s{drafts} | {llm.backend}, {llm.n_threads} threads]")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -105,6 +135,7 @@ def main():
 @click.option("-v", "--verbose", is_flag=True, help="Show prompt and decode speed after each answer.")
 @_model_options
 @_sampling_options
+@_speculative_options
 @_user_errors
 def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
@@ -117,6 +148,9 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
     model = model or default_alias()
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    spec = _speculative(llm, kw)
+    if spec is not None:
+        sampling["speculative"] = spec
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     base = [{"role": "system", "content": system}] if system else []
@@ -161,7 +195,7 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         click.echo("")
         messages.append({"role": "assistant", "content": "".join(answer)})
         if verbose:
-            click.echo(_stats_line(llm), err=True)
+            click.echo(_stats_line(llm, spec), err=True)
 
 
 def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
@@ -187,6 +221,7 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @click.option("-v", "--verbose", is_flag=True, help="Print speed figures to stderr.")
 @_model_options
 @_sampling_options
+@_speculative_options
 @_user_errors
 def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
     """Print MODEL's completion of a prompt."""
@@ -194,13 +229,15 @@ def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
         prompt = sys.stdin.read()
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    spec = _speculative(llm, kw)
     try:
-        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, **sampling):
+        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, speculative=spec,
+                                  **sampling):
             click.echo(piece, nl=False)
     finally:
         click.echo("")
     if verbose:
-        click.echo(_stats_line(llm), err=True)
+        click.echo(_stats_line(llm, spec), err=True)
 
 
 @main.command()

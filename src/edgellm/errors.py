@@ -31,3 +31,7 @@ class TokenizerError(EdgeLLMError):
 
 class TemplateError(EdgeLLMError):
     """A chat template failed to render."""
+
+
+class DraftModelError(EdgeLLMError):
+    """A draft model for speculative decoding cannot serve the target (another vocabulary)."""
