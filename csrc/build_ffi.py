@@ -58,5 +58,6 @@ if __name__ == "__main__":
     # development build: writes src/edgellm/_kernels*.so
     so = make_builder(absolute=True).compile(tmpdir=os.path.join(ROOT, "build", "ffi"), verbose=False)
     dest = os.path.join(ROOT, "src", "edgellm", os.path.basename(so))
-    shutil.copy(so, dest)
+    shutil.copy(so, dest + ".tmp")
+    os.replace(dest + ".tmp", dest)  # a new file: processes that mapped the old one keep it
     print("built", os.path.relpath(dest, ROOT))

@@ -169,8 +169,8 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
         const int32_t *t = tables + (size_t)g * max_blocks;
         for (int s = n_keep; s < n_keep + n_move; s++) {
             const int src = t[(s + n_discard) / KT], dst = t[s / KT];
-            if (dst < 0) continue;
-            kv_pos(e, g, dst)[s % KT] = src < 0 ? -1 : kv_pos(e, g, src)[(s + n_discard) % KT] - n_discard;
+            if (dst < 0 || src < 0) continue;  /* an absent source: the slot is out of every window */
+            kv_pos(e, g, dst)[s % KT] = kv_pos(e, g, src)[(s + n_discard) % KT] - n_discard;
         }
     }
     free(buf);

@@ -172,7 +172,7 @@ def test_raise_exception_becomes_template_error():
     t = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok")
     assert t.render(CHAT[:1]) == "ok"
     with pytest.raises(TemplateError, match="rejected the messages: first must be user"):
-        t.render([SYSTEM])
+        t.render(CHAT[1:])
 
 
 def test_strftime_now_and_loop_controls():
@@ -186,7 +186,41 @@ def test_strftime_now_and_loop_controls():
 
 
 def test_undefined_variables_are_falsy_as_in_transformers():
-    assert ChatTemplate("{% if tools %}T{% else %}none{% endif %}").render(CHAT[:1]) == "none"
+    assert ChatTemplate("{% if undefined_var %}T{% else %}none{% endif %}").render(CHAT[:1]) == "none"
+
+
+def test_tools_and_documents_are_defined_as_none_unless_given_as_in_transformers():
+    t = ChatTemplate("{{ tools is none }}|{{ documents is none }}|{% for t in tools or [] %}{{ t.function.name }}{% endfor %}")
+    assert t.render(CHAT[:1]) == "True|True|"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    assert t.render(CHAT[:1], tools=tools) == "False|True|f"
+    assert ChatTemplate("{{ functions }}").render(CHAT[:1], functions="[spec]") == "[spec]"  # extra variables
+
+
+def test_generation_tag_renders_its_body():
+    t = ChatTemplate("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}[{{ m.content }}]"
+                     "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    assert t.render(CHAT) == "Hello![Hi! How can I help?]Tell me a joke."
+
+
+def test_system_message_is_folded_into_the_next_one_where_the_template_has_no_system_role():
+    no_system = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                 "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    t = ChatTemplate(no_system)
+    assert not t.supports_system_role
+    assert t.render([SYSTEM] + CHAT[:1]) == "<user>You are terse.\nHello!"  # llama.cpp: system, newline, user
+    ignores_system = "{% for m in messages if m.role != 'system' %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    assert ChatTemplate(ignores_system).render([SYSTEM] + CHAT[:1]) == "<user>You are terse.\nHello!"
+    with pytest.raises(TemplateError, match="no system role"):
+        t.render([SYSTEM])
+    assert ChatTemplate(None).supports_system_role
+
+
+def test_tool_call_messages_may_leave_content_out():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {}}}
+    t = ChatTemplate("{% for m in messages %}{{ m.role }}:{{ m.content }}:{{ m.tool_calls | length }};{% endfor %}")
+    assert t.render([CHAT[0], {"role": "assistant", "tool_calls": [call]},
+                     {"role": "assistant", "content": None, "tool_calls": [call]}]) == "user:Hello!:0;assistant::1;assistant::1;"
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,6 +260,10 @@ def test_sandbox_blocks_python_internals(src):
         ("{{ [0] * 100000000 }}", "repetition"),
         ("{{ 10 ** 100000000 }}", "exponent"),
         ("{{ range(100000000) | list }}", "Range too big"),
+        ("{% generation %}{{ ''.__class__ }}{% endgeneration %}", "not allowed"),  # the tag's body is sandboxed too
+        ("{% for m in messages recursive %}{{ loop(messages) }}{% endfor %}", "failed to render"),
+        ("{% set ns = namespace(x=[]) %}{% for i in range(10) %}{% set ns.x = ns.x + ns.x + [0] %}{% endfor %}"
+         "{{ ns.x | length }}{{ 'y' * (ns.x | length) * 1000 }}", "repetition"),
         ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range items"),
     ],
 )

@@ -17,7 +17,7 @@ import tiny_models
 from edgellm import speculative as sp
 from edgellm.errors import DraftModelError
 from edgellm.quants import QType
-from edgellm.sampling import Sampler, SamplingParams
+from edgellm.sampling import Sampler, SamplingParams, probabilities
 from edgellm.scheduler import BatchEngine
 from edgellm.speculative import Speculative
 from tiny_models import ARCHS, tiny_model
@@ -200,7 +200,7 @@ def _two_tokens(state, sampler, target, draft, prompt):
                 d.choose(draft(ctx + d.drafts), ctx + d.drafts)
             drafts = list(d.drafts)
         rows = np.stack([target(ctx + drafts[:i]) for i in range(3)])
-        out += state.verify(sampler, rows, ctx, drafts)
+        out += state.verify(sampler, rows, ctx, drafts)[0]
     return tuple(out[:2])
 
 
@@ -226,7 +226,7 @@ def _chi2_pvalue(counts: dict, probs: dict, n: int) -> float:
 def _exact_two_token_probs(sampler, target, prompt):
     def dist(ctx):
         c = sampler.candidates(target(ctx), ctx)
-        return dict(zip(c.ids.tolist(), sp._softmax64(c.logits).tolist()))
+        return dict(zip(c.ids.tolist(), probabilities(c).tolist()))
 
     return {(a, b): pa * pb for a, pa in dist(prompt).items() for b, pb in dist(prompt + [a]).items()}
 
@@ -267,9 +267,9 @@ def test_sampling_keeps_the_target_distribution(chi2_models, drafter, monkeypatc
     assert p > ALPHA
     check_drafts_were_tested(state.drafted, state.accepted)
     if drafter == "model":
-        def wrong(sampler, logits, history, d, q):  # resamples from p, not from max(0, p - q)
+        def wrong(sampler, logits, history, d, q, p=None):  # resamples from p, not from max(0, p - q)
             c = sampler.candidates(logits, history)
-            p = sp._softmax64(c.logits)
+            p = probabilities(c)
             pd, qd = float(p[c.ids == d].sum()), float(q[1][q[0] == d].sum())
             if sampler.rng.random() * qd < pd:
                 return d
@@ -277,10 +277,10 @@ def test_sampling_keeps_the_target_distribution(chi2_models, drafter, monkeypatc
 
         monkeypatch.setattr(sp, "accept_or_resample", wrong)
     else:
-        def wrong_verify(self, sampler, rows, history, drafts):  # takes the guess half the time
+        def wrong_verify(self, sampler, rows, history, drafts, **kw):  # takes the guess half the time
             if sampler.rng.random() < 0.5:
-                return [drafts[0]]
-            return [sampler.sample(rows[0], history)]
+                return [drafts[0]], 1
+            return [sampler.sample(rows[0], history)], 0
 
         monkeypatch.setattr(sp.SpecState, "verify", wrong_verify)
     assert pvalue()[0] < ALPHA
@@ -460,3 +460,149 @@ def subprocess_run_chat(path, *args):
 
     return subprocess.run([sys.executable, "-m", "edgellm", "run", str(path), "-n", "8", "--temp", "0", *args],
                           input="the cat sat on the mat\n/exit\n", capture_output=True, text=True, timeout=600)
+
+
+# -- under a constraint (grammar, JSON schema, regex) -----------------------------------------
+
+JSON_RECORD = {"type": "object", "additionalProperties": False, "required": ["name", "age", "city"],
+               "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"},
+                              "city": {"type": "string", "maxLength": 24}}}
+RECORD_PROMPTS = ["Alice Smith is 31 and lives in Paris. Write her record as JSON.",
+                  "Copy this out as JSON: name Tom the cat, age 4, city Oslo; name Tom the cat, age 4.",
+                  "A person from Rome, as JSON."]
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path):
+    return edgellm.LLM(smollm2_path, n_ctx=512, n_threads=2)
+
+
+def _record_prompts(llm):
+    return [llm.chat_tokens(llm.template.render([{"role": "user", "content": p}], add_generation_prompt=True))
+            for p in RECORD_PROMPTS]
+
+
+def _constrained_run(llm, prompts, grammar, params, speculative=None, max_tokens=40):
+    eng = BatchEngine(llm, max_seqs=len(prompts))
+    reqs = [eng.submit(p, max_tokens=max_tokens, sampling=params, grammar=grammar, speculative=speculative)
+            for p in prompts]
+    eng.run_until_done(reqs)
+    for r in reqs:
+        assert r.error is None, r.error
+    return [r.generated for r in reqs], [r.finish_reason for r in reqs], eng.stats()
+
+
+@pytest.mark.real
+def test_greedy_equal_under_a_json_schema(smollm2, smollm2_q4_0):
+    """With a JSON schema, drafts are cut to what the grammar allows and the rows sampled under
+    it, the tokens it forces appended: greedy tokens equal constrained decoding without
+    speculation, in BatchEngine (prompt lookup and a draft model) and through generate()."""
+    from edgellm.constrain import Grammar
+
+    llm = smollm2
+    ps = _record_prompts(llm)
+    g = Grammar.from_json_schema(JSON_RECORD)
+    ref, ref_finish, _ = _constrained_run(llm, ps, g, GREEDY)
+    draft = edgellm.LLM(smollm2_q4_0, n_ctx=512, n_threads=2)
+    for how in ("lookup", draft):
+        got, finish, st = _constrained_run(llm, ps, g, GREEDY, Speculative(how, **EVERY_STEP))
+        assert got == ref and finish == ref_finish, how
+        check_drafts_were_tested(st["draft_tokens"], st["accepted_tokens"])
+    text = llm.generate(ps[1], max_tokens=40, temperature=0, json_schema=JSON_RECORD,
+                        speculative=Speculative("lookup", **EVERY_STEP))
+    assert text == llm.detokenize(ref[1])
+    s = llm.last_stats
+    assert s.forced_tokens > 0 and s.draft_tokens > 0
+    assert s.stop_reason == ("grammar" if ref_finish[1] == "stop" else "length")
+
+
+@pytest.mark.real
+def test_seeded_lookup_under_a_grammar_gives_the_seeds_text(smollm2):
+    """Prompt lookup with sampling under a grammar draws every token as constrained decoding
+    does (the same draws, the same redraws from the masked logits): a seed's tokens."""
+    from edgellm.constrain import Grammar
+
+    ps = _record_prompts(smollm2)
+    g = Grammar.from_json_schema(JSON_RECORD)
+    params = SamplingParams(temperature=0.7, top_k=20, seed=9)
+    ref, _, _ = _constrained_run(smollm2, ps, g, params)
+    got, _, st = _constrained_run(smollm2, ps, g, params, Speculative("lookup", **EVERY_STEP))
+    assert got == ref
+    check_drafts_were_tested(st["draft_tokens"], st["accepted_tokens"])
+
+
+@pytest.mark.real
+def test_guided_distribution_and_the_rule_under_a_grammar(smollm2):
+    """Guide.distribution is what Guide.sample draws (a free draw kept when the grammar allows
+    it, else a masked draw: not the masked distribution alone), and the acceptance rule with it
+    and any draft distribution q gives that distribution (chi-square); a wrong p fails."""
+    from edgellm.constrain import Grammar, Guide
+
+    tok = smollm2.tokenizer
+    ids = {c: smollm2.tokenize(c, add_bos=False) for c in "abc123456"}
+    assert all(len(v) == 1 for v in ids.values())
+    ids = {c: v[0] for c, v in ids.items()}
+    logits = np.full(smollm2.n_vocab, -10.0, dtype=np.float32)
+    for c, v in zip("abc123456", (6.0, 5.5, 5.0, 4.8, 4.6, 4.4, 4.2, 4.2, 4.2)):
+        logits[ids[c]] = v  # top-6 unconstrained: a b c 1 2 3; allowed (digits): 1 .. 6
+    guide = Guide(Grammar.from_regex("[0-9]+").constraint(tok))
+    params = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0, seed=5)
+    sampler = Sampler(params, smollm2.n_vocab)
+    pi, pp = guide.distribution(sampler, logits, [])
+    exact = dict(zip(pi.tolist(), pp.tolist()))
+    assert set(exact) == {ids[c] for c in "123456"} and abs(sum(exact.values()) - 1) < 1e-9
+
+    def count(draw):
+        out: dict = {}
+        for _ in range(N_SAMPLES):
+            t = draw()
+            out[t] = out.get(t, 0) + 1
+        return out
+
+    sampled = count(lambda: guide.sample(sampler, logits, []))
+    assert _chi2_pvalue(sampled, exact, N_SAMPLES) > ALPHA
+    m = sampler.candidates(masked_logits_of(guide, logits), [])
+    naive = dict(zip(m.ids.tolist(), probabilities(m).tolist()))  # the masked draw alone
+    assert _chi2_pvalue(sampled, naive, N_SAMPLES) < ALPHA
+    q = (np.array([ids[c] for c in "a1246"]), np.array([0.3, 0.1, 0.2, 0.25, 0.15]))
+    rng = np.random.default_rng(3)
+
+    def speculated():
+        d = int(rng.choice(q[0], p=q[1]))
+        return sp.accept_or_resample(sampler, logits, [], d, q, (pi, pp))
+
+    assert _chi2_pvalue(count(speculated), exact, N_SAMPLES) > ALPHA
+
+
+def masked_logits_of(guide, logits):
+    from edgellm.constrain import masked_logits
+
+    return masked_logits(logits, guide.constraint.compute_mask())
+
+
+@pytest.mark.real
+def test_drafts_are_cut_where_the_grammar_stops_allowing_them(smollm2):
+    from edgellm.constrain import Grammar
+
+    c = Grammar.from_regex("[0-9]+").constraint(smollm2.tokenizer)
+    digits = [smollm2.tokenize(x, add_bos=False)[0] for x in "12"]
+    letter = smollm2.tokenize("a", add_bos=False)[0]
+    assert c.valid_prefix(digits + [letter] + digits) == 2 and c.valid_prefix([letter]) == 0
+    c.accept(digits[0])
+    c.accept(digits[1])
+    c.rollback(2)
+    assert c.valid_prefix([letter]) == 0 and c.valid_prefix(digits) == 2  # back at the start
+
+
+@pytest.mark.real
+def test_cli_lookup_with_a_json_schema(smollm2_path, smollm2):
+    import json
+
+    prompt = 'Copy: {"name": "Alice Smith", "age": 31, "city": "Paris"}\nCopy: '
+    r = _cli("generate", str(smollm2_path), "-p", prompt, "-n", "40", "--temp", "0", "--lookup", "-t", "2",
+             "--json-schema", json.dumps(JSON_RECORD), "-v")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == smollm2.generate(prompt, max_tokens=40, temperature=0, json_schema=JSON_RECORD,
+                                        speculative="lookup") + "\n"
+    assert json.loads(r.stdout) and "drafts:" in r.stderr
+

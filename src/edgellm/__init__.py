@@ -5,6 +5,7 @@ from .errors import (
     ContextOverflowError,
     EdgeLLMError,
     GGUFError,
+    GrammarError,
     ModelNotFoundError,
     UnsupportedModelError,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "errors",
     "EdgeLLMError",
     "GGUFError",
+    "GrammarError",
     "UnsupportedModelError",
     "ContextOverflowError",
     "ModelNotFoundError",

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import kernels, models
-from .errors import ContextOverflowError, GGUFError
+from .errors import ContextOverflowError, GGUFError, GrammarError
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
 from .kv_cache import KVPool
@@ -80,7 +80,8 @@ class GenerationStats:
     prompt_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # "eog", "stop", "length"
+    stop_reason: str = ""  # "eog", "stop", "length", or "grammar" (the constraint admits nothing more)
+    forced_tokens: int = 0  # of generated_tokens, appended because the constraint forced them
     # speculative decoding (generate(..., speculative=)): draft tokens verified, how many of them
     # were taken, in how many steps
     draft_tokens: int = 0
@@ -215,7 +216,11 @@ class Session:
         n_keep = max(0, min(n_keep, self._seq.n - 2))
         n_discard = max(1, (self._seq.n - n_keep) // 2)
         with self._llm._engine_lock:
-            self._llm._pool.shift(self._seq, n_keep, n_discard)
+            if self._llm._pool.shift(self._seq, n_keep, n_discard):
+                return
+            tokens = self._seq.tokens  # (never with a small n_keep: the window is then all moved slots)
+            self._llm._pool.clear(self._seq)
+        self._feed(tokens)
 
 
 def _release_sequence(lock, pool, seq) -> None:
@@ -370,27 +375,81 @@ class LLM:
                  min_p: float | None = None, repeat_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
-                 repeat_last_n: int | None = None, speculative=None):
+                 repeat_last_n: int | None = None, json_schema: dict | str | None = None,
+                 grammar=None, regex: str | None = None, speculative=None):
         """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces.
-        speculative: "lookup", a draft model (LLM, alias or path) or a speculative.Speculative:
-        speculative decoding, on the batch-invariant path (see edgellm.speculative)."""
+        At most one constraint: `json_schema` (dict or JSON text), `grammar` (GBNF text or a
+        constrain.Grammar), `regex`; last_stats.stop_reason "length" then means the output was
+        cut before the constraint was complete. speculative: "lookup", a draft model (LLM, alias
+        or path) or a speculative.Speculative: speculative decoding, on the batch-invariant path
+        (see edgellm.speculative); with a constraint, drafts are cut to what it allows."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
         params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                      presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
-        it = self._stream(ids, params, max_tokens, stop, self._speculative(speculative))
+        it = self._stream(ids, params, max_tokens, stop, self._constraint(
+            json_schema=json_schema, grammar=grammar, regex=regex), self._speculative(speculative))
         return it if stream else "".join(it)
 
+    def _constraint(self, **options):
+        """The generation constraint for generate()'s / chat()'s constraint keywords, or None."""
+        if all(v is None for v in options.values()):
+            return None
+        from .constrain import Grammar
+
+        return Grammar.from_options(**options).constraint(self.tokenizer)
+
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
-             stop: str | Sequence[str] | None = None, seed: int | None = None, speculative=None, **sampling):
-        """Reply to a conversation rendered with the model's chat template."""
-        text = self.template.render(messages, add_generation_prompt=True)
-        ids = self.chat_tokens(text)
-        params = self._sampling(sampling, seed)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        it = self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings),
-                          self._speculative(speculative))
+             stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
+             json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
+             tools: list[dict] | None = None, tool_choice=None, **sampling):
+        """Reply to a conversation rendered with the model's chat template. The reply may be
+        constrained by OpenAI's `response_format` or by one of generate()'s constraints.
+        `tools` (OpenAI's function specs) reach the template; tool_choice "required" or
+        {"type": "function", "function": {"name": ...}} makes the reply a call (chat_message
+        parses it into tool_calls)."""
+        it, _ = self._chat(messages, stream=stream, max_tokens=max_tokens, stop=stop, seed=seed,
+                           response_format=response_format, json_schema=json_schema, grammar=grammar,
+                           regex=regex, tools=tools, tool_choice=tool_choice, speculative=speculative, **sampling)
         return it if stream else "".join(it)
+
+    def chat_message(self, messages: list[dict], **options) -> dict:
+        """chat(), read back as an OpenAI assistant message: {"role": "assistant", "content",
+        "tool_calls" (if the model called tools), "reasoning_content" (a <think> block)}."""
+        return self.create_chat_completion(messages, **options)["choices"][0]["message"]
+
+    def create_chat_completion(self, messages: list[dict], **options) -> dict:
+        """chat() as OpenAI's chat.completion object (message, finish_reason, usage)."""
+        if options.get("stream"):
+            raise ValueError("create_chat_completion does not stream; use chat(stream=True)")
+        it, turn = self._chat(messages, **options)
+        msg, finish = turn.message("".join(it), self.last_stats.stop_reason)
+        s = self.last_stats
+        return {"id": "chatcmpl-" + os.urandom(12).hex(), "object": "chat.completion", "created": int(time.time()),
+                "model": self.path.name,
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
+                          "total_tokens": s.prompt_tokens + s.generated_tokens}}
+
+    def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
+              json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, speculative=None, **sampling):
+        from .tool_calls import prepare_turn
+
+        turn = prepare_turn(self.template, messages, tools, tool_choice)
+        ids = self.chat_tokens(turn.prompt)
+        params = self._sampling(sampling, seed)
+        if response_format is not None or turn.grammar is not None:
+            from .constrain import Grammar
+
+            given = [g for g in (Grammar.from_response_format(response_format), grammar,
+                                 None if turn.grammar is None else Grammar.from_lark(turn.grammar)) if g is not None]
+            if len(given) > 1:
+                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
+            grammar = given[0] if given else None
+        constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint,
+                            self._speculative(speculative)), turn
 
     def _speculative(self, value):
         from .speculative import resolve
@@ -401,10 +460,15 @@ class LLM:
 
     def generate_batch(self, prompts: Sequence[str | Sequence[int]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                        seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
-                       max_seqs: int | None = None, **sampling) -> list[str]:
+                       max_seqs: int | None = None, json_schema: dict | str | None = None, grammar=None,
+                       regex: str | None = None, **sampling) -> list[str]:
         """Complete every prompt, decoding them together (BatchEngine); the texts in order.
         `seed`: one for every prompt, or a list (one each). A prompt's text is the same as it
-        would be alone (batch invariance), though not llama.cpp's bits: see the README."""
+        would be alone (batch invariance), though not llama.cpp's bits: see the README.
+        json_schema / grammar / regex: one constraint every completion follows, as generate()."""
+        from .constrain import Grammar
+
+        sampling["grammar"] = Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
         return self._batch([(p, None) for p in prompts], max_tokens, seed, stop, max_seqs, sampling)
 
     def chat_batch(self, conversations: Sequence[list[dict]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -428,8 +492,10 @@ class LLM:
         per = [min(self.n_ctx, len(i) + (max_tokens if max_tokens is not None else self.n_ctx)) for i in ids]
         engine = BatchEngine(self, max_seqs=max_seqs or min(len(items), 32),
                              kv_tokens=min(sum(per), 8 * self.n_ctx) if sum(per) > self.n_ctx else self.n_ctx)
+        grammar = sampling.pop("grammar", None)
         reqs = [engine.submit(i, max_tokens=max_tokens, sampling=self._sampling(sampling, sd),
-                              stop=stops + list(extra or ())) for i, (_, extra), sd in zip(ids, items, seeds)]
+                              stop=stops + list(extra or ()), grammar=grammar)
+                for i, (_, extra), sd in zip(ids, items, seeds)]
         engine.run_until_done(reqs)
         return [r.result() for r in reqs]
 
@@ -441,15 +507,16 @@ class LLM:
             ids = ids[1:]
         return ids
 
-    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, spec=None) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None,
+                spec=None) -> Iterator[str]:
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops, spec)
+        return self._generate_iter(ids, params, max_tokens, stops, constraint, spec)
 
-    def _generate_iter(self, ids, params, max_tokens, stops, spec=None) -> Iterator[str]:
+    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None, spec=None) -> Iterator[str]:
         """Generation on the cached session (its prompt cache reused from the last call) when no
         other call holds it, else on a session of its own: calls from several threads, or a
         second call while a stream is open, each get their own sequence and the text they
@@ -462,19 +529,20 @@ class LLM:
         else:
             session = Session(self)
         try:
-            yield from self._generate_on(session, ids, params, max_tokens, stops, spec)
+            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint, spec)
         finally:
             if own:
                 self._session_owner.release()
             else:
                 session.close()
 
-    def _generate_on(self, session: Session, ids, params, max_tokens, stops, spec=None) -> Iterator[str]:
+    def _generate_on(self, session: Session, ids, params, max_tokens, stops, constraint=None,
+                     spec=None) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         if spec is not None:
             from . import speculative
 
-            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats)
+            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats, constraint)
             return
         session._set_llama_order(True)
         sampler = Sampler(params, self.n_vocab)
@@ -494,27 +562,43 @@ class LLM:
         history = list(ids)
         t1 = time.perf_counter()
         stats.stop_reason = "length"
+        # -- constraint hook: a Guide samples under the constraint and appends forced tokens --
+        guide = None
+        if constraint is not None:
+            from .constrain import Guide
+
+            guide = Guide(constraint)
+        # --
         try:
             while limit is None or stats.generated_tokens < limit:
-                tok = sampler.sample(logits, history)
+                tok = sampler.sample(logits, history) if guide is None else guide.sample(sampler, logits, history)
                 if tok in eog:
                     stats.stop_reason = "eog"
                     break
-                stats.generated_tokens += 1
-                history.append(tok)
-                emit, done = checker.feed(detok.add(tok))
-                if emit:
-                    yield emit
+                new = [tok] if guide is None else guide.advance(
+                    tok, None if limit is None else limit - stats.generated_tokens)
+                done = False
+                for t in new:
+                    stats.generated_tokens += 1
+                    history.append(t)
+                    emit, done = checker.feed(detok.add(t))
+                    if emit:
+                        yield emit
+                    if done:
+                        break
                 if done:
                     stats.stop_reason = "stop"
                     break
+                if guide is not None and guide.constraint.finished:
+                    stats.stop_reason = "grammar"
+                    break
                 if limit is not None and stats.generated_tokens >= limit:
                     break
-                if len(session) >= session.n_ctx:
+                if len(session) + len(new) > session.n_ctx:
                     if limit is None and len(history) - len(ids) >= session.n_ctx:
                         break  # an unbounded reply as long as the whole context: stop
                     session._make_room(n_keep)
-                logits = session._feed([tok])
+                logits = session._feed(new)
             if stats.stop_reason != "stop":
                 tail, stopped = checker.feed(detok.flush())
                 if not stopped:
@@ -523,6 +607,8 @@ class LLM:
                     yield tail
         finally:
             stats.decode_seconds = time.perf_counter() - t1
+            if guide is not None:
+                stats.forced_tokens = guide.forced
 
     def close(self) -> None:
         self._session = None

@@ -32,7 +32,7 @@ class Step:
         self.n_tokens = 0
 
     def add(self, seq: Sequence, tokens: Seq[int], logits: int = LOGITS_LAST) -> None:
-        self.entries.append(Entry(seq, list(tokens), logits))
+        self.entries.append(Entry(seq, [int(t) for t in tokens], logits))
         self.n_tokens += len(tokens)
 
     def __len__(self) -> int:
@@ -44,27 +44,28 @@ class Step:
         in entry order), else of the engine's buffer (valid until its next step)."""
         ents = self.entries
         n = self.n_tokens
-        tokens = np.empty(n, dtype=np.int32)
-        pos = np.empty(n, dtype=np.int32)
-        seq = np.empty(n, dtype=np.int32)
-        want = np.zeros(n, dtype=np.int8)
-        seq_len = np.empty(len(ents), dtype=np.int32)
-        mb = 1
+        mb = max(-(-(e.seq.n + len(e.tokens)) // BLOCK) for e in ents)
+        tokens, pos, seq, want, seq_len, tables = engine.batch.views(n, len(ents), mb)
+        want[:] = 0
         r = 0
         for i, e in enumerate(ents):
             k = len(e.tokens)
-            tokens[r:r + k] = e.tokens
-            pos[r:r + k] = np.arange(e.seq.n, e.seq.n + k, dtype=np.int32)
-            seq[r:r + k] = i
+            if k == 1:
+                tokens[r] = e.tokens[0]
+                pos[r] = e.seq.n
+                seq[r] = i
+            else:
+                tokens[r:r + k] = e.tokens
+                pos[r:r + k] = range(e.seq.n, e.seq.n + k)
+                seq[r:r + k] = i
             if e.logits == LOGITS_ALL:
                 want[r:r + k] = 1
             elif e.logits == LOGITS_LAST:
                 want[r + k - 1] = 1
             seq_len[i] = e.seq.n
-            mb = max(mb, -(-(e.seq.n + k) // BLOCK))
+            tables[:, i] = e.seq.tables[:, :mb]
             r += k
-        tables = np.ascontiguousarray(np.stack([e.seq.tables[:, :mb] for e in ents], axis=1))
-        logits = engine.decode_batch(tokens, pos, seq, want, seq_len, tables, llama_order=llama_order, out=out)
+        logits = engine.decode(n, len(ents), mb, llama_order=llama_order, out=out)
         results, o = [], 0
         for e in ents:
             pool.commit(e.seq, e.tokens)

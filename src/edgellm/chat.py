@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -73,15 +74,27 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, s
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+class _GenerationTag(Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's tokens for
+    training masks): the body is rendered as it is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment (immutable sandbox, trim_blocks, lstrip_blocks, loop
-    controls), with no loader (so no include/import/extends), unsafe attribute access as an error
+    controls, the generation tag), with no loader (so no include/import/extends), unsafe attribute access as an error
     rather than a silent undefined, and bounds on * and **."""
 
     intercepted_binops = frozenset({"*", "**"})
 
     def __init__(self):
-        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols], loader=None)
+        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationTag], loader=None)
         self.filters["tojson"] = _tojson
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
@@ -141,9 +154,11 @@ def _normalize_messages(messages) -> list[dict]:
         role = msg.get("role")
         if not isinstance(role, str) or not role:
             raise TemplateError(f"message {i}: 'role' must be a non-empty string, got {role!r}")
-        if "content" not in msg:
+        content = msg.get("content")
+        if content is None and msg.get("tool_calls"):
+            content = ""  # OpenAI leaves it out (or null) beside tool calls; templates want a string
+        elif "content" not in msg:
             raise TemplateError(f"message {i} ({role}) has no 'content'")
-        content = msg["content"]
         if isinstance(content, (list, tuple)):
             texts = []
             for j, part in enumerate(content):
@@ -198,6 +213,7 @@ class ChatTemplate:
         self.add_bos = add_bos
         self.add_eos = add_eos
         self._template = _compile(template)
+        self._supports_system: bool | None = None
         stops = [m for m in END_OF_TURN_MARKERS if m in template]
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
@@ -240,12 +256,46 @@ class ChatTemplate:
             add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)) if add_eos is None else add_eos,
         )
 
-    def render(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+    @property
+    def supports_system_role(self) -> bool:
+        """Whether the template writes a system message's text (probed once, as llama.cpp probes
+        a template's capabilities: render a system message and look for its text)."""
+        return self._system_role({})
+
+    def _system_role(self, extra: dict) -> bool:
+        if self._supports_system is None:
+            probe = "\u2063system-probe\u2063"
+            try:
+                out = self._render([{"role": "system", "content": probe}, {"role": "user", "content": "u"}],
+                                   add_generation_prompt=True, tools=None, extra=extra)
+            except TemplateError:
+                out = ""
+            self._supports_system = probe in out
+        return self._supports_system
+
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list | None = None,
+               **extra) -> str:
         """The prompt for ``messages`` (dicts with a ``role`` and a string or list-of-text-parts
-        ``content``), ending with the assistant's turn opener if ``add_generation_prompt``."""
+        ``content``), ending with the assistant's turn opener if ``add_generation_prompt``.
+        ``tools`` (OpenAI's function specs) and ``extra`` keywords reach the template as
+        transformers' apply_chat_template passes them. For a template without a system role, a
+        leading system message is folded into the next message (its text, a newline, then that
+        message's), as llama.cpp does."""
         msgs = _normalize_messages(messages)
+        if msgs[0]["role"] == "system" and not self._system_role(extra):
+            system, msgs = msgs[0], msgs[1:]
+            if msgs:
+                msgs[0] = {**msgs[0], "content": system["content"] + "\n" + msgs[0]["content"]}
+            else:
+                raise TemplateError("this chat template has no system role, and there is no message to fold "
+                                    "the system message into")
+        return self._render(msgs, add_generation_prompt=add_generation_prompt, tools=tools, extra=extra)
+
+    def _render(self, msgs: list[dict], *, add_generation_prompt: bool, tools, extra: dict) -> str:
+        context = {"tools": tools, "documents": None, **extra}  # defined, maybe None, as transformers passes them
         try:
             text = self._template.render(
+                context,
                 messages=msgs,
                 add_generation_prompt=bool(add_generation_prompt),
                 bos_token=self.bos_token,

@@ -2,6 +2,7 @@
 
     edgellm run [MODEL]              chat in the terminal (default model from models.toml)
     edgellm generate MODEL -p TEXT   print a completion
+    edgellm serve [MODEL]            an OpenAI-compatible HTTP server
     edgellm models | pull ALIAS      what we know / fetch it
 """
 
@@ -218,26 +219,85 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @click.option("-p", "--prompt", required=True, help="Text to complete ('-' reads standard input).")
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True, help="Tokens to generate.")
 @click.option("--stop", multiple=True, help="Stop before this text (repeatable).")
+@click.option("--grammar-file", type=click.Path(exists=True, dir_okay=False),
+              help="Constrain the output to a GBNF grammar (llama.cpp's format) read from this file.")
+@click.option("--json-schema", help="Constrain the output to JSON following this schema (JSON text, or a file).")
+@click.option("--regex", help="Constrain the output to text matching this regular expression.")
 @click.option("-v", "--verbose", is_flag=True, help="Print speed figures to stderr.")
 @_model_options
 @_sampling_options
 @_speculative_options
 @_user_errors
-def generate(model, prompt, max_tokens, stop, verbose, n_ctx, n_threads, **kw):
+def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, **kw):
     """Print MODEL's completion of a prompt."""
     if prompt == "-":
         prompt = sys.stdin.read()
+    constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
     spec = _speculative(llm, kw)
     try:
         for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True, speculative=spec,
-                                  **sampling):
+                                  **constraint, **sampling):
             click.echo(piece, nl=False)
     finally:
         click.echo("")
     if verbose:
         click.echo(_stats_line(llm, spec), err=True)
+    if constraint and llm.last_stats.stop_reason == "length":
+        raise click.ClickException(f"the output was cut at {max_tokens} tokens before it was complete (-n)")
+
+
+def _constraint_options(grammar_file, json_schema, regex) -> dict:
+    """generate()'s constraint keywords from the command line, checked before the model loads."""
+    from .constrain import Grammar
+
+    out = {}
+    if grammar_file:
+        with open(grammar_file, encoding="utf-8") as f:
+            out["grammar"] = f.read()
+    if json_schema is not None:
+        text = json_schema
+        if not text.lstrip().startswith(("{", "[")) and os.path.isfile(text):
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        out["json_schema"] = text
+    if regex is not None:
+        out["regex"] = regex
+    if out:
+        out = {"grammar": Grammar.from_options(**out)}  # errors now, not after loading the model
+    return out
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
+@click.option("--parallel", "-np", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Sequences decoded at once.")
+@click.option("--max-queue", type=click.IntRange(0), default=128, show_default=True,
+              help="Requests that may wait for a slot; more get 429 with Retry-After.")
+@click.option("--kv-tokens", type=click.IntRange(16), default=None,
+              help="KV cache tokens all sequences share (default: parallel x context; RAM is used as written).")
+@click.option("--api-key", envvar="EDGELLM_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or set EDGELLM_API_KEY); /health stays open.")
+@click.option("--grace", type=click.IntRange(0), default=30, show_default=True,
+              help="Seconds running requests get to finish on SIGTERM / Ctrl-C.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every request.")
+@_model_options
+@_user_errors
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads):
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
+    try:
+        from .server.runner import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(f"the server needs its extra: pip install 'edgellm[server]' ({exc})") from None
+    from .registry import default_alias
+
+    if api_key is not None and not api_key.strip():
+        raise click.BadParameter("must not be empty", param_hint="--api-key")
+    run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
 
 
 @main.command()

@@ -35,3 +35,7 @@ class TemplateError(EdgeLLMError):
 
 class DraftModelError(EdgeLLMError):
     """A draft model for speculative decoding cannot serve the target (another vocabulary)."""
+
+
+class GrammarError(EdgeLLMError):
+    """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""

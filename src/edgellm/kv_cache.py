@@ -61,6 +61,8 @@ class Sequence:
         self.tokens: list[int] = []                     # the token in each slot
         self.tables = np.full((GROUPS, max_blocks), -1, dtype=np.int32)
         self.nodes: list[_Node] = []                    # prefix-index nodes of its full blocks, in order
+        self.swa_from = 0                               # sliding-window blocks below this are dropped
+        self.swa_valid = 0                              # sliding-window slots below this hold nothing
         self.cacheable = cacheable
         self.alive = True
 
@@ -250,6 +252,8 @@ class KVPool:
         seq.nodes = list(chain)
         seq.tokens = list(tokens[:n])
         seq.n = n
+        seq.swa_from = first_swa
+        seq.swa_valid = first_swa * BLOCK
         self.hits += n
         return n
 
@@ -323,23 +327,24 @@ class KVPool:
 
     def commit(self, seq: Sequence, tokens) -> None:
         """The engine wrote len(tokens) slots after seq.n (reserved before)."""
-        old = seq.n
-        seq.tokens.extend(int(t) for t in tokens)
+        seq.tokens.extend(tokens)
         seq.n += len(tokens)
         if seq.cacheable:
             for i in range(len(seq.nodes), seq.n // BLOCK):
                 self._register(seq, i)
-        if self.has_swa and seq.n // BLOCK > old // BLOCK:
+        if self.has_swa:
             self._drop_swa(seq)
 
     def _drop_swa(self, seq: Sequence) -> None:
         """Release sliding-window blocks no future query of seq can see (beyond the margin)."""
         keep_from = max(0, seq.n - self.n_swa - SWA_MARGIN) // BLOCK
         row = seq.tables[1]
-        for i in range(keep_from):
+        for i in range(seq.swa_from, keep_from):
             if row[i] >= 0:
                 self._unref(1, int(row[i]))
                 row[i] = -1
+        seq.swa_from = max(seq.swa_from, keep_from)
+        seq.swa_valid = max(seq.swa_valid, keep_from * BLOCK)
 
     def truncate(self, seq: Sequence, n: int) -> bool:
         """Forget slots from n on. False when sliding-window layers no longer hold the window
@@ -357,11 +362,13 @@ class KVPool:
         del seq.nodes[n // BLOCK:]
         del seq.tokens[n:]
         seq.n = n
-        if self.has_swa and n:
-            first = max(0, n - self.n_swa) // BLOCK
-            if any(seq.tables[1, i] < 0 for i in range(first, keep)):
-                return False
-        return True
+        if n == 0:
+            seq.swa_from = seq.swa_valid = 0
+        return self._window_held(seq)
+
+    def _window_held(self, seq: Sequence) -> bool:
+        """Whether the sliding-window layers hold every slot the next query can see."""
+        return not self.has_swa or max(0, seq.n - self.n_swa) >= seq.swa_valid
 
     def clear(self, seq: Sequence) -> None:
         self.truncate(seq, 0)
@@ -381,10 +388,13 @@ class KVPool:
                 if b >= 0:
                     self._ref(g, int(b))
         child.n, child.tokens, child.nodes = seq.n, list(seq.tokens), list(seq.nodes)
+        child.swa_from, child.swa_valid = seq.swa_from, seq.swa_valid
         return child
 
-    def shift(self, seq: Sequence, n_keep: int, n_discard: int) -> None:
-        """Context shift: drop n_discard slots after the first n_keep, slide the rest down."""
+    def shift(self, seq: Sequence, n_keep: int, n_discard: int) -> bool:
+        """Context shift: drop n_discard slots after the first n_keep, slide the rest down.
+        False when the sliding-window layers then miss part of the window (kept slots they
+        had already dropped come back into view): the caller must clear and evaluate again."""
         n = seq.n
         if n_keep < 0 or n_discard <= 0 or n_keep + n_discard > n:
             raise ValueError(f"cannot shift {n_discard} tokens after {n_keep} of {n}")
@@ -403,8 +413,15 @@ class KVPool:
         self.truncate(seq, new_n)
         seq.tokens = tokens
         del seq.nodes[n_keep // BLOCK:]
+        # the moved slots' keys and values were computed with the dropped tokens in view: they are
+        # not what these tokens alone give, so nothing from here on may enter the prefix index
+        seq.cacheable = False
         if self.has_swa:
+            v = seq.swa_valid  # kept slots stay as they were; moved ones come from v on
+            seq.swa_valid = v if v <= n_keep else max(n_keep, v - n_discard)
+            seq.swa_from = 0  # the tables moved: look at every block once
             self._drop_swa(seq)
+        return self._window_held(seq)
 
     def check(self) -> None:
         """Consistency of the books (tests): every reference accounted for."""

@@ -167,6 +167,13 @@ def _softmax_weights(logits: np.ndarray) -> np.ndarray:
     return np.exp(w, out=w)
 
 
+def probabilities(c: Candidates) -> np.ndarray:
+    """The distribution a draw from candidates c follows, float64 (speculative decoding's
+    acceptance rule compares such distributions)."""
+    w = np.exp(c.logits.astype(np.float64) - float(np.max(c.logits)))
+    return w / w.sum()
+
+
 def _best_first(logits: np.ndarray) -> np.ndarray:
     """Indices ordering float32 ``logits`` (no NaN) from largest to smallest, ties by index.
 

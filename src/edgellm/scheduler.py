@@ -95,7 +95,7 @@ class Request:
 
     def __init__(self, engine: "BatchEngine", prompt: list[int], *, max_tokens: int | None,
                  sampling: SamplingParams, stop: Sequence[str], logprobs: int | None,
-                 logit_bias: dict[int, float] | None, on_event: Callable | None):
+                 logit_bias: dict[int, float] | None, on_event: Callable | None, grammar=None):
         self.id = next(self._ids)
         self.engine = engine
         self.prompt = prompt
@@ -106,6 +106,11 @@ class Request:
         self.on_event = on_event
         llm = engine.llm
         self.sampler = Sampler(sampling, llm.n_vocab)
+        self.guide = None  # constrain.Guide: samples under the grammar, appends what it forces
+        if grammar is not None:
+            from .constrain import Guide
+
+            self.guide = Guide(grammar.constraint(llm.tokenizer))
         self.detok = llm.tokenizer.streaming_decoder()
         self.checker = StopChecker(list(stop))
         self.history: list[int] = list(prompt)  # what the KV must hold before the next sample
@@ -198,7 +203,6 @@ class BatchEngine:
         if max_queue is not None and max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         self.llm = llm
-        self.speculative = resolve_speculative(llm, speculative)
         self.max_seqs = max_seqs
         self.step_tokens = min(step_tokens or llm.n_batch, llm.n_batch)
         self.prefix_cache = prefix_cache
@@ -207,6 +211,7 @@ class BatchEngine:
         pool = llm._pool
         with llm._engine_lock:
             pool.limit_blocks = max(pool.limit_blocks or 0, -(-self.kv_tokens // BLOCK))
+        self.speculative = self._speculative(speculative)
         self._lock = threading.Condition()
         self._waiting: list[Request] = []
         self._running: list[Request] = []
@@ -226,11 +231,15 @@ class BatchEngine:
     def submit(self, prompt: Sequence[int] | str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
                logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
-               on_event: Callable | None = None, ignore_eos: bool = False, speculative=_ENGINE_DEFAULT):
+               on_event: Callable | None = None, ignore_eos: bool = False, grammar=None,
+               speculative=_ENGINE_DEFAULT):
         """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
         n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
-        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks).
-        speculative: this request's speculative decoding (default: the engine's; None: off)."""
+        past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks). grammar:
+        a constrain.Grammar the completion follows (tokens it forces are evaluated in one
+        batch); finish_reason "stop" when it is complete, "length" when cut short.
+        speculative: this request's speculative decoding (default: the engine's; None: off);
+        with a grammar, drafts are cut to what it allows and verified under it."""
         llm = self.llm
         ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
         if not ids:
@@ -252,14 +261,14 @@ class BatchEngine:
                     raise ValueError(f"logit_bias: the bias of token {tok} must be a finite number")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
         sampling = sampling or SamplingParams()
-        spec = self.speculative if speculative is _ENGINE_DEFAULT else resolve_speculative(llm, speculative)
+        spec = self.speculative if speculative is _ENGINE_DEFAULT else self._speculative(speculative)
         reqs = []
         for i in range(n):
             params = sampling
             if i and sampling.seed is not None:  # siblings draw different samples, reproducibly
                 params = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + i})
             reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
-                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event))
+                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar))
             reqs[-1].ignore_eos = bool(ignore_eos)
             if spec is not None:
                 reqs[-1].spec = SpecState(llm, spec, params)
@@ -493,6 +502,16 @@ class BatchEngine:
             budget -= len(chunk)
         return step, fed
 
+    def _speculative(self, value):
+        """resolve_speculative, and a draft model's KV cache made as large as the engine's (its
+        sequences mirror the requests')."""
+        spec = resolve_speculative(self.llm, value)
+        if spec is not None and not spec.is_lookup:
+            dllm = spec.draft
+            with dllm._engine_lock:
+                dllm._pool.limit_blocks = max(dllm._pool.limit_blocks or 0, self.llm._pool.limit_blocks)
+        return spec
+
     def _drafts(self, decoding: list[Request], budget: int) -> dict[int, list[int]]:
         """Draft tokens of the speculating requests among the decoding ones (id -> drafts),
         within the step's token budget, the context and the tokens each still wants."""
@@ -507,11 +526,15 @@ class BatchEngine:
                 limit = min(limit, r.max_tokens - len(r.generated) - 1)
             items.append((r.spec, r.history, r.history, limit))
         out = propose_drafts(items, base_rows=len(decoding), others=len(decoding) - 1)
+        for i, (r, d) in enumerate(zip(jobs, out)):
+            if d and r.guide is not None:  # only drafts the grammar allows are worth a row
+                out[i] = d[:r.guide.constraint.valid_prefix(d)]
         return {id(r): d for r, d in zip(jobs, out) if d}
 
     def _verify(self, req: Request, rows: np.ndarray) -> None:
-        """A speculating request's rows: its drafts checked (SpecState.verify), the tokens taken
-        handled one by one as sampled ones, the slots of rejected drafts dropped."""
+        """A speculating request's rows: its drafts checked (SpecState.verify, under the request's
+        grammar if it has one), the tokens taken handled one by one as sampled ones (the last may
+        bring the tokens the grammar forces), the slots of rejected drafts dropped."""
         drafts, req._draft = req._draft, []
         if req.finish_reason is not None:
             return
@@ -520,17 +543,18 @@ class BatchEngine:
             x = np.array(rows)
             for tok, bias in req.logit_bias.items():
                 x[:, int(tok)] += bias
+        eog = frozenset() if req.ignore_eos else self.llm.tokenizer.eog_ids
         try:
-            toks = req.spec.verify(req.sampler, x, req.history, drafts)
-        except ValueError as exc:
+            toks, taken = req.spec.verify(req.sampler, x, req.history, drafts, guide=req.guide, eog=eog)
+        except (ValueError, EdgeLLMError) as exc:
             self._fail(req, str(exc))
             return
         req.usage.draft_tokens += len(drafts)
-        req.usage.accepted_tokens += len(toks) - 1
+        req.usage.accepted_tokens += taken
         self.draft_tokens += len(drafts)
-        self.accepted_tokens += len(toks) - 1
+        self.accepted_tokens += taken
         with self.llm._engine_lock:
-            if not self.llm._pool.truncate(req.seq, req.seq.n - len(drafts) - 1 + len(toks)):
+            if not self.llm._pool.truncate(req.seq, req.seq.n - len(drafts) + taken):
                 self._preempt(req)  # (not within KVPool's sliding-window margin): evaluated again
         for i, tok in enumerate(toks):
             self._take(req, tok, x[i])
@@ -563,8 +587,8 @@ class BatchEngine:
             for tok, bias in req.logit_bias.items():
                 x[int(tok)] += bias
         try:
-            tok = req.sampler.sample(x, req.history)
-        except ValueError as exc:
+            tok = req.sampler.sample(x, req.history) if req.guide is None else req.guide.sample(req.sampler, x, req.history)
+        except (ValueError, EdgeLLMError) as exc:
             self._fail(req, str(exc))
             return
         self._take(req, tok, x)
@@ -578,13 +602,19 @@ class BatchEngine:
             self._end(req, "stop")
             return
         lp, top = self._logprobs(req, x, tok)
-        req.generated.append(tok)
-        req.history.append(tok)
-        req.usage.completion_tokens += 1
-        self.tokens_generated += 1
-        emit, stopped = req.checker.feed(req.detok.add(tok))
-        req._emit(Event(emit, tok, lp, top))
-        if stopped:
+        # with a grammar, the tokens it forces follow tok; the next step evaluates them together
+        new = [tok] if req.guide is None else req.guide.advance(
+            tok, None if req.max_tokens is None else req.max_tokens - len(req.generated))
+        for i, t in enumerate(new):
+            req.generated.append(t)
+            req.history.append(t)
+            req.usage.completion_tokens += 1
+            self.tokens_generated += 1
+            emit, stopped = req.checker.feed(req.detok.add(t))
+            req._emit(Event(emit, t, lp if i == 0 else None, top if i == 0 else None))
+            if stopped:
+                break
+        if stopped or (req.guide is not None and req.guide.constraint.finished):
             self._end(req, "stop")
         elif req.max_tokens is not None and len(req.generated) >= req.max_tokens:
             self._end(req, "length")

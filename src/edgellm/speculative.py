@@ -44,7 +44,8 @@ import numpy as np
 
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .errors import DraftModelError
-from .sampling import Candidates, Sampler, SamplingParams, StopChecker, draw
+from .kv_cache import KVCacheFullError
+from .sampling import Sampler, SamplingParams, StopChecker, probabilities
 
 LOOKUP = "lookup"
 MAX_DRAFT_LIMIT = 64          # KVPool's sliding-window margin (64) bounds a rollback
@@ -389,7 +390,7 @@ class ModelDrafter:
             self.q.append(None)
         else:
             c = self.sampler.candidates(logits, history)
-            p = _softmax64(c.logits)
+            p = probabilities(c)
             i = _draw_index(p, self.sampler.rng)
             tok = int(c.ids[i])
             self.q.append((c.ids, p))
@@ -401,11 +402,6 @@ def _weight_bytes(llm) -> int:
     return max(1, sum(t.nbytes for t in llm.gguf.tensors.values()))
 
 
-def _softmax64(logits: np.ndarray) -> np.ndarray:
-    w = np.exp(logits.astype(np.float64) - float(np.max(logits)))
-    return w / w.sum()
-
-
 def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
     """An index drawn from probabilities p (float64, summing to ~1) by one uniform."""
     cum = np.cumsum(p)
@@ -415,7 +411,8 @@ def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
 
 def _run_model_drafts(dllm, jobs: list) -> None:
     """Decode every job's drafts on the draft model, the jobs' rows sharing its steps. jobs:
-    (drafter, context, k, tail) with tail the penalty window of the context."""
+    (drafter, context, k, tail) with tail the penalty window of the context. A job whose
+    sequence the draft model's KV cache cannot hold gets the drafts it has so far (maybe none)."""
     pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
     costs = costs_for(dllm)
     with dllm._engine_lock:
@@ -423,19 +420,22 @@ def _run_model_drafts(dllm, jobs: list) -> None:
         for d, ctx, k, tail in jobs:
             d.drafts, d.q = [], []
             todo = d._catch_up(ctx)
-            while len(todo) > nb:  # a long catch-up (the prompt) alone, in chunks
-                step = Step()
-                pool.reserve(d.seq, nb)
-                step.add(d.seq, todo[:nb], LOGITS_NONE)
-                step.run(eng, pool)
-                todo = todo[nb:]
+            try:
+                while len(todo) > nb:  # a long catch-up (the prompt) alone, in chunks
+                    step = Step()
+                    pool.reserve(d.seq, nb)
+                    step.add(d.seq, todo[:nb], LOGITS_NONE)
+                    step.run(eng, pool)
+                    todo = todo[nb:]
+                pool.reserve(d.seq, len(todo))
+            except KVCacheFullError:
+                continue
             rows.append((d, todo, k, list(tail)))
         while rows:
             nxt = []
             for chunk in _packed(rows, nb):
                 step = Step()
                 for d, todo, _, _ in chunk:
-                    pool.reserve(d.seq, len(todo))
                     step.add(d.seq, todo, LOGITS_LAST)
                 t = time.perf_counter()
                 out = step.run(eng, pool)
@@ -445,6 +445,10 @@ def _run_model_drafts(dllm, jobs: list) -> None:
                     tok = d.choose(logits, tail)
                     tail.append(tok)
                     if len(d.drafts) < k:
+                        try:
+                            pool.reserve(d.seq, 1)
+                        except KVCacheFullError:
+                            continue
                         nxt.append((d, [tok], k, tail))
             rows = nxt
 
@@ -518,52 +522,78 @@ class SpecState:
             t_draft = self.costs.line()[0] * _weight_bytes(d.llm) / _weight_bytes(self.target)
         return self.ctl.choose(0, limit, t_base, t_row + t_draft, others)
 
-    def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int]) -> list[int]:
-        """The tokens a verification step gives: rows[i] are the target's logits after history
-        and drafts[:i] (len(drafts) + 1 rows); 1 to len(drafts) + 1 tokens, the drafts taken
-        and then the target's own choice."""
+    def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
+               guide=None, eog=frozenset()) -> tuple[list[int], int]:
+        """The tokens a verification step gives and how many of them are drafts (whose KV slots
+        stay): rows[i] are the target's logits after history and drafts[:i] (len(drafts) + 1
+        rows); the drafts taken, then the target's own choice. guide (constrain.Guide): the rows
+        are sampled under its grammar (the drafts must be ones it allows, Constraint.valid_prefix)
+        and the tokens end where plain guided decoding would stop sampling — at a draft after
+        which the grammar forces tokens (the caller's guide.advance appends them) or is finished.
+        The guide is left as it was; the caller advances it by the tokens. An end-of-generation
+        token in eog ends them too."""
         k = len(drafts)
         q = self.drafter.q if isinstance(self.drafter, ModelDrafter) else None
         w = sampler.params.repeat_last_n
         tail = list(history) if w < 0 else list(history[len(history) - w:]) if w > 0 else []
+        c = None if guide is None else guide.constraint
         out: list[int] = []
-        for i in range(k + 1):
-            if i < k and q is not None and q[i] is not None:
-                tok = accept_or_resample(sampler, rows[i], tail, drafts[i], q[i])
-            else:
-                tok = sampler.sample(rows[i], tail)
-            out.append(tok)
-            if i == k or tok != drafts[i]:
-                break
-            tail.append(tok)
+        taken = consumed = 0
+        try:
+            for i in range(k + 1):
+                if i < k and q is not None and q[i] is not None:
+                    p = None if guide is None else guide.distribution(sampler, rows[i], tail)
+                    tok = accept_or_resample(sampler, rows[i], tail, drafts[i], q[i], p)
+                elif guide is None:
+                    tok = sampler.sample(rows[i], tail)
+                else:
+                    tok = guide.sample(sampler, rows[i], tail)
+                out.append(tok)
+                if i == k or tok != drafts[i]:
+                    break
+                taken += 1
+                if tok in eog:
+                    break
+                if c is not None:
+                    c.accept(tok)
+                    consumed += 1
+                    if c.finished or (guide.jump_forward and c.forced_tokens()):
+                        break
+                tail.append(tok)
+        finally:
+            if consumed:
+                c.rollback(consumed)
         if k:
             self.drafted += k
-            self.accepted += len(out) - 1
+            self.accepted += taken
             self.steps += 1
-            self.ctl.observe(self._bucket, k, len(out) - 1)
-        return out
+            self.ctl.observe(self._bucket, k, taken)
+        return out, taken
 
 
 def accept_or_resample(sampler: Sampler, logits: np.ndarray, history: list[int], d: int,
-                       q: tuple[np.ndarray, np.ndarray]) -> int:
+                       q: tuple[np.ndarray, np.ndarray], p: tuple[np.ndarray, np.ndarray] | None = None) -> int:
     """The standard speculative rule for a draft d drawn from q = (ids, probs): d with
-    probability min(1, p(d) / q(d)), else a draw from max(0, p - q) normalized, p being what the
-    sampler would draw from. The result is distributed as p."""
-    c = sampler.candidates(logits, history)
-    p = _softmax64(c.logits)
+    probability min(1, p(d) / q(d)), else a draw from max(0, p - q) normalized, p = (ids, probs)
+    being what the target draws from (default: the sampler's candidates). The result is
+    distributed as p."""
+    if p is None:
+        c = sampler.candidates(logits, history)
+        p = (c.ids, probabilities(c))
+    pi, pp = p
     qi, qp = q
-    pd = float(p[c.ids == d].sum())
+    pd = float(pp[pi == d].sum())
     qd = float(qp[qi == d].sum())
     rng = sampler.rng
     if rng.random() * qd < pd:
         return d
     n = sampler.n_vocab
     r = np.zeros(n, dtype=np.float64)
-    r[c.ids] = p
+    r[pi] = pp
     r[qi] -= qp
     np.maximum(r, 0.0, out=r)
     if not r.any():  # p == q to rounding: the rule accepted with probability ~1
-        return int(c.ids[_draw_index(p, rng)])
+        return int(pi[_draw_index(pp, rng)])
     return _draw_index(r, rng)
 
 
@@ -598,9 +628,10 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
 
 
 def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, stops, spec: Speculative,
-             stats) -> Iterator[str]:
+             stats, constraint=None) -> Iterator[str]:
     """The generation loop of LLM._generate_on, verifying drafts: the same text pieces, stop
-    strings, limits and context shift, on the batch-invariant path."""
+    strings, limits, context shift and constraint (drafts cut to what it allows, rows sampled
+    under it, the tokens it forces appended), on the batch-invariant path."""
     pool, n_ctx = llm._pool, session.n_ctx
     sampler = Sampler(params, llm.n_vocab)
     detok = llm.tokenizer.streaming_decoder()
@@ -608,6 +639,11 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
     eog = llm.tokenizer.eog_ids
     n_keep = 1 if (llm.tokenizer.bos_id is not None and ids[0] == llm.tokenizer.bos_id) else 0
     limit = max_tokens if max_tokens is not None and max_tokens >= 0 else None
+    guide = None
+    if constraint is not None:
+        from .constrain import Guide
+
+        guide = Guide(constraint)
     state = SpecState(llm, spec, params)
     session._set_llama_order(False)
     seq = session._seq
@@ -621,10 +657,11 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
     finally:
         stats.prompt_seconds = time.perf_counter() - t0
     history = list(ids)
+    covered = len(ids)  # history[:covered] is in the KV cache (but what a context shift dropped)
     t1 = time.perf_counter()
     stats.stop_reason = "length"
     try:
-        pending = [sampler.sample(logits, history)]
+        pending = [sampler.sample(logits, history) if guide is None else guide.sample(sampler, logits, history)]
         out = np.empty((1, llm.n_vocab), dtype=np.float32)
         while True:
             done = False
@@ -632,50 +669,65 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
                 if tok in eog:
                     stats.stop_reason, done = "eog", True
                     break
-                stats.generated_tokens += 1
-                history.append(tok)
-                emit, stopped = checker.feed(detok.add(tok))
-                if emit:
-                    yield emit
-                if stopped:
-                    stats.stop_reason, done = "stop", True
+                new = [tok] if guide is None else guide.advance(
+                    tok, None if limit is None else limit - stats.generated_tokens)
+                for t in new:  # (advance keeps them within the limit)
+                    stats.generated_tokens += 1
+                    history.append(t)
+                    emit, stopped = checker.feed(detok.add(t))
+                    if emit:
+                        yield emit
+                    if stopped:
+                        stats.stop_reason, done = "stop", True
+                        break
+                if done:
+                    break
+                if guide is not None and guide.constraint.finished:
+                    stats.stop_reason, done = "grammar", True
                     break
                 if limit is not None and stats.generated_tokens >= limit:
                     done = True
                     break
             if done:
                 break
-            if len(session) >= n_ctx:
+            unfed = history[covered:]
+            if len(session) + len(unfed) > n_ctx:
                 if limit is None and len(history) - len(ids) >= n_ctx:
                     break  # an unbounded reply as long as the whole context: stop
                 before = len(session)
                 session._make_room(n_keep)
                 state.shift(min(max(0, n_keep), before - 2), before - len(session))
-            room = n_ctx - len(session) - 1
+            room = n_ctx - len(session) - len(unfed)
             if limit is not None:
                 room = min(room, limit - stats.generated_tokens - 1)
-            context = history if spec.is_lookup else seq.tokens + history[-1:]  # (differ after a shift)
+            context = history if spec.is_lookup else seq.tokens + unfed  # (differ after a shift)
             drafts = propose([(state, history, context, room)])[0]
-            rows = 1 + len(drafts)
+            if guide is not None and drafts:
+                drafts = drafts[:guide.constraint.valid_prefix(drafts)]
+            rows = len(unfed) + len(drafts)
             if out.shape[0] < rows:
                 out = np.empty((rows, llm.n_vocab), dtype=np.float32)
             n0 = len(session)
             step = Step()
-            step.add(seq, history[-1:] + drafts, LOGITS_ALL if drafts else LOGITS_LAST)
+            step.add(seq, unfed + drafts, LOGITS_ALL if drafts else LOGITS_LAST)
             ts = time.perf_counter()
             with llm._engine_lock:
                 pool.reserve(seq, rows)
                 got = step.run(llm._engine, pool, out=out)[0]
+            covered = len(history)
             if drafts:
-                pending = state.verify(sampler, got, history, drafts)
-                keep = n0 + len(pending)
+                pending, taken = state.verify(sampler, got[len(unfed) - 1:], history, drafts, guide=guide, eog=eog)
+                keep = n0 + len(unfed) + taken
+                covered += taken
                 with llm._engine_lock:
                     held = seq.tokens[:keep]
                     if not pool.truncate(seq, keep):  # (not within KVPool's sliding-window margin)
                         pool.clear(seq)
                         session._feed(held, logits=LOGITS_NONE)
-            else:
+            elif guide is None:
                 pending = [sampler.sample(got, history)]
+            else:
+                pending = [guide.sample(sampler, got, history)]
             state.costs.observe(rows, time.perf_counter() - ts)
         if stats.stop_reason != "stop":
             tail, stopped = checker.feed(detok.flush())
@@ -686,5 +738,6 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
     finally:
         stats.decode_seconds = time.perf_counter() - t1
         stats.draft_tokens, stats.accepted_tokens, stats.verify_steps = state.drafted, state.accepted, state.steps
+        if guide is not None:
+            stats.forced_tokens = guide.forced
         state.close()
-

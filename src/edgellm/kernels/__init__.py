@@ -1,7 +1,8 @@
 """Kernels: the only package that knows about ISAs.
 
-Two backends run the same engine protocol (`decode_batch` over KV blocks, `kv_reserve`,
-`kv_copy_block`, `kv_shift`, `kv_positions`, `set_threads`, `isa`; see kernels/cengine.py):
+Two backends run the same engine protocol (`batch.views()` filled, then `decode(n, n_seqs, mb)`,
+over KV blocks; `kv_reserve`, `kv_copy_block`, `kv_shift`, `kv_positions`, `set_threads`, `isa`;
+see kernels/cengine.py):
 - "c": csrc/ built through cffi at install; the ISA path (generic, avx2, avx512, neon) is chosen
   at run time from CPU features, or forced with EDGELLM_ISA.
 - "numba": pure Python + numba, for installs without a C compiler (slow, but complete).
@@ -38,6 +39,27 @@ def _apply_isa(lib) -> None:
     got = ISA_NAMES[lib.el_set_isa(ISA_NAMES.index(want))]
     if got != want:
         raise EdgeLLMError(f"EDGELLM_ISA={want}: this CPU cannot run it (best: {ISA_NAMES[lib.el_cpu_isa_best()]})")
+
+
+class BatchArrays:
+    """An engine's preallocated el_batch arrays (csrc/api/engine.h): a step fills views of them
+    (`views`), so a decode call allocates nothing and hands the C engine fixed pointers."""
+
+    def __init__(self, n_batch: int, max_blocks: int):
+        import numpy as np
+
+        self.max_blocks = max_blocks
+        self.token = np.zeros(n_batch, dtype=np.int32)
+        self.pos = np.zeros(n_batch, dtype=np.int32)
+        self.seq = np.zeros(n_batch, dtype=np.int32)
+        self.want = np.zeros(n_batch, dtype=np.int8)
+        self.seq_len = np.zeros(n_batch, dtype=np.int32)
+        self.tables = np.zeros(2 * n_batch * max_blocks, dtype=np.int32)
+
+    def views(self, n: int, n_seqs: int, mb: int):
+        """(token, pos, seq, want, seq_len, tables [2, n_seqs, mb]) for a step of n rows."""
+        return (self.token[:n], self.pos[:n], self.seq[:n], self.want[:n], self.seq_len[:n_seqs],
+                self.tables[:2 * n_seqs * mb].reshape(2, n_seqs, mb))
 
 
 def out_rows(engine, out, n_out: int):

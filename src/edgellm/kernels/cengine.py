@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK
-from . import out_rows as _out_rows
+from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, LAYER_TENSORS, ROPE_NEOX, ModelConfig, ModelWeights
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
@@ -55,8 +55,14 @@ class CEngine:
         self.n_batch = min(n_batch, n_ctx)
         self.has_swa = bool(lib.el_engine_has_swa(eng))
         self.n_swa = cfg.n_swa
-        self._batch = ffi.new("el_batch *")
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self._out_ptr = None
+        self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
+        b = self._batch = ffi.new("el_batch *")
+        self._batch_bufs = [ffi.from_buffer(t, a) for t, a in (
+            ("int32_t[]", self.batch.token), ("int32_t[]", self.batch.pos), ("int32_t[]", self.batch.seq),
+            ("int8_t[]", self.batch.want), ("int32_t[]", self.batch.seq_len), ("int32_t[]", self.batch.tables))]
+        b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables = self._batch_bufs
 
     def _fill(self, t, info) -> None:
         if info is None:
@@ -97,26 +103,30 @@ class CEngine:
                                  self.ffi.from_buffer("int32_t[]", out))
         return out
 
-    def decode_batch(self, tokens, pos, seq, want, seq_len, tables, *, llama_order: bool = False, out=None):
-        """Evaluate one batch (see el_batch in csrc/api/engine.h); int32 arrays (want: int8),
-        tables [2, n_seqs, max_blocks]. Returns the logits of the rows that want them, float32
-        [n_out, n_vocab]: `out` when given (C-contiguous, at least n_out rows), else the
-        engine's buffer, valid until the next call."""
-        ffi = self.ffi
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+        """Evaluate the step held by self.batch.views(n, n_seqs, mb) (see el_batch in
+        csrc/api/engine.h). Returns the logits of the rows that want them, float32 [n_out,
+        n_vocab]: `out` when given (C-contiguous, at least n_out rows), else the engine's buffer,
+        valid until the next call."""
         b = self._batch
-        n_out = int(np.count_nonzero(want))
+        n_out = int(np.count_nonzero(self.batch.want[:n]))
+        own = out is None
         out = _out_rows(self, out, n_out)
-        bufs = [ffi.from_buffer(t, a) for t, a in (("int32_t[]", tokens), ("int32_t[]", pos), ("int32_t[]", seq),
-                                                    ("int8_t[]", want), ("int32_t[]", seq_len), ("int32_t[]", tables))]
-        b.n_tokens = len(tokens)
-        b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables = bufs
-        b.n_seqs = len(seq_len)
-        b.max_blocks = tables.shape[2]
+        b.n_tokens = n
+        b.n_seqs = n_seqs
+        b.max_blocks = mb
         b.llama_order = int(llama_order)
-        rc = self.lib.el_engine_decode(self._eng, b, ffi.from_buffer("float[]", out) if n_out else ffi.NULL)
-        del bufs
+        if not n_out:
+            ptr = self.ffi.NULL
+        elif own:
+            if self._out_ptr is None or self._out_ptr[0] is not self._out:
+                self._out_ptr = (self._out, self.ffi.from_buffer("float[]", self._out))
+            ptr = self._out_ptr[1]
+        else:
+            ptr = self.ffi.from_buffer("float[]", out)
+        rc = self.lib.el_engine_decode(self._eng, b, ptr)
         if rc != 0:
-            raise EdgeLLMError(f"bad batch: {ffi.string(self.lib.el_last_error()).decode()}")
+            raise EdgeLLMError(f"bad batch: {self.ffi.string(self.lib.el_last_error()).decode()}")
         return out
 
     def set_threads(self, n: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 from ..kv_cache import BLOCK
 from ..models.base import ACT_GELU_TANH, ROPE_NEOX, ModelConfig, ModelWeights
 from ..quants import QType, type_info
-from . import out_rows as _out_rows
+from . import BatchArrays, out_rows as _out_rows
 from .quant_ops import _lname, _numba_module as _module
 
 _MATMULS: dict = {}
@@ -170,6 +170,7 @@ class NumbaEngine:
         self.v = [np.zeros((0, kv, BLOCK, hv), dtype=np.float16) for _ in cfg.layers]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
 
     # -- protocol --
 
@@ -225,14 +226,14 @@ class NumbaEngine:
         for g in range(2 if self.has_swa else 1):
             t = tables[g]
             sb, db = t[src // BLOCK], t[dst // BLOCK]
-            have = db >= 0
-            p = np.where(sb >= 0, self.pos[g][np.maximum(sb, 0), src % BLOCK] - n_discard, -1)
-            self.pos[g][db[have], dst[have] % BLOCK] = p[have]
+            have = (db >= 0) & (sb >= 0)  # an absent source: the slot is out of every window
+            self.pos[g][db[have], dst[have] % BLOCK] = self.pos[g][sb[have], src[have] % BLOCK] - n_discard
 
-    def decode_batch(self, tokens, pos, seq, want, seq_len, tables, *, llama_order: bool = False, out=None):
-        """As CEngine.decode_batch (the numba path has one arithmetic for every batch size, so
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+        """As CEngine.decode (the numba path has one arithmetic for every batch size, so
         llama_order changes nothing here)."""
-        n = len(tokens)
+        tokens, pos, seq, want, seq_len, tables = self.batch.views(n, n_seqs, mb)
+        tokens, pos, seq, seq_len = (a.astype(np.int64) for a in (tokens, pos, seq, seq_len))
         if not 0 < n <= self.n_batch:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, not {n}")
         if np.any((tokens < 0) | (tokens >= self.n_vocab)):

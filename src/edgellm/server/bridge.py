@@ -1,0 +1,64 @@
+"""The engine thread and the event loop: a `Submission` is the engine requests one HTTP request
+started (n choices, or several prompts), with their events delivered to the loop in order.
+
+The engine calls `on_event(req, event)` on its own thread, and `on_event(req, None)` when `req`
+has finished; each call becomes one `call_soon_threadsafe` onto the loop, so the engine never
+waits for a client. What a slow client has not read yet waits in the submission's queue (bounded
+by max_tokens), and the response writes it as fast as the socket takes it (uvicorn pauses the
+writer when the socket's buffer is full). Leaving a submission (client gone, error, shutdown)
+cancels whatever is still running, and the engine frees its KV on its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Sequence
+
+from ..sampling import SamplingParams
+
+
+class Submission:
+    def __init__(self, engine, metrics):
+        self._engine = engine
+        self._metrics = metrics
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.requests: list = []  # choice index -> engine request
+        self._index: dict[int, int] = {}  # id(request) -> choice index
+        self.prompt_starts: list[int] = []  # the first choice of each prompt
+        self._open = 0
+
+    def _on_event(self, req, event) -> None:  # engine thread
+        if event is None:  # counted here, so a choice whose client has left is counted too
+            self._metrics.sequence_done(req)
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (req, event))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def submit(self, ids: Sequence[int], *, n: int, max_tokens: int, sampling: SamplingParams, stop: list[str],
+               logprobs: int | None, logit_bias: dict[int, float] | None) -> None:
+        """Start n choices for one prompt (raises what engine.submit raises)."""
+        out = self._engine.submit(list(ids), max_tokens=max_tokens, sampling=sampling, stop=stop, logprobs=logprobs,
+                                  logit_bias=logit_bias, n=n, on_event=self._on_event)
+        reqs = out if isinstance(out, list) else [out]
+        self._metrics.prompt_tokens.inc(len(ids))
+        self.prompt_starts.append(len(self.requests))
+        for req in reqs:
+            self._index[id(req)] = len(self.requests)
+            self.requests.append(req)
+        self._open += len(reqs)
+
+    async def events(self) -> AsyncIterator[tuple[int, object, object]]:
+        """(choice index, request, event) as they come; event None: that choice has finished."""
+        while self._open:
+            req, event = await self._queue.get()
+            if event is None:
+                self._open -= 1
+            yield self._index[id(req)], req, event
+
+    def cancel(self) -> None:
+        """Cancel every choice still running (finished ones are left alone)."""
+        for req in self.requests:
+            if req.finish_reason is None:
+                self._engine.cancel(req)

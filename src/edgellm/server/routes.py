@@ -1,0 +1,248 @@
+"""The endpoints: OpenAI's chat/completions, completions and models; llama.cpp's tokenize and
+detokenize; health and metrics. Each handler takes the server's `Context` and the request and
+returns a response or raises `APIError`; app.py adds authentication, error bodies and counting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import ContextOverflowError, EdgeLLMError, TemplateError
+from ..scheduler import QueueFullError
+from .bridge import Submission
+from .errors import APIError, invalid, model_not_found, queue_full, server_error, shutting_down, too_large
+from .responses import DONE, ChatFormat, Choice, CompletionFormat, sse, usage
+from .schemas import Generation, parse_chat, parse_completion, parse_detokenize, parse_tokenize
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json(request: Request, limit: int):
+    """The body as JSON, read no further than `limit` bytes (413 beyond)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid(None, f"We could not parse the JSON body of your request ({exc}). The body must be JSON.",
+                      "invalid_json") from None
+
+
+# -- generation --------------------------------------------------------------------------------
+
+
+def _max_tokens(ctx, ids: list[int], gen: Generation, what: str) -> int:
+    """The completion's token budget: as asked, or what the context leaves; 400 with the numbers
+    when prompt and completion do not fit."""
+    n_ctx, p = ctx.llm.n_ctx, len(ids)
+    want = gen.max_tokens if gen.max_tokens is not None else max(n_ctx - p, 1)
+    if p + want > n_ctx:
+        raise invalid("messages" if what == "messages" else "prompt",
+                      f"This model's maximum context length is {n_ctx} tokens. However, you requested {p + want} "
+                      f"tokens ({p} in the {what}, {want} in the completion). Please reduce the length of the "
+                      f"{what} or completion.", "context_length_exceeded")
+    return want
+
+
+def _failure(req) -> APIError:
+    """Why a choice ended other than by stop or length."""
+    if req.finish_reason == "cancelled":  # by the engine closing (a client that left reads nothing)
+        return shutting_down()
+    if isinstance(req.error, ContextOverflowError):
+        return invalid(None, str(req.error), "context_length_exceeded")
+    return server_error(f"Generation failed: {type(req.error).__name__}: {req.error}")
+
+
+async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[int]], stops: list[str], fmt,
+                    what: str, prefixes: list[str] | None = None) -> Response:
+    if ctx.draining:
+        raise shutting_down()
+    budgets = [_max_tokens(ctx, ids, gen, what) for ids in prompts]
+    sub = Submission(ctx.engine, ctx.metrics)
+    try:
+        for ids, budget in zip(prompts, budgets):
+            sub.submit(ids, n=gen.n, max_tokens=budget, sampling=gen.sampling, stop=stops, logprobs=gen.logprobs,
+                       logit_bias=gen.logit_bias)
+    except BaseException as exc:
+        sub.cancel()  # the prompts already queued
+        if isinstance(exc, QueueFullError):
+            raise queue_full(str(exc)) from None
+        if isinstance(exc, ContextOverflowError):
+            raise invalid(what if what == "messages" else "prompt", str(exc), "context_length_exceeded") from None
+        if isinstance(exc, ValueError):
+            raise invalid(None, str(exc)) from None
+        if isinstance(exc, EdgeLLMError) and ctx.draining:  # the engine closed under us
+            raise shutting_down() from None
+        raise
+    choices = [Choice() for _ in sub.requests]
+    want_lp = gen.logprobs is not None
+
+    def prefix(i: int) -> str:  # echo: the prompt's text in front of choice i
+        return prefixes[i // gen.n] if prefixes else ""
+
+    if gen.stream:
+        async def events():
+            try:
+                for i in range(len(choices)):
+                    yield sse(fmt.envelope([fmt.first_delta(i, prefix(i))], True, None, gen.include_usage))
+                async for i, req, ev in sub.events():
+                    c = choices[i]
+                    if ev is not None:
+                        c.add(ev)
+                        if not ev.text:  # held back: its token goes with the text that releases it
+                            continue
+                        text, tokens, offsets = c.unsent()
+                        yield sse(fmt.envelope([fmt.delta(i, text, tokens, offsets, want_lp, len(prefix(i)))], True,
+                                               None, gen.include_usage))
+                        continue
+                    if req.finish_reason not in ("stop", "length"):
+                        yield sse(_failure(req).body())
+                        return
+                    text, tokens, offsets = c.unsent()
+                    if text or tokens:
+                        yield sse(fmt.envelope([fmt.delta(i, text, tokens, offsets, want_lp, len(prefix(i)))], True,
+                                               None, gen.include_usage))
+                    yield sse(fmt.envelope([fmt.last_delta(i, req.finish_reason)], True, None, gen.include_usage))
+                if gen.include_usage:
+                    yield sse(fmt.envelope([], True, usage(sub), True))
+                yield DONE
+            finally:  # the client left, or the server stops: free the sequences now
+                sub.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, sub))
+    try:
+        async for i, req, ev in sub.events():
+            if ev is not None:
+                choices[i].add(ev)
+            elif req.finish_reason not in ("stop", "length"):
+                raise _failure(req)
+    finally:
+        watcher.cancel()
+        sub.cancel()
+    out = [fmt.choice(i, c, sub.requests[i].finish_reason, want_lp, *([prefix(i)] if prefixes else []))
+           for i, c in enumerate(choices)]
+    return JSONResponse(fmt.envelope(out, False, usage(sub)))
+
+
+async def _cancel_on_disconnect(request: Request, sub: Submission) -> None:
+    """A client that leaves before its (non-streamed) answer is ready frees its sequences."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    sub.cancel()
+
+
+def _chat_prompt(ctx, messages: list[dict]) -> list[int]:
+    llm = ctx.llm
+    try:
+        text = llm.template.render(messages, add_generation_prompt=True)
+    except TemplateError as exc:
+        raise invalid("messages", str(exc)) from None
+    return llm.chat_tokens(text)
+
+
+def _completion_prompt(ctx, prompt) -> list[int]:
+    """Text is tokenized as llama-server does (BOS as the model asks, special tokens parsed);
+    token ids are used as given."""
+    ids = ctx.llm.tokenize(prompt, add_bos=True, special=True) if isinstance(prompt, str) else prompt
+    if not ids:
+        raise invalid("prompt", "The prompt is empty (and this model adds no BOS token).")
+    return ids
+
+
+async def chat_completions(ctx, request: Request) -> Response:
+    gen = parse_chat(await read_json(request, ctx.max_body), **ctx.limits)
+    ids = await run_in_threadpool(_chat_prompt, ctx, gen.messages)
+    stops = gen.stop + [s for s in ctx.llm.template.stop_strings if s not in gen.stop]
+    return await _generate(ctx, request, gen, [ids], stops, ChatFormat(ctx.model_id, ctx.fingerprint,
+                                                                       ctx.llm.tokenizer), "messages")
+
+
+async def completions(ctx, request: Request) -> Response:
+    gen = parse_completion(await read_json(request, ctx.max_body), **ctx.limits)
+    prompts = await run_in_threadpool(lambda: [_completion_prompt(ctx, p) for p in gen.prompts])
+    prefixes = None
+    if gen.echo:
+        prefixes = [p if isinstance(p, str) else ctx.llm.detokenize(p) for p in gen.prompts]
+    fmt = CompletionFormat(ctx.model_id, ctx.fingerprint, ctx.llm.tokenizer)
+    return await _generate(ctx, request, gen, prompts, gen.stop, fmt, "prompt", prefixes)
+
+
+# -- the rest ----------------------------------------------------------------------------------
+
+
+def _model_card(ctx) -> dict:
+    return {"id": ctx.model_id, "object": "model", "created": ctx.created, "owned_by": "edgellm"}
+
+
+async def list_models(ctx, request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [_model_card(ctx)]})
+
+
+async def get_model(ctx, request: Request) -> Response:
+    name = request.path_params["model"]
+    if name != ctx.model_id:
+        raise model_not_found(name)
+    return JSONResponse(_model_card(ctx))
+
+
+async def tokenize(ctx, request: Request) -> Response:
+    text, add_special, parse_special, with_pieces = parse_tokenize(await read_json(request, ctx.max_body),
+                                                                   ctx.llm.n_vocab)
+    ids = await run_in_threadpool(ctx.llm.tokenize, text, add_bos=add_special, special=parse_special)
+    if not with_pieces:
+        return JSONResponse({"tokens": ids})
+    tok = ctx.llm.tokenizer
+    pieces = []
+    for i in ids:
+        b = tok.token_bytes(i)
+        try:
+            piece = b.decode("utf-8")
+        except UnicodeDecodeError:  # part of a character: its bytes, as llama-server gives them
+            piece = list(b)
+        pieces.append({"id": i, "piece": piece})
+    return JSONResponse({"tokens": pieces})
+
+
+async def detokenize(ctx, request: Request) -> Response:
+    ids = parse_detokenize(await read_json(request, ctx.max_body), ctx.llm.n_vocab)
+    return JSONResponse({"content": ctx.llm.detokenize(ids)})
+
+
+async def health(ctx, request: Request) -> Response:
+    if ctx.draining:
+        return JSONResponse({"status": "shutting down"}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+async def metrics(ctx, request: Request) -> Response:
+    return Response(ctx.metrics.render(), media_type=ctx.metrics.content_type)
+
+
+# (method, path, handler, open without the API key)
+ROUTES = [
+    ("POST", "/v1/chat/completions", chat_completions, False),
+    ("POST", "/v1/completions", completions, False),
+    ("GET", "/v1/models", list_models, False),
+    ("GET", "/v1/models/{model:path}", get_model, False),
+    ("POST", "/tokenize", tokenize, False),
+    ("POST", "/detokenize", detokenize, False),
+    ("GET", "/health", health, True),
+    ("GET", "/metrics", metrics, False),
+]

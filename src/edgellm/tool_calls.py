@@ -1,0 +1,345 @@
+"""Tool calls: the text formats chat models write them in, parsed back into OpenAI `tool_calls`,
+and grammars that make a model write one when it must (tool_choice "required" or a named
+function).
+
+A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them:
+
+    hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
+    llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
+    mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}]              (Mistral Nemo)
+    mistral_args [TOOL_CALLS]name[ARGS]{...}                                  (Mistral Small 3.2, Devstral, Ministral 3)
+    functionary  >>>name\\n{...}                                               (Functionary v3.2)
+    function_tag <function=name>{...}</function>                              (Functionary v3.1)
+    generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
+                 (any other template: the tools are described in the system message)
+
+Reasoning models' <think>...</think> is split off as `reasoning_content` (llama.cpp's
+--reasoning-format deepseek).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TemplateError
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str
+    native: bool  # the template itself describes the tools (else they go into the system message)
+
+
+def detect_format(template_source: str) -> ToolFormat:
+    src = template_source or ""
+    if "<tool_call>" in src:
+        return ToolFormat("hermes", True)
+    if "[TOOL_CALLS]" in src:
+        return ToolFormat("mistral_args" if "[ARGS]" in src else "mistral", True)
+    if ">>>" in src:
+        return ToolFormat("functionary", True)
+    if "<function=" in src:
+        return ToolFormat("function_tag", True)
+    if "<|start_header_id|>" in src and ("tools" in src or "<|python_tag|>" in src):
+        return ToolFormat("llama3", True)
+    return ToolFormat("generic", False)
+
+
+# ---------------------------------------------------------------------------------------------
+# checking what the caller passes
+
+
+def check_tools(tools) -> list[dict]:
+    if not isinstance(tools, list) or not tools:
+        raise TemplateError("tools must be a non-empty list of {'type': 'function', 'function': {...}}")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise TemplateError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., 'parameters': ...}}}}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise TemplateError(f"tools[{i}].function needs a name")
+        params = fn.get("parameters", {"type": "object"})
+        if not isinstance(params, dict):
+            raise TemplateError(f"tools[{i}].function.parameters must be a JSON schema object")
+    return tools
+
+
+def chosen_tools(tools: list[dict], tool_choice) -> tuple[list[dict], bool]:
+    """(the tools a call may use, whether a call is required) for OpenAI's tool_choice."""
+    if tool_choice in (None, "auto"):
+        return tools, False
+    if tool_choice == "none":
+        return [], False
+    if tool_choice == "required":
+        return tools, True
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        picked = [t for t in tools if t["function"]["name"] == name]
+        if not picked:
+            raise TemplateError(f"tool_choice names {name!r}, which is not among the tools")
+        return picked, True
+    raise TemplateError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", '
+                        f'"function": {{"name": ...}}}}, got {tool_choice!r}')
+
+
+def prepare_messages(messages: list[dict], fmt: ToolFormat) -> list[dict]:
+    """Messages as the template expects them: tool-call arguments as objects (OpenAI sends JSON
+    text; most templates write them with tojson, as llama.cpp's func_args_not_string), except
+    Functionary's, which writes the text; for a template that knows no tool calls, an earlier
+    call written as the generic format's JSON."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if calls and fmt.name == "functionary":
+            out.append(m)
+            continue
+        if calls:
+            fixed = []
+            for c in calls:
+                fn = dict(c.get("function") or {})
+                args = fn.get("arguments")
+                if isinstance(args, str):
+                    try:
+                        fn["arguments"] = json.loads(args)
+                    except json.JSONDecodeError:
+                        raise TemplateError(f"tool call {fn.get('name')!r}: arguments are not JSON: {args!r:.80}") from None
+                fixed.append({**c, "function": fn})
+            m = {**m, "tool_calls": fixed}
+            if not fmt.native:
+                text = json.dumps({"tool_call": {"name": fixed[0]["function"].get("name"),
+                                                 "arguments": fixed[0]["function"].get("arguments")}},
+                                  ensure_ascii=False)
+                m = {k: v for k, v in m.items() if k != "tool_calls"}
+                m["content"] = ((m.get("content") or "") + text).strip()
+        out.append(m)
+    return out
+
+
+def describe_tools(tools: list[dict]) -> str:
+    """System-message text for a template that does not describe tools itself (generic format)."""
+    specs = json.dumps([t["function"] for t in tools], ensure_ascii=False)
+    return ("You can call these tools:\n" + specs + "\nTo call one, reply with only "
+            '{"tool_call": {"name": <tool name>, "arguments": <its arguments>}}; otherwise reply with '
+            '{"response": <your answer>}.')
+
+
+def with_tool_description(messages: list[dict], tools: list[dict]) -> list[dict]:
+    text = describe_tools(tools)
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}] + list(messages[1:])
+    return [{"role": "system", "content": text}] + list(messages)
+
+
+# ---------------------------------------------------------------------------------------------
+# grammars that force a call
+
+
+def _parameters(tool: dict) -> dict:
+    """A tool's parameter schema; properties it does not list are not allowed unless it says so
+    (llama.cpp's json-schema-to-grammar default, OpenAI's strict mode): a model may not invent
+    arguments."""
+    params = tool["function"].get("parameters") or {"type": "object"}
+    if isinstance(params.get("properties"), dict) and "additionalProperties" not in params:
+        params = {**params, "additionalProperties": False}
+    return params
+
+
+def _call_schema(tool: dict, args_key: str = "arguments") -> dict:
+    return {"type": "object", "properties": {"name": {"const": tool["function"]["name"]}, args_key: _parameters(tool)},
+            "required": ["name", args_key], "additionalProperties": False}
+
+
+def _json(schema: dict) -> str:
+    from .constrain import JSON_OPTIONS
+
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def call_grammar(fmt: ToolFormat, tools: list[dict]) -> str:
+    """A Lark grammar (llguidance's dialect) that admits exactly one call of one of `tools`."""
+    name = fmt.name
+
+    def one_of(args_key="arguments"):
+        return {"anyOf": [_call_schema(t, args_key) for t in tools]}
+
+    def per_tool(prefix, between, suffix=""):
+        alts = [f"{_lit(prefix + t['function']['name'] + between)} {_json(_parameters(t))}"
+                + (f" {_lit(suffix)}" if suffix else "") for t in tools]
+        return "start: " + " | ".join(f"({a})" for a in alts)
+
+    if name == "hermes":
+        return f"start: {_lit('<tool_call>' + chr(10))} call {_lit(chr(10) + '</tool_call>')}\ncall: {_json(one_of())}"
+    if name == "llama3":
+        return f"start: {_json(one_of('parameters'))}"
+    if name == "mistral":
+        return f"start: {_lit('[TOOL_CALLS]')} {_json({'type': 'array', 'items': one_of(), 'minItems': 1, 'maxItems': 1})}"
+    if name == "mistral_args":
+        return per_tool("[TOOL_CALLS]", "[ARGS]")
+    if name == "functionary":
+        return per_tool(">>>", "\n")
+    if name == "function_tag":
+        return per_tool("<function=", ">", "</function>")
+    return f"start: {_json({'type': 'object', 'properties': {'tool_call': one_of()}, 'required': ['tool_call'], 'additionalProperties': False})}"
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing what the model wrote
+
+
+def _call(name: str, arguments: Any) -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values written one after another in text (whitespace or ; between them)."""
+    dec, out, i = json.JSONDecoder(), [], 0
+    while i < len(text):
+        while i < len(text) and text[i] in " \t\r\n;":
+            i += 1
+        if i >= len(text):
+            break
+        value, i = dec.raw_decode(text, i)
+        out.append(value)
+    return out
+
+
+def split_reasoning(text: str, started: bool = False) -> tuple[str | None, str]:
+    """(reasoning, rest): the text of a leading <think>...</think> (or, when the prompt already
+    opened one, of everything up to </think>)."""
+    body = text.lstrip()
+    if not started:
+        if not body.startswith(THINK_OPEN):
+            return None, text
+        body = body[len(THINK_OPEN):]
+    end = body.find(THINK_CLOSE)
+    if end < 0:
+        return body.strip(), ""  # cut off while still thinking
+    return body[:end].strip(), body[end + len(THINK_CLOSE):].lstrip()
+
+
+def parse(fmt: ToolFormat, text: str) -> tuple[str, list[dict]]:
+    """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
+    stays content."""
+    name = fmt.name
+    try:
+        if name == "hermes":
+            calls = []
+            for m in re.finditer(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.S):
+                obj = json.loads(m.group(1))
+                calls.append(_call(obj["name"], obj.get("arguments", {})))
+            if calls:
+                return re.sub(r"\s*<tool_call>.*?</tool_call>\s*", "", text, flags=re.S).strip(), calls
+        elif name == "llama3":
+            body = text.strip()
+            if body.startswith("<|python_tag|>"):
+                body = body[len("<|python_tag|>"):]
+            if body.startswith("{"):
+                values = _json_values(body)
+                if values and all(isinstance(v, dict) and "name" in v for v in values):
+                    return "", [_call(v["name"], v.get("parameters", v.get("arguments", {}))) for v in values]
+        elif name == "mistral":
+            i = text.find("[TOOL_CALLS]")
+            if i >= 0:
+                items = json.loads(text[i + len("[TOOL_CALLS]"):].strip())
+                return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+        elif name == "mistral_args":
+            i = text.find("[TOOL_CALLS]")
+            if i >= 0:
+                calls = []
+                for part in text[i:].split("[TOOL_CALLS]")[1:]:
+                    fn, _, args = part.partition("[ARGS]")
+                    calls.append(_call(fn.strip(), json.loads(args)))
+                return text[:i].strip(), calls
+        elif name == "functionary":
+            parts = re.split(r">>>", text)
+            content, calls = parts[0].strip(), []
+            for part in parts[1:]:
+                fn, _, body = part.partition("\n")
+                if fn.strip() == "all":
+                    content = (content + body).strip()
+                else:
+                    calls.append(_call(fn.strip(), json.loads(body)))
+            if calls:
+                return content, calls
+        elif name == "function_tag":
+            calls = [_call(m.group(1), json.loads(m.group(2)))
+                     for m in re.finditer(r"<function=([^>]+)>(.*?)</function>", text, re.S)]
+            if calls:
+                return re.sub(r"<function=[^>]+>.*?</function>", "", text, flags=re.S).strip(), calls
+        else:
+            body = text.strip()
+            if body.startswith("{"):
+                obj = json.loads(body)
+                if isinstance(obj.get("tool_call"), dict):
+                    c = obj["tool_call"]
+                    return "", [_call(c["name"], c.get("arguments", {}))]
+                if isinstance(obj.get("tool_calls"), list):
+                    return "", [_call(c["name"], c.get("arguments", {})) for c in obj["tool_calls"]]
+                if "response" in obj:
+                    r = obj["response"]
+                    return r if isinstance(r, str) else json.dumps(r, ensure_ascii=False), []
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        pass
+    return text.strip(), []
+
+
+# ---------------------------------------------------------------------------------------------
+# one assistant turn
+
+
+@dataclass
+class ChatTurn:
+    """A rendered chat prompt and what is needed to read the reply back."""
+
+    prompt: str
+    fmt: ToolFormat
+    grammar: str | None  # Lark for a required call, else None
+    thinking: bool  # the prompt opened a <think> block the reply continues
+    tools: bool
+
+    def message(self, text: str, stop_reason: str) -> tuple[dict, str]:
+        """(OpenAI-style assistant message, finish_reason) for the reply `text`."""
+        reasoning, rest = split_reasoning(text, self.thinking)
+        content, calls = parse(self.fmt, rest) if self.tools else (rest.strip(), [])
+        msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
+        if calls:
+            msg["tool_calls"] = calls
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+        finish = "tool_calls" if calls else ("length" if stop_reason == "length" else "stop")
+        return msg, finish
+
+
+def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None) -> ChatTurn:
+    """Render `messages` (and `tools`, as transformers passes them) for the next assistant turn."""
+    fmt = detect_format(template.source)
+    if tools is None:
+        if tool_choice not in (None, "none", "auto"):
+            raise TemplateError("tool_choice needs tools")
+        msgs = prepare_messages(messages, fmt) if any(isinstance(m, dict) and m.get("tool_calls") for m in messages) else messages
+        prompt = template.render(msgs, add_generation_prompt=True)
+        return ChatTurn(prompt, fmt, None, _opens_think(prompt), False)
+    tools = check_tools(tools)
+    usable, required = chosen_tools(tools, tool_choice)
+    msgs = prepare_messages(messages, fmt)
+    if usable and not fmt.native:
+        msgs = with_tool_description(msgs, usable)
+    prompt = template.render(msgs, add_generation_prompt=True, tools=usable or None)
+    grammar = call_grammar(fmt, usable) if required else None
+    return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable))
+
+
+def _opens_think(prompt: str) -> bool:
+    tail = prompt.rstrip()
+    return tail.endswith(THINK_OPEN)

@@ -1,0 +1,155 @@
+"""Tool calls: formats detected from llama.cpp's templates, parsed back into OpenAI tool_calls,
+forced by grammars for tool_choice "required" / a named function, and a tool result that
+continues the conversation, on a real model with three template families."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import template_cases as cases
+from edgellm.constrain import Grammar
+from edgellm.errors import TemplateError
+from edgellm.tool_calls import ToolFormat, call_grammar, detect_format, parse, prepare_messages, split_reasoning
+from llamacpp_source import models_dir
+from test_constrain import llguidance_matcher
+
+TOOLS = cases.TOOLS + [{"type": "function", "function": {
+    "name": "get_time", "description": "Current time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+
+
+def template(name: str) -> str:
+    return (models_dir() / "templates" / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name, fmt", [
+    ("Qwen-Qwen2.5-7B-Instruct", "hermes"),
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "hermes"),
+    ("meta-llama-Llama-3.1-8B-Instruct", "llama3"),
+    ("meta-llama-Llama-3.3-70B-Instruct", "llama3"),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "mistral"),
+    ("Mistral-Small-3.2-24B-Instruct-2506", "mistral_args"),
+    ("meetkai-functionary-medium-v3.2", "functionary"),
+    ("meetkai-functionary-medium-v3.1", "function_tag"),
+    ("google-gemma-2-2b-it", "generic"),
+])
+def test_format_is_detected_from_the_template(name, fmt):
+    assert detect_format(template(name)).name == fmt
+
+
+CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+WRITTEN = {
+    "hermes": 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "llama3": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123DEF"}]',
+    "mistral_args": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+    "functionary": '>>>get_weather\n{"city": "Paris"}',
+    "function_tag": '<function=get_weather>{"city": "Paris"}</function>',
+    "generic": '{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}',
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITTEN))
+def test_written_calls_parse_into_openai_tool_calls(fmt):
+    content, calls = parse(ToolFormat(fmt, fmt != "generic"), WRITTEN[fmt])
+    assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert content == ("Let me check." if fmt == "hermes" else "")
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITTEN))
+def test_text_that_is_no_call_stays_content(fmt):
+    f = ToolFormat(fmt, fmt != "generic")
+    assert parse(f, "It is sunny.") == ("It is sunny.", [])
+    assert parse(f, WRITTEN[fmt][:-3])[1] == []  # a call cut short is not a call
+    if fmt == "generic":
+        assert parse(f, '{"response": "It is sunny."}') == ("It is sunny.", [])
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITTEN))
+def test_required_call_grammar_admits_exactly_a_call(fmt):
+    f = ToolFormat(fmt, fmt != "generic")
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS)))
+    call = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+            "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+            "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'}.get(fmt, WRITTEN[fmt])
+    assert accepts(call)
+    assert not accepts("It is sunny.")
+    assert not accepts(call.replace("get_weather", "get_wether"))  # only the tools given
+    named = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS[1:])))
+    assert not named(call)
+
+
+def test_reasoning_is_split_off():
+    assert split_reasoning("<think>\nhmm, Paris\n</think>\n\nIt is sunny.") == ("hmm, Paris", "It is sunny.")
+    assert split_reasoning("hmm</think>Sunny", started=True) == ("hmm", "Sunny")
+    assert split_reasoning("Sunny") == (None, "Sunny")
+    assert split_reasoning("<think>still going", False) == ("still going", "")
+
+
+# --------------------------------------------------------------------------------------------
+# on a real model: three template families
+
+
+@pytest.fixture(scope="module")
+def llms(smollm2_path):
+    import edgellm
+
+    return {name: edgellm.LLM(smollm2_path, n_ctx=1024, chat_template=template(name) if name != "own" else None)
+            for name in FAMILIES}
+
+
+# Hermes/Qwen <tool_call>, Llama 3.1 JSON, Mistral [TOOL_CALLS]name[ARGS], and SmolLM2's own
+# ChatML template, which knows no tools (the generic format, tools described in the system message)
+FAMILIES = ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct", "Mistral-Small-3.2-24B-Instruct-2506", "own"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("family", FAMILIES)
+def test_required_tool_call_then_its_result_continues_the_conversation(llms, family):
+    llm = llms[family]
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    out = llm.create_chat_completion(messages, tools=TOOLS, tool_choice="required", max_tokens=80, seed=0)
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    calls = choice["message"]["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] in ("get_weather", "get_time")
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert set(args) <= {"city", "unit", "zone"}
+    named = llm.chat_message(messages, tools=TOOLS, max_tokens=80, seed=1,
+                             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert named["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert "city" in json.loads(named["tool_calls"][0]["function"]["arguments"])
+
+    # the call (arguments as OpenAI's JSON text, an id Mistral accepts) and its result go back in
+    call = {**calls[0], "id": "abc123DEF"}
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": "abc123DEF", "name": call["function"]["name"],
+                  "content": '{"temperature": 18}'}]
+    prompt = llm.template.render(prepare_messages(messages, detect_format(llm.template.source)), tools=TOOLS)
+    assert "temperature" in prompt.split("What is the weather in Paris?")[1]  # the result is in the prompt
+    assert call["function"]["name"] in prompt.split("What is the weather in Paris?")[1]
+    replies = [llm.chat_message(messages, tools=TOOLS, tool_choice="none", max_tokens=24, seed=seed)
+               for seed in range(2, 5)]
+    assert all(r["role"] == "assistant" and "tool_calls" not in r for r in replies)
+    assert any(r["content"] for r in replies)  # (a 135M model may also end its turn at once)
+
+
+@pytest.mark.real
+def test_bad_tool_requests_are_clear_errors(llms):
+    llm = llms["Qwen-Qwen2.5-7B-Instruct"]
+    msgs = [{"role": "user", "content": "hi"}]
+    for kw, match in ((dict(tools=[{"type": "function"}]), "tools\\[0\\]"),
+                      (dict(tools="get_weather"), "non-empty list"),
+                      (dict(tools=TOOLS, tool_choice="sometimes"), "tool_choice must be"),
+                      (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "'nope'"),
+                      (dict(tool_choice="required"), "needs tools")):
+        with pytest.raises(TemplateError, match=match):
+            llm.chat_message(msgs, **kw)
+    bad_args = [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function",
+                                                      "function": {"name": "f", "arguments": "{not json"}}]}]
+    with pytest.raises(TemplateError, match="arguments are not JSON"):
+        llm.chat_message(msgs + bad_args + msgs, tools=TOOLS)
