@@ -606,3 +606,52 @@ def test_cli_lookup_with_a_json_schema(smollm2_path, smollm2):
                                         speculative="lookup") + "\n"
     assert json.loads(r.stdout) and "drafts:" in r.stderr
 
+
+# -- the server -------------------------------------------------------------------------------
+
+def test_server_speculates_per_request_and_by_default(model_dir):
+    """`edgellm serve --draft`: a request's `speculative` ("none", "lookup", "draft"; absent:
+    the server's draft model) gives the greedy text of "none", and usage reports accepted and
+    rejected drafts as OpenAI's predicted-output counts; a bad value is a 400 naming the field."""
+    from server_process import ServerProcess
+
+    path = model_path(model_dir, "llama")
+    draft = model_path(model_dir, "llama", QType.Q4_0)
+    srv = ServerProcess(path, "--draft", str(draft), "--draft-max", "4", "-c", "128", "--parallel", "2", "-t", "1")
+    try:
+        model = path.stem
+
+        def complete(prompt, **extra):
+            status, _, body = srv.request("POST", "/v1/completions", {"model": model, "prompt": prompt,
+                                                                       "max_tokens": 20, "temperature": 0, **extra})
+            assert status == 200, body
+            return body["choices"][0]["text"], body["usage"]
+
+        for p in tiny_prompts(1)[2:]:
+            plain, u = complete(p, speculative="none")
+            assert "completion_tokens_details" not in u
+            for extra in ({"speculative": "lookup"}, {"speculative": "draft"}, {}):
+                text, u = complete(p, **extra)
+                assert text == plain, extra
+                d = u["completion_tokens_details"]
+                assert d["accepted_prediction_tokens"] >= 0 and d["rejected_prediction_tokens"] >= 0
+        assert srv.metrics()["edgellm_draft_tokens_total"] > 0
+        status, _, body = srv.request("POST", "/v1/completions", {"model": model, "prompt": [1, 2], "speculative": "x"})
+        assert status == 400 and body["error"]["param"] == "speculative", body
+    finally:
+        assert srv.stop() == 0
+
+
+def test_server_refuses_draft_without_a_draft_model():
+    from types import SimpleNamespace
+
+    from edgellm.server.errors import APIError
+    from edgellm.server.routes import _speculative
+    from edgellm.server.schemas import Generation
+
+    gen = Generation(model="m", sampling=GREEDY, max_tokens=4, speculative="draft")
+    for default in (None, Speculative("lookup")):
+        with pytest.raises(APIError, match="draft model"):
+            _speculative(SimpleNamespace(engine=SimpleNamespace(speculative=default)), gen)
+    gen.speculative = "lookup"
+    assert _speculative(SimpleNamespace(engine=SimpleNamespace(speculative=None)), gen)["speculative"].is_lookup

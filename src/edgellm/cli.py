@@ -91,7 +91,8 @@ def _speculative_options(fn):
 
 def _speculative(llm, kw: dict):
     """The speculative= argument from --lookup / --draft / --draft-max (checked now: a draft
-    model with another vocabulary is refused before anything is generated)."""
+    model with another vocabulary is refused before anything is generated; llm None: left for
+    the server to resolve once it has loaded the model)."""
     from .speculative import Speculative, resolve
 
     lookup, draft, k = kw.pop("lookup"), kw.pop("draft"), kw.pop("draft_max")
@@ -101,7 +102,8 @@ def _speculative(llm, kw: dict):
         if k is not None:
             raise click.UsageError("--draft-max needs --lookup or --draft")
         return None
-    return resolve(llm, Speculative("lookup" if lookup else draft, max_draft=k))
+    spec = Speculative("lookup" if lookup else draft, max_draft=k)
+    return spec if llm is None else resolve(llm, spec)
 
 
 def _sampling(kw: dict) -> dict:
@@ -285,8 +287,9 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
               help="Seconds running requests get to finish on SIGTERM / Ctrl-C.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
+@_speculative_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -297,7 +300,8 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose)
+               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
+               speculative=_speculative(None, kw))
 
 
 @main.command()
