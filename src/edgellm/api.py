@@ -402,12 +402,12 @@ class LLM:
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
              stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
              json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
-             tools: list[dict] | None = None, tool_choice=None, **sampling):
+             tools: list[dict] | None = None, tool_choice=None, speculative=None, **sampling):
         """Reply to a conversation rendered with the model's chat template. The reply may be
         constrained by OpenAI's `response_format` or by one of generate()'s constraints.
         `tools` (OpenAI's function specs) reach the template; tool_choice "required" or
         {"type": "function", "function": {"name": ...}} makes the reply a call (chat_message
-        parses it into tool_calls)."""
+        parses it into tool_calls). speculative: as generate()'s."""
         it, _ = self._chat(messages, stream=stream, max_tokens=max_tokens, stop=stop, seed=seed,
                            response_format=response_format, json_schema=json_schema, grammar=grammar,
                            regex=regex, tools=tools, tool_choice=tool_choice, speculative=speculative, **sampling)
