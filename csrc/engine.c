@@ -85,6 +85,8 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         FAIL("token_embd: bad shape or type");
     if (!tensor_ok(c, &d->output, d->n_embd, d->n_vocab)) FAIL("output: bad shape or unsupported type");
     if (!norm_ok(&d->output_norm, d->n_embd)) FAIL("output_norm: bad shape");
+    if (!norm_ok(&d->output_bias, d->n_vocab)) FAIL("output.bias: bad shape");
+    if (d->attn_temp_scale != 0.0f && d->attn_temp_floor <= 0) FAIL("attention temperature without a floor");
     if (d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != d->n_rot / 2))
         FAIL("rope_freqs: bad shape");
     int any_swa = 0;
@@ -100,7 +102,8 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         if (!tensor_ok(c, &L->w_down, d->n_ff, d->n_embd)) FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
         if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd) ||
             !norm_ok(&L->attn_post_norm, d->n_embd) || !norm_ok(&L->ffn_post_norm, d->n_embd) ||
-            !norm_ok(&L->attn_q_norm, d->head_dim_k) || !norm_ok(&L->attn_k_norm, d->head_dim_k))
+            !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : d->head_dim_k) ||
+            !norm_ok(&L->attn_k_norm, d->qk_norm_all ? kd : d->head_dim_k))
             FAIL("blk.%d: a norm weight has a bad shape", l);
         if (!norm_ok(&L->bq, qd) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
             FAIL("blk.%d: a bias has a bad shape", l);
@@ -267,6 +270,17 @@ static void store_kv(el_engine *c, int l, int m, const float *k, const float *v,
     }
 }
 
+/* a block's input: RMS-normed with w, or as it is where the block has no norm (olmo2) */
+static void pre_norm(float *y, const float *x, const float *w, int n, float eps) {
+    if (w) el_rmsnorm(y, x, w, n, eps);
+    else memcpy(y, x, sizeof(float) * (size_t)n);
+}
+
+static void residual_add(float *x, const float *t, int n, float scale) {
+    if (scale == 1.0f) for (int i = 0; i < n; i++) x[i] += t[i];
+    else for (int i = 0; i < n; i++) x[i] += t[i] * scale;
+}
+
 static void forward_task(void *arg, int ith, int nth) {
     el_engine *c = arg;
     const step_plan *pl = &c->plan;
@@ -291,7 +305,7 @@ static void forward_task(void *arg, int ith, int nth) {
         const el_layer *L = &c->layers[l];
         /* attention block */
         for (int m = ith; m < n; m += nth)
-            el_rmsnorm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
+            pre_norm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
         if (d->n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale)) {
             rope_base = L->rope_base; rope_scale = L->rope_scale;
             for (int m = ith; m < n; m += nth)
@@ -314,16 +328,23 @@ static void forward_task(void *arg, int ith, int nth) {
             if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
             if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
             if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
+            const int qn = d->qk_norm_all ? qd : hk, kn = d->qk_norm_all ? kd : hk;  /* one norm per qn values */
             if (L->attn_q_norm.data)
-                for (int h = 0; h < d->n_head; h++) el_rmsnorm(q + h * hk, q + h * hk, L->attn_q_norm.data, hk, d->norm_eps);
+                for (int i = 0; i < qd; i += qn) el_rmsnorm(q + i, q + i, L->attn_q_norm.data, qn, d->norm_eps);
             if (L->attn_k_norm.data)
-                for (int h = 0; h < d->n_head_kv; h++) el_rmsnorm(k + h * hk, k + h * hk, L->attn_k_norm.data, hk, d->norm_eps);
-            if (d->n_rot) {
+                for (int i = 0; i < kd; i += kn) el_rmsnorm(k + i, k + i, L->attn_k_norm.data, kn, d->norm_eps);
+            if (d->n_rot && L->use_rope) {
                 const float *rc = c->rope + (size_t)m * d->n_rot;
                 el_rope(q, d->n_head, hk, d->n_rot, d->rope_type, rc);
                 el_rope(k, d->n_head_kv, hk, d->n_rot, d->rope_type, rc);
             }
             if (d->q_scale != 1.0f) for (int i = 0; i < qd; i++) q[i] *= d->q_scale;
+            if (d->attn_temp_scale != 0.0f) {
+                /* in double, as llama.cpp's input */
+                const float t = (float)(log(floorf((float)b->pos[m] / (float)d->attn_temp_floor) + 1.0) *
+                                        d->attn_temp_scale + 1.0);
+                for (int i = 0; i < qd; i++) q[i] *= t;
+            }
             store_kv(c, l, m, k, v, h16);
         }
         sync(c, &st);
@@ -339,8 +360,8 @@ static void forward_task(void *arg, int ith, int nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
             if (L->attn_post_norm.data) el_rmsnorm(t, t, L->attn_post_norm.data, E, d->norm_eps);
-            for (int i = 0; i < E; i++) xr[i] += t[i];
-            el_rmsnorm(t, xr, L->ffn_norm.data, E, d->norm_eps);
+            residual_add(xr, t, E, d->residual_scale);
+            pre_norm(t, xr, L->ffn_norm.data, E, d->norm_eps);
         }
         sync(c, &st);
         TRACE("ffn_inp", l, c->x, n, E, E);
@@ -366,7 +387,7 @@ static void forward_task(void *arg, int ith, int nth) {
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->ffn_post_norm.data) el_rmsnorm(t, t, L->ffn_post_norm.data, E, d->norm_eps);
-            for (int i = 0; i < E; i++) xr[i] += t[i];
+            residual_add(xr, t, E, d->residual_scale);
         }
         sync(c, &st);
         TRACE("l_out", l, c->x, n, E, E);
@@ -381,11 +402,16 @@ static void forward_task(void *arg, int ith, int nth) {
     TRACE("result_norm", -1, c->tmp, mo, E, E);
     matmul(c, &st, &d->output, c->tmp, mo, E, pl->logits, d->n_vocab, ith, nth);
     sync(c, &st);
-    if (d->final_softcap > 0) {
+    if (d->output_bias.data || d->logit_scale != 1.0f || d->final_softcap > 0) {
         int64_t r0, r1;
         el_split((int64_t)mo * d->n_vocab, ith, nth, 64, &r0, &r1);
-        const float cap = d->final_softcap;
-        for (int64_t i = r0; i < r1; i++) pl->logits[i] = cap * tanhf(pl->logits[i] / cap);
+        const float cap = d->final_softcap, *ob = d->output_bias.data;
+        for (int64_t i = r0; i < r1; i++) {
+            float z = pl->logits[i];
+            if (ob) z += ob[i % d->n_vocab];
+            z *= d->logit_scale;
+            pl->logits[i] = cap > 0 ? cap * tanhf(z / cap) : z;
+        }
     }
 }
 

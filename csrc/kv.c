@@ -161,7 +161,7 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
                 tile_get(kv_v(e, l, src, h), hv, ls, kp);
                 tile_put(kv_v(e, l, dst, h), hv, ld, kp);
             }
-            if (d->n_rot) rerope(e, l, dst, ld, rc, buf, kp);
+            if (d->n_rot && L->use_rope) rerope(e, l, dst, ld, rc, buf, kp);
         }
     }
     for (int g = 0; g < 2; g++) {

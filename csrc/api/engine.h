@@ -15,6 +15,7 @@ typedef struct {
     el_tensor attn_q_norm, attn_k_norm, attn_post_norm;
     el_tensor ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
     int is_swa;             /* sliding-window layer */
+    int use_rope;           /* 0: q and k of this layer are not rotated */
     float rope_base;        /* theta base for this layer */
     float rope_scale;       /* position scale (1/linear factor) */
 } el_layer;
@@ -34,10 +35,15 @@ typedef struct {
     float embd_scale;       /* multiplies the token embedding (gemma: sqrt(n_embd)); 1 = none */
     float attn_softcap;     /* 0 = none */
     float final_softcap;    /* 0 = none */
+    float residual_scale;   /* multiplies attention and FFN outputs before each residual add */
+    float logit_scale;      /* multiplies the logits (before the final soft-cap) */
+    float attn_temp_scale;  /* q at position p times 1 + s * log(floor(p / attn_temp_floor) + 1); 0 = none */
+    int attn_temp_floor;
+    int qk_norm_all;        /* attn_q_norm / attn_k_norm normalise all heads at once (else each head) */
     /* YaRN (ext_factor != 0) */
     float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int n_ctx_orig;
-    el_tensor tok_embd, output_norm, output, rope_freqs;
+    el_tensor tok_embd, output_norm, output, output_bias, rope_freqs;
     const el_layer *layers; /* n_layer entries; copied by el_engine_new */
 } el_model_desc;
 

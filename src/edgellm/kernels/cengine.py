@@ -7,7 +7,8 @@ import numpy as np
 from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK
 from . import BatchArrays, out_rows as _out_rows
-from ..models.base import ACT_GELU_TANH, LAYER_TENSORS, ROPE_NEOX, ModelConfig, ModelWeights
+from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
+from ..models.tensors import Part, engine_tensors
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
 
@@ -30,14 +31,17 @@ class CEngine:
                   "n_rot", "n_swa", "norm_eps", "attn_scale", "q_scale", "embd_scale", "yarn_ext_factor",
                   "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "n_ctx_orig"):
             setattr(d, f, getattr(cfg, f))
-        d.attn_softcap = cfg.attn_softcap
-        d.final_softcap = cfg.final_softcap
+        for f in ("attn_softcap", "final_softcap", "residual_scale", "logit_scale", "attn_temp_scale",
+                  "attn_temp_floor"):
+            setattr(d, f, getattr(cfg, f))
+        d.qk_norm_all = int(cfg.qk_norm == QK_NORM_ALL)
         d.rope_type = lib.EL_ROPE_NEOX if cfg.rope_type == ROPE_NEOX else lib.EL_ROPE_NORM
         d.act = lib.EL_ACT_GELU_TANH if cfg.act == ACT_GELU_TANH else lib.EL_ACT_SILU
         self._fill(d.tok_embd, weights.tok_embd)
         self._fill(d.output, weights.output)
         self._fill(d.output_norm, weights.output_norm)
-        self._fill(d.rope_freqs, weights.rope_freqs)
+        self._fill(d.output_bias, weights.output_bias)
+        self._fill(d.rope_freqs, weights.rope_factors(n_ctx, cfg.n_ctx_orig))
         layers = ffi.new("el_layer[]", cfg.n_layer)
         self._keep.append(layers)
         for i, (lc, lw) in enumerate(zip(cfg.layers, weights.layers)):
@@ -45,8 +49,9 @@ class CEngine:
             L.is_swa = int(lc.is_swa)
             L.rope_base = lc.rope_base
             L.rope_scale = lc.rope_scale
-            for fld in LAYER_TENSORS:
-                self._fill(getattr(L, fld), lw[fld])
+            L.use_rope = int(lc.use_rope)
+            for fld, part in engine_tensors(cfg, lw).items():
+                self._fill(getattr(L, fld), part)
         d.layers = layers
         eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads)
         if eng == ffi.NULL:
@@ -64,18 +69,22 @@ class CEngine:
             ("int8_t[]", self.batch.want), ("int32_t[]", self.batch.seq_len), ("int32_t[]", self.batch.tables))]
         b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables = self._batch_bufs
 
-    def _fill(self, t, info) -> None:
-        if info is None:
+    def _fill(self, t, part) -> None:
+        """Point t at a tensor (a TensorInfo) or a Part of one (None: absent)."""
+        if part is None:
             t.data = self.ffi.NULL
             return
-        view = self.store.tensor_bytes(info.name)
+        part = part if isinstance(part, Part) else Part(part)
+        info = part.info
+        view = part.rows(self.store.tensor_bytes(info.name))
         buf = self.ffi.from_buffer(view)
         self._keep.append(buf)
         t.type = int(info.qtype)
         t.data = buf
-        t.ne0 = info.shape[0]
-        t.ne1 = info.n_elements // info.shape[0]
-        t.row_bytes = view.shape[1] if view.ndim == 2 else view.nbytes
+        vector = len(info.shape) == 1
+        t.ne0 = view.shape[1] // 4 if vector else info.shape[0]
+        t.ne1 = 1 if vector else view.shape[0]
+        t.row_bytes = view.shape[1]
 
     # -- the engine protocol (shared with the numba engine) --
 

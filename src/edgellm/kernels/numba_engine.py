@@ -11,7 +11,8 @@ import numba
 import numpy as np
 
 from ..kv_cache import BLOCK
-from ..models.base import ACT_GELU_TANH, ROPE_NEOX, ModelConfig, ModelWeights
+from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
+from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
 from . import BatchArrays, out_rows as _out_rows
 from .quant_ops import _lname, _numba_module as _module
@@ -53,13 +54,14 @@ def _dequant_rows(t: QType, data: np.ndarray, n: int) -> np.ndarray:
 
 
 class _W:
-    """A weight as numba needs it: uint8 rows, type, row length."""
+    """A weight (a TensorInfo or a tensors.Part of one) as numba needs it: uint8 rows, type, row length."""
 
-    def __init__(self, gguf, info):
+    def __init__(self, gguf, part):
+        part = part if isinstance(part, Part) else Part(part)
+        info = part.info
         self.qtype = QType(info.qtype)
         self.k = info.shape[0]
-        self.rows = gguf.tensor_bytes(info.name)
-        self.rows = self.rows.reshape(info.n_elements // self.k, -1)
+        self.rows = part.rows(gguf.tensor_bytes(info.name).reshape(info.n_elements // self.k, -1))
 
     def floats(self) -> np.ndarray:
         return self.rows.view(np.float32).reshape(-1)
@@ -126,6 +128,10 @@ def _gelu_tanh(x):
     return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, g)).astype(np.float32)
 
 
+def _scaled(x, s: float):
+    return x if s == 1.0 else x * np.float32(s)
+
+
 def _silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -151,18 +157,19 @@ class NumbaEngine:
         def w(info):
             return None if info is None else _W(gguf, info)
 
-        def f32(info):
-            return None if info is None else gguf.tensor_bytes(info.name).view(np.float32).reshape(-1)
+        def f32(part):
+            return None if part is None else w(part).floats()
 
         self.tok_embd = w(weights.tok_embd)
         self.output = w(weights.output)
         self.output_norm = f32(weights.output_norm)
-        self.rope_freqs = f32(weights.rope_freqs)
+        self.output_bias = f32(weights.output_bias)
+        self.rope_freqs = f32(weights.rope_factors(n_ctx, cfg.n_ctx_orig))
         self.layers = []
         for lw in weights.layers:
             self.layers.append({k: (f32(v) if k in ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_post_norm",
                                                     "ffn_norm", "ffn_post_norm", "bq", "bk", "bv", "bo") else w(v))
-                                for k, v in lw.items()})
+                                for k, v in engine_tensors(cfg, lw).items()})
         self.has_swa = any(lc.is_swa for lc in cfg.layers)
         self.group = [int(lc.is_swa) for lc in cfg.layers]
         hk, hv, kv = cfg.head_dim_k, cfg.head_dim_v, cfg.n_head_kv
@@ -217,7 +224,7 @@ class NumbaEngine:
             s_idx, d_idx = (sb[ok], src[ok] % BLOCK), (db[ok], dst[ok] % BLOCK)
             k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd]
             self.v[l][d_idx[0], :, d_idx[1]] = self.v[l][s_idx[0], :, s_idx[1]].copy()
-            if cfg.n_rot and len(k):
+            if cfg.n_rot and lc.use_rope and len(k):
                 cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
                                        self.rope_freqs, mscale_fold=False)
                 k = _rope(k.astype(np.float32), np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0), cfg.n_rot,
@@ -284,24 +291,33 @@ class NumbaEngine:
         neox = cfg.rope_type == ROPE_NEOX
         for l, (lc, L) in enumerate(zip(cfg.layers, self.layers)):
             g = self.group[l]
-            h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps)
+            h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps) if L["attn_norm"] is not None else x
             q, k, v = self._matmul(L["wq"], h), self._matmul(L["wk"], h), self._matmul(L["wv"], h)
             for b, t in (("bq", q), ("bk", k), ("bv", v)):
                 if L[b] is not None:
                     t += L[b]
+            qn_all = cfg.qk_norm == QK_NORM_ALL  # one norm over all heads, else one per head
+            if qn_all and L["attn_q_norm"] is not None:
+                q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
+            if qn_all and L["attn_k_norm"] is not None:
+                k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
             q = q.reshape(n, H, hk)
             k = k.reshape(n, KV, hk)
             v = v.reshape(n, KV, hv)
-            if L["attn_q_norm"] is not None:
+            if not qn_all and L["attn_q_norm"] is not None:
                 q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
-            if L["attn_k_norm"] is not None:
+            if not qn_all and L["attn_k_norm"] is not None:
                 k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
-            if cfg.n_rot:
+            if cfg.n_rot and lc.use_rope:
                 cos, sin = _rope_cache(cfg, cfg.n_rot, positions, lc.rope_base, lc.rope_scale, self.rope_freqs)
                 q = _rope(q, cos, sin, cfg.n_rot, neox)
                 k = _rope(k, cos, sin, cfg.n_rot, neox)
             if cfg.q_scale != 1.0:
                 q = q * np.float32(cfg.q_scale)
+            if cfg.attn_temp_scale != 0.0:
+                fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))  # as llama.cpp's input
+                t = np.log(fl.astype(np.float64) + 1.0) * np.float32(cfg.attn_temp_scale) + 1.0
+                q = q * t.astype(np.float32)[:, None, None]
             blk = tables[g][seq, slots // BLOCK]
             self.k[l][blk, :, slots % BLOCK] = k.astype(np.float16)
             self.v[l][blk, :, slots % BLOCK] = v.astype(np.float16)
@@ -314,14 +330,14 @@ class NumbaEngine:
                 o += L["bo"]
             if L["attn_post_norm"] is not None:
                 o = _rmsnorm(o, L["attn_post_norm"], cfg.norm_eps)
-            x = x + o
-            h = _rmsnorm(x, L["ffn_norm"], cfg.norm_eps)
+            x = x + _scaled(o, cfg.residual_scale)
+            h = _rmsnorm(x, L["ffn_norm"], cfg.norm_eps) if L["ffn_norm"] is not None else x
             gt, u = self._matmul(L["w_gate"], h), self._matmul(L["w_up"], h)
             gt = (_gelu_tanh(gt) if cfg.act == ACT_GELU_TANH else _silu(gt)) * u
             d = self._matmul(L["w_down"], gt.astype(np.float32))
             if L["ffn_post_norm"] is not None:
                 d = _rmsnorm(d, L["ffn_post_norm"], cfg.norm_eps)
-            x = (x + d).astype(np.float32)
+            x = (x + _scaled(d, cfg.residual_scale)).astype(np.float32)
         return x
 
     def _attention(self, l: int, g: int, table: np.ndarray, n_slots: int, q: np.ndarray,
@@ -357,6 +373,9 @@ class NumbaEngine:
     def _logits(self, x: np.ndarray) -> np.ndarray:
         h = _rmsnorm(x, self.output_norm, self.cfg.norm_eps)
         out = self._matmul(self.output, h)
+        if self.output_bias is not None:
+            out = out + self.output_bias
+        out = _scaled(out, self.cfg.logit_scale)
         if self.cfg.final_softcap > 0:
             c = np.float32(self.cfg.final_softcap)
             out = c * np.tanh(out / c)

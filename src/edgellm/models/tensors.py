@@ -80,6 +80,46 @@ LAYER_TENSORS = {f: LAYER_ROLES[f].name for f in (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "attn_q_norm", "attn_k_norm", "attn_post_norm",
     "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")}
 
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows [start, start + count) of a matrix, or elements of a vector (count None: all of it):
+    what an engine multiplies by for one projection, a fused tensor's slice or a whole tensor."""
+
+    info: Any
+    start: int = 0
+    count: int | None = None
+
+    def rows(self, raw):
+        """The part of raw, the tensor's uint8 [rows, row_bytes] (a vector: one row of values)."""
+        if self.count is None:
+            return raw
+        if raw.shape[0] == 1 and len(self.info.shape) == 1:  # a vector: slice its f32 values
+            return raw[:, 4 * self.start:4 * (self.start + self.count)]
+        return raw[self.start:self.start + self.count]
+
+
+def engine_tensors(cfg: ModelConfig, layer: dict[str, Any]) -> dict[str, Part | None]:
+    """A bound layer's LAYER_TENSORS fields as the engines read them: a fused attn_qkv (and its
+    bias) becomes its q, k and v rows, a fused gate/up ffn_up its two halves (gate first)."""
+    d = dims(cfg)
+    out = {f: None if layer[f] is None else Part(layer[f]) for f in LAYER_TENSORS}
+    for w, b in (("wqkv", "bqkv"),):
+        if layer[w] is None:
+            continue
+        starts = (0, d["qd"], d["qd"] + d["kd"])
+        for fld, start, count in zip(FUSED[w], starts, (d["qd"], d["kd"], d["vd"])):
+            out[fld] = Part(layer[w], start, count)
+        if layer[b] is not None:
+            for fld, start, count in zip(FUSED[b], starts, (d["qd"], d["kd"], d["vd"])):
+                out[fld] = Part(layer[b], start, count)
+    if cfg.fused_gate_up:
+        out["w_gate"] = Part(layer["w_up"], 0, cfg.n_ff)
+        out["w_up"] = Part(layer["w_up"], cfg.n_ff, cfg.n_ff)
+    return out
+
+
 # global roles besides token_embd, output_norm and output
 GLOBAL_ROLES: dict[str, Role] = {
     "output_bias": Role("output.bias", lambda d: (d["V"],), True),
