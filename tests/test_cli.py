@@ -3,6 +3,7 @@ greedy text, and bad input turned into one readable line."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess

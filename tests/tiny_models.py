@@ -16,6 +16,7 @@ from edgellm.kernels.quant_ops import BACKENDS, quantize_rows
 from edgellm.quants import QType
 from gguf_builders import write_gguf
 
+ARCHS = ("llama", "gemma3")  # the architectures tiny_model() builds (tests parametrize over them)
 WORDS = ["▁the", "▁a", "▁cat", "▁dog", "▁sat", "▁on", "▁mat", "▁hello", "▁world", "<|im_start|>", "<|im_end|>"]
 
 

@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "LLM",
     "BatchEngine",
+    "Speculative",
     "errors",
     "EdgeLLMError",
     "GGUFError",
@@ -37,4 +38,8 @@ def __getattr__(name):  # keep `import edgellm` light: the engine loads on first
         from .scheduler import BatchEngine
 
         return BatchEngine
+    if name == "Speculative":
+        from .speculative import Speculative
+
+        return Speculative
     raise AttributeError(name)

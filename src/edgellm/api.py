@@ -83,6 +83,11 @@ class GenerationStats:
     stop_reason: str = ""  # "eog", "stop", "length", "grammar" (the constraint admits nothing more), or
     # "interrupted" (Ctrl-C, or the stream closed): prompt_tokens then counts what was evaluated
     forced_tokens: int = 0  # of generated_tokens, appended because the constraint forced them
+    # speculative decoding (generate(..., speculative=)): draft tokens verified, how many of them
+    # were taken, in how many steps
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     @property
     def prompt_tps(self) -> float:
@@ -91,6 +96,15 @@ class GenerationStats:
     @property
     def decode_tps(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Drafts taken per verification step."""
+        return self.accepted_tokens / self.verify_steps if self.verify_steps else 0.0
 
 
 class Session:
@@ -107,6 +121,7 @@ class Session:
         # the blocks go back to the pool when the session is dropped
         self._finalizer = weakref.finalize(self, _release_sequence, llm._engine_lock, llm._pool, self._seq)
         self._out = np.empty((1, llm.n_vocab), dtype=np.float32)  # this session's last logits
+        self._llama_order = True  # llama.cpp's numbers; speculative decoding runs batch-invariant
 
     def __len__(self) -> int:
         return self._seq.n
@@ -185,7 +200,7 @@ class Session:
             step.add(self._seq, chunk, mode)
             with llm._engine_lock:
                 llm._pool.reserve(self._seq, len(chunk))
-                got = step.run(llm._engine, llm._pool, llama_order=True, out=self._out)[0]
+                got = step.run(llm._engine, llm._pool, llama_order=self._llama_order, out=self._out)[0]
             if mode == LOGITS_ALL:
                 rows.append(np.array(got))
             elif mode == LOGITS_LAST:
@@ -212,6 +227,13 @@ class Session:
                     self._llm._pool.clear(self._seq)
                     n = 0
         return self._feed(ids[n:])
+
+    def _set_llama_order(self, on: bool) -> None:
+        """Which arithmetic the next steps use; what the cache holds was computed with the other
+        one, so it is forgotten when that changes."""
+        if on != self._llama_order:
+            self.reset()
+            self._llama_order = on
 
     def _make_room(self, n_keep: int) -> None:
         """Context full: drop the older half of what follows the first n_keep tokens."""
@@ -409,17 +431,19 @@ class LLM:
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, stop: str | Sequence[str] | None = None, stream: bool = False,
                  repeat_last_n: int | None = None, json_schema: dict | str | None = None,
-                 grammar=None, regex: str | None = None):
+                 grammar=None, regex: str | None = None, speculative=None):
         """Complete `prompt` (text, or token ids used as given). A str, or an iterator of pieces.
         At most one constraint: `json_schema` (dict or JSON text), `grammar` (GBNF text or a
         constrain.Grammar), `regex`; last_stats.stop_reason "length" then means the output was
-        cut before the constraint was complete."""
+        cut before the constraint was complete. speculative: "lookup", a draft model (LLM, alias
+        or path) or a speculative.Speculative: speculative decoding, on the batch-invariant path
+        (see edgellm.speculative); with a constraint, drafts are cut to what it allows."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._check_ids(prompt)
         params = self._sampling(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                      presence_penalty=presence_penalty, repeat_last_n=repeat_last_n), seed)
         it = self._stream(ids, params, max_tokens, stop, self._constraint(
-            json_schema=json_schema, grammar=grammar, regex=regex))
+            json_schema=json_schema, grammar=grammar, regex=regex), self._speculative(speculative))
         return it if stream else "".join(it)
 
     def _constraint(self, **options):
@@ -433,15 +457,15 @@ class LLM:
     def chat(self, messages: list[dict], *, stream: bool = False, max_tokens: int | None = None,
              stop: str | Sequence[str] | None = None, seed: int | None = None, response_format: dict | None = None,
              json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
-             tools: list[dict] | None = None, tool_choice=None, **sampling):
+             tools: list[dict] | None = None, tool_choice=None, speculative=None, **sampling):
         """Reply to a conversation rendered with the model's chat template. The reply may be
         constrained by OpenAI's `response_format` or by one of generate()'s constraints.
         `tools` (OpenAI's function specs) reach the template; tool_choice "required" or
         {"type": "function", "function": {"name": ...}} makes the reply a call (chat_message
-        parses it into tool_calls)."""
+        parses it into tool_calls). speculative: as generate()'s."""
         it, _ = self._chat(messages, stream=stream, max_tokens=max_tokens, stop=stop, seed=seed,
                            response_format=response_format, json_schema=json_schema, grammar=grammar,
-                           regex=regex, tools=tools, tool_choice=tool_choice, **sampling)
+                           regex=regex, tools=tools, tool_choice=tool_choice, speculative=speculative, **sampling)
         return it if stream else "".join(it)
 
     def chat_message(self, messages: list[dict], **options) -> dict:
@@ -463,7 +487,7 @@ class LLM:
                           "total_tokens": s.prompt_tokens + s.generated_tokens}}
 
     def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
-              json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, **sampling):
+              json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, speculative=None, **sampling):
         from .tool_calls import prepare_turn
 
         turn = prepare_turn(self.template, messages, tools, tool_choice)
@@ -479,7 +503,13 @@ class LLM:
             grammar = given[0] if given else None
         constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint), turn
+        return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint,
+                            self._speculative(speculative)), turn
+
+    def _speculative(self, value):
+        from .speculative import resolve
+
+        return resolve(self, value)
 
     # -- many sequences at once --
 
@@ -532,15 +562,16 @@ class LLM:
             ids = ids[1:]
         return ids
 
-    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None,
+                spec=None) -> Iterator[str]:
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops, constraint)
+        return self._generate_iter(ids, params, max_tokens, stops, constraint, spec)
 
-    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None) -> Iterator[str]:
+    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None, spec=None) -> Iterator[str]:
         """Generation on the cached session (its prompt cache reused from the last call) when no
         other call holds it, else on a session of its own: calls from several threads, or a
         second call while a stream is open, each get their own sequence and the text they
@@ -553,15 +584,22 @@ class LLM:
         else:
             session = Session(self)
         try:
-            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint)
+            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint, spec)
         finally:
             if own:
                 self._session_owner.release()
             else:
                 session.close()
 
-    def _generate_on(self, session: Session, ids, params, max_tokens, stops, constraint=None) -> Iterator[str]:
+    def _generate_on(self, session: Session, ids, params, max_tokens, stops, constraint=None,
+                     spec=None) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        if spec is not None:
+            from . import speculative
+
+            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats, constraint)
+            return
+        session._set_llama_order(True)
         sampler = Sampler(params, self.n_vocab)
         detok = self.tokenizer.streaming_decoder()
         checker = StopChecker(stops)

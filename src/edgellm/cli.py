@@ -138,6 +138,36 @@ def _llm_options(kw: dict) -> dict:
     return {**cache_types(kw), "mlock": kw.pop("mlock", False)}
 
 
+def _speculative_options(fn):
+    options = [
+        click.option("--lookup", is_flag=True, help="Speculative decoding with prompt lookup (n-grams of the text so far)."),
+        click.option("--draft", "draft", default=None, metavar="MODEL",
+                     help="Speculative decoding with this draft model (same vocabulary)."),
+        click.option("--draft-max", type=click.IntRange(1, 64), default=None,
+                     help="Most draft tokens per step (default 16 with --lookup, 8 with --draft)."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _speculative(llm, kw: dict):
+    """The speculative= argument from --lookup / --draft / --draft-max (checked now: a draft
+    model with another vocabulary is refused before anything is generated; llm None: left for
+    the server to resolve once it has loaded the model)."""
+    from .speculative import Speculative, resolve
+
+    lookup, draft, k = kw.pop("lookup"), kw.pop("draft"), kw.pop("draft_max")
+    if lookup and draft:
+        raise click.UsageError("give --lookup or --draft, not both")
+    if not lookup and not draft:
+        if k is not None:
+            raise click.UsageError("--draft-max needs --lookup or --draft")
+        return None
+    spec = Speculative("lookup" if lookup else draft, max_draft=k)
+    return spec if llm is None else resolve(llm, spec)
+
+
 def _sampling(kw: dict) -> dict:
     keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "seed")
     return {k: kw.pop(k) for k in keys if k in kw}
@@ -149,14 +179,17 @@ def _load(model: str, n_ctx: int, n_threads, seed=None, **llm_kw):
     return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, **llm_kw)
 
 
-def _stats_line(llm) -> str:
-    """Speeds of the last answer; an interrupted prompt says how far it got, and no speed is
-    given for what has no tokens."""
+def _stats_line(llm, spec=None) -> str:
+    """Speeds of the last answer (and with speculation, how many drafts were taken); an
+    interrupted prompt says how far it got, and no speed is given for what has no tokens."""
     s, n = llm.last_stats, llm.n_threads
     stopped = s.stop_reason == "interrupted" and not s.generated_tokens
     prompt = f"prompt: {s.prompt_tokens} tok{' evaluated, then stopped' if stopped else ''}"
     prompt += f", {s.prompt_tps:.1f} tok/s" if s.prompt_tokens else ""
     answer = f"answer: {s.generated_tokens} tok" + (f", {s.decode_tps:.1f} tok/s" if s.generated_tokens else "")
+    if spec is not None:
+        answer += (f" | drafts: {s.accepted_tokens}/{s.draft_tokens} accepted ({s.acceptance_rate:.0%}), "
+                   f"{s.mean_accepted:.2f} per step")
     return f"[{prompt} | {answer} | {isa_label(llm.backend)}, {n} thread{'' if n == 1 else 's'}]"
 
 
@@ -182,6 +215,7 @@ def main():
                    "it there after every answer.")
 @_model_options
 @_sampling_options
+@_speculative_options
 @_user_errors
 def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mlock, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
@@ -194,6 +228,9 @@ def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mloc
     model = model or default_alias()
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock=mlock, **cache_types(kw))
+    spec = _speculative(llm, kw)
+    if spec is not None:
+        sampling["speculative"] = spec
     click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {isa_label(llm.backend)}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
     if llm.template.is_builtin:
@@ -255,7 +292,7 @@ def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mloc
         if prompt_cache is not None:
             llm.save_state(prompt_cache, meta={"messages": messages})
         if verbose:
-            click.echo(_stats_line(llm), err=True)
+            click.echo(_stats_line(llm, spec), err=True)
 
 
 def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
@@ -286,6 +323,7 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @click.option("-v", "--verbose", is_flag=True, help="Print speed figures to stderr.")
 @_model_options
 @_sampling_options
+@_speculative_options
 @_user_errors
 def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, mlock,
              **kw):
@@ -295,8 +333,9 @@ def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, 
     constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
     llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock=mlock, **cache_types(kw))
-    stream = llm.generate(prompt, max_tokens=_limit(max_tokens), stop=list(stop), stream=True, **constraint,
-                          **sampling)
+    spec = _speculative(llm, kw)
+    stream = llm.generate(prompt, max_tokens=_limit(max_tokens), stop=list(stop), stream=True, speculative=spec,
+                          **constraint, **sampling)
     printed = ended = False
     try:
         for piece in stream:
@@ -307,7 +346,7 @@ def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, 
         if printed or ended:
             click.echo("")
     if verbose:
-        click.echo(_stats_line(llm), err=True)
+        click.echo(_stats_line(llm, spec), err=True)
     if constraint and llm.last_stats.stop_reason == "length":
         raise click.ClickException(f"the output was cut at {max_tokens} tokens before it was complete (-n)")
 
@@ -349,6 +388,7 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
               help="Seconds running requests get to finish on SIGTERM / Ctrl-C.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
+@_speculative_options
 @_user_errors
 def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
@@ -362,7 +402,7 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
         raise click.BadParameter("must not be empty", param_hint="--api-key")
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
                kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
-               **_llm_options(kw))
+               speculative=_speculative(None, kw), **_llm_options(kw))
 
 
 @main.command()

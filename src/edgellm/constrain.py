@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import GrammarError
+from .sampling import probabilities
 from .tokenizer.bpe import BYTE_CHARS
 from .tokenizer.vocab import Attr
 
@@ -262,6 +263,16 @@ class Constraint:
         if not self._m.consume_token(int(token)):
             raise GrammarError(f"token {token} is not allowed here: {_one_line(self._m.get_error())}")
 
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of tokens, from the first, the grammar allows in a row from here (speculative
+        decoding cuts its drafts there)."""
+        return self._m.validate_tokens([int(t) for t in tokens]) if len(tokens) else 0
+
+    def rollback(self, n: int) -> None:
+        """Undo the last n accepted tokens."""
+        if n and not self._m.rollback(int(n)):
+            raise GrammarError(f"could not undo {n} tokens: {_one_line(self._m.get_error())}")
+
     def forced_tokens(self) -> list[int]:
         """Tokens the grammar admits as the only continuation from here (not yet accepted)."""
         return self._m.compute_ff_tokens()
@@ -320,6 +331,27 @@ class Guide:
             raise GrammarError("the constraint allows no token here")
         self.masked += 1
         return sampler.sample(masked_logits(logits, mask), history)
+
+    def distribution(self, sampler, logits: np.ndarray, history: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """What sample() draws from (temperature > 0), as (token ids, probabilities): a token of
+        the unconstrained draw when the grammar allows it, else one of the masked draw, so
+        p(t) = p_free(t) + (1 - S) * p_masked(t) for allowed t, S the free mass allowed.
+        (Speculative decoding's acceptance rule needs it.)"""
+        c = sampler.candidates(logits, history)
+        p = probabilities(c)
+        mask = self.constraint.compute_mask(self._mask)
+        ok = np.unpackbits(mask.view(np.uint8), bitorder="little", count=self.constraint.n_vocab).view(bool)[c.ids]
+        s = float(p[ok].sum())
+        if s >= 1.0:
+            return c.ids, p
+        if not mask.any():
+            raise GrammarError("the constraint allows no token here")
+        m = sampler.candidates(masked_logits(logits, mask), history)
+        full = np.zeros(self.constraint.n_vocab, dtype=np.float64)
+        full[c.ids[ok]] = p[ok]
+        full[m.ids] += (1.0 - s) * probabilities(m)
+        ids = np.flatnonzero(full)
+        return ids, full[ids]
 
     def advance(self, token: int, budget: int | None = None) -> list[int]:
         """Accept `token`, then up to budget - 1 forced tokens; returns them all."""

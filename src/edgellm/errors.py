@@ -33,6 +33,10 @@ class TemplateError(EdgeLLMError):
     """A chat template failed to render."""
 
 
+class DraftModelError(EdgeLLMError):
+    """A draft model for speculative decoding cannot serve the target (another vocabulary)."""
+
+
 class GrammarError(EdgeLLMError):
     """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""
 

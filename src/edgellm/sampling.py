@@ -167,6 +167,13 @@ def _softmax_weights(logits: np.ndarray) -> np.ndarray:
     return np.exp(w, out=w)
 
 
+def probabilities(c: Candidates) -> np.ndarray:
+    """The distribution a draw from candidates c follows, float64 (speculative decoding's
+    acceptance rule compares such distributions)."""
+    w = np.exp(c.logits.astype(np.float64) - float(np.max(c.logits)))
+    return w / w.sum()
+
+
 def _best_first(logits: np.ndarray) -> np.ndarray:
     """Indices ordering float32 ``logits`` (no NaN) from largest to smallest, ties by index.
 
@@ -298,6 +305,22 @@ class Sampler:
     def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Next token id in [0, n_vocab) given this step's logits and the ids so far (prompt and
         generated, the window penalties look at)."""
+        x = self._penalized(logits, history)
+        if self.params.greedy:
+            return int(np.argmax(x))  # first of the tied maxima, as llama.cpp's greedy
+        return draw(self._filtered(x), self._rng)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator draws come from (speculative decoding's acceptance tests use it too)."""
+        return self._rng
+
+    def candidates(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
+        """What sample() draws from (temperature > 0): the tokens the filters keep and their
+        logits after temperature, whose softmax is the distribution of the draw."""
+        return self._filtered(self._penalized(logits, history))
+
+    def _penalized(self, logits, history) -> np.ndarray:
         p = self.params
         x = apply_penalties(
             self._check_logits(logits),
@@ -312,9 +335,11 @@ class Sampler:
             raise ValueError("logits contain NaN")
         if best == -np.inf:
             raise ValueError("every logit is -inf: no token can be chosen")
-        if p.greedy:
-            return int(np.argmax(x))  # first of the tied maxima, as llama.cpp's greedy
-        if best == np.inf:  # +inf tokens take all the probability, shared equally
+        return x
+
+    def _filtered(self, x: np.ndarray) -> Candidates:
+        p = self.params
+        if x.max() == np.inf:  # +inf tokens take all the probability, shared equally
             x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
         c = all_candidates(x, self._ids)
         c = top_k(c, p.top_k)
@@ -326,8 +351,7 @@ class Sampler:
             c = top_p(min_p(c, p.min_p), p.top_p, mass=mass)
         else:
             c = min_p(top_p(c, p.top_p), p.min_p)
-        c = apply_temperature(c, p.temperature)
-        return draw(c, self._rng)
+        return apply_temperature(c, p.temperature)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,11 +36,15 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .batch import LOGITS_LAST, LOGITS_NONE, Step
+from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .errors import ContextOverflowError, EdgeLLMError
 from .kv_cache import BLOCK, KVCacheFullError
 from .sampling import Sampler, SamplingParams, StopChecker
+from .speculative import SpecState, costs_for
+from .speculative import propose as propose_drafts
+from .speculative import resolve as resolve_speculative
 
+_ENGINE_DEFAULT = object()  # submit(speculative=): the engine's setting
 DEFAULT_MAX_SEQS = 16
 DEFAULT_MAX_TOKENS = 256
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API
@@ -65,6 +69,8 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens taken from the prefix cache
+    draft_tokens: int = 0     # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of them, taken
 
     @property
     def total_tokens(self) -> int:
@@ -120,6 +126,8 @@ class Request:
         self._cancel = False
         self._admitted = 0  # admission order (preemption takes the latest)
         self.ignore_eos = False
+        self.spec: SpecState | None = None  # speculative decoding (submit(speculative=))
+        self._draft: list[int] = []        # the drafts in the current step
         self.text = ""
 
     # -- for users --
@@ -179,10 +187,13 @@ class BatchEngine:
     max_seqs: requests decoded together at most; kv_tokens: KV tokens all requests may hold
     together (default: the LLM's n_ctx); step_tokens: tokens evaluated per step (default and
     maximum: the LLM's n_batch); prefix_cache: reuse indexed prefixes; max_queue: waiting
-    requests accepted before submit() raises QueueFullError (None: no bound)."""
+    requests accepted before submit() raises QueueFullError (None: no bound); speculative: the
+    requests' default speculative decoding ("lookup", a draft model, a Speculative; None: off),
+    which submit(speculative=) overrides per request (edgellm.speculative says how)."""
 
     def __init__(self, llm, *, max_seqs: int = DEFAULT_MAX_SEQS, kv_tokens: int | None = None,
-                 step_tokens: int | None = None, prefix_cache: bool = True, max_queue: int | None = None):
+                 step_tokens: int | None = None, prefix_cache: bool = True, max_queue: int | None = None,
+                 speculative=None):
         if max_seqs <= 0:
             raise ValueError(f"max_seqs must be positive, got {max_seqs}")
         if kv_tokens is not None and kv_tokens < BLOCK:
@@ -200,6 +211,7 @@ class BatchEngine:
         pool = llm._pool
         with llm._engine_lock:
             pool.limit_blocks = max(pool.limit_blocks or 0, -(-self.kv_tokens // BLOCK))
+        self.speculative = self._speculative(speculative)
         self._lock = threading.Condition()
         self._waiting: list[Request] = []
         self._running: list[Request] = []
@@ -210,18 +222,24 @@ class BatchEngine:
         self.steps = 0
         self.tokens_generated = 0
         self.preemptions = 0
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
+        self._decode_rows = 0  # rows of the planned step that decode (the rest: prompt chunks)
 
     # -- the public interface --
 
     def submit(self, prompt: Sequence[int] | str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
                logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
-               on_event: Callable | None = None, ignore_eos: bool = False, grammar=None):
+               on_event: Callable | None = None, ignore_eos: bool = False, grammar=None,
+               speculative=_ENGINE_DEFAULT):
         """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
         n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
         past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks). grammar:
         a constrain.Grammar the completion follows (tokens it forces are evaluated in one
-        batch); finish_reason "stop" when it is complete, "length" when cut short."""
+        batch); finish_reason "stop" when it is complete, "length" when cut short.
+        speculative: this request's speculative decoding (default: the engine's; None: off);
+        with a grammar, drafts are cut to what it allows and verified under it."""
         llm = self.llm
         ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
         if not ids:
@@ -243,6 +261,7 @@ class BatchEngine:
                     raise ValueError(f"logit_bias: the bias of token {tok} must be a finite number")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
         sampling = sampling or SamplingParams()
+        spec = self.speculative if speculative is _ENGINE_DEFAULT else self._speculative(speculative)
         reqs = []
         for i in range(n):
             params = sampling
@@ -251,6 +270,8 @@ class BatchEngine:
             reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
                                 logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar))
             reqs[-1].ignore_eos = bool(ignore_eos)
+            if spec is not None:
+                reqs[-1].spec = SpecState(llm, spec, params)
         if n > 1:
             for r in reqs:
                 r.group = reqs
@@ -284,7 +305,8 @@ class BatchEngine:
         return dict(running=running, waiting=waiting, kv_blocks_used=pool.blocks_in_use(),
                     kv_blocks_cached=pool.blocks_cached(), kv_blocks_total=pool.limit_blocks,
                     kv_block_tokens=BLOCK, prompt_tokens_cached=pool.hits, steps=self.steps,
-                    tokens_generated=self.tokens_generated, preemptions=self.preemptions)
+                    tokens_generated=self.tokens_generated, preemptions=self.preemptions,
+                    draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens)
 
     @property
     def idle(self) -> bool:
@@ -366,11 +388,16 @@ class BatchEngine:
             step, fed = self._plan(running)
             if not len(step):
                 return False
+            t = time.perf_counter()
             results = step.run(llm._engine, llm._pool)
         self.steps += 1
         for (req, sample), logits in zip(fed, results):
-            if sample:
+            if sample and req._draft:
+                self._verify(req, logits)
+            elif sample:
                 self._sample(req, logits)
+        if self._decode_rows == step.n_tokens:  # the cost line speculation decides by
+            costs_for(llm).observe(step.n_tokens, time.perf_counter() - t)
         return True
 
     # -- inside a step --
@@ -419,10 +446,18 @@ class BatchEngine:
         decoding = [r for r in running if r.seq is not None and len(r.history) - r.seq.n == 1]
         prefilling = [r for r in running if r.seq is not None and len(r.history) - r.seq.n > 1]
         in_step: set[int] = set()
+        drafts = self._drafts(decoding, budget)
+        self._decode_rows = 0
         for r in decoding:
             if r.finish_reason is not None or r.seq is None:
                 continue
-            while True:
+            d = drafts.get(id(r), [])
+            if d:
+                try:
+                    pool.reserve(r.seq, 1 + len(d))
+                except KVCacheFullError:
+                    d = []
+            while not d:
                 try:
                     pool.reserve(r.seq, 1)
                     break
@@ -440,10 +475,12 @@ class BatchEngine:
                     self._preempt(victim)
             if r.seq is None or r.finish_reason is not None:
                 continue
-            step.add(r.seq, [r.history[-1]], LOGITS_LAST)
+            step.add(r.seq, [r.history[-1]] + d, LOGITS_ALL if d else LOGITS_LAST)
+            r._draft = d
             fed.append((r, True))
             in_step.add(id(r))
-            budget -= 1
+            budget -= 1 + len(d)
+            self._decode_rows += 1 + len(d)
         for r in prefilling:
             if budget <= 0:
                 break
@@ -464,6 +501,65 @@ class BatchEngine:
             fed.append((r, last))
             budget -= len(chunk)
         return step, fed
+
+    def _speculative(self, value):
+        """resolve_speculative, and a draft model's KV cache made as large as the engine's (its
+        sequences mirror the requests')."""
+        spec = resolve_speculative(self.llm, value)
+        if spec is not None and not spec.is_lookup:
+            dllm = spec.draft
+            with dllm._engine_lock:
+                dllm._pool.limit_blocks = max(dllm._pool.limit_blocks or 0, self.llm._pool.limit_blocks)
+        return spec
+
+    def _drafts(self, decoding: list[Request], budget: int) -> dict[int, list[int]]:
+        """Draft tokens of the speculating requests among the decoding ones (id -> drafts),
+        within the step's token budget, the context and the tokens each still wants."""
+        jobs = [r for r in decoding if r.spec is not None and r.seq is not None and r.finish_reason is None]
+        if not jobs:
+            return {}
+        share = max(0, budget - len(decoding)) // len(jobs)
+        items = []
+        for r in jobs:
+            limit = min(share, self.llm.n_ctx - len(r.history))
+            if r.max_tokens is not None:
+                limit = min(limit, r.max_tokens - len(r.generated) - 1)
+            items.append((r.spec, r.history, r.history, limit))
+        out = propose_drafts(items, base_rows=len(decoding), others=len(decoding) - 1)
+        for i, (r, d) in enumerate(zip(jobs, out)):
+            if d and r.guide is not None:  # only drafts the grammar allows are worth a row
+                out[i] = d[:r.guide.constraint.valid_prefix(d)]
+        return {id(r): d for r, d in zip(jobs, out) if d}
+
+    def _verify(self, req: Request, rows: np.ndarray) -> None:
+        """A speculating request's rows: its drafts checked (SpecState.verify, under the request's
+        grammar if it has one), the tokens taken handled one by one as sampled ones (the last may
+        bring the tokens the grammar forces), the slots of rejected drafts dropped."""
+        drafts, req._draft = req._draft, []
+        if req.finish_reason is not None:
+            return
+        x = rows
+        if req.logit_bias:
+            x = np.array(rows)
+            for tok, bias in req.logit_bias.items():
+                x[:, int(tok)] += bias
+        eog = frozenset() if req.ignore_eos else self.llm.tokenizer.eog_ids
+        try:
+            toks, taken = req.spec.verify(req.sampler, x, req.history, drafts, guide=req.guide, eog=eog)
+        except (ValueError, EdgeLLMError) as exc:
+            self._fail(req, str(exc))
+            return
+        req.usage.draft_tokens += len(drafts)
+        req.usage.accepted_tokens += taken
+        self.draft_tokens += len(drafts)
+        self.accepted_tokens += taken
+        with self.llm._engine_lock:
+            if not self.llm._pool.truncate(req.seq, req.seq.n - len(drafts) + taken):
+                self._preempt(req)  # (not within KVPool's sliding-window margin): evaluated again
+        for i, tok in enumerate(toks):
+            self._take(req, tok, x[i])
+            if req.finish_reason is not None:
+                break
 
     def _preempt(self, req: Request) -> None:
         """Give req's blocks back; it waits at the front and is evaluated again (its sampler
@@ -495,6 +591,10 @@ class BatchEngine:
         except (ValueError, EdgeLLMError) as exc:
             self._fail(req, str(exc))
             return
+        self._take(req, tok, x)
+
+    def _take(self, req: Request, tok: int, x: np.ndarray) -> None:
+        """req's next token is tok (x: the logits it came from)."""
         if req.times.first_token is None:
             req.times.first_token = time.monotonic()
         llm = self.llm
@@ -559,4 +659,6 @@ class BatchEngine:
                 if sib.leader is req:
                     sib.leader = None  # the leader ended before its prompt was done: run alone
         self._release(req)
+        if req.spec is not None:
+            req.spec.close()
         req._finish(reason, error)

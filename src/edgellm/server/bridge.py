@@ -37,10 +37,11 @@ class Submission:
             pass
 
     def submit(self, ids: Sequence[int], *, n: int, max_tokens: int, sampling: SamplingParams, stop: list[str],
-               logprobs: int | None, logit_bias: dict[int, float] | None) -> None:
-        """Start n choices for one prompt (raises what engine.submit raises)."""
+               logprobs: int | None, logit_bias: dict[int, float] | None, **speculative) -> None:
+        """Start n choices for one prompt (raises what engine.submit raises); speculative: the
+        engine's submit(speculative=) if given."""
         out = self._engine.submit(list(ids), max_tokens=max_tokens, sampling=sampling, stop=stop, logprobs=logprobs,
-                                  logit_bias=logit_bias, n=n, on_event=self._on_event)
+                                  logit_bias=logit_bias, n=n, on_event=self._on_event, **speculative)
         reqs = out if isinstance(out, list) else [out]
         self._metrics.prompt_tokens.inc(len(ids))
         self.prompt_starts.append(len(self.requests))

@@ -22,6 +22,8 @@ ENGINE_COUNTERS = {
     "prompt_tokens_cached": ("prompt_tokens_cached", "Prompt tokens taken from the prefix cache."),
     "preemptions": ("preemptions", "Sequences preempted (KV given to others, recomputed later)."),
     "steps": ("engine_steps", "Engine steps (one batched forward pass each)."),
+    "draft_tokens": ("draft_tokens", "Speculative decoding: draft tokens verified."),
+    "accepted_tokens": ("draft_tokens_accepted", "Speculative decoding: draft tokens accepted."),
 }
 
 

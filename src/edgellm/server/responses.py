@@ -21,8 +21,14 @@ def usage(sub) -> dict:
     prompt = sum(sub.requests[i].usage.prompt_tokens for i in sub.prompt_starts)
     cached = sum(sub.requests[i].usage.cached_tokens for i in sub.prompt_starts)
     completion = sum(r.usage.completion_tokens for r in sub.requests)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}}
+    if any(r.spec is not None for r in sub.requests):  # speculative decoding, in OpenAI's predicted-output terms
+        drafted = sum(r.usage.draft_tokens for r in sub.requests)
+        accepted = sum(r.usage.accepted_tokens for r in sub.requests)
+        out["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,
+                                            "rejected_prediction_tokens": drafted - accepted}
+    return out
 
 
 @dataclass

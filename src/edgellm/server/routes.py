@@ -13,10 +13,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ContextOverflowError, EdgeLLMError, TemplateError
 from ..scheduler import QueueFullError
+from ..speculative import Speculative
 from .bridge import Submission
 from .errors import APIError, invalid, model_not_found, queue_full, server_error, shutting_down, too_large
 from .responses import DONE, ChatFormat, Choice, CompletionFormat, sse, usage
-from .schemas import Generation, parse_chat, parse_completion, parse_detokenize, parse_tokenize
+from .schemas import SERVER_DEFAULT, Generation, parse_chat, parse_completion, parse_detokenize, parse_tokenize
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -85,6 +86,21 @@ def _failure(req) -> APIError:
     return server_error(f"Generation failed: {type(req.error).__name__}: {req.error}")
 
 
+def _speculative(ctx, gen: Generation) -> dict:
+    """engine.submit's speculative= for the request's `speculative` field ({}: the server's)."""
+    if gen.speculative == SERVER_DEFAULT:
+        return {}
+    if gen.speculative == "none":
+        return {"speculative": None}
+    spec = ctx.engine.speculative
+    if gen.speculative == "lookup":
+        return {"speculative": spec if spec is not None and spec.is_lookup else Speculative("lookup")}
+    if spec is None or spec.is_lookup:
+        raise invalid("speculative", "'speculative': 'draft' needs a server started with a draft model "
+                                     "(edgellm serve --draft MODEL).")
+    return {"speculative": spec}
+
+
 async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[int]], stops: list[str], fmt,
                     what: str, prefixes: list[str] | None = None) -> Response:
     if ctx.draining:
@@ -94,7 +110,7 @@ async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[i
     try:
         for ids, budget in zip(prompts, budgets):
             sub.submit(ids, n=gen.n, max_tokens=budget, sampling=gen.sampling, stop=stops, logprobs=gen.logprobs,
-                       logit_bias=gen.logit_bias)
+                       logit_bias=gen.logit_bias, **_speculative(ctx, gen))
     except BaseException as exc:
         sub.cancel()  # the prompts already queued
         if isinstance(exc, QueueFullError):

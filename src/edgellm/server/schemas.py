@@ -3,7 +3,9 @@
 Every problem is a 400 naming the field (`param`), as OpenAI answers: unknown fields, wrong
 types, values out of OpenAI's ranges, more choices than the server runs at once, more tokens
 than the context holds. Ranges and defaults are OpenAI's (temperature 1, top_p 1, no penalties);
-`top_k`, `min_p` and `repeat_penalty` are llama.cpp's extras, off unless given.
+`top_k`, `min_p` and `repeat_penalty` are llama.cpp's extras, off unless given; `speculative`
+("lookup", "draft", "none") is edgellm's: this request's speculative decoding, by default the
+server's (`edgellm serve --lookup | --draft MODEL`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ MAX_CHOICES = 128
 MAX_LOGIT_BIAS = 100.0
 SEED_RANGE = 2**64  # seeds are int64 in OpenAI's API; taken modulo 2**64 (the sampler's seeds are >= 0)
 
+SPECULATIVE = ("lookup", "draft", "none")  # the `speculative` field's values
+SERVER_DEFAULT = "default"  # Generation.speculative when the field is absent
+
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 # Fields OpenAI accepts that change nothing here (bookkeeping, or the one value we support).
 _ACCEPTED_NO_EFFECT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 _SAMPLING = {"temperature", "top_p", "frequency_penalty", "presence_penalty", "seed", "logit_bias", "stop", "n",
-             "stream", "stream_options", "max_tokens", "top_k", "min_p", "repeat_penalty", "model"}
+             "stream", "stream_options", "max_tokens", "top_k", "min_p", "repeat_penalty", "model", "speculative"}
 CHAT_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
                                                   "response_format", "tools", "tool_choice", "modalities"}
 COMPLETION_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | {"prompt", "logprobs", "echo", "best_of", "suffix"}
@@ -48,6 +53,7 @@ class Generation:
     messages: list[dict] | None = None  # chat: the conversation, content as text
     prompts: list[str | list[int]] | None = None  # completions: one or more prompts
     echo: bool = False
+    speculative: str = SERVER_DEFAULT  # or one of SPECULATIVE
 
 
 # -- one value ---------------------------------------------------------------------------------
@@ -225,7 +231,17 @@ def _common(body: dict, *, max_n: int, n_ctx: int, n_vocab: int) -> dict:
         logit_bias=_logit_bias(body, n_vocab),
         stream=stream,
         include_usage=include_usage,
+        speculative=_speculative(body),
     )
+
+
+def _speculative(body: dict) -> str:
+    v = string(body, "speculative")
+    if v is None:
+        return SERVER_DEFAULT
+    if v not in SPECULATIVE:
+        raise invalid("speculative", f"Invalid 'speculative': {v!r}; expected one of {', '.join(map(repr, SPECULATIVE))}.")
+    return v
 
 
 # -- chat --------------------------------------------------------------------------------------

@@ -1,0 +1,743 @@
+"""Speculative decoding: cheap guesses of the next tokens, verified in one step of the model.
+
+A drafter proposes the next k tokens of a sequence: prompt lookup (the longest n-gram ending the
+prompt + generated text that occurred before proposes what followed it; no second model), or a
+draft model (any GGUF with the target's vocabulary, decoding k tokens ahead). The target then
+evaluates the sequence's last token and the k drafts in one step, k + 1 rows with logits for
+each: row i says what follows the first i drafts, so the drafts are taken up to the first one the
+target does not choose, and the row of that one gives the next token instead (all taken: the last
+row gives one more). A step yields 1 to k + 1 tokens; the KV slots of rejected drafts are dropped
+(`KVPool.truncate`).
+
+Exact. Verification needs a row's logits to be the same bits in a step of k + 1 rows as alone,
+which the batch-invariant arithmetic (llama_order=False) gives and llama.cpp's does not (it
+switches kernels with the batch size). So speculation always runs on the batch-invariant path, the
+prompt too, and at temperature 0 its text is token for token what greedy decoding gives on that
+path (`BatchEngine`, `generate_batch`) — not necessarily the single-stream llama.cpp-exact bits.
+
+Sampling. With prompt lookup the draft distribution q is a point mass: each row is sampled
+exactly as plain decoding samples it (the same sampler, one uniform per token) and a draft is
+taken when it is the token drawn, which accepts it with probability p(d) and otherwise draws from
+p without d — the standard rule for a point mass — so a seed gives the same text as without
+speculation. A draft model samples d from its own distribution q (the same sampling parameters
+over its logits) and the standard rule accepts d with probability min(1, p(d) / q(d)), else draws
+from the normalized residual max(0, p - q): the text follows the target's distribution, but is
+not the seed's text without speculation (and, with adaptive lengths, may vary between runs).
+
+Adaptive. A `Controller` per sequence estimates the acceptance rate a (per n-gram length for
+prompt lookup) and chooses the k that maximizes expected tokens per second,
+(1 + a + ... + a^k) / (step time with k more rows + k draft steps), from a cost line fitted to
+this engine's measured step times (`StepCosts`); k = 0 — no drafting — when nothing beats a
+plain step. Prompt lookup keeps checking its unused proposals against the tokens that come, so
+it turns back on for free; a switched-off draft model is probed now and then.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
+from .errors import DraftModelError
+from .kv_cache import KVCacheFullError
+from .sampling import Sampler, SamplingParams, StopChecker, probabilities
+
+LOOKUP = "lookup"
+MAX_DRAFT_LIMIT = 64          # KVPool's sliding-window margin (64) bounds a rollback
+DEFAULT_MAX_DRAFT_LOOKUP = 16
+DEFAULT_MAX_DRAFT_MODEL = 8
+NGRAM_MAX = 4                 # prompt lookup matches n-grams of 1..NGRAM_MAX tokens, longest first
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """How to speculate. draft: "lookup" (prompt lookup) or a draft model with the target's
+    vocabulary (an `LLM`, or an alias / path that `resolve` loads). max_draft: the most draft
+    tokens per step (default 16 for lookup, 8 for a draft model). adaptive: the draft length
+    follows the acceptance rate and the measured cost, down to no drafting (False: always
+    max_draft tokens when there is a draft)."""
+
+    draft: object = LOOKUP
+    max_draft: int | None = None
+    adaptive: bool = True
+
+    def __post_init__(self):
+        m = self.max_draft
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= MAX_DRAFT_LIMIT):
+            raise ValueError(f"max_draft must be an integer in [1, {MAX_DRAFT_LIMIT}], got {m!r}")
+
+    @property
+    def is_lookup(self) -> bool:
+        return isinstance(self.draft, str) and self.draft == LOOKUP
+
+    @property
+    def k_max(self) -> int:
+        if self.max_draft is not None:
+            return self.max_draft
+        return DEFAULT_MAX_DRAFT_LOOKUP if self.is_lookup else DEFAULT_MAX_DRAFT_MODEL
+
+    def describe(self) -> str:
+        return "prompt lookup" if self.is_lookup else f"draft model {getattr(self.draft, 'path', self.draft).name}"
+
+
+def resolve(llm, value) -> Speculative | None:
+    """The `speculative=` argument of generate / chat / BatchEngine: None or False (off),
+    "lookup", an LLM, a path or alias of a draft model, or a Speculative. A draft model given by
+    path is loaded once per target (same context, batch and threads) and its vocabulary checked."""
+    from .api import LLM
+
+    if value is None or value is False:
+        return None
+    spec = value if isinstance(value, Speculative) else Speculative(draft=value)
+    draft = spec.draft
+    if spec.is_lookup:
+        return spec
+    if isinstance(draft, str) and draft.lower() == LOOKUP:
+        return replace(spec, draft=LOOKUP)
+    if not isinstance(draft, LLM):
+        if not isinstance(draft, (str, os.PathLike)):
+            raise TypeError(f"speculative must be 'lookup', an LLM, a model path or a Speculative, "
+                            f"got {type(draft).__name__}")
+        draft = _load_draft(llm, draft)
+    check_vocabulary(llm, draft)
+    return replace(spec, draft=draft)
+
+
+_drafts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # target LLM -> {source: draft LLM}
+
+
+def _load_draft(llm, source):
+    from .api import LLM
+
+    loaded = _drafts.setdefault(llm, {})
+    key = os.fspath(source)
+    if key not in loaded:
+        loaded[key] = LLM(source, n_ctx=llm.n_ctx, n_batch=llm.n_batch, n_threads=llm.n_threads)
+    return loaded[key]
+
+
+def check_vocabulary(target, draft) -> None:
+    """A draft model must speak the target's tokens: same vocabulary size, same token texts,
+    same special tokens. DraftModelError (one line saying the first difference) otherwise."""
+    name = getattr(draft, "path", None)
+    name = name.name if name is not None else "the draft model"
+    tv, dv = target.tokenizer.vocab, draft.tokenizer.vocab
+    if target.n_vocab != draft.n_vocab or tv.n_vocab != dv.n_vocab:
+        raise DraftModelError(f"{name} has a vocabulary of {draft.n_vocab} tokens, the target {target.n_vocab}: "
+                              "a draft model needs the target's vocabulary")
+    a, b = tv.tokens, dv.tokens
+    la, lb = a.byte_lengths(), b.byte_lengths()
+    bad = np.flatnonzero(la != lb)
+    if not bad.size:
+        ra = a.buffer[int(a.bounds[0]):int(a.bounds[-1]) - 8]
+        rb = b.buffer[int(b.bounds[0]):int(b.bounds[-1]) - 8]
+        diff = np.flatnonzero(ra != rb)
+        if diff.size:
+            bad = [int(np.searchsorted(a.bounds, a.bounds[0] + diff[0], side="right")) - 1]
+    if len(bad):
+        i = int(bad[0])
+        raise DraftModelError(f"{name} has another vocabulary: token {i} is {b[i]!r} there but {a[i]!r} in the "
+                              "target model")
+    for key in sorted(set(tv.special) | set(dv.special)):
+        if tv.special.get(key) != dv.special.get(key):
+            raise DraftModelError(f"{name} has other special tokens: {key} is {dv.special.get(key)} there but "
+                                  f"{tv.special.get(key)} in the target model")
+    if tv.eog_ids != dv.eog_ids:
+        raise DraftModelError(f"{name} ends generation on other tokens ({sorted(dv.eog_ids)}) than the target "
+                              f"model ({sorted(tv.eog_ids)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# what a step costs
+
+
+class StepCosts:
+    """Seconds per engine step as a line in its rows, t0 + t1 * (rows - 1), fitted (least squares
+    over recent steps, older ones decaying) to the decode steps of one engine. Before the fit has
+    rows of different counts to go by, t1 is PRIOR_ROW * t0 (a row of SmolLM2 Q4_1 on 2 AVX2
+    cores costs about a third of a one-token step)."""
+
+    PRIOR_ROW = 0.35
+    DECAY = 0.95
+    MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not fitted
+
+    def __init__(self):
+        self.w = self.sx = self.sy = self.sxx = self.sxy = 0.0
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows > self.MAX_ROWS or seconds <= 0:
+            return
+        x = rows - 1.0
+        if self.w > 0:  # a step stalled by the machine (preempted threads) would drag the line
+            seconds = min(seconds, 4.0 * self.predict(rows))
+        d = self.DECAY
+        self.w = self.w * d + 1.0
+        self.sx = self.sx * d + x
+        self.sy = self.sy * d + seconds
+        self.sxx = self.sxx * d + x * x
+        self.sxy = self.sxy * d + x * seconds
+
+    def line(self) -> tuple[float, float]:
+        """(t0, t1); (1, PRIOR_ROW) in relative units before any observation."""
+        if self.w <= 0:
+            return 1.0, self.PRIOR_ROW
+        mx, my = self.sx / self.w, self.sy / self.w
+        var = self.sxx / self.w - mx * mx
+        if var > 0.25:  # rows of different counts seen recently: fit the slope
+            t1 = (self.sxy / self.w - mx * my) / var
+            t0 = my - t1 * mx
+            if t0 > 0 and 0.02 * t0 <= t1 <= 2.0 * t0:
+                return t0, t1
+        t0 = my / (1.0 + self.PRIOR_ROW * mx)
+        return t0, self.PRIOR_ROW * t0
+
+    def predict(self, rows: int) -> float:
+        t0, t1 = self.line()
+        return t0 + t1 * (rows - 1)
+
+
+_costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LLM -> StepCosts
+
+
+def costs_for(llm) -> StepCosts:
+    c = _costs.get(llm)
+    if c is None:
+        c = _costs[llm] = StepCosts()
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing the draft length
+
+
+class Controller:
+    """Acceptance rate per bucket (prompt lookup: the length of the matched n-gram) as decaying
+    counts of accepted drafts and of rejections (a geometric model: each draft is taken with
+    probability a if the ones before it were); the draft length that maximizes expected tokens
+    per second under the step costs."""
+
+    DECAY = 0.85
+    MARGIN = 1.03          # drafting must promise 3% more tokens per second than a plain step
+    PROBE_FIRST, PROBE_MAX = 8, 256
+
+    def __init__(self, priors: Sequence[float], k_max: int, adaptive: bool, probes: bool):
+        # pseudo-counts: a / (1 - a) accepted against one rejection
+        self.acc = [[a / (1.0 - a), 1.0] for a in priors]
+        self.k_max = k_max
+        self.adaptive = adaptive
+        self.probes = probes
+        self.off = 0
+        self.probe_every = self.PROBE_FIRST
+
+    def alpha(self, b: int) -> float:
+        a, r = self.acc[b]
+        return a / (a + r)
+
+    def observe(self, b: int, k: int, accepted: int) -> None:
+        if k <= 0:
+            return
+        c = self.acc[b]
+        c[0] = c[0] * self.DECAY + accepted
+        c[1] = c[1] * self.DECAY + (1.0 if accepted < k else 0.0)
+
+    def choose(self, b: int, limit: int, t_base: float, t_draft: float, others: int = 0) -> int:
+        """Draft tokens for the next step: limit caps it (context, tokens still wanted, step
+        budget); t_base is the step's time without these drafts, t_draft what each draft token
+        adds (its row in the step and, for a draft model, its draft step); others: tokens the
+        step gives other sequences."""
+        limit = min(limit, self.k_max)
+        if limit <= 0:
+            return 0
+        if not self.adaptive:
+            return limit
+        a = self.alpha(b)
+        plain = (1.0 + others) / t_base
+        best_k, best = 0, plain * self.MARGIN
+        e, ak = 1.0, 1.0
+        for k in range(1, limit + 1):
+            ak *= a
+            e += ak
+            rate = (e + others) / (t_base + t_draft * k)
+            if rate > best:
+                best_k, best = k, rate
+        if best_k == 0 and self.probes:  # a switched-off draft model learns only by trying
+            self.off += 1
+            if self.off >= self.probe_every:
+                self.off = 0
+                self.probe_every = min(self.probe_every * 2, self.PROBE_MAX)
+                return min(2, limit)
+        elif best_k:
+            self.off = 0
+            self.probe_every = self.PROBE_FIRST
+        return best_k
+
+
+# ---------------------------------------------------------------------------------------------
+# drafters
+
+
+class LookupDrafter:
+    """Prompt lookup over one sequence's tokens: the longest n-gram (n <= NGRAM_MAX) that ends
+    them and occurred before proposes the tokens that followed its latest occurrence (copying
+    on into the proposal itself when that occurrence is recent, so a repeating pattern repeats)."""
+
+    buckets = NGRAM_MAX
+    priors = (0.25, 0.45, 0.6, 0.7)[:NGRAM_MAX]
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens: list[int] = []
+        # last[n][ngram] = the position after the n-gram's latest occurrence that has a successor
+        self.last: list[dict] = [{} for _ in range(NGRAM_MAX + 1)]
+        self.indexed = 0  # n-grams ending before position indexed are in `last`
+
+    def _sync(self, history: Sequence[int]) -> None:
+        t = self.tokens
+        if len(history) < len(t) or (t and history[len(t) - 1] != t[-1]):
+            self._reset()  # another history (not an extension of ours): start over
+            t = self.tokens
+        t.extend(history[len(t):])
+        last = self.last
+        for e in range(max(self.indexed, 1), len(t)):
+            for n in range(1, min(NGRAM_MAX, e) + 1):
+                last[n][tuple(t[e - n:e])] = e
+        self.indexed = max(self.indexed, len(t))
+
+    def match(self, history: Sequence[int]) -> tuple[int, int]:
+        """(n, e): the longest n-gram ending history that occurred before, and the position
+        after that occurrence; (0, -1) when there is none."""
+        self._sync(history)
+        t = self.tokens
+        L = len(t)
+        for n in range(min(NGRAM_MAX, L - 1), 0, -1):
+            e = self.last[n].get(tuple(t[L - n:]))
+            if e is not None:
+                return n, e
+        return 0, -1
+
+    def draft(self, e: int, k: int) -> list[int]:
+        t, L = self.tokens, len(self.tokens)
+        out: list[int] = []
+        for j in range(k):
+            src = e + j
+            out.append(t[src] if src < L else out[src - L])
+        return out
+
+
+class ModelDrafter:
+    """A draft model's sequence for one target sequence: its KV mirrors the target's tokens (the
+    same context shifts), it catches up on the tokens the target accepted and decodes k drafts,
+    greedily or by sampling with the target's parameters (keeping each draft's distribution q for
+    the acceptance rule)."""
+
+    buckets = 1
+    priors = (0.75,)
+
+    def __init__(self, llm, params: SamplingParams):
+        self.llm = llm
+        seed = None if params.seed is None else (params.seed * 2654435761 + 97) % (1 << 63)
+        self.sampler = Sampler(replace(params, seed=seed), llm.n_vocab)
+        self.greedy = params.greedy
+        self.seq = None
+        self.drafts: list[int] = []
+        self.q: list[tuple[np.ndarray, np.ndarray] | None] = []
+
+    def close(self) -> None:
+        if self.seq is not None:
+            with self.llm._engine_lock:
+                self.llm._pool.release(self.seq)
+            self.seq = None
+
+    def shift(self, n_keep: int, n_discard: int) -> None:
+        """The target's sequence dropped n_discard tokens after its first n_keep: the same here."""
+        s = self.seq
+        if s is None:
+            return
+        with self.llm._engine_lock:
+            if s.n >= n_keep + n_discard + 1:
+                self.llm._pool.shift(s, n_keep, n_discard)
+            elif not self.llm._pool.truncate(s, min(s.n, n_keep)):
+                self.llm._pool.clear(s)
+
+    def _catch_up(self, context: list[int]) -> list[int]:
+        """Keep the longest prefix of context (at most all but its last token) the sequence
+        holds; the tokens still to evaluate. Called with the draft engine's lock held."""
+        pool = self.llm._pool
+        if self.seq is None:
+            self.seq = pool.new_sequence()
+        s = self.seq
+        held = s.tokens
+        n = min(len(held), len(context) - 1)
+        if held[:n] != context[:n]:
+            lo = 0
+            while lo < n and held[lo] == context[lo]:
+                lo += 1
+            n = lo
+        if n < s.n and not pool.truncate(s, n):
+            pool.clear(s)
+        return context[s.n:]
+
+    def choose(self, logits: np.ndarray, history: list[int]) -> int:
+        if self.greedy:
+            tok = self.sampler.sample(logits, history)
+            self.q.append(None)
+        else:
+            c = self.sampler.candidates(logits, history)
+            p = probabilities(c)
+            i = _draw_index(p, self.sampler.rng)
+            tok = int(c.ids[i])
+            self.q.append((c.ids, p))
+        self.drafts.append(tok)
+        return tok
+
+
+def _weight_bytes(llm) -> int:
+    return max(1, sum(t.nbytes for t in llm.gguf.tensors.values()))
+
+
+def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
+    """An index drawn from probabilities p (float64, summing to ~1) by one uniform."""
+    cum = np.cumsum(p)
+    i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
+    return min(i, int(np.flatnonzero(p)[-1]))
+
+
+def _run_model_drafts(dllm, jobs: list) -> None:
+    """Decode every job's drafts on the draft model, the jobs' rows sharing its steps. jobs:
+    (drafter, context, k, tail) with tail the penalty window of the context. A job whose
+    sequence the draft model's KV cache cannot hold gets the drafts it has so far (maybe none)."""
+    pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
+    costs = costs_for(dllm)
+    with dllm._engine_lock:
+        rows = []
+        for d, ctx, k, tail in jobs:
+            d.drafts, d.q = [], []
+            todo = d._catch_up(ctx)
+            try:
+                while len(todo) > nb:  # a long catch-up (the prompt) alone, in chunks
+                    step = Step()
+                    pool.reserve(d.seq, nb)
+                    step.add(d.seq, todo[:nb], LOGITS_NONE)
+                    step.run(eng, pool)
+                    todo = todo[nb:]
+                pool.reserve(d.seq, len(todo))
+            except KVCacheFullError:
+                continue
+            rows.append((d, todo, k, list(tail)))
+        while rows:
+            nxt = []
+            for chunk in _packed(rows, nb):
+                step = Step()
+                for d, todo, _, _ in chunk:
+                    step.add(d.seq, todo, LOGITS_LAST)
+                t = time.perf_counter()
+                out = step.run(eng, pool)
+                if all(len(todo) == 1 for _, todo, _, _ in chunk):
+                    costs.observe(step.n_tokens, time.perf_counter() - t)
+                for (d, todo, k, tail), logits in zip(chunk, out):
+                    tok = d.choose(logits, tail)
+                    tail.append(tok)
+                    if len(d.drafts) < k:
+                        try:
+                            pool.reserve(d.seq, 1)
+                        except KVCacheFullError:
+                            continue
+                        nxt.append((d, [tok], k, tail))
+            rows = nxt
+
+
+def _packed(rows: list, n_batch: int):
+    chunk, n = [], 0
+    for r in rows:
+        if chunk and n + len(r[1]) > n_batch:
+            yield chunk
+            chunk, n = [], 0
+        chunk.append(r)
+        n += len(r[1])
+    if chunk:
+        yield chunk
+
+
+# ---------------------------------------------------------------------------------------------
+# one sequence's speculation
+
+
+class SpecState:
+    """One sequence's drafting: drafter, controller, and counts (drafted, accepted, steps)."""
+
+    def __init__(self, target, spec: Speculative, params: SamplingParams):
+        self.spec = spec
+        self.target = target
+        self.costs = costs_for(target)
+        if spec.is_lookup:
+            self.drafter = LookupDrafter()
+        else:
+            self.drafter = ModelDrafter(spec.draft, params)
+        d = self.drafter
+        self.ctl = Controller(d.priors, spec.k_max, spec.adaptive, probes=not spec.is_lookup)
+        self.params = params
+        self.drafted = 0    # draft tokens verified
+        self.accepted = 0   # of them, taken
+        self.steps = 0      # verification steps with at least one draft
+        self._bucket = 0
+        self._e = -1        # lookup: where the proposal of this step copies from
+        self._shadow: int | None = None  # lookup: the unused proposal's first token, checked next
+
+    def close(self) -> None:
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.close()
+
+    def shift(self, n_keep: int, n_discard: int) -> None:
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.shift(n_keep, n_discard)
+
+    def _plan(self, history: list[int], n_context: int, limit: int, t_base: float, t_row: float,
+              others: int) -> int:
+        """The draft length of this step (0: none)."""
+        d = self.drafter
+        if isinstance(d, LookupDrafter):
+            if self._shadow is not None:  # what the last unused proposal would have given
+                self.ctl.observe(self._bucket, 1, int(history[-1] == self._shadow))
+                self._shadow = None
+            n, e = d.match(history)
+            if n == 0:
+                return 0
+            self._bucket, self._e = min(n, NGRAM_MAX) - 1, e
+            k = self.ctl.choose(self._bucket, limit, t_base, t_row, others)
+            if k == 0 and limit > 0:
+                self._shadow = d.tokens[e]
+            return k
+        limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
+        dc = costs_for(d.llm)
+        if dc.w > 0 and self.costs.w > 0:
+            t_draft = dc.predict(1)
+        else:  # not measured yet: a decode step costs what its weights take to read
+            t_draft = self.costs.line()[0] * _weight_bytes(d.llm) / _weight_bytes(self.target)
+        return self.ctl.choose(0, limit, t_base, t_row + t_draft, others)
+
+    def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
+               guide=None, eog=frozenset()) -> tuple[list[int], int]:
+        """The tokens a verification step gives and how many of them are drafts (whose KV slots
+        stay): rows[i] are the target's logits after history and drafts[:i] (len(drafts) + 1
+        rows); the drafts taken, then the target's own choice. guide (constrain.Guide): the rows
+        are sampled under its grammar (the drafts must be ones it allows, Constraint.valid_prefix)
+        and the tokens end where plain guided decoding would stop sampling — at a draft after
+        which the grammar forces tokens (the caller's guide.advance appends them) or is finished.
+        The guide is left as it was; the caller advances it by the tokens. An end-of-generation
+        token in eog ends them too."""
+        k = len(drafts)
+        q = self.drafter.q if isinstance(self.drafter, ModelDrafter) else None
+        w = sampler.params.repeat_last_n
+        tail = list(history) if w < 0 else list(history[len(history) - w:]) if w > 0 else []
+        c = None if guide is None else guide.constraint
+        out: list[int] = []
+        taken = consumed = 0
+        try:
+            for i in range(k + 1):
+                if i < k and q is not None and q[i] is not None:
+                    p = None if guide is None else guide.distribution(sampler, rows[i], tail)
+                    tok = accept_or_resample(sampler, rows[i], tail, drafts[i], q[i], p)
+                elif guide is None:
+                    tok = sampler.sample(rows[i], tail)
+                else:
+                    tok = guide.sample(sampler, rows[i], tail)
+                out.append(tok)
+                if i == k or tok != drafts[i]:
+                    break
+                taken += 1
+                if tok in eog:
+                    break
+                if c is not None:
+                    c.accept(tok)
+                    consumed += 1
+                    if c.finished or (guide.jump_forward and c.forced_tokens()):
+                        break
+                tail.append(tok)
+        finally:
+            if consumed:
+                c.rollback(consumed)
+        if k:
+            self.drafted += k
+            self.accepted += taken
+            self.steps += 1
+            self.ctl.observe(self._bucket, k, taken)
+        return out, taken
+
+
+def accept_or_resample(sampler: Sampler, logits: np.ndarray, history: list[int], d: int,
+                       q: tuple[np.ndarray, np.ndarray], p: tuple[np.ndarray, np.ndarray] | None = None) -> int:
+    """The standard speculative rule for a draft d drawn from q = (ids, probs): d with
+    probability min(1, p(d) / q(d)), else a draw from max(0, p - q) normalized, p = (ids, probs)
+    being what the target draws from (default: the sampler's candidates). The result is
+    distributed as p."""
+    if p is None:
+        c = sampler.candidates(logits, history)
+        p = (c.ids, probabilities(c))
+    pi, pp = p
+    qi, qp = q
+    pd = float(pp[pi == d].sum())
+    qd = float(qp[qi == d].sum())
+    rng = sampler.rng
+    if rng.random() * qd < pd:
+        return d
+    n = sampler.n_vocab
+    r = np.zeros(n, dtype=np.float64)
+    r[pi] = pp
+    r[qi] -= qp
+    np.maximum(r, 0.0, out=r)
+    if not r.any():  # p == q to rounding: the rule accepted with probability ~1
+        return int(pi[_draw_index(pp, rng)])
+    return _draw_index(r, rng)
+
+
+def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int]]:
+    """Drafts for several sequences: jobs are (state, history, context, limit) — history the
+    sequence's tokens so far, context the tokens its KV holds plus the pending last one (the
+    same unless a context shift dropped some), limit the most drafts the step can take. Draft
+    models decode for all their jobs together."""
+    out: list[list[int]] = [[] for _ in jobs]
+    by_model: dict[int, list] = {}
+    for i, (st, history, context, limit) in enumerate(jobs):
+        t0, t1 = st.costs.line()
+        t_base = t0 + t1 * (base_rows - 1)
+        k = st._plan(history, len(context), limit, t_base, t1, others)
+        if k <= 0:
+            continue
+        if isinstance(st.drafter, LookupDrafter):
+            out[i] = st.drafter.draft(st._e, k)
+        else:
+            w = st.params.repeat_last_n
+            tail = context if w < 0 else context[len(context) - w:] if w > 0 else []
+            by_model.setdefault(id(st.drafter.llm), []).append((i, (st.drafter, list(context), k, tail)))
+    for group in by_model.values():
+        _run_model_drafts(group[0][1][0].llm, [job for _, job in group])
+        for i, (d, _, _, _) in group:
+            out[i] = list(d.drafts)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# single-stream generation (LLM.generate / chat with speculative=)
+
+
+def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, stops, spec: Speculative,
+             stats, constraint=None) -> Iterator[str]:
+    """The generation loop of LLM._generate_on, verifying drafts: the same text pieces, stop
+    strings, limits, context shift and constraint (drafts cut to what it allows, rows sampled
+    under it, the tokens it forces appended), on the batch-invariant path."""
+    pool, n_ctx = llm._pool, session.n_ctx
+    sampler = Sampler(params, llm.n_vocab)
+    detok = llm.tokenizer.streaming_decoder()
+    checker = StopChecker(stops)
+    eog = llm.tokenizer.eog_ids
+    n_keep = 1 if (llm.tokenizer.bos_id is not None and ids[0] == llm.tokenizer.bos_id) else 0
+    limit = max_tokens if max_tokens is not None and max_tokens >= 0 else None
+    guide = None
+    if constraint is not None:
+        from .constrain import Guide
+
+        guide = Guide(constraint)
+    state = SpecState(llm, spec, params)
+    session._set_llama_order(False)
+    seq = session._seq
+    t0 = time.perf_counter()
+    try:
+        logits = session._prefill(ids)
+    except BaseException:
+        session.reset()
+        state.close()
+        raise
+    finally:
+        stats.prompt_seconds = time.perf_counter() - t0
+    history = list(ids)
+    covered = len(ids)  # history[:covered] is in the KV cache (but what a context shift dropped)
+    t1 = time.perf_counter()
+    stats.stop_reason = "length"
+    try:
+        pending = [sampler.sample(logits, history) if guide is None else guide.sample(sampler, logits, history)]
+        out = np.empty((1, llm.n_vocab), dtype=np.float32)
+        while True:
+            done = False
+            for tok in pending:
+                if tok in eog:
+                    stats.stop_reason, done = "eog", True
+                    break
+                new = [tok] if guide is None else guide.advance(
+                    tok, None if limit is None else limit - stats.generated_tokens)
+                for t in new:  # (advance keeps them within the limit)
+                    stats.generated_tokens += 1
+                    history.append(t)
+                    emit, stopped = checker.feed(detok.add(t))
+                    if emit:
+                        yield emit
+                    if stopped:
+                        stats.stop_reason, done = "stop", True
+                        break
+                if done:
+                    break
+                if guide is not None and guide.constraint.finished:
+                    stats.stop_reason, done = "grammar", True
+                    break
+                if limit is not None and stats.generated_tokens >= limit:
+                    done = True
+                    break
+            if done:
+                break
+            unfed = history[covered:]
+            if len(session) + len(unfed) > n_ctx:
+                if limit is None and len(history) - len(ids) >= n_ctx:
+                    break  # an unbounded reply as long as the whole context: stop
+                before = len(session)
+                session._make_room(n_keep)
+                state.shift(min(max(0, n_keep), before - 2), before - len(session))
+            room = n_ctx - len(session) - len(unfed)
+            if limit is not None:
+                room = min(room, limit - stats.generated_tokens - 1)
+            context = history if spec.is_lookup else seq.tokens + unfed  # (differ after a shift)
+            drafts = propose([(state, history, context, room)])[0]
+            if guide is not None and drafts:
+                drafts = drafts[:guide.constraint.valid_prefix(drafts)]
+            rows = len(unfed) + len(drafts)
+            if out.shape[0] < rows:
+                out = np.empty((rows, llm.n_vocab), dtype=np.float32)
+            n0 = len(session)
+            step = Step()
+            step.add(seq, unfed + drafts, LOGITS_ALL if drafts else LOGITS_LAST)
+            ts = time.perf_counter()
+            with llm._engine_lock:
+                pool.reserve(seq, rows)
+                got = step.run(llm._engine, pool, out=out)[0]
+            covered = len(history)
+            if drafts:
+                pending, taken = state.verify(sampler, got[len(unfed) - 1:], history, drafts, guide=guide, eog=eog)
+                keep = n0 + len(unfed) + taken
+                covered += taken
+                with llm._engine_lock:
+                    held = seq.tokens[:keep]
+                    if not pool.truncate(seq, keep):  # (not within KVPool's sliding-window margin)
+                        pool.clear(seq)
+                        session._feed(held, logits=LOGITS_NONE)
+            elif guide is None:
+                pending = [sampler.sample(got, history)]
+            else:
+                pending = [guide.sample(sampler, got, history)]
+            state.costs.observe(rows, time.perf_counter() - ts)
+        if stats.stop_reason != "stop":
+            tail, stopped = checker.feed(detok.flush())
+            if not stopped:
+                tail += checker.flush()
+            if tail:
+                yield tail
+    finally:
+        stats.decode_seconds = time.perf_counter() - t1
+        stats.draft_tokens, stats.accepted_tokens, stats.verify_steps = state.drafted, state.accepted, state.steps
+        if guide is not None:
+            stats.forced_tokens = guide.forced
+        state.close()
