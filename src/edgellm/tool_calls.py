@@ -192,6 +192,13 @@ def call_grammar(fmt: ToolFormat, tools: list[dict]) -> str:
     return f"start: {_json({'type': 'object', 'properties': {'tool_call': one_of()}, 'required': ['tool_call'], 'additionalProperties': False})}"
 
 
+def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> str:
+    """A Lark grammar admitting one call of `tools` (as call_grammar) or JSON following `schema`:
+    tool_choice "auto" with a JSON response_format (the answer, when it is not a call, is that JSON)."""
+    call = call_grammar(fmt, tools)
+    return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {_json(schema)}"
+
+
 # ---------------------------------------------------------------------------------------------
 # parsing what the model wrote
 
@@ -276,7 +283,7 @@ def parse(fmt: ToolFormat, text: str) -> tuple[str, list[dict]]:
             calls = [_call(m.group(1), json.loads(m.group(2)))
                      for m in re.finditer(r"<function=([^>]+)>(.*?)</function>", text, re.S)]
             if calls:
-                return re.sub(r"<function=[^>]+>.*?</function>", "", text, flags=re.S).strip(), calls
+                return re.sub(r"\s*<function=[^>]+>.*?</function>\s*", "", text, flags=re.S).strip(), calls
         else:
             body = text.strip()
             if body.startswith("{"):
