@@ -95,7 +95,8 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
     engine = BatchEngine(llm, max_seqs=parallel, kv_tokens=kv_tokens or parallel * llm.n_ctx, prefix_cache=True,
                          max_queue=max_queue)
     engine.start()
-    ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel)
+    ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel,
+                  max_queue=max_queue)
 
     def ready(addr):
         h, p = addr

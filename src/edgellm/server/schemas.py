@@ -215,7 +215,7 @@ def _common(body: dict, *, max_n: int, n_ctx: int, n_vocab: int) -> dict:
     boolean(body, "store")
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise _wrong_type("metadata", "an object", body["metadata"])
-    why = f" (the server runs {max_n} sequences at once)" if max_n < MAX_CHOICES else ""
+    why = f" (the server queues at most {max_n} sequences: --max-queue)" if max_n < MAX_CHOICES else ""
     stream, include_usage = _stream(body)
     return dict(
         sampling=_sampling(body),
@@ -347,9 +347,9 @@ def parse_completion(body, *, max_n: int, n_ctx: int, n_vocab: int, models: set[
     best_of = integer(body, "best_of", None, 1, MAX_CHOICES)
     if best_of is not None and best_of != common["n"]:
         raise invalid("best_of", f"'best_of' other than 'n' ({common['n']}) is not supported by this server.")
-    if len(prompts) * common["n"] > MAX_CHOICES:
+    if len(prompts) * common["n"] > min(max_n, MAX_CHOICES):
         raise invalid("n", f"{len(prompts)} prompts x n={common['n']} choices is more than the maximum of "
-                           f"{MAX_CHOICES}.")
+                           f"{min(max_n, MAX_CHOICES)}.")
     if string(body, "suffix"):
         raise invalid("suffix", "'suffix' (insertion) is not supported by this server.")
     echo = boolean(body, "echo")
