@@ -3,7 +3,8 @@ real server processes running SmolLM2: response_format json_object / json_schema
 `grammar` and `json_schema` fields, tools with tool_choice required / named / auto / none, tool
 calls streamed as OpenAI streams them, and a tool result that continues the conversation. One
 server uses SmolLM2's own ChatML template (no tools: the generic format), one Qwen 2.5's
-(Hermes <tool_call>, parallel calls)."""
+(Hermes <tool_call>, parallel calls); Gemma 3 (its own template, no system role) checks a schema
+and a required call on the second real model."""
 
 from __future__ import annotations
 
@@ -42,9 +43,8 @@ SCHEMAS = {
 }
 
 
-def _server(*args):
-    srv = ServerProcess(MODEL, "-c", "1024", "--parallel", "2", "-t", "1", *args)
-    return srv
+def _server(*args, model=MODEL):
+    return ServerProcess(model, "-c", "1024", "--parallel", "2", "-t", "1", *args)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,13 @@ def qwen(smollm2_path):
     assert srv.stop() == 0
 
 
+@pytest.fixture(scope="module")
+def gemma(gemma3_path):
+    srv = _server(model="gemma3-270m")
+    yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
+    assert srv.stop() == 0
+
+
 def ask(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
@@ -68,12 +75,14 @@ def ask(text: str) -> list[dict]:
 def streamed(client, **kw) -> tuple[dict, list[str]]:
     """The message the client assembles from a stream (as the openai package's helpers do) and the
     finish reasons; checks each chunk carries what OpenAI's do."""
-    msg: dict = {"content": None, "tool_calls": {}}
+    msg: dict = {"content": None, "tool_calls": {}, "logprobs": []}
     reasons = []
     chunks = list(client.chat.completions.create(stream=True, **kw))
     assert chunks[0].choices[0].delta.role == "assistant"
     for ch in chunks:
         d = ch.choices[0].delta
+        if ch.choices[0].logprobs is not None:
+            msg["logprobs"] += [t.token for t in ch.choices[0].logprobs.content]
         if d.content:
             msg["content"] = (msg["content"] or "") + d.content
         for tc in d.tool_calls or []:
@@ -156,16 +165,18 @@ def test_bad_schema_is_a_400_through_the_client(own):
 def test_required_tool_call_streamed_as_openai_streams_it(request, server):
     client = request.getfixturevalue(server)
     kw = dict(model=MODEL, messages=ask("What is the weather in Paris?"), tools=TOOLS, tool_choice="required",
-              max_tokens=80, seed=4, temperature=0.7, parallel_tool_calls=False)
+              max_tokens=80, seed=4, temperature=0.7, parallel_tool_calls=False, logprobs=True)
     r = client.chat.completions.create(**kw)
     c = r.choices[0]
     assert c.finish_reason == "tool_calls" and c.message.content is None
     (call,) = c.message.tool_calls
     assert call.id.startswith("call_") and call.type == "function"
     jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+    assert len(c.logprobs.content) == r.usage.completion_tokens  # every token, markers included
     msg, reasons = streamed(client, **kw)
     assert reasons == ["tool_calls"] and msg["content"] is None
     assert msg["tool_calls"] == calls_of(c.message)
+    assert msg["logprobs"] == [t.token for t in c.logprobs.content]
 
 
 def test_named_tool_choice(qwen):
@@ -222,3 +233,22 @@ def test_auto_with_a_json_answer_is_a_call_or_that_json(own):
         else:
             assert c.finish_reason == "stop" and not c.message.tool_calls
             jsonschema.validate(json.loads(c.message.content), answer)
+
+
+def test_second_real_model(gemma):
+    schema = SCHEMAS["person"]
+    r = gemma.chat.completions.create(model="gemma3-270m", n=2, seed=3, temperature=1.0, max_tokens=60,
+                                      messages=[{"role": "system", "content": "Answer in JSON."}] + ask("A person?"),
+                                      response_format={"type": "json_schema", "json_schema": {"name": "p",
+                                                                                              "schema": schema}})
+    for c in r.choices:
+        assert c.finish_reason == "stop"
+        jsonschema.validate(json.loads(c.message.content), schema)
+    kw = dict(model="gemma3-270m", messages=ask("What is the weather in Paris?"), tools=TOOLS, tool_choice="required",
+              max_tokens=80, seed=0)
+    c = gemma.chat.completions.create(**kw).choices[0]
+    assert c.finish_reason == "tool_calls"
+    for call in c.message.tool_calls:
+        jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+    msg, reasons = streamed(gemma, **kw)
+    assert reasons == ["tool_calls"] and msg["tool_calls"] == calls_of(c.message)
