@@ -129,7 +129,7 @@ GRAMMAR_PROMPTS = {
     "chess": "Write the first moves of a chess game in PGN notation.",
     "english": "Say hello in one short sentence.",
     "japanese": "Say hello in Japanese.",
-    "json": "Give a JSON object describing a cat.",
+    "json": "Give a short JSON object with a cat's name and age.",
     "json_arr": "Give a JSON array of two colors.",
     "list": "List three fruits as a bullet list.",
 }
