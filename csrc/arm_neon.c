@@ -5,10 +5,10 @@
  * assembly; it only runs inside kernels registered when the CPU reports the feature.
  *
  * Numerics. Quantized types: integer sums are exact (int32) and the float steps are the
- * generic twins' (quants_generic.c, kquants_generic.c): same operations, same operands, same
+ * generic twins' (quants_generic.c, kquants_generic.c, iquants_generic.c): same operations, same operands, same
  * order, vfmaq where the twins call fmaf. Legacy types (and Q6_K's small-batch kernel): per
  * (row, activation) pair the twins' 8 lanes as two float32x4 (lane i: values 4i..4i+3, one
- * fma per block), reduced at the end in legacy_hsum8's order, plus the scalar min chain of
+ * fma per block), reduced at the end in el_hsum8's order, plus the scalar min chain of
  * Q4_1 / Q5_1. Other K-quants: the per-super-block fma chain (Q4_K: per quarter super-block),
  * weight rows in vector lanes. Results are the twins' bits at both levels, and gemm's are
  * vec_dot's whatever the tile.
@@ -19,7 +19,7 @@
  * gemm tiles: legacy types 4 weight rows (a remainder row alone) by 2 activation rows with the
  * accumulators in registers; for more activation rows, 16 blocks of 4 rows are decoded ahead
  * and shared by the tiles. K-quants: 4 weight rows by up to 8 activation rows, each block
- * decoded once. */
+ * decoded once. IQ4_NL / IQ4_XS: arm_neon_iq4.h, tiled as the K-quants. */
 #if defined(__aarch64__)
 
 /* every float multiply and add rounded on its own, as the twins: GCC writes vmulq_f32 as `a * b`,
@@ -189,7 +189,7 @@ EL_INLINE void q32_decode(const int T, const void *blk, int8x16_t *lo, int8x16_t
     }
 }
 
-/* the twins' legacy_hsum8 of lanes 0-3 in a, 4-7 in b: ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
+/* the twins' el_hsum8 of lanes 0-3 in a, 4-7 in b: ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
 EL_INLINE float hsum8(float32x4_t a, float32x4_t b) {
     const float32x4_t s = vaddq_f32(a, b);
     return vpadds_f32(vadd_f32(vget_low_f32(s), vget_high_f32(s)));
@@ -260,7 +260,7 @@ EL_INLINE void q32_acc_zero(q32_acc *st) {
     }
 }
 
-/* out[c*ldo + r] = legacy_hsum8(lanes) [+ min chain] */
+/* out[c*ldo + r] = el_hsum8(lanes) [+ min chain] */
 EL_INLINE void q32_finish(const int T, const q32_acc *st, const int R, const int C, float *out, size_t ldo) {
     for (int c = 0; c < C; c++) {
         float m[4];
@@ -681,12 +681,24 @@ EL_INLINE void gemm_kq(const int T, const int small, int n, const uint8_t *w, si
     }
 }
 
+#include "arm_neon_iq4.h"
+/* clang checks inline assembly against the target features of the function it ends up in (it
+ * ignores sdot()'s .arch directive), so under clang the dotprod level's entry points carry the
+ * feature. GCC takes the directive; its build is left as it was checked. */
+#if defined(__clang__)
+#define LEVEL_ATTR_1 __attribute__((target("dotprod")))
+#else
+#define LEVEL_ATTR_1
+#endif
+#define LEVEL_ATTR_0
+#define LEVEL_ATTR(DP) LEVEL_ATTR_##DP
+
 #define DEFINE_QGEMM(NAME, DRIVER, T, SMALL, DP)                                                   \
-    static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda,  \
-                            int nc, float *out, size_t ldo) {                                      \
+    LEVEL_ATTR(DP) static void gemm_##NAME(int n, const void *w, size_t ldw, int nr, const void *a, \
+                                           size_t lda, int nc, float *out, size_t ldo) {           \
         DRIVER(T, SMALL, n, w, ldw, nr, a, lda, nc, out, ldo, DP);                                 \
     }                                                                                              \
-    static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {                   \
+    LEVEL_ATTR(DP) static void vec_dot_##NAME(int n, float *s, const void *x, const void *y) {    \
         gemm_##NAME(n, x, 0, 1, y, 0, 1, s, 1);                                                    \
     }
 
@@ -702,7 +714,9 @@ EL_INLINE void gemm_kq(const int T, const int small, int n, const uint8_t *w, si
     DEFINE_QGEMM(q5_K##SUF, gemm_kq, EL_Q5_K, 0, DP)        \
     DEFINE_QGEMM(q6_K##SUF, gemm_kq, EL_Q6_K, 0, DP)        \
     DEFINE_QGEMM(q4_K_small##SUF, gemm_kq, EL_Q4_K, 1, DP)  \
-    DEFINE_QGEMM(q6_K_small##SUF, gemm_kq, EL_Q6_K, 1, DP)
+    DEFINE_QGEMM(q6_K_small##SUF, gemm_kq, EL_Q6_K, 1, DP)  \
+    DEFINE_QGEMM(iq4_nl##SUF, gemm_iq4, EL_IQ4_NL, 0, DP)   \
+    DEFINE_QGEMM(iq4_xs##SUF, gemm_iq4, EL_IQ4_XS, 0, DP)
 
 DEFINE_LEVEL(_neon, 0)
 DEFINE_LEVEL(_dotprod, 1)
@@ -947,11 +961,13 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
         SET(EL_Q5_1, q5_1_dotprod); SET(EL_Q8_0, q8_0_dotprod);
         SET(EL_Q2_K, q2_K_dotprod); SET(EL_Q3_K, q3_K_dotprod); SET(EL_Q4_K, q4_K_dotprod);
         SET(EL_Q5_K, q5_K_dotprod); SET(EL_Q6_K, q6_K_dotprod);
+        SET(EL_IQ4_NL, iq4_nl_dotprod); SET(EL_IQ4_XS, iq4_xs_dotprod);
     } else {
         SET(EL_Q4_0, q4_0_neon); SET(EL_Q4_1, q4_1_neon); SET(EL_Q5_0, q5_0_neon);
         SET(EL_Q5_1, q5_1_neon); SET(EL_Q8_0, q8_0_neon);
         SET(EL_Q2_K, q2_K_neon); SET(EL_Q3_K, q3_K_neon); SET(EL_Q4_K, q4_K_neon);
         SET(EL_Q5_K, q5_K_neon); SET(EL_Q6_K, q6_K_neon);
+        SET(EL_IQ4_NL, iq4_nl_neon); SET(EL_IQ4_XS, iq4_xs_neon);
     }
 #undef SET
 #define SET_SMALL(id, fn) (t[id].vec_dot_small = vec_dot_##fn, t[id].gemm_small = gemm_##fn)
@@ -970,6 +986,10 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
     el_vops.silu_mul = silu_mul_neon;
 }
 
-void el_register_neon(el_type_traits *t) { el_register_neon_level(t, el_neon_has_dotprod()); }
+int el_register_neon(el_type_traits *t) {
+    const int dotprod = el_neon_has_dotprod();
+    el_register_neon_level(t, dotprod);
+    return dotprod;
+}
 
 #endif /* __aarch64__ */

@@ -16,6 +16,7 @@
 #define QK8_1 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
+#define QK4_NL 32
 
 typedef uint16_t el_half;  /* IEEE binary16 bits */
 typedef uint16_t el_bf16;  /* bfloat16 bits */
@@ -34,6 +35,12 @@ typedef struct { el_half d; el_half dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t 
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; el_half d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 
+/* non-linear 4-bit types: each nibble indexes el_iq4nl_values (value j of a 32-value group in the
+ * low nibble of byte j, value j+16 in its high nibble); IQ4_XS adds a 6-bit scale per 32 values,
+ * low 4 bits in scales_l (two per byte, even groups low), high 2 bits at bit 2j of scales_h */
+typedef struct { el_half d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+typedef struct { el_half d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
+
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0");
@@ -46,6 +53,11 @@ _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs");
+
+/* the 16 values an IQ4_NL / IQ4_XS nibble stands for (ggml's kvalues_iq4nl; iquants_generic.c) */
+extern const int8_t el_iq4nl_values[16];
 
 /* ---- float <-> half: IEEE binary16, round to nearest even (portable; no F16C needed) ---- */
 static inline float el_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
@@ -95,6 +107,12 @@ static inline el_bf16 el_float_to_bf16(float f) {  /* round to nearest even, NaN
 /* round to nearest, ties to even (the default FP rounding mode), as ggml's reference
  * quantizers round; callers keep |x| < 2^22 */
 static inline int el_nearest_int(float fval) { return (int)lrintf(fval); }
+
+/* the sum of 8 float lanes in the tree of llama.cpp's x86 hsum_float_8:
+ * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+static inline float el_hsum8(const float l[8]) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
 
 #define EL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EL_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -13,6 +13,7 @@
 el_type_traits el_traits[EL_NTYPES];
 el_vec_ops el_vops;
 static int current_isa = -1;
+static int current_features = 0;  /* el_isa_features() */
 
 /* from_float is only ever used on activations: Q8_0 / Q8_1 take the activation quantizers,
  * the other types their reference quantizer (Q8_K's is also ggml's activation quantizer). */
@@ -92,6 +93,8 @@ void el_register_generic(el_type_traits *t) {
     T(EL_Q5_K, 256, 176, EL_Q8_K, quantize_row_q5_K_ref, dequantize_row_q5_K, vec_dot_q5_K_q8_K_generic);
     T(EL_Q6_K, 256, 210, EL_Q8_K, quantize_row_q6_K_ref, dequantize_row_q6_K, vec_dot_q6_K_q8_K_generic);
     T(EL_Q8_K, 256, 292, EL_Q8_K, quantize_row_q8_K_ref, dequantize_row_q8_K, NULL);
+    T(EL_IQ4_NL, 32, 18, EL_Q8_0, quantize_row_iq4_nl_ref, dequantize_row_iq4_nl, vec_dot_iq4_nl_q8_0_generic);
+    T(EL_IQ4_XS, 256, 136, EL_Q8_K, quantize_row_iq4_xs_ref, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_generic);
 #undef T
     t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
     t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;
@@ -138,20 +141,27 @@ int el_set_isa(int isa) {
     el_vops.sum16_rows = sum16_rows_generic;
     el_vops.exp_sum = exp_sum_generic;
     el_vops.silu_mul = silu_mul_generic;
+    int features = 0;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);
     if (isa >= EL_ISA_AVX512) el_register_avx512(t);
 #endif
 #if defined(__aarch64__)
-    if (isa == EL_ISA_NEON) el_register_neon(t);
+    if (isa == EL_ISA_NEON && el_register_neon(t)) features |= 1;
 #endif
     memcpy(el_traits, t, sizeof(t));
     el_gelu_init();
     current_isa = isa;
+    current_features = features;
     return isa;
 }
 
 int el_get_isa(void) {
     if (current_isa < 0) el_set_isa(-1);
     return current_isa;
+}
+
+int el_isa_features(void) {
+    el_get_isa();
+    return current_features;
 }

@@ -6,12 +6,13 @@
 #include "api/engine.h"
 #include "api/quants_legacy.h"
 #include "api/quants_k.h"
+#include "api/quants_iq.h"
 
 /* ggml type ids used here */
 enum {
     EL_F32 = 0, EL_F16 = 1, EL_Q4_0 = 2, EL_Q4_1 = 3, EL_Q5_0 = 6, EL_Q5_1 = 7, EL_Q8_0 = 8,
     EL_Q8_1 = 9, EL_Q2_K = 10, EL_Q3_K = 11, EL_Q4_K = 12, EL_Q5_K = 13, EL_Q6_K = 14,
-    EL_Q8_K = 15, EL_BF16 = 30, EL_NTYPES = 40
+    EL_Q8_K = 15, EL_IQ4_NL = 20, EL_IQ4_XS = 23, EL_BF16 = 30, EL_NTYPES = 40
 };
 
 enum { EL_ISA_GENERIC = 0, EL_ISA_AVX2 = 1, EL_ISA_AVX512 = 2, EL_ISA_NEON = 3 };
@@ -55,7 +56,7 @@ void el_register_avx2(el_type_traits *t);    /* x86_avx2.c   (AVX2 + FMA + F16C)
 void el_register_avx512(el_type_traits *t);  /* x86_avx512.c (AVX-512 F/BW/VL, VNNI when present) */
 #endif
 #if defined(__aarch64__)
-void el_register_neon(el_type_traits *t);    /* arm_neon.c (dotprod when present) */
+int el_register_neon(el_type_traits *t);     /* arm_neon.c (dotprod when present: returns 1) */
 #endif
 
 /* float vector helpers of attention and the FFN activation, dispatched like the quant kernels.

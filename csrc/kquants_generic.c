@@ -711,7 +711,7 @@ void vec_dot_q6_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
 /* llama.cpp's x86 vec_dot for Q6_K: 8 integer lanes per super-block, lane k = sum over the eight
  * 32-value chunks c of sc(16-group of values 4k..4k+3 of c) * dot(those 4 values, unbiased q)
  * minus 32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); acc[k] = fma(d_act * d, lane, acc[k]);
- * hsum8 at the end (the lanes' integers differ from the plain sum, only their total is the same) */
+ * el_hsum8 at the end (the lanes' integers differ from the plain sum, only their total is the same) */
 void vec_dot_q6_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q6_K *x = vx;
     const block_q8_K *y = vy;
@@ -728,5 +728,5 @@ void vec_dot_q6_K_q8_K_small_generic(int n, float *s, const void *vx, const void
         const float d = y[i].d * EL_H2F(x[i].d);
         for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    *s = el_hsum8(acc);
 }

@@ -157,8 +157,8 @@ done:
     return n_out;
 }
 
-int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, const char *word, int64_t len,
-                      int32_t *out) {
+int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, const int32_t *byte_ids,
+                      const char *word, int64_t len, int32_t *out) {
     if (len <= 0) return 0;
     char *scratch = malloc((size_t)len + 1);
     if (!scratch) return EL_TOKENIZE_NO_MEMORY;
@@ -173,11 +173,11 @@ int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, co
             out[n_out++] = (int32_t)id;
             continue;
         }
-        /* a symbol that is no token: each of its bytes that is a token on its own; the rest are
-         * dropped (llama.cpp does the same) */
+        /* a symbol that is no token: the fallback token of each of its bytes; bytes without one
+         * are dropped (llama.cpp does the same) */
         for (int32_t j = 0; j < sym[i].n; j++) {
-            id = el_str_index_find(tokens, word + sym[i].start + j, 1);
-            if (id >= 0) out[n_out++] = (int32_t)id;
+            int32_t b = byte_ids[(uint8_t)word[sym[i].start + j]];
+            if (b >= 0) out[n_out++] = b;
         }
     }
     free(sym);

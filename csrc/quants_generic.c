@@ -308,13 +308,9 @@ void vec_dot_bf16_bf16_generic(int n, float *s, const void *vx, const void *vy) 
 /* The legacy dot products, all in one order: the one llama.cpp's x86 builds use (its AVX2
  * vec_dot_*_q8_* and tinyBLAS's Q8_0-activation gemm), which the reference outputs we are held
  * to come from. Per block, 8 float lanes: lane i takes the exact integer sum of the products of
- * values 4i..4i+3 and adds it times d = dx * dy with one fma; lanes are summed at the end as
- * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Types with a min add sum(m * y.s) through
- * a separate scalar chain of fmas, added last. Every SIMD path reproduces these bits. */
-static inline float legacy_hsum8(const float l[8]) {
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
+ * values 4i..4i+3 and adds it times d = dx * dy with one fma; lanes are summed at the end by
+ * el_hsum8 (common.h). Types with a min add sum(m * y.s) through a separate scalar chain of
+ * fmas, added last. Every SIMD path reproduces these bits. */
 static inline void legacy_lanes(float acc[8], float d, const int q[32], const int8_t *y) {
     for (int i = 0; i < 8; i++) {
         const int v = q[4 * i] * y[4 * i] + q[4 * i + 1] * y[4 * i + 1] + q[4 * i + 2] * y[4 * i + 2] + q[4 * i + 3] * y[4 * i + 3];
@@ -338,7 +334,7 @@ void vec_dot_q4_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) 
         unpack_4bit(x[i].qs, 8, q);
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = legacy_hsum8(acc);
+    *s = el_hsum8(acc);
 }
 
 /* dot(q*dx + mx, qy*dy) over a block = dx*dy*sum(q*qy) + mx * (dy*sum(qy)), the last factor being y.s */
@@ -352,7 +348,7 @@ void vec_dot_q4_1_q8_1_generic(int n, float *s, const void *vx, const void *vy) 
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
         summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
     }
-    *s = legacy_hsum8(acc) + summs;
+    *s = el_hsum8(acc) + summs;
 }
 
 void vec_dot_q5_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
@@ -365,7 +361,7 @@ void vec_dot_q5_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) 
         for (int j = 0; j < QK5_0; j++) q[j] -= 16;
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = legacy_hsum8(acc);
+    *s = el_hsum8(acc);
 }
 
 void vec_dot_q5_1_q8_1_generic(int n, float *s, const void *vx, const void *vy) {
@@ -378,7 +374,7 @@ void vec_dot_q5_1_q8_1_generic(int n, float *s, const void *vx, const void *vy) 
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
         summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
     }
-    *s = legacy_hsum8(acc) + summs;
+    *s = el_hsum8(acc) + summs;
 }
 
 void vec_dot_q8_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
@@ -390,5 +386,5 @@ void vec_dot_q8_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) 
         for (int j = 0; j < 32; j++) q[j] = x[i].qs[j];
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
-    *s = legacy_hsum8(acc);
+    *s = el_hsum8(acc);
 }

@@ -3,16 +3,19 @@
  *
  * Contents: float helpers for attention (el_vops), activation quantizers writing the same bytes
  * as the reference (quantize_row_q8_0/q8_1/q8_K), float-weight kernels (F32, F16, BF16) and,
- * in x86_avx2_dots.h (included twice: plain AVX2 and AVX-VNNI), the quantized kernels. Every
- * weight type gets a vec_dot and a gemm (Q4_K and Q6_K also the small-batch pair); gemm returns
- * bit-identical results to vec_dot, and the quantized ones the generic twins' bits (see
- * x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
+ * in x86_avx2_dots.h and x86_avx2_iq4.h (each included twice: plain AVX2 and AVX-VNNI), the
+ * quantized kernels. Every weight type gets a vec_dot and a gemm (Q4_K and Q6_K also the
+ * small-batch pair); gemm returns bit-identical results to vec_dot, and the quantized ones the
+ * generic twins' bits (see x86_avx2_dots.h). Block layouts: common.h (ggml's ggml-common.h). */
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <stdlib.h>
 #include "x86_common.h"
 
-#if defined(__clang__)
+/* EL_X86_EMULATED: tests/x86_emu builds this file on SIMDe's portable intrinsics, without the
+ * target pragmas and with every CPU feature assumed, to check it on CPUs that lack them */
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
@@ -586,10 +589,12 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #define EL_VNNI 0
 #define KFN(name) name##_avx2
 #include "x86_avx2_dots.h"
+#include "x86_avx2_iq4.h"
 #undef KFN
 #undef EL_VNNI
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
 #else
@@ -600,10 +605,12 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 #define EL_VNNI 1
 #define KFN(name) name##_avxvnni
 #include "x86_avx2_dots.h"
+#include "x86_avx2_iq4.h"
 #undef KFN
 #undef EL_VNNI
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
@@ -614,9 +621,13 @@ static void silu_mul_avx2(int64_t n, float *g, const float *u) {
 static int use_avx_vnni(void) {
     const char *env = getenv("EDGELLM_X86_VNNI");
     if (env && env[0] == '0') return 0;
+#if defined(EL_X86_EMULATED)
+    return 1;
+#else
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 4) & 1;
+#endif
 }
 
 void el_register_avx2(el_type_traits *t) {
@@ -626,8 +637,8 @@ void el_register_avx2(el_type_traits *t) {
     t[EL_F32].vec_dot = f32_vec_dot_avx2, t[EL_F32].gemm = f32_gemm_avx2;
     t[EL_F16].vec_dot = f16_vec_dot_avx2, t[EL_F16].gemm = f16_gemm_avx2;
     t[EL_BF16].vec_dot = bf16_vec_dot_avx2, t[EL_BF16].gemm = bf16_gemm_avx2;
-    if (use_avx_vnni()) register_avxvnni(t);
-    else register_avx2(t);
+    if (use_avx_vnni()) register_avxvnni(t), register_iq4_avxvnni(t);
+    else register_avx2(t), register_iq4_avx2(t);
     el_vops.f32_to_f16 = f32_to_f16_avx2;
     el_vops.f16_to_f32 = f16_to_f32_avx2;
     el_vops.qk_tile = qk_tile_avx2;

@@ -35,7 +35,7 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
  * per-column term -o*sum(a) seeds the accumulator. The float part is the generic twins' order
  * (quants_generic.c): each (row, column) has 8 float lanes, acc = fma(cvt(int lane), dw * da,
- * acc) block after block, summed at the end by hsum256 (legacy_hsum8's tree). Q4_1 / Q5_1 add
+ * acc) block after block, summed at the end by hsum256 (el_hsum8's tree). Q4_1 / Q5_1 add
  * sum over blocks of m * s (weight min times the activation's d*sum(q)) as one chain of fmas in
  * block order, in a second pass over the blocks: accm[c] lane r takes row r. The result is
  * hsum(main) + lane r of accm[c].
@@ -237,8 +237,10 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
                 const int j = k / 2;
                 const __m256i e = hsum_halves4(KFN(pair)(isum, R, C, 0), KFN(pair)(isum, R, C, 1),
                                                KFN(pair)(isum, R, C, 2), KFN(pair)(isum, R, C, 3));
-                const __m256i x = _mm256_add_epi32(_mm256_permute2x128_si256(e, mq[j & 1], j < 2 ? 0x20 : 0x30),
-                                                   _mm256_permute2x128_si256(e, e, 0x81));
+                /* the immediate spelled out in each branch: clang wants a constant expression */
+                const __m256i em = j < 2 ? _mm256_permute2x128_si256(e, mq[j & 1], 0x20)
+                                         : _mm256_permute2x128_si256(e, mq[j & 1], 0x30);
+                const __m256i x = _mm256_add_epi32(em, _mm256_permute2x128_si256(e, e, 0x81));
                 acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), d2, acc2);
                 for (int r = 0; r < R; r++)
                     for (int c = 0; c < C; c++) isum[r][c] = _mm256_setzero_si256();

@@ -13,7 +13,8 @@
 #include <cpuid.h>
 #include "x86_common.h"
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)  /* as in x86_avx2.c */
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
@@ -99,7 +100,7 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
     o->seed = off ? _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char)off), o->av)) : zero;
 }
 
-static inline float hsum8_avx(__m256 v) {  /* legacy_hsum8 of quants_generic.c */
+static inline float hsum8_avx(__m256 v) {  /* el_hsum8 of common.h */
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
@@ -109,6 +110,17 @@ static inline uint32_t load_u32(const void *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
+}
+
+/* v with lane c (0..3) replaced by x's lane 0; the immediate spelled out per lane, as clang wants
+ * a constant expression (c is one once the column loop is unrolled) */
+static inline __attribute__((always_inline)) __m128 insert_lane_ps(__m128 v, __m128 x, const int c) {
+    switch (c) {
+    case 0: return _mm_insert_ps(v, x, 0x00);
+    case 1: return _mm_insert_ps(v, x, 0x10);
+    case 2: return _mm_insert_ps(v, x, 0x20);
+    default: return _mm_insert_ps(v, x, 0x30);
+    }
 }
 
 /* cols: NULL, or the C columns prepared (column c, block b at cols[c * nb + b]) */
@@ -152,7 +164,7 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
             const __m512i av = _mm512_broadcast_i64x4(col->av);
             const __m512i seed = _mm512_broadcast_i64x4(col->seed);
             const __m512 ad = _mm512_set1_ps(col->ad);
-            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : _mm_insert_ps(sv, _mm_set_ss(col->s), c << 4);
+            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : insert_lane_ps(sv, _mm_set_ss(col->s), c);
             for (int p = 0; p < P; p++) {
                 const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(seed, wq[p], av));
                 acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd[p], ad), x, acc[p][c]);
@@ -527,6 +539,8 @@ KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
 
+#include "x86_avx512_iq4.h"
+
 /* ---- attention and activation helpers (el_vec_ops; the portable twins are in dispatch.c) ---- */
 
 /* el_sum16: the lane tree spelled out (compilers differ in how _mm512_reduce_add_ps adds) */
@@ -635,7 +649,8 @@ static void silu_mul_avx512(int64_t n, float *g, const float *u) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + el_expf(0.0f - g[i])) * u[i];
 }
 
-#if defined(__clang__)
+#if defined(EL_X86_EMULATED)
+#elif defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
@@ -644,9 +659,13 @@ static void silu_mul_avx512(int64_t n, float *g, const float *u) {
 /* AVX512DQ: CPUID.(EAX=7, ECX=0):EBX bit 17; AVX512_VNNI: ECX bit 11 (dispatch.c has checked
  * F, BW, VL and the OS state) */
 static int have_dq_vnni(void) {
+#if defined(EL_X86_EMULATED)
+    return 1;
+#else
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return ((b >> 17) & 1) && ((c >> 11) & 1);
+#endif
 }
 
 void el_register_avx512(el_type_traits *t) {
@@ -668,6 +687,8 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_Q4_K, q4_K);
     SET(EL_Q5_K, q5_K);
     SET(EL_Q6_K, q6_K);
+    SET(EL_IQ4_NL, iq4_nl);
+    SET(EL_IQ4_XS, iq4_xs);
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 from edgellm.kernels import ISA_NAMES, c_module  # noqa: E402
 from edgellm.quants import BLOCK_DTYPES, QType, type_info  # noqa: E402
 
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS"]
 
 
 def random_weights(t: QType, rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -106,8 +107,11 @@ def main() -> None:
             for v in variants:
                 if v.endswith("-novnni"):
                     os.environ["EDGELLM_X86_VNNI"] = "0"
-                b.lib.el_set_isa(ISA_NAMES.index(v.split("-")[0]))
+                got = ISA_NAMES[b.lib.el_set_isa(ISA_NAMES.index(v.split("-")[0]))]
                 os.environ.pop("EDGELLM_X86_VNNI", None)
+                if got != v.split("-")[0]:  # el_set_isa falls back to what the CPU runs
+                    print(f"{name:6} {v:12} {'(this CPU runs ' + got + ')':>26}", flush=True)
+                    continue
                 slow = v == "generic"
                 tv = b.matmul_time(t, w, n, x1, args.threads, 2 if slow else args.repeat)
                 tg = b.matmul_time(t, wg, args.k, xg, args.threads, 1 if slow else args.repeat)

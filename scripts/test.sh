@@ -3,11 +3,14 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-# Debian packages for the NEON kernel tests: an aarch64 cross compiler and qemu-user.
-if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then
+# Debian packages for the NEON kernel tests (an aarch64 cross compiler and qemu-user), the emulated
+# x86 kernel test (SIMDe, header-only) and the clang builds (scripts/arm64_check.sh installs what it
+# needs itself).
+if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1 ||
+        [ ! -e /usr/include/simde/x86/avx512.h ] || ! command -v clang >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+    PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libsimde-dev clang"
     $SUDO apt-get install -y -q $PKGS >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q $PKGS; }
 fi
 

@@ -1,44 +1,98 @@
-"""A plain float64 forward pass (numpy, weights dequantized by gguf-py) for llama and gemma3:
-the semantic oracle the engines are checked against on tiny models. No quantized activations,
-no f16 KV cache, no rounding tricks - just the math of the architectures."""
+"""A plain float64 forward pass (numpy, weights dequantized by gguf-py) for every architecture
+edgellm runs: the semantic oracle the engines are checked against on tiny models. It reads only
+the model description (models/*: ModelConfig and the tensors bound to its roles), never an
+architecture name - so agreeing with llama.cpp on the tiny model of each architecture shows that
+description is right. No quantized activations, no f16 KV cache, no rounding tricks: just the math
+of llama.cpp's graphs (llama-graph.cpp, src/models/*.cpp) and ggml's RoPE."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from gguf.quants import dequantize
 
 from edgellm import models
 from edgellm.gguf_file import GGUFFile
+from edgellm.models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX
+from edgellm.models.tensors import bind_weights
+from edgellm.quants import QType
+
+
+def _round_q8_0(x: np.ndarray) -> np.ndarray:
+    """x with each row's blocks of 32 values rounded as ggml's quantize_row_q8_0 stores them."""
+    b = x.reshape(-1, 32)
+    d = np.abs(b).max(-1, keepdims=True) / 127.0
+    q = np.round(b / np.where(d == 0, 1, d))
+    return (q * d.astype(np.float16).astype(np.float64)).reshape(x.shape)
+
+
+def _f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float64)
 
 
 class ReferenceModel:
-    def __init__(self, path):
+    """rounded=True adds llama.cpp's roundings (CPU, no flash attention) as a noise model: activations
+    rounded to f16 before products with F16 weights and to Q8_0 blocks before products with quantized
+    ones, q, k, v and the softmax weights to f16 in attention. Used only to measure how large those
+    roundings' effect is on a model."""
+
+    def __init__(self, path, *, n_ctx: int = 4096, rounded: bool = False):
         self.g = GGUFFile(path)
         self.cfg = models.load_config(self.g)
+        self.wt = bind_weights(self.g, self.cfg)
+        self.n_ctx = n_ctx  # chooses LongRoPE's factors, as a llama.cpp context of this size
+        self.rounded = rounded
         self._w = {}
+        self._rounding = {}  # id of a weight's array -> how llama.cpp rounds the activations it multiplies
 
-    def w(self, name):
-        if name not in self.g.tensors:
+    def w(self, info):
+        """A bound tensor as float64 in numpy order ([rows, row] / [experts, rows, row]); None stays None."""
+        if info is None:
             return None
-        if name not in self._w:
-            info = self.g.tensors[name]
-            raw = self.g.tensor_bytes(name)
+        if info.name not in self._w:
+            raw = self.g.tensor_bytes(info.name)
             arr = dequantize(np.asarray(raw).reshape(-1), int(info.qtype))
-            self._w[name] = np.asarray(arr, dtype=np.float64).reshape(tuple(reversed(info.shape)))
-        return self._w[name]
+            self._w[info.name] = np.asarray(arr, dtype=np.float64).reshape(tuple(reversed(info.shape)))
+            if info.qtype == QType.F16:
+                self._rounding[id(self._w[info.name])] = _f16
+            elif info.qtype not in (QType.F32, QType.BF16):
+                self._rounding[id(self._w[info.name])] = _round_q8_0
+        return self._w[info.name]
+
+    def _act_for(self, x, w):
+        """x as llama.cpp multiplies it with w (rounded=True: to f16 for F16 weights, to Q8_0 blocks
+        for quantized ones)."""
+        fn = self._rounding.get(id(w)) if self.rounded else None
+        return x if fn is None else fn(x)
 
     def _rms(self, x, w):
         y = x / np.sqrt((x * x).mean(-1, keepdims=True) + self.cfg.norm_eps)
         return y * w if w is not None else y
 
-    def _rope(self, x, pos, base, scale):
+    def _rope(self, x, pos, lc, factors):
+        """ggml_rope_ext (rope_yarn): x [n, heads, head_dim] at positions pos."""
         cfg = self.cfg
         nr, half = cfg.n_rot, cfg.n_rot // 2
-        inv = base ** (-np.arange(half) * 2.0 / nr)
-        ang = (pos * scale)[:, None] * inv[None]
-        c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        ext = cfg.yarn_ext_factor if lc.rope_yarn else 0.0
+        mscale = cfg.yarn_attn_factor if lc.rope_yarn else 1.0
+        scale = lc.rope_scale
+        i = np.arange(half)
+        extrap = pos[:, None] * lc.rope_base ** (-2.0 * i / nr)[None]
+        if factors is not None:
+            extrap = extrap / factors[None]
+        theta = scale * extrap
+        if ext:
+            def corr(beta):
+                return nr * math.log(cfg.n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(lc.rope_base))
+            lo = max(0.0, math.floor(corr(cfg.yarn_beta_fast)))
+            hi = min(nr - 1.0, math.ceil(corr(cfg.yarn_beta_slow)))
+            ramp = (1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)) * ext
+            theta = theta * (1 - ramp) + extrap * ramp
+            mscale *= 1.0 + 0.1 * math.log(1.0 / scale)
+        c, s = (np.cos(theta) * mscale)[:, None], (np.sin(theta) * mscale)[:, None]
         x = x.copy()
-        if cfg.rope_type == "neox":
+        if cfg.rope_type == ROPE_NEOX:
             a, b = x[..., :half].copy(), x[..., half:nr].copy()
             x[..., :half], x[..., half:nr] = a * c - b * s, a * s + b * c
         else:
@@ -46,49 +100,119 @@ class ReferenceModel:
             x[..., 0:nr:2], x[..., 1:nr:2] = a * c - b * s, a * s + b * c
         return x
 
+    def _act(self, g):
+        if self.cfg.act == ACT_GELU_TANH:
+            return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        return g / (1 + np.exp(-g))
+
+    def _lin(self, x, w, b=None):
+        y = self._act_for(x, w) @ w.T
+        return y if b is None else y + b
+
+    def _ffn(self, h, L):
+        W = self.w
+        if self.cfg.fused_gate_up:  # ggml_swiglu: SiLU of the first half times the second
+            gu = self._lin(h, W(L["w_up"]), W(L["b_up"]))
+            F = self.cfg.n_ff
+            return self._lin(self._act(gu[:, :F]) * gu[:, F:], W(L["w_down"]), W(L["b_down"]))
+        g = self._lin(h, W(L["w_gate"]), W(L["b_gate"]))
+        u = self._lin(h, W(L["w_up"]), W(L["b_up"]))
+        return self._lin(self._act(g) * u, W(L["w_down"]), W(L["b_down"]))
+
+    def _moe(self, h, L):
+        """llama.cpp's build_moe_ffn (softmax gating) plus the shared expert."""
+        moe, W = self.cfg.moe, self.w
+        logits = self._lin(h, W(L["w_gate_inp"]))              # [n, n_expert]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        top = np.argsort(-probs, axis=-1, kind="stable")[:, :moe.n_expert_used]
+        wts = np.take_along_axis(probs, top, -1)
+        if moe.norm_topk:
+            wts = wts / np.maximum(wts.sum(-1, keepdims=True), 6.103515625e-5)
+        if moe.weights_scale not in (0.0, 1.0):
+            wts = wts * moe.weights_scale
+        gate, up, down = W(L["w_gate_exps"]), W(L["w_up_exps"]), W(L["w_down_exps"])
+        out = np.zeros_like(h)
+        hx = self._act_for(h, up)
+        for t in range(h.shape[0]):
+            for e, wt in zip(top[t], wts[t]):
+                u = up[e] @ hx[t]
+                a = self._act(gate[e] @ hx[t]) * u if gate is not None else self._act(u)
+                out[t] += wt * (down[e] @ self._act_for(a, down))
+        if moe.n_ff_shexp:
+            s = self._lin(self._act(self._lin(h, W(L["w_gate_shexp"]))) * self._lin(h, W(L["w_up_shexp"])),
+                          W(L["w_down_shexp"]))
+            if moe.shexp_gate:
+                s = s / (1 + np.exp(-self._lin(h, W(L["w_gate_inp_shexp"])[None]))[:, 0])[:, None]
+            out = out + s
+        return out
+
     def logits(self, ids, positions=None) -> np.ndarray:
         """[n, n_vocab] for ids at positions (default 0..n-1), causal over this sequence only."""
-        cfg = self.cfg
+        h = self.hidden(ids, positions)
+        return np.concatenate([self.head(h[i:i + 64]) for i in range(0, len(h), 64)])
+
+    def head(self, h):
+        cfg, W = self.cfg, self.w
+        out = self._lin(self._rms(h, W(self.wt.output_norm)), W(self.wt.output), W(self.wt.output_bias))
+        out = out * cfg.logit_scale
+        if cfg.final_softcap > 0:
+            out = cfg.final_softcap * np.tanh(out / cfg.final_softcap)
+        return out
+
+    def hidden(self, ids, positions=None) -> np.ndarray:
+        """The residual stream after the last layer, [n, n_embd]."""
+        cfg, W = self.cfg, self.w
         n = len(ids)
         pos = np.arange(n, dtype=np.float64) if positions is None else np.asarray(positions, dtype=np.float64)
-        H, KV, hd = cfg.n_head, cfg.n_head_kv, cfg.head_dim_k
-        x = self.w("token_embd.weight")[ids] * cfg.embd_scale
-        for i, lc in enumerate(cfg.layers):
-            p = f"blk.{i}."
-            h = self._rms(x, self.w(p + "attn_norm.weight"))
-            q = (h @ self.w(p + "attn_q.weight").T).reshape(n, H, hd)
-            k = (h @ self.w(p + "attn_k.weight").T).reshape(n, KV, hd)
-            v = (h @ self.w(p + "attn_v.weight").T).reshape(n, KV, cfg.head_dim_v)
-            if self.w(p + "attn_q_norm.weight") is not None:
-                q = self._rms(q, self.w(p + "attn_q_norm.weight"))
-                k = self._rms(k, self.w(p + "attn_k_norm.weight"))
-            q = self._rope(q, pos, lc.rope_base, lc.rope_scale)
-            k = self._rope(k, pos, lc.rope_base, lc.rope_scale)
+        H, KV, hd, hv = cfg.n_head, cfg.n_head_kv, cfg.head_dim_k, cfg.head_dim_v
+        qd, kd = H * hd, KV * hd
+        factors = W(self.wt.rope_factors(self.n_ctx, cfg.n_ctx_orig))
+        x = W(self.wt.tok_embd)[ids] * cfg.embd_scale
+        for lc, L in zip(cfg.layers, self.wt.layers):
+            h = self._rms(x, W(L["attn_norm"])) if L["attn_norm"] is not None else x
+            if L["wqkv"] is not None:
+                b = W(L["bqkv"])
+                if b is None and L["bq"] is not None:
+                    b = np.concatenate([W(L["bq"]), W(L["bk"]), W(L["bv"])])
+                qkv = self._lin(h, W(L["wqkv"]), b)
+                q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+            else:
+                q = self._lin(h, W(L["wq"]), W(L["bq"]))
+                k = self._lin(h, W(L["wk"]), W(L["bk"]))
+                v = self._lin(h, W(L["wv"]), W(L["bv"]))
+            if L["attn_q_norm"] is not None and cfg.qk_norm == QK_NORM_ALL:
+                q, k = self._rms(q, W(L["attn_q_norm"])), self._rms(k, W(L["attn_k_norm"]))
+            q, k, v = q.reshape(n, H, hd), k.reshape(n, KV, hd), v.reshape(n, KV, hv)
+            if L["attn_q_norm"] is not None and cfg.qk_norm != QK_NORM_ALL:
+                q, k = self._rms(q, W(L["attn_q_norm"])), self._rms(k, W(L["attn_k_norm"]))
+            if cfg.n_rot and lc.use_rope:
+                q, k = self._rope(q, pos, lc, factors), self._rope(k, pos, lc, factors)
+            q = q * cfg.q_scale
+            if cfg.attn_temp_scale:
+                q = q * (1 + cfg.attn_temp_scale * np.log(np.floor(pos / cfg.attn_temp_floor) + 1))[:, None, None]
+            if self.rounded:  # the f16 KV cache; ggml's f16 products round q, then the softmax weights
+                q, k, v = _f16(q), _f16(k), _f16(v)
             k, v = np.repeat(k, H // KV, 1), np.repeat(v, H // KV, 1)
-            sc = np.einsum("nhd,mhd->hnm", q, k) * (cfg.attn_scale * cfg.q_scale)
+            sc = np.einsum("nhd,mhd->hnm", q, k)
+            if cfg.attn_softcap > 0:
+                sc = cfg.attn_softcap * np.tanh(sc / cfg.attn_softcap)
+            sc = sc * cfg.attn_scale
             mask = pos[None, :] <= pos[:, None]
             if lc.is_swa:
                 mask &= (pos[:, None] - pos[None, :]) < cfg.n_swa
             sc = np.where(mask[None], sc, -np.inf)
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             sc /= sc.sum(-1, keepdims=True)
-            o = np.einsum("hnm,mhd->nhd", sc, v).reshape(n, -1) @ self.w(p + "attn_output.weight").T
-            if self.w(p + "post_attention_norm.weight") is not None:
-                o = self._rms(o, self.w(p + "post_attention_norm.weight"))
-            x = x + o
-            h = self._rms(x, self.w(p + "ffn_norm.weight"))
-            g = h @ self.w(p + "ffn_gate.weight").T
-            u = h @ self.w(p + "ffn_up.weight").T
-            if cfg.act == "gelu_tanh":
-                a = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
-            else:
-                a = g / (1 + np.exp(-g))
-            d = (a * u) @ self.w(p + "ffn_down.weight").T
-            if self.w(p + "post_ffw_norm.weight") is not None:
-                d = self._rms(d, self.w(p + "post_ffw_norm.weight"))
-            x = x + d
-        h = self._rms(x, self.w("output_norm.weight"))
-        out = self.w("output.weight")
-        if out is None:
-            out = self.w("token_embd.weight")
-        return h @ out.T
+            if self.rounded:
+                sc = _f16(sc)
+            o = self._lin(np.einsum("hnm,mhd->nhd", sc, v).reshape(n, -1), W(L["wo"]), W(L["bo"]))
+            if L["attn_post_norm"] is not None:
+                o = self._rms(o, W(L["attn_post_norm"]))
+            x = x + o * cfg.residual_scale
+            h = self._rms(x, W(L["ffn_norm"])) if L["ffn_norm"] is not None else x
+            d = self._moe(h, L) if cfg.moe is not None else self._ffn(h, L)
+            if L["ffn_post_norm"] is not None:
+                d = self._rms(d, W(L["ffn_post_norm"]))
+            x = x + d * cfg.residual_scale
+        return x

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from edgellm.chat import ChatTemplate
+from edgellm.chat import CHATML_TEMPLATE, ChatTemplate
 from edgellm.errors import TemplateError, TokenizerError
 
 KEYS = (
@@ -149,6 +149,10 @@ def test_from_metadata_lookups_and_errors():
         ChatTemplate.from_metadata(no_tokens)
     bare = ChatTemplate.from_metadata({"general.architecture": "gemma3"})
     assert bare.is_builtin and bare.bos_token == "" and bare.stop_strings == ["<end_of_turn>"]
+    # found by scripts/fuzz.py: an architecture that is not a string (the loader's error to
+    # report) made a TypeError here
+    for odd in (["gemma3"], 3, None):
+        assert ChatTemplate.from_metadata({"general.architecture": odd}).source == CHATML_TEMPLATE
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,6 +274,55 @@ def test_sandbox_blocks_python_internals(src):
 def test_sandbox_blocks_files_mutation_and_runaway_work(src, match):
     with pytest.raises(TemplateError, match=match):
         ChatTemplate(src).render(CHAT[:1])
+
+
+@pytest.mark.parametrize(
+    "src, match",
+    [
+        # loops and calls have a step budget
+        ("{% for c in 'a' * 100000 %}{% for d in 'a' * 100000 %}{% endfor %}{% endfor %}", "steps"),
+        ("{% macro f(n) %}{% if n < 40 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}", "calls"),
+        # doubling with ~ and +, lists of the same list, numbers of many bits
+        ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "long"),
+        ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "long"),
+        ("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}",
+         "structure"),
+        ("{{ [[1] * 100000] * 100000 }}", "structure"),
+        ("{% set ns = namespace(x=7) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}{% endfor %}", "bits"),
+        # filters and methods that widen a string
+        ("{{ 'x'|center(10**9) }}", "long"), ("{{ 'x'|indent(10**9) }}", "long"),
+        ("{{ ('x' * 1000)|replace('', 'y' * 100000) }}", "long"), ("{{ range(100000)|join(',' * 100000) }}", "long"),
+        ("{{ [1]|batch(10**9, 0)|list }}", "items"), ("{{ [1]|slice(10**9)|list }}", "items"),
+        ("{{ [[1], [2]]|sum(start=[]) }}", "numbers only"), ("{{ 1|tojson(indent=10**9) }}", "indent"),
+        ("{{ 'a b'|wordwrap(1, wrapstring='x' * 100000) * 1 }}", "long"),
+        ("{{ 'x'.ljust(10**9) }}", "long"), ("{{ 'x'.zfill(10**9) }}", "long"),
+        ("{{ ('\t' * 1000).expandtabs(10**6) }}", "long"), ("{{ ','.join(['x'] * 1000) * 1 }}", None),
+        ("{{ ('a' * 1000).translate({97: 'b' * 100000}) }}", "long"),
+        # printf and str.format widths
+        ("{{ '%999999999s'|format('x') }}", "long"), ("{{ '%999999999s' % 'x' }}", "long"),
+        ("{{ '%*s'|format(10**9, 'x') }}", "widths"), ("{{ '{:>999999999}'.format('x') }}", "long"),
+        ("{{ '{:{w}}'.format('x', w=10**9) }}", "nested"),
+    ],
+)
+def test_sandbox_bounds_the_work_of_a_render(src, match):
+    if match is None:  # within the bounds: renders
+        assert ChatTemplate(src).render(CHAT[:1]) == ",".join(["x"] * 1000)
+        return
+    with pytest.raises(TemplateError, match=match):
+        ChatTemplate(src).render(CHAT[:1])
+
+
+def test_nothing_is_evaluated_while_compiling():
+    """Jinja folds constant expressions while compiling, outside the sandbox's checks: off."""
+    t = ChatTemplate("{{ '%999999999s'|format('x') }}{{ 'x'.ljust(10**9) }}")  # returns at once
+    with pytest.raises(TemplateError, match="long"):
+        t.render(CHAT[:1])
+
+
+def test_step_budget_is_per_render():
+    t = ChatTemplate("{% for c in 'a' * 90000 %}{% endfor %}{{ messages | length }}")
+    for _ in range(30):  # 30 x 90000 steps are over the budget in total, not within one render
+        assert t.render(CHAT) == "3"
 
 
 def test_range_budget_is_per_render():

@@ -12,7 +12,7 @@ import pytest
 
 import template_cases as cases
 from conftest import FIXTURES
-from edgellm import chat
+from edgellm import chat_sandbox
 from edgellm.chat import ChatTemplate
 from edgellm.errors import TemplateError
 from llamacpp_source import models_dir
@@ -30,7 +30,7 @@ def fixed_clock(monkeypatch):
     from datetime import datetime
 
     clock = datetime(*cases.FIXED_DATE)
-    monkeypatch.setitem(chat._ENV.globals, "strftime_now", lambda fmt: clock.strftime(fmt))
+    monkeypatch.setitem(chat_sandbox.SANDBOX.globals, "strftime_now", lambda fmt: clock.strftime(fmt))
 
 
 def test_there_are_seventy_templates(templates_dir):

@@ -56,15 +56,27 @@ def test_generate_prints_llamacpp_greedy_text(smollm2_path):
     assert r.stdout == llm.detokenize(case["continuation_ids"][:n]) + "\n"
 
 
+def spawn(*args, **kw):
+    """`edgellm ARGS` on a pseudo-terminal wide enough that readline never scrolls the typed line
+    (its echo is then exactly what was typed)."""
+    return pexpect.spawn(CMD[0], CMD[1:] + list(args), encoding="utf-8", dimensions=(24, 500), **kw)
+
+
+# Every wait below names text that only the step it waits for prints: the verbose speed line
+# (after an answer), the chat's own messages, the echo of a typed line. None waits for time to pass.
+
+
 @pytest.mark.real
 def test_run_chat_in_a_terminal(smollm2_path):
     """Two turns, an answer interrupted with Ctrl-C (the chat goes on), /reset, then /exit."""
-    env = dict(os.environ, TERM="dumb")
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path), "--temp", "0", "-n", "400", "-v"],
-                          env=env, encoding="utf-8", timeout=300)
+    # -n 0: no answer limit; the story (greedy) then runs for thousands of tokens, so Ctrl-C,
+    # sent as soon as its first words are seen, arrives while it is being written
+    child = spawn("run", str(smollm2_path), "--temp", "0", "-n", "0", "-v",
+                  env=dict(os.environ, TERM="dumb"), timeout=300)
     try:
         child.expect("Type /help")
         child.expect("> ")
+        assert "no chat template" not in child.before  # SmolLM2 carries its own
         child.sendline("What is the capital of France? Answer in one word.")
         child.expect(r"tok/s")  # --verbose speed line after the answer
         first = child.before
@@ -74,8 +86,10 @@ def test_run_chat_in_a_terminal(smollm2_path):
         child.expect("tok/s")
         assert "Rome" in child.before
         child.expect("> ")
-        child.sendline("Write a very long story about a dragon who learns to cook.")
-        child.expect(r"\w+ \w+ \w+")  # the answer is streaming
+        story = "Write a very long story about a dragon who learns to cook."
+        child.sendline(story)
+        child.expect_exact(story)  # the terminal's echo of the typed line...
+        child.expect(r"\w+ \w+ \w+")  # ...then the answer's first words: it is streaming
         child.sendintr()
         child.expect(r"\[stopped\]")
         child.expect("> ")
@@ -94,9 +108,9 @@ def test_run_chat_in_a_terminal(smollm2_path):
 
 @pytest.mark.real
 def test_run_leaves_on_ctrl_d(smollm2_path):
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(smollm2_path)], encoding="utf-8", timeout=120)
+    child = spawn("run", str(smollm2_path), timeout=120)
     try:
-        child.expect("> ")
+        child.expect("> ")  # readline has the terminal from before it prints the prompt
         child.sendintr()  # Ctrl-C at the prompt does not leave
         child.expect("Ctrl-D")
         child.expect("> ")
@@ -148,21 +162,96 @@ def test_models_lists_aliases():
 
 
 def test_long_chat_keeps_going(tiny_path):
-    """A conversation longer than the context: the oldest turns are dropped, the chat goes on."""
-    import io
+    """A conversation longer than the context: the oldest turns are dropped, the chat goes on.
+    (Lines come from a pipe: this is about the conversation, not the terminal.)"""
+    lines = ["the cat sat on the mat the dog sat on the mat"] * 6 + ["/exit"]
+    r = run_cli("run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0", "-v", input="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "oldest turn was dropped" in r.stderr
+    assert "error" not in r.stderr
+    assert r.stderr.count("[prompt: ") == 6  # every turn was answered (-v's line after each answer)
 
-    child = pexpect.spawn(CMD[0], CMD[1:] + ["run", str(tiny_path), "-c", "64", "-n", "6", "--temp", "0"],
-                          encoding="utf-8", timeout=120)
-    child.logfile_read = log = io.StringIO()
-    try:
-        child.expect("> ")
-        for _ in range(6):
-            child.sendline("the cat sat on the mat the dog sat on the mat")
-            child.expect("> ")
-        assert "oldest turn was dropped" in log.getvalue()
-        assert "error" not in log.getvalue()
-        child.sendline("/exit")
-        child.expect(pexpect.EOF)
-    finally:
-        child.close()
-    assert child.exitstatus == 0
+
+# ------------------------------------------------------------------------------ rough edges
+
+
+@pytest.mark.parametrize("command", ["run", "generate"])
+@pytest.mark.parametrize("args, option", [
+    (["--temp", "-1"], "--temp"), (["--temp", "nan"], "--temp"), (["--top-k", "-1"], "--top-k"),
+    (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"), (["--min-p", "2"], "--min-p"),
+    (["--repeat-penalty", "0"], "--repeat-penalty"), (["--frequency-penalty", "inf"], "--frequency-penalty"),
+    (["--seed", "-1"], "--seed"), (["-n", "-5"], "--max-tokens"), (["-c", "-1"], "--ctx-size"),
+    (["-t", "0"], "--threads"),
+])
+def test_invalid_values_are_refused_before_loading(tmp_path, command, args, option):
+    """One line naming the option, before the model is looked at: the model path does not exist,
+    so an error about the file would mean the value was checked too late."""
+    missing = str(tmp_path / "absent.gguf")
+    argv = [command, missing, *(["-p", "x"] if command == "generate" else []), *args]
+    r = run_cli(*argv)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: Invalid value for ") and option in lines[0], r.stderr
+    assert "absent.gguf" not in r.stderr and "n_batch" not in r.stderr
+
+
+def test_usage_errors_are_one_line():
+    for argv, words in ((["run", "--bogus"], "No such option '--bogus'"),
+                        (["generate", "m"], "Missing option '-p'"), (["nosuch"], "No such command")):
+        r = run_cli(*argv)
+        assert r.returncode == 2
+        assert r.stderr.splitlines() == [r.stderr.strip()] and words in r.stderr, r.stderr
+        assert "--help" in r.stderr  # where to look instead of the usage block
+
+
+def test_error_after_loading_has_no_blank_line(tiny_path):
+    """An error found once the model is loaded (the prompt does not fit): nothing on stdout,
+    one line on stderr."""
+    r = run_cli("generate", str(tiny_path), "-p", "the cat sat on the mat " * 20, "-n", "1", "-c", "16")
+    assert r.returncode == 1
+    assert r.stdout == "" and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+
+
+def test_chat_error_has_no_blank_line(tiny_path):
+    """In the chat, a message that cannot fit is reported on one line and the chat goes on."""
+    r = run_cli("run", str(tiny_path), "-c", "16", input="the cat sat on the mat " * 20 + "\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("error: "))
+    assert "context" in lines[at] and lines[at - 1].strip() != "", r.stderr
+
+
+def test_model_without_chat_template_is_warned_about(tiny_path):
+    """The tiny model carries no chat template (as gemma3-270m, a base model): `run` says so."""
+    r = run_cli("run", str(tiny_path), input="/exit\n")
+    assert r.returncode == 0
+    warning = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warning) == 1 and "no chat template" in warning[0] and "base model" in warning[0]
+
+
+def test_chat_answers_have_a_default_limit(tiny_path):
+    text = " ".join(run_cli("run", "--help").stdout.split())
+    assert "(0 = until the context is full). [default: 1024" in text
+    # with -n 3, the answer stops after 3 tokens and says why (greedy: the tiny model writes no EOS
+    # in its first 3 tokens for this line)
+    r = run_cli("run", str(tiny_path), "-n", "3", "--temp", "0", "-v", input="hello world\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    assert "answer: 3 tok" in r.stderr and "[cut at 3 tokens: -n sets the limit]" in r.stdout
+
+
+def test_one_thread_is_singular(tiny_path):
+    r = run_cli("generate", str(tiny_path), "-p", "the cat", "-n", "2", "-t", "1", "-v")
+    assert r.returncode == 0, r.stderr
+    assert ", 1 thread]" in r.stderr
+
+
+def test_models_aligns_unknown_sizes(tmp_path):
+    toml = tmp_path / "models.toml"
+    toml.write_text('default = "known"\n'
+                    '[models.known]\ndescription = "d"\nfile = "k.gguf"\nsize = 98362432\n'
+                    '[models.unknown]\ndescription = "d"\nfile = "u.gguf"\n')
+    r = run_cli("models", env=dict(os.environ, EDGELLM_MODELS_TOML=str(toml), EDGELLM_HOME=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.splitlines()[:2]
+    assert len(rows) == 2 and "    98 MB" in rows[0] and "     ? MB" in rows[1]
+    assert rows[0].index(" MB") == rows[1].index(" MB")

@@ -228,6 +228,18 @@ def test_missing_tensor_is_named(tmp_path):
         bind_weights(g, models.load_config(g))
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_absurd_layer_count_is_refused_at_once(tmp_path, arch):
+    """Found by scripts/fuzz.py: block_count 2**32-1 built per-layer tables of that size (a
+    MemoryError on llama, minutes on gemma3) before anything looked at the tensors."""
+    from gguf import GGUFValueType as VT
+
+    md = {**_minimal_md(arch), f"{arch}.block_count": (VT.UINT32, 2**32 - 1)}
+    path = write_gguf(tmp_path / "x.gguf", md, {}, arch=arch)
+    with pytest.raises(GGUFError, match="n_layer is 4294967295, more than the 512 layers"):
+        models.load_config(GGUFFile(path))
+
+
 def test_missing_key_is_named(tmp_path):
     md = _minimal_md("llama")
     del md["llama.embedding_length"]

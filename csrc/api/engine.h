@@ -108,6 +108,8 @@ void el_set_trace(el_trace_fn fn);
 int el_cpu_isa_best(void);
 int el_set_isa(int isa);
 int el_get_isa(void);
+/* Optional CPU features the chosen kernels use: bit 0 (1) = NEON's int8 dot product (sdot). */
+int el_isa_features(void);
 /* Matrix-vector products through the dispatch, for tests: y[m, n] = W[n] . x[m] */
 int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads);
 

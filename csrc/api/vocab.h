@@ -40,9 +40,10 @@ int64_t el_str_index_find(const el_str_index *ix, const char *key, size_t len);
 int64_t el_spm_encode(const el_str_index *ix, const float *scores, const int32_t *byte_ids,
                       const char *text, int64_t len, int32_t *out);
 
-/* Byte-level BPE, as llama.cpp's llm_tokenizer_bpe_session, on one pre-token word[0..len) (already
- * mapped through GPT-2's byte map): the best pair is the one whose rule "left right" has the lowest
- * rank (merges indexes the rule texts, rank = position); a final symbol that is no token is
- * written as those of its single bytes that are tokens. */
-int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, const char *word, int64_t len,
-                      int32_t *out);
+/* BPE, as llama.cpp's llm_tokenizer_bpe_session, on one pre-token word[0..len) (mapped through
+ * GPT-2's byte map, or raw UTF-8 for SPM-style vocabularies): the best pair is the one whose rule
+ * "left right" has the lowest rank (merges indexes the rule texts, rank = position); a final
+ * symbol that is no token is written as the fallback tokens of its bytes, byte_ids[byte] (the
+ * byte alone, or <0xAB>), leaving out the bytes whose entry is < 0. */
+int64_t el_bpe_encode(const el_str_index *tokens, const el_str_index *merges, const int32_t *byte_ids,
+                      const char *word, int64_t len, int32_t *out);

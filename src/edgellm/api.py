@@ -211,7 +211,7 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                  seed: int | None = None, n_batch: int = DEFAULT_N_BATCH, chat_template: str | None = None,
-                 progress: bool = False):
+                 progress: bool = False, mlock: bool = False):
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0 (0 = the model's training context), got {n_ctx}")
         if n_batch <= 0:
@@ -222,7 +222,8 @@ class LLM:
         self.gguf = GGUFFile(self.path)
         self.config = models.load_config(self.gguf)
         self._weights = bind_weights(self.gguf, self.config)
-        self._store = WeightStore(self.gguf)  # mapped now; into huge pages when the first context is made
+        # mapped now; into huge pages when the first context is made; mlock: held in RAM (weights.py)
+        self._store = WeightStore(self.gguf, mlock=mlock)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .api import LLM
+from .kernels import isa_label
 
 
 @dataclass
@@ -87,9 +88,9 @@ def _tokens(llm: LLM, n: int, rng) -> list[int]:
 
 
 def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: int = 5,
-        seed: int = 1234, progress=None) -> list[BenchResult]:
+        seed: int = 1234, progress=None, mlock: bool = False) -> list[BenchResult]:
     threads = list(threads)
-    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0])
+    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 1, n_batch=max(1, n_prompt), n_threads=threads[0], mlock=mlock)
     engine = llm._engine  # (moves the weights to huge pages where it can, as generation does)
     session = llm.session()
     rng = np.random.default_rng(seed)
@@ -105,7 +106,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
         if n_gen > 0:
             tests.append((f"tg{n_gen}", n_gen))
         for name, n in tests:
-            res = BenchResult(llm.path.name, size, params, engine.isa, n_threads, name,
+            res = BenchResult(llm.path.name, size, params, isa_label(engine.isa), n_threads, name,
                               bytes_per_token=weight_bytes_per_token(llm) if name.startswith("tg") else 0)
             for rep in range(reps + 1):  # the first run warms caches and page tables up
                 ids = _tokens(llm, n, rng)
@@ -163,7 +164,8 @@ class BatchedResult:
 
 
 def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen: int = 128, threads=None,
-                reps: int = 3, seed: int = 1234, scheduler: bool = False, progress=None) -> list[BatchedResult]:
+                reps: int = 3, seed: int = 1234, scheduler: bool = False, progress=None,
+                mlock: bool = False) -> list[BatchedResult]:
     """llama-batched-bench's method on the batch-invariant engine path: for each B, B sequences
     of n_prompt random tokens evaluated together (in steps of n_batch tokens), then n_gen steps
     of one token for each sequence. Without `scheduler` the steps go straight to the engine (no
@@ -175,13 +177,13 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
 
     bmax = max(batches)
     per_seq = n_prompt + n_gen + 1
-    llm = LLM(model, n_ctx=per_seq, n_batch=min(512, max(bmax, bmax * n_prompt)), n_threads=threads)
+    llm = LLM(model, n_ctx=per_seq, n_batch=min(512, max(bmax, bmax * n_prompt)), n_threads=threads, mlock=mlock)
     engine, pool = llm._engine, llm._pool
     pool.limit_blocks = None
     rng = np.random.default_rng(seed)
     out = []
     for b in batches:
-        res = BatchedResult(llm.path.name, engine.isa, llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
+        res = BatchedResult(llm.path.name, isa_label(engine.isa), llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
         for rep in range(reps + 1):
             prompts = [_tokens(llm, n_prompt, rng) for _ in range(b)]
             if scheduler:

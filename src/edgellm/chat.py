@@ -1,21 +1,16 @@
 """Chat templates: the Jinja2 template a GGUF file carries (``tokenizer.chat_template``), rendered
-in a sandbox the way Hugging Face transformers renders it, with a built-in fallback for models
-that carry none."""
+in a sandbox the way Hugging Face transformers renders it (chat_sandbox.py, with bounds on the work
+one render may do), with a built-in fallback for models that carry none."""
 
 from __future__ import annotations
 
-import json
-import operator
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import jinja2
-from jinja2 import nodes
-from jinja2.ext import Extension, loopcontrols
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .chat_sandbox import SANDBOX, RaisedByTemplate, render
 from .errors import TemplateError, TokenizerError
 
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
@@ -49,95 +44,13 @@ GEMMA_TEMPLATE = (
 )
 GEMMA_ARCHS = frozenset({"gemma", "gemma2", "gemma3", "gemma3n"})
 
-# Work a template may do in one render: items produced by range(), total, and the size of a
-# string or list built with * (templates need a few thousand at most; these stop runaway ones).
-MAX_RANGE_ITEMS = 1_000_000
-MAX_REPEAT_LEN = 1_000_000
-MAX_POWER_EXPONENT = 1_000
-
-
-class _RaisedByTemplate(Exception):
-    """raise_exception() called by the template itself."""
-
-
-def _raise_exception(message: str):
-    raise _RaisedByTemplate(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
-    # as transformers' chat-template tojson: plain json.dumps, non-ASCII kept, no HTML escaping
-    # (Jinja's own tojson escapes <, >, & and ' for HTML)
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class _GenerationTag(Extension):
-    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's tokens for
-    training masks): the body is rendered as it is."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.Scope(body, lineno=lineno)
-
-
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """transformers' chat-template environment (immutable sandbox, trim_blocks, lstrip_blocks, loop
-    controls, the generation tag), with no loader (so no include/import/extends), unsafe attribute access as an error
-    rather than a silent undefined, and bounds on * and **."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def __init__(self):
-        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationTag], loader=None)
-        self.filters["tojson"] = _tojson
-        self.globals["raise_exception"] = _raise_exception
-        self.globals["strftime_now"] = _strftime_now
-        del self.globals["lipsum"]  # lipsum(n) builds n paragraphs: no template needs it
-
-    def unsafe_undefined(self, obj, attribute):
-        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__} objects is not allowed")
-
-    def call_binop(self, context, op, left, right):
-        if op == "*":
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_REPEAT_LEN:
-                    raise SecurityError(f"repetition would build {len(seq) * times} items (limit {MAX_REPEAT_LEN})")
-            return operator.mul(left, right)
-        if isinstance(right, (int, float)) and abs(right) > MAX_POWER_EXPONENT:
-            raise SecurityError(f"exponent {right} is too large (limit {MAX_POWER_EXPONENT})")
-        return operator.pow(left, right)
-
-
-_ENV = _Sandbox()
-
-
-def _budgeted_range():
-    """A range() for one render: the sandbox's (each at most 100000 items) with a total budget."""
-    left = MAX_RANGE_ITEMS
-    safe_range = _ENV.globals["range"]
-
-    def limited_range(*args):
-        nonlocal left
-        r = safe_range(*args)
-        left -= len(r)
-        if left < 0:
-            raise SecurityError(f"the template iterates over more than {MAX_RANGE_ITEMS} range items")
-        return r
-
-    return limited_range
-
-
 def _compile(source: str) -> jinja2.Template:
     try:
-        return _ENV.from_string(source)
+        return SANDBOX.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+    except (RecursionError, SyntaxError) as e:  # nested too deep for Jinja's parser or Python's
+        raise TemplateError(f"chat template too deeply nested to compile: {type(e).__name__}") from None
 
 
 def _normalize_messages(messages) -> list[dict]:
@@ -247,11 +160,12 @@ class ChatTemplate:
                 raise TokenizerError(f"{key} = {tid} is outside the vocabulary of {len(tokens)} tokens")
             return str(tokens[int(tid)])
 
+        arch = meta.get("general.architecture")
         return cls(
             meta.get("tokenizer.chat_template"),
             bos_token=text_of("tokenizer.ggml.bos_token_id"),
             eos_token=text_of("tokenizer.ggml.eos_token_id"),
-            arch=meta.get("general.architecture"),
+            arch=arch if isinstance(arch, str) else None,  # another type is the model loader's error
             add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)) if add_bos is None else add_bos,
             add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)) if add_eos is None else add_eos,
         )
@@ -294,15 +208,14 @@ class ChatTemplate:
     def _render(self, msgs: list[dict], *, add_generation_prompt: bool, tools, extra: dict) -> str:
         context = {"tools": tools, "documents": None, **extra}  # defined, maybe None, as transformers passes them
         try:
-            text = self._template.render(
-                context,
-                messages=msgs,
-                add_generation_prompt=bool(add_generation_prompt),
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                range=_budgeted_range(),
-            )
-        except _RaisedByTemplate as e:
+            text = render(self._template, {
+                **context,
+                "messages": msgs,
+                "add_generation_prompt": bool(add_generation_prompt),
+                "bos_token": self.bos_token,
+                "eos_token": self.eos_token,
+            })
+        except RaisedByTemplate as e:
             raise TemplateError(f"the chat template rejected the messages: {e}") from None
         except SecurityError as e:
             raise TemplateError(f"the chat template attempted something not allowed: {e}") from None

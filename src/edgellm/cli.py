@@ -22,12 +22,39 @@ import click
 
 from . import __version__
 from .errors import EdgeLLMError
+from .kernels import isa_label
+
+CHAT_MAX_TOKENS = 1024  # `edgellm run`'s longest answer unless -n says otherwise: a looping answer ends
 
 HELP_TEXT = """Commands:
   /help          show this help
   /reset         forget the conversation (keeps the system prompt)
   /exit, /quit   leave (or press Ctrl-D)
 Ctrl-C stops the answer being written; Ctrl-D on an empty line leaves."""
+
+
+class _Group(click.Group):
+    """The `edgellm` group: a usage error (bad option value, unknown option, missing argument) is
+    one line, "Error: ..." naming the option, instead of click's usage block."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as e:
+            raise _one_line(e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _one_line(e) from None
+
+
+def _one_line(e: click.UsageError) -> click.UsageError:
+    text = e.format_message()
+    if e.ctx is not None and (isinstance(e, click.MissingParameter) or not isinstance(e, click.BadParameter)):
+        text += f" (see '{e.ctx.command_path} --help')"  # a bad value needs no pointer to the help
+    return click.UsageError(text)  # without a context, show() prints no usage block
 
 
 def _user_errors(fn):
@@ -48,28 +75,56 @@ def _user_errors(fn):
     return wrapper
 
 
+def _sampling_check(field: str):
+    """Option callback: the value must be one SamplingParams accepts (its checks are the one table
+    of what is valid), so a bad value is refused before the model is loaded. The CLI's top-k says
+    "0 = off", so it refuses the negative values the API also reads as off."""
+
+    def check(ctx, param, value):
+        if value is not None:
+            from .sampling import SamplingParams
+
+            if field == "top_k" and value < 0:
+                raise click.BadParameter(f"top_k must be >= 0 (0 disables it), got {value}", ctx, param)
+            try:
+                SamplingParams(**{field: value})
+            except ValueError as e:
+                raise click.BadParameter(str(e), ctx, param) from None
+        return value
+
+    return check
+
+
 def _sampling_options(fn):
+    def opt(*names, field, type, help):
+        return click.option(*names, field, type=type, default=None, help=help, callback=_sampling_check(field))
+
     options = [
-        click.option("--temp", "temperature", type=float, default=None, help="Temperature (0 = greedy). [0.8]"),
-        click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens (0 = off). [40]"),
-        click.option("--top-p", type=float, default=None, help="Nucleus sampling mass (1 = off). [0.95]"),
-        click.option("--min-p", type=float, default=None, help="Drop tokens below min_p x the top probability. [0.05]"),
-        click.option("--repeat-penalty", type=float, default=None, help="Penalty for repeated tokens (1 = off). [1.0]"),
-        click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this. [0]"),
-        click.option("--presence-penalty", type=float, default=None, help="Subtract this once a token appeared. [0]"),
-        click.option("--seed", type=int, default=None, help="Random seed (same seed, same text)."),
+        opt("--temp", field="temperature", type=float, help="Temperature (0 = greedy). [0.8]"),
+        opt("--top-k", field="top_k", type=int, help="Keep the k most likely tokens (0 = off). [40]"),
+        opt("--top-p", field="top_p", type=float, help="Nucleus sampling mass (1 = off). [0.95]"),
+        opt("--min-p", field="min_p", type=float, help="Drop tokens below min_p x the top probability. [0.05]"),
+        opt("--repeat-penalty", field="repeat_penalty", type=float, help="Penalty for repeated tokens (1 = off). [1.0]"),
+        opt("--frequency-penalty", field="frequency_penalty", type=float, help="Subtract count x this. [0]"),
+        opt("--presence-penalty", field="presence_penalty", type=float, help="Subtract this once a token appeared. [0]"),
+        opt("--seed", field="seed", type=int, help="Random seed (same seed, same text)."),
     ]
-    for opt in reversed(options):
-        fn = opt(fn)
+    for o in reversed(options):
+        fn = o(fn)
     return fn
+
+
+_MLOCK_OPTION = click.option("--mlock", is_flag=True,
+                             help="Lock the weights in RAM (mlock) so they are never paged out.")
 
 
 def _model_options(fn):
     options = [
-        click.option("-c", "--ctx-size", "n_ctx", type=int, default=4096, show_default=True,
+        click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=0), default=4096, show_default=True,
                      help="Context length in tokens (0 = the model's)."),
-        click.option("-t", "--threads", "n_threads", type=int, default=None,
+        click.option("-t", "--threads", "n_threads", type=click.IntRange(min=1), default=None,
                      help="Threads (default: physical cores)."),
+        _MLOCK_OPTION,
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -81,19 +136,25 @@ def _sampling(kw: dict) -> dict:
     return {k: kw.pop(k) for k in keys if k in kw}
 
 
-def _load(model: str, n_ctx: int, n_threads, seed=None):
+def _load(model: str, n_ctx: int, n_threads, seed=None, mlock: bool = False):
     from .api import LLM
 
-    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True)
+    return LLM(model, n_ctx=n_ctx, n_threads=n_threads, seed=seed, progress=True, mlock=mlock)
 
 
 def _stats_line(llm) -> str:
-    s = llm.last_stats
+    s, n = llm.last_stats, llm.n_threads
     return (f"[prompt: {s.prompt_tokens} tok, {s.prompt_tps:.1f} tok/s | "
-            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | {llm.backend}, {llm.n_threads} threads]")
+            f"answer: {s.generated_tokens} tok, {s.decode_tps:.1f} tok/s | "
+            f"{isa_label(llm.backend)}, {n} thread{'' if n == 1 else 's'}]")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _limit(max_tokens: int):
+    """-n as the API's max_tokens: 0 means no limit (generation then ends with the context)."""
+    return max_tokens or None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgellm")
 def main():
     """Run GGUF language models fast on this CPU."""
@@ -102,12 +163,13 @@ def main():
 @main.command()
 @click.argument("model", required=False)
 @click.option("-s", "--system", default=None, help="System prompt.")
-@click.option("-n", "--max-tokens", type=int, default=None, help="Longest answer in tokens (default: no limit).")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=0), default=CHAT_MAX_TOKENS, show_default=True,
+              help="Longest answer in tokens (0 = until the context is full).")
 @click.option("-v", "--verbose", is_flag=True, help="Show prompt and decode speed after each answer.")
 @_model_options
 @_sampling_options
 @_user_errors
-def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
+def run(model, system, max_tokens, verbose, n_ctx, n_threads, mlock, **kw):
     """Chat with MODEL (an alias from `edgellm models`, or a .gguf path) in the terminal."""
     from .registry import default_alias
 
@@ -117,9 +179,13 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         pass
     model = model or default_alias()
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
-    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {llm.backend}). "
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
+    click.echo(f"edgellm {__version__} - {llm.path.name} ({llm.config.arch}, {isa_label(llm.backend)}). "
                "Type /help for commands, Ctrl-D to leave.", err=True)
+    if llm.template.is_builtin:
+        click.echo(f"warning: {llm.path.name} carries no chat template, so it is probably a base model that "
+                   "was not trained to chat; its answers (in edgellm's built-in template) may ramble or loop. "
+                   "`edgellm generate` completes plain text.", err=True)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
     while True:
@@ -149,14 +215,17 @@ def run(model, system, max_tokens, verbose, n_ctx, n_threads, **kw):
         messages.append({"role": "user", "content": line})
         answer = []
         try:
-            stream = _chat_within_context(llm, messages, base, max_tokens, sampling)
+            stream = _chat_within_context(llm, messages, base, _limit(max_tokens), sampling)
             for piece in stream:
                 answer.append(piece)
                 click.echo(piece, nl=False)
+            if llm.last_stats.stop_reason == "length":
+                click.echo(f" [cut at {max_tokens} tokens: -n sets the limit]" if max_tokens
+                           else " [cut: the answer filled the context]", nl=False)
         except KeyboardInterrupt:
             click.echo(" [stopped]", nl=False)
         except EdgeLLMError as exc:
-            click.echo(f"\nerror: {exc}", err=True)
+            click.echo(("\n" if answer else "") + f"error: {exc}", err=True)
             messages.pop()
             continue
         click.echo("")
@@ -183,7 +252,8 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @main.command()
 @click.argument("model")
 @click.option("-p", "--prompt", required=True, help="Text to complete ('-' reads standard input).")
-@click.option("-n", "--max-tokens", type=int, default=128, show_default=True, help="Tokens to generate.")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=0), default=128, show_default=True,
+              help="Tokens to generate (0 = until the context is full).")
 @click.option("--stop", multiple=True, help="Stop before this text (repeatable).")
 @click.option("--grammar-file", type=click.Path(exists=True, dir_okay=False),
               help="Constrain the output to a GBNF grammar (llama.cpp's format) read from this file.")
@@ -193,19 +263,25 @@ def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
 @_model_options
 @_sampling_options
 @_user_errors
-def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, **kw):
+def generate(model, prompt, max_tokens, stop, grammar_file, json_schema, regex, verbose, n_ctx, n_threads, mlock,
+             **kw):
     """Print MODEL's completion of a prompt."""
     if prompt == "-":
         prompt = sys.stdin.read()
     constraint = _constraint_options(grammar_file, json_schema, regex)
     sampling = _sampling(kw)
-    llm = _load(model, n_ctx, n_threads, sampling.get("seed"))
+    llm = _load(model, n_ctx, n_threads, sampling.get("seed"), mlock)
+    stream = llm.generate(prompt, max_tokens=_limit(max_tokens), stop=list(stop), stream=True, **constraint,
+                          **sampling)
+    printed = ended = False
     try:
-        for piece in llm.generate(prompt, max_tokens=max_tokens, stop=list(stop), stream=True,
-                                  **constraint, **sampling):
+        for piece in stream:
             click.echo(piece, nl=False)
-    finally:
-        click.echo("")
+            printed = True
+        ended = True
+    finally:  # end the text's line, but print no empty line before an error message
+        if printed or ended:
+            click.echo("")
     if verbose:
         click.echo(_stats_line(llm), err=True)
     if constraint and llm.last_stats.stop_reason == "length":
@@ -282,7 +358,7 @@ def models():
     width = max(len(e.alias) for e in entries) if entries else 10
     for e in entries:
         mark = "*" if e.default else " "
-        size = f"{e.size / 1e6:6.0f} MB" if e.size else "    ? MB"
+        size = f"{e.size / 1e6:6.0f} MB" if e.size else f"{'?':>6} MB"
         state = "cached" if e.cached else "-"
         note = "" if e.verified else " (no sha256 pinned: not verified)"
         click.echo(f"{mark} {e.alias:<{width}}  {size}  {state:<6}  {e.description}{note}")
@@ -297,46 +373,64 @@ def pull(alias, force):
     """Fetch ALIAS into the cache (verifying its sha256)."""
     from .registry import pull as _pull
 
-    path = _pull(alias, progress=True, force=force)
+    try:
+        path = _pull(alias, progress=True, force=force)
+    except KeyboardInterrupt:
+        click.echo(f"\nedgellm: pull interrupted; {alias} is not in the cache. `edgellm pull {alias}` "
+                   "goes on from the files already downloaded.", err=True)
+        sys.exit(130)
     click.echo(str(path))
+
+
+def _counts(what: str, default):
+    """Option callback: comma-separated positive integers (`default` when the option is absent)."""
+
+    def parse(ctx, param, value):
+        if value is None:
+            return default
+        try:
+            counts = [int(x) for x in value.split(",")]
+        except ValueError:
+            raise click.BadParameter("expected comma-separated integers, e.g. 1,2", ctx, param) from None
+        if any(c <= 0 for c in counts):
+            raise click.BadParameter(f"{what} must be positive", ctx, param)
+        return counts
+
+    return parse
 
 
 @main.command()
 @click.argument("model")
-@click.option("-p", "--n-prompt", type=int, default=512, show_default=True, help="Prompt tokens (pp test; 0 = skip).")
-@click.option("-n", "--n-gen", type=int, default=128, show_default=True, help="Generated tokens (tg test; 0 = skip).")
-@click.option("-t", "--threads", default=None, help="Comma-separated thread counts (default: physical cores).")
-@click.option("-r", "--repetitions", type=int, default=5, show_default=True, help="Timed runs per test.")
+@click.option("-p", "--n-prompt", type=click.IntRange(min=0), default=512, show_default=True,
+              help="Prompt tokens (pp test; 0 = skip).")
+@click.option("-n", "--n-gen", type=click.IntRange(min=0), default=128, show_default=True,
+              help="Generated tokens (tg test; 0 = skip).")
+@click.option("-t", "--threads", "counts", default=None, callback=_counts("thread counts", [None]),
+              help="Comma-separated thread counts (default: physical cores).")
+@click.option("-r", "--repetitions", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed runs per test.")
 @click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True)
-@click.option("--batch", "batches", default=None,
+@click.option("--batch", "batches", default=None, callback=_counts("sequence counts", None),
               help="Comma-separated sequence counts, e.g. 1,4,8,16,32: llama-batched-bench's test instead "
                    "(B sequences, pp N_PROMPT each, then tg N_GEN each; S_PP, S_TG, total).")
 @click.option("--scheduler", is_flag=True, help="With --batch: go through BatchEngine (greedy sampling) too.")
+@_MLOCK_OPTION
 @_user_errors
-def bench(model, n_prompt, n_gen, threads, repetitions, output, batches, scheduler):
+def bench(model, n_prompt, n_gen, counts, repetitions, output, batches, scheduler, mlock):
     """Measure prompt (pp) and generation (tg) speed the way llama-bench does (with --batch, the
     way llama-batched-bench does)."""
     from . import bench as b
 
-    try:
-        counts = [int(x) for x in threads.split(",")] if threads else [None]
-        seqs = [int(x) for x in batches.split(",")] if batches else None
-    except ValueError:
-        raise click.BadParameter("expected comma-separated integers, e.g. 1,2") from None
-    if any(c is not None and c <= 0 for c in counts) or repetitions <= 0 or n_prompt < 0 or n_gen < 0:
-        raise click.BadParameter("thread counts and repetitions must be positive")
-    if seqs is not None:
-        if any(x <= 0 for x in seqs):
-            raise click.BadParameter("sequence counts must be positive", param_hint="--batch")
+    if batches is not None:
         results = []
         for t in counts:
-            results += b.run_batched(model, batches=seqs, n_prompt=n_prompt, n_gen=n_gen, threads=t,
-                                     reps=repetitions, scheduler=scheduler,
+            results += b.run_batched(model, batches=batches, n_prompt=n_prompt, n_gen=n_gen, threads=t,
+                                     reps=repetitions, scheduler=scheduler, mlock=mlock,
                                      progress=(lambda r: click.echo(f"B={r.n_seqs}: S_TG {r.s_tg:.1f} t/s", err=True)))
         click.echo(b.markdown_batched(results) if output == "md" else
                    json.dumps({"results": [r.as_dict() for r in results]}, indent=2))
         return
-    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions,
+    results = b.run(model, n_prompt=n_prompt, n_gen=n_gen, threads=counts, reps=repetitions, mlock=mlock,
                     progress=(lambda r: click.echo(f"{r.test} t={r.threads}: {r.mean:.2f} t/s", err=True))
                     if output == "md" else None)
     click.echo(b.markdown(results) if output == "md" else b.to_json(results))

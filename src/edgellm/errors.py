@@ -35,3 +35,7 @@ class TemplateError(EdgeLLMError):
 
 class GrammarError(EdgeLLMError):
     """A JSON schema, grammar or regex given to constrain generation is invalid or unsupported."""
+
+
+class MemoryLockError(EdgeLLMError):
+    """mlock could not lock the weights in RAM (usually: the RLIMIT_MEMLOCK limit is too low)."""

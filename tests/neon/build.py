@@ -32,10 +32,16 @@ def compile_args() -> list[str]:
     raise RuntimeError("COMPILE_ARGS not found in csrc/build_ffi.py")
 
 
-def build(out: Path, cc: str = CC) -> Path:
-    """Compile and statically link the checker into `out`; raises CalledProcessError on failure."""
+# the compilers the checker is built with: GCC's cross compiler, and clang targeting the same
+# Debian cross sysroot (headers and libraries of libc6-dev-arm64-cross)
+COMPILERS = {"gcc": [CC], "clang": ["clang", "--target=aarch64-linux-gnu"]}
+
+
+def build(out: Path, cc: str | list[str] = CC) -> Path:
+    """Compile and statically link the checker into `out` with `cc` (a command or a command and
+    its target options); raises CalledProcessError on failure."""
     cmd = [
-        cc, *compile_args(), "-static", f"-I{CSRC}",
+        *([cc] if isinstance(cc, str) else cc), *compile_args(), "-static", f"-I{CSRC}",
         str(HERE / "test_neon.c"), *(str(p) for p in sorted(CSRC.glob("*.c"))),  # the whole library
         "-o", str(out), "-lm", "-pthread",
     ]

@@ -10,7 +10,7 @@
  *     any position and size, and nothing written outside the tile;
  *   - el_vops (conversions, attention tiles, softmax exp, SiLU): the registered table bit-identical
  *     to the portable code;
- *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports;
+ *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports, and el_isa_features() says which;
  *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdarg.h>
@@ -77,6 +77,7 @@ static const type_case TYPES[] = {
     {EL_Q5_1, "q5_1", {0, 2}},  {EL_Q8_0, "q8_0", {0, -1}},
     {EL_Q2_K, "q2_K", {80, 82}}, {EL_Q3_K, "q3_K", {108, -1}}, {EL_Q4_K, "q4_K", {0, 2}},
     {EL_Q5_K, "q5_K", {0, 2}},  {EL_Q6_K, "q6_K", {208, -1}},
+    {EL_IQ4_NL, "iq4_nl", {0, -1}}, {EL_IQ4_XS, "iq4_xs", {0, -1}},
 };
 
 static el_type_traits gen[EL_NTYPES];
@@ -349,6 +350,8 @@ int main(void) {
     el_register_neon_level(expect, has_dp);
     checks++;
     if (isa != EL_ISA_NEON) fail("el_set_isa(-1) chose ISA %d, not NEON", isa);
+    checks++;
+    if (el_isa_features() != (has_dp ? 1 : 0)) fail("el_isa_features() = %d with dotprod %d", el_isa_features(), has_dp);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
         const int id = TYPES[i].id;
         checks++;

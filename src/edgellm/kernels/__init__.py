@@ -17,7 +17,15 @@ import warnings
 from ..errors import EdgeLLMError
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
+ISA_FEATURES = ((1, "dotprod"),)  # bits of el_isa_features(): optional CPU features a path uses
 _warned = False
+
+# The model features (models.base.FEATURES) each engine's forward pass implements; a model that
+# needs another is refused with a line naming it.
+_FORWARD_FEATURES = frozenset({
+    "qkv_bias", "attn_out_bias", "qk_norm_head", "post_norms", "attn_softcap", "final_softcap", "sliding_window",
+    "rope_freqs", "rope_linear", "rope_yarn", "embd_scale", "q_scale", "gelu"})
+ENGINE_FEATURES = {"c": _FORWARD_FEATURES, "numba": _FORWARD_FEATURES}
 
 
 def c_module():
@@ -114,10 +122,25 @@ def isa_name() -> str:
     return ISA_NAMES[lib.el_get_isa()]
 
 
+def isa_label(isa: str) -> str:
+    """`isa` with the optional CPU features its kernels use, as the CLI and `edgellm bench` print
+    it: "neon+dotprod" on a Raspberry Pi 5 / Apple M1, "neon" on a Pi 4; other paths unchanged."""
+    m = c_module()
+    if m is None or isa not in ISA_NAMES or ISA_NAMES[m[1].el_get_isa()] != isa:
+        return isa
+    bits = m[1].el_isa_features()
+    return "+".join([isa] + [name for bit, name in ISA_FEATURES if bits & bit])
+
+
 def create_engine(gguf, cfg, weights, *, n_ctx: int, n_batch: int, n_threads: int, store=None):
     """An engine over gguf's tensors; `store` (weights.WeightStore) says where the C engine reads
-    them (default: straight from the file's mapping)."""
-    if backend_name() == "c":
+    them (default: straight from the file's mapping). UnsupportedModelError when the model needs a
+    feature the engine does not implement."""
+    from ..models.base import check_features
+
+    backend = backend_name()
+    check_features(cfg, weights, ENGINE_FEATURES[backend], backend)
+    if backend == "c":
         from ..weights import WeightStore
         from .cengine import CEngine
 

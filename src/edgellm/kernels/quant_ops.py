@@ -2,8 +2,8 @@
 
 Function names follow ggml's: `quantize_row_<t>_ref`, `dequantize_row_<t>`,
 `vec_dot_<t>_<act>_generic`. The C functions come from the cffi module (csrc/quants_generic.c,
-csrc/kquants_generic.c); the numba ones (kernels/numba_quants.py, numba_kquants.py) have the
-same names and take numpy arrays instead of pointers.
+csrc/kquants_generic.c, csrc/iquants_generic.c); the numba ones (kernels/numba_quants.py,
+numba_kquants.py, numba_iquants.py) have the same names and take numpy arrays instead of pointers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ def _lname(t: QType) -> str:
 
 
 def _numba_module(t: QType):
-    if QType(t).name.endswith("_K"):
+    name = QType(t).name
+    if name.startswith("IQ"):
+        from . import numba_iquants
+
+        return numba_iquants
+    if name.endswith("_K"):
         from . import numba_kquants
 
         return numba_kquants

@@ -1,46 +1,34 @@
-"""What every architecture module shares: the typed config, GGUF key/tensor naming, binding.
+"""What every architecture module shares: the typed config, GGUF key access, the hyperparameter
+rules llama.cpp applies to every architecture, and the table of model features.
 
-An architecture module reads hyperparameters from GGUF keys into a `ModelConfig` and names the
-tensors each layer needs; it never parses bytes (gguf_file does) and never computes (the
-engines in `kernels/` do). Tensor names follow llama.cpp's `blk.{i}.attn_q.weight` scheme.
+An architecture module reads hyperparameters from GGUF keys into a `ModelConfig` and says which
+tensors its layers have (tensors.py binds them); it never parses bytes (gguf_file does) and never
+computes (the engines in `kernels/` and the float64 reference in tests do, all from this config).
+
+The model features (FEATURES) are the one description of everything a forward pass may have to do
+beyond a plain pre-norm llama block: each has a name, a line saying what it is, and the rule that
+tells from a config and its bound tensors whether a model uses it. An engine declares the names it
+implements; a model that needs one it lacks is refused with that line.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..errors import GGUFError, UnsupportedModelError
-from ..quants import QType, TYPES, type_name
 
 ACT_SILU = "silu"
 ACT_GELU_TANH = "gelu_tanh"
 ROPE_NORM = "norm"  # rotate adjacent pairs (2i, 2i+1): llama
 ROPE_NEOX = "neox"  # rotate halves (i, i + n_rot/2): gemma, qwen, ...
-
-# per-layer tensors: field name -> GGUF suffix after "blk.{i}."
-LAYER_TENSORS = {
-    "attn_norm": "attn_norm.weight",
-    "wq": "attn_q.weight",
-    "wk": "attn_k.weight",
-    "wv": "attn_v.weight",
-    "wo": "attn_output.weight",
-    "bq": "attn_q.bias",
-    "bk": "attn_k.bias",
-    "bv": "attn_v.bias",
-    "bo": "attn_output.bias",
-    "attn_q_norm": "attn_q_norm.weight",
-    "attn_k_norm": "attn_k_norm.weight",
-    "attn_post_norm": "post_attention_norm.weight",
-    "ffn_norm": "ffn_norm.weight",
-    "w_gate": "ffn_gate.weight",
-    "w_up": "ffn_up.weight",
-    "w_down": "ffn_down.weight",
-    "ffn_post_norm": "post_ffw_norm.weight",
-}
-NORM_FIELDS = ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm",
-               "bq", "bk", "bv", "bo")
+QK_NORM_HEAD = "head"  # attn_q_norm / attn_k_norm: RMS norm of each head's q and k (qwen3, gemma3)
+QK_NORM_ALL = "all"    # RMS norm of the whole q and k vectors, all heads at once (olmo2)
+GATING_SOFTMAX = "softmax"  # router probabilities: softmax over all experts
 
 
 @dataclass(frozen=True)
@@ -48,6 +36,24 @@ class LayerConfig:
     is_swa: bool
     rope_base: float
     rope_scale: float  # multiplies positions (1 / linear scaling factor)
+    use_rope: bool = True   # False: q and k of this layer are not rotated (smollm3's every 4th layer)
+    rope_yarn: bool = True  # False: this layer ignores YaRN's mix and magnitude (olmo2's window layers)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Routed experts, as llama.cpp's build_moe_ffn: per token, probabilities over the experts from
+    the router (ffn_gate_inp), the n_expert_used most probable chosen, their weights optionally
+    renormalised to sum 1 and scaled, each chosen expert's gated FFN weighted and summed."""
+
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int               # width of one expert's FFN
+    gating: str = GATING_SOFTMAX
+    norm_topk: bool = False     # divide the chosen weights by their sum (clamped below at 2^-14)
+    weights_scale: float = 1.0  # then multiply them by this
+    n_ff_shexp: int = 0         # width of the shared expert run on every token (0: none)
+    shexp_gate: bool = False    # shared expert output times sigmoid(x . ffn_gate_inp_shexp) (qwen2moe)
 
 
 @dataclass(frozen=True)
@@ -66,19 +72,29 @@ class ModelConfig:
     rope_type: str
     norm_eps: float
     act: str
-    attn_scale: float           # multiplies the scores q.k
+    attn_scale: float           # multiplies the scores q.k (after the attention soft-cap)
     layers: tuple[LayerConfig, ...]
     n_swa: int = 0
     embd_scale: float = 1.0
-    attn_softcap: float = 0.0
-    q_scale: float = 1.0        # multiplies q after RoPE, before its f16 rounding (llama.cpp's gemma3 graph)
+    attn_softcap: float = 0.0   # scores s become c * tanh(s / c) before attn_scale and the softmax
+    q_scale: float = 1.0        # multiplies q after RoPE, before its f16 rounding (llama.cpp's gemma graphs)
     final_softcap: float = 0.0
     yarn_ext_factor: float = 0.0
-    yarn_attn_factor: float = 1.0
+    yarn_attn_factor: float = 1.0  # llama.cpp's cparams.yarn_attn_factor (RoPE adds YaRN's own term)
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
     n_ctx_orig: int = 0
-    required_tensors: tuple[str, ...] = ()   # layer fields that must be present
+    qk_norm: str = QK_NORM_HEAD  # how attn_q_norm / attn_k_norm apply, when the layers have them
+    fused_gate_up: bool = False  # ffn_up holds gate and up (2 * n_ff rows, gate first), no ffn_gate (phi3)
+    residual_scale: float = 1.0  # multiplies attention and FFN outputs before each residual add (granite)
+    logit_scale: float = 1.0     # multiplies the logits (granite: 1 / {arch}.logit_scale)
+    attn_temp_scale: float = 0.0  # q of the token at position p times 1 + s * log(floor(p / floor) + 1)
+    attn_temp_floor: int = 0      # (llama 4 / mistral3 attention temperature; 0 scale = off)
+    moe: MoEConfig | None = None  # every layer's FFN is routed experts
+    output: str = "optional"      # output.weight: "optional" (else tied to token_embd), "required", "tied"
+    required_tensors: tuple[str, ...] = ()   # layer roles (tensors.LAYER_ROLES) that must be present
+    optional_tensors: tuple[str, ...] = ()   # layer roles that may be present
+    global_tensors: tuple[str, ...] = ()     # optional global roles (tensors.GLOBAL_ROLES) besides the output
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -101,6 +117,10 @@ class Keys:
                 raise GGUFError(f"required metadata key {full!r} is missing")
             return default
         try:
+            if kind is bool:
+                if not isinstance(v, (bool, np.bool_)):
+                    raise ValueError
+                return bool(v)
             if kind is int:
                 if isinstance(v, bool) or not float(v).is_integer():
                     raise ValueError
@@ -124,12 +144,29 @@ class Keys:
     def str(self, key, default=None):
         return self._get(key, default, str)
 
+    def bool(self, key, default=None):
+        return self._get(key, default, bool)
+
     def raw(self, key, default=None):
         return self.g.metadata.get(key.replace("{arch}", self.arch), default)
+
+    def per_layer(self, key: str, n_layer: int, default: int = 0) -> int:
+        """A key llama.cpp reads as one value or one per layer; edgellm runs the uniform case only."""
+        v = self.raw(key)
+        if v is not None and not isinstance(v, (str, bytes)) and hasattr(v, "__len__"):
+            vals = {int(x) for x in v}
+            if len(v) != n_layer or len(vals) != 1:
+                raise UnsupportedModelError(
+                    f"per-layer values of {key.replace('{arch}', self.arch)} are not supported ({sorted(vals)})")
+            return vals.pop()
+        return self.int(key, default)
 
 
 _REQUIRED = object()
 REQUIRED = _REQUIRED
+
+
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: a larger block_count is refused there too
 
 
 def positive(name: str, v: int) -> int:
@@ -148,114 +185,210 @@ def n_vocab_of(gguf, k: Keys) -> int:
     return positive("n_vocab", n)
 
 
-def decoder_shape(gguf, k: Keys) -> dict:
-    """The shape keys every decoder shares: layers, widths, heads, head sizes, vocabulary, rotated dims."""
-    check_head_counts(k)
+def decoder_shape(gguf, k: Keys, *, need_ff: bool = True) -> dict:
+    """The shape keys every decoder shares: layers, widths, heads, head sizes, vocabulary, rotated
+    dims (llama.cpp's defaults: head sizes n_embd / n_head, all of the key head rotated)."""
+    n_layer = _layer_count(k)
     n_embd = positive("n_embd", k.int("{arch}.embedding_length", REQUIRED))
-    n_head = positive("n_head", k.int("{arch}.attention.head_count", REQUIRED))
+    n_head = positive("n_head", k.per_layer("{arch}.attention.head_count", n_layer))
     head_dim = positive("head_dim", k.int("{arch}.attention.key_length", n_embd // n_head))
     return dict(
-        n_layer=positive("n_layer", k.int("{arch}.block_count", REQUIRED)),
+        n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,
-        n_head_kv=positive("n_head_kv", k.int("{arch}.attention.head_count_kv", n_head)),
+        n_head_kv=positive("n_head_kv", k.per_layer("{arch}.attention.head_count_kv", n_layer, n_head)),
         head_dim_k=head_dim,
-        head_dim_v=positive("head_dim_v", k.int("{arch}.attention.value_length", head_dim)),
-        n_ff=positive("n_ff", k.int("{arch}.feed_forward_length", REQUIRED)),
+        head_dim_v=positive("head_dim_v", k.int("{arch}.attention.value_length", n_embd // n_head)),
+        n_ff=positive("n_ff", k.per_layer("{arch}.feed_forward_length", n_layer)) if need_ff else
+        k.per_layer("{arch}.feed_forward_length", n_layer),
         n_vocab=n_vocab_of(gguf, k),
         n_rot=k.int("{arch}.rope.dimension_count", head_dim),
     )
 
 
-def rope_scaling(k: Keys) -> tuple[str, float, int]:
-    """(type, factor, original context) from rope.scaling.* (or the legacy rope.scale_linear)."""
-    typ = k.str("{arch}.rope.scaling.type", "none")
-    factor = k.float("{arch}.rope.scaling.factor", 0.0)
-    legacy = k.float("{arch}.rope.scale_linear", 0.0)
-    if legacy and not factor:
-        typ, factor = "linear", legacy
-    if typ not in ("none", "linear", "yarn"):
-        raise UnsupportedModelError(f"rope scaling type {typ!r} is not supported (none, linear, yarn)")
-    if factor <= 0 or typ == "none":
-        factor = 1.0
+def _layer_count(k: Keys) -> int:
+    n = positive("n_layer", k.int("{arch}.block_count", REQUIRED))
+    if n > MAX_LAYERS:  # before anything makes per-layer tables of that size
+        raise GGUFError(f"hyperparameter n_layer is {n}, more than the {MAX_LAYERS} layers supported")
+    return n
+
+
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+
+def rope_params(k: Keys, *, yarn_betas: bool = False, yarn_log_mul: bool = False) -> dict:
+    """RoPE scaling as llama.cpp's loader and context set it up for every architecture:
+    rope.scaling.type (default "linear"), the factor from rope.scaling.factor or the legacy
+    rope.scale_linear, the original context (rope.scaling.original_context_length, else the
+    training context), and the attention factor llama.cpp's context computes (cparams.yarn_attn_factor:
+    with YaRN, YaRN's magnitude divided back out - ggml's RoPE multiplies it in again - and, where
+    the architecture reads rope.scaling.yarn_log_multiplier, the ratio of the two mscales).
+    yarn_betas: the architecture reads rope.scaling.yarn_beta_fast / _slow (others keep 32 / 1).
+    Returns the ModelConfig fields plus "rope_type" (the scaling type) and "freq_scale"."""
+    typ = k.str("{arch}.rope.scaling.type", "linear")
+    if typ not in ROPE_SCALING_TYPES:
+        raise UnsupportedModelError(f"rope scaling type {typ!r} is not supported ({', '.join(ROPE_SCALING_TYPES)})")
+    factor = k.float("{arch}.rope.scaling.factor", None)
+    if factor is None:
+        factor = k.float("{arch}.rope.scale_linear", 0.0)
+    freq_scale = 1.0 if typ == "none" or factor == 0.0 else float(np.float32(1.0) / np.float32(factor))
     n_orig = k.int("{arch}.rope.scaling.original_context_length", 0) or k.int("{arch}.context_length", 0)
-    return typ, factor, n_orig
+    ext = 1.0 if typ == "yarn" else 0.0
+    f32 = np.float32
+    attn = f32(1.0)
+    if ext:
+        f = f32(1.0) / f32(freq_scale)
+
+        def mscale(m):  # llama.cpp's get_mscale
+            return f32(1.0) if f <= 1.0 else f32(f32(0.1) * f32(m) * f32(math.log(f)) + f32(1.0))
+
+        log_mul = k.float("{arch}.rope.scaling.yarn_log_multiplier", 0.0) if yarn_log_mul else 0.0
+        attn = f32(mscale(1.0) / mscale(log_mul)) if log_mul != 0.0 else mscale(1.0)
+        attn = f32(attn * f32(f32(1.0) / f32(f32(1.0) + f32(0.1) * f32(math.log(f)))))
+    attn = f32(attn * f32(k.float("{arch}.rope.scaling.attn_factor", 1.0)))
+    out = dict(scaling=typ, freq_scale=freq_scale, yarn_ext_factor=ext, yarn_attn_factor=float(attn),
+               n_ctx_orig=n_orig)
+    if yarn_betas:
+        out["yarn_beta_fast"] = k.float("{arch}.rope.scaling.yarn_beta_fast", 32.0)
+        out["yarn_beta_slow"] = k.float("{arch}.rope.scaling.yarn_beta_slow", 1.0)
+    return out
 
 
-def check_head_counts(k: Keys) -> None:
-    for key in ("{arch}.attention.head_count", "{arch}.attention.head_count_kv"):
-        v = k.raw(key)
-        if v is not None and not isinstance(v, (int,)) and hasattr(v, "__len__"):
-            raise UnsupportedModelError(f"per-layer head counts ({key.replace('{arch}', k.arch)}) are not supported")
+def rope_config(rope: dict) -> dict:
+    """The ModelConfig fields among rope_params' result."""
+    return {k: v for k, v in rope.items() if k not in ("scaling", "freq_scale")}
+
+
+def uniform_layers(n_layer: int, base: float, freq_scale: float, **kw) -> tuple[LayerConfig, ...]:
+    return (LayerConfig(is_swa=False, rope_base=base, rope_scale=freq_scale, **kw),) * n_layer
+
+
+def swa_pattern(k: Keys, n_layer: int, n_pattern: int, *, dense_first: bool = False) -> tuple[bool, ...]:
+    """Which layers use the sliding window: {arch}.attention.sliding_window_pattern as one flag per
+    layer, or a period n (default n_pattern): layer il slides unless il % n == n - 1 (dense_first:
+    unless il % n == 0); n = 0 makes every layer slide (llama.cpp's set_swa_pattern)."""
+    pat = k.raw("{arch}.attention.sliding_window_pattern", n_pattern)
+    if hasattr(pat, "__len__") and not isinstance(pat, str):
+        if len(pat) != n_layer:
+            raise GGUFError(f"{k.arch}.attention.sliding_window_pattern has {len(pat)} entries for {n_layer} layers")
+        return tuple(bool(x) for x in pat)
+    n = int(pat)
+    if dense_first:
+        return tuple(n == 0 or il % n != 0 for il in range(n_layer))
+    return tuple(n == 0 or il % n < n - 1 for il in range(n_layer))
+
+
+def moe_config(k: Keys, n_layer: int, n_ff: int, *, norm_topk: bool, shexp_gate: bool = False,
+               shared_default: int = 0) -> MoEConfig | None:
+    """Routed experts from {arch}.expert_count / expert_used_count / expert_feed_forward_length
+    (default n_ff / n_expert_used) and expert_shared_feed_forward_length; None without experts.
+    shared_default: the shared expert's width when the key is absent (0: no shared expert)."""
+    n_expert = k.int("{arch}.expert_count", 0)
+    n_used = k.per_layer("{arch}.expert_used_count", n_layer)
+    if n_expert == 0:
+        if n_used:
+            raise GGUFError(f"{k.arch}.expert_used_count is {n_used} but there are no experts")
+        return None
+    if not 0 < n_used <= n_expert:
+        raise GGUFError(f"{k.arch}.expert_used_count must be in 1..{n_expert} (got {n_used})")
+    if k.int("{arch}.expert_group_count", 0) > 1:
+        raise UnsupportedModelError(f"{k.arch}: expert groups ({k.arch}.expert_group_count) are not supported")
+    n_ff_exp = k.per_layer("{arch}.expert_feed_forward_length", n_layer) or n_ff // n_used
+    n_shexp = k.int("{arch}.expert_shared_feed_forward_length", 0) or shared_default
+    return MoEConfig(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=positive("n_ff_exp", n_ff_exp),
+                     norm_topk=norm_topk, n_ff_shexp=n_shexp, shexp_gate=shexp_gate)
+
+
+def inv_sqrt_f32(x: float) -> float:
+    """1.0f / sqrtf(float(x)), as llama.cpp computes its attention scales."""
+    return float(np.float32(1.0) / np.sqrt(np.float32(x)))
+
+
+def sqrt_f32(x: float) -> float:
+    """sqrtf(float(x)) (the Gemma embedding scale)."""
+    return float(np.sqrt(np.float32(x)))
 
 
 def attn_scale_default(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)
+    return inv_sqrt_f32(head_dim)
 
 
-def check_tensor_type(name: str, qtype: QType) -> None:
-    info = TYPES.get(qtype)
-    if info is None or not info.supported:
+# --- model features ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    what: str                                # one line, for errors and docs
+    used: Callable[[ModelConfig, Any], bool]  # (config, tensors.ModelWeights) -> does the model need it
+
+
+def _any_layer(role: str) -> Callable[[ModelConfig, Any], bool]:
+    return lambda cfg, w: any(layer.get(role) is not None for layer in w.layers)
+
+
+def _qk_norm(kind: str):
+    return lambda cfg, w: cfg.qk_norm == kind and _any_layer("attn_q_norm")(cfg, w)
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("qkv_bias", "biases on q, k and v (attn_q/k/v.bias)",
+            lambda c, w: any(layer.get(r) is not None for layer in w.layers for r in ("bq", "bk", "bv"))),
+    Feature("attn_out_bias", "a bias on the attention output (attn_output.bias)", _any_layer("bo")),
+    Feature("fused_qkv", "a fused q/k/v projection (attn_qkv.weight, optionally attn_qkv.bias)", _any_layer("wqkv")),
+    Feature("qk_norm_head", "RMS norms of q and k per head (attn_q_norm / attn_k_norm)", _qk_norm(QK_NORM_HEAD)),
+    Feature("qk_norm_all", "RMS norms of q and k over all heads at once (attn_q_norm / attn_k_norm)",
+            _qk_norm(QK_NORM_ALL)),
+    Feature("no_pre_norm", "blocks without RMS norm before attention and FFN (no attn_norm / ffn_norm)",
+            lambda c, w: any(layer.get("attn_norm") is None for layer in w.layers)),
+    Feature("post_norms", "RMS norms after attention and FFN (post_attention_norm, post_ffw_norm)",
+            _any_layer("attn_post_norm")),
+    Feature("attn_softcap", "soft-capped attention scores", lambda c, w: c.attn_softcap > 0),
+    Feature("final_softcap", "soft-capped logits", lambda c, w: c.final_softcap > 0),
+    Feature("sliding_window", "sliding-window attention layers", lambda c, w: any(lc.is_swa for lc in c.layers)),
+    Feature("rope_skip", "layers without RoPE", lambda c, w: c.n_rot > 0 and not all(lc.use_rope for lc in c.layers)),
+    Feature("rope_freqs", "per-dimension RoPE frequency factors (rope_freqs.weight)",
+            lambda c, w: w.rope_freqs is not None),
+    Feature("longrope", "LongRoPE frequency factors chosen by context size (rope_factors_long / _short)",
+            lambda c, w: w.rope_freqs is None and (w.rope_long is not None or w.rope_short is not None)),
+    Feature("rope_linear", "linear RoPE scaling", lambda c, w: any(lc.rope_scale != 1.0 for lc in c.layers)),
+    Feature("rope_yarn", "YaRN RoPE scaling", lambda c, w: c.yarn_ext_factor != 0.0),
+    Feature("rope_yarn_layers", "YaRN on some layers only",
+            lambda c, w: c.yarn_ext_factor != 0.0 and not all(lc.rope_yarn for lc in c.layers)),
+    Feature("attn_temp", "attention temperature by position (attention.temperature_scale)",
+            lambda c, w: c.attn_temp_scale != 0.0),
+    Feature("embd_scale", "scaled token embeddings", lambda c, w: c.embd_scale != 1.0),
+    Feature("q_scale", "q scaled before attention", lambda c, w: c.q_scale != 1.0),
+    Feature("residual_scale", "scaled attention / FFN outputs before the residual (residual_scale)",
+            lambda c, w: c.residual_scale != 1.0),
+    Feature("logit_scale", "scaled logits (logit_scale)", lambda c, w: c.logit_scale != 1.0),
+    Feature("gelu", "GELU-gated FFN", lambda c, w: c.act == ACT_GELU_TANH),
+    Feature("fused_gate_up", "a fused gate/up FFN projection (ffn_up of 2 * n_ff rows)", lambda c, w: c.fused_gate_up),
+    Feature("ffn_bias", "biases in the FFN (ffn_gate/up/down.bias)",
+            lambda c, w: any(layer.get(r) is not None for layer in w.layers for r in ("b_gate", "b_up", "b_down"))),
+    Feature("output_bias", "a bias on the output projection (output.bias)", lambda c, w: w.output_bias is not None),
+    Feature("moe", "mixture of experts (router, top-k experts, weighted sum)", lambda c, w: c.moe is not None),
+    Feature("moe_ungated", "experts without a gate projection (no ffn_gate_exps)",
+            lambda c, w: c.moe is not None and any(layer.get("w_gate_exps") is None for layer in w.layers)),
+    Feature("shared_expert", "a shared expert beside the routed ones",
+            lambda c, w: c.moe is not None and c.moe.n_ff_shexp > 0),
+    Feature("shared_expert_gate", "a sigmoid gate on the shared expert (ffn_gate_inp_shexp)",
+            lambda c, w: c.moe is not None and c.moe.shexp_gate),
+)
+FEATURE_NAMES = frozenset(f.name for f in FEATURES)
+
+
+def features_of(cfg: ModelConfig, weights) -> frozenset[str]:
+    """Names of the features a model with this config and these bound tensors needs."""
+    return frozenset(f.name for f in FEATURES if f.used(cfg, weights))
+
+
+def check_features(cfg: ModelConfig, weights, supported: frozenset[str], engine: str) -> None:
+    """UnsupportedModelError naming what `engine` lacks for this model, if anything."""
+    missing = [f for f in FEATURES if f.name not in supported and f.used(cfg, weights)]
+    if missing:
         raise UnsupportedModelError(
-            f"tensor {name!r} has type {type_name(int(qtype))}, which edgellm does not run "
-            f"(supported: {', '.join(t.name for t in TYPES if TYPES[t].supported)})")
+            f"{cfg.arch}: the {engine} engine does not run {'; '.join(f.what for f in missing)} yet")
 
 
-# --- binding tensors to the config ----------------------------------------------------------
-
-@dataclass
-class ModelWeights:
-    """Tensor infos by role; the engines turn them into views of the mmap."""
-
-    tok_embd: Any
-    output: Any
-    output_norm: Any
-    rope_freqs: Any
-    layers: list[dict[str, Any]]  # field (LAYER_TENSORS keys) -> TensorInfo or None
-
-
-def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
-    t = gguf.tensors
-
-    def need(name, shape):
-        info = t.get(name)
-        if info is None:
-            raise GGUFError(f"required tensor {name!r} is missing")
-        return check(name, info, shape)
-
-    def check(name, info, shape):
-        if tuple(info.shape) != tuple(shape):
-            raise GGUFError(f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)}")
-        check_tensor_type(name, info.qtype)
-        return info
-
-    def opt(name, shape):
-        info = t.get(name)
-        return None if info is None else check(name, info, shape)
-
-    E, F = cfg.n_embd, cfg.n_ff
-    qd, kd = cfg.n_head * cfg.head_dim_k, cfg.n_head_kv * cfg.head_dim_k
-    vd, od = cfg.n_head_kv * cfg.head_dim_v, cfg.n_head * cfg.head_dim_v
-    shapes = {
-        "attn_norm": (E,), "wq": (E, qd), "wk": (E, kd), "wv": (E, vd), "wo": (od, E),
-        "bq": (qd,), "bk": (kd,), "bv": (vd,), "bo": (E,),
-        "attn_q_norm": (cfg.head_dim_k,), "attn_k_norm": (cfg.head_dim_k,), "attn_post_norm": (E,),
-        "ffn_norm": (E,), "w_gate": (E, F), "w_up": (E, F), "w_down": (F, E), "ffn_post_norm": (E,),
-    }
-    layers = []
-    for i in range(cfg.n_layer):
-        layer = {}
-        for fld, suffix in LAYER_TENSORS.items():
-            name = f"blk.{i}.{suffix}"
-            layer[fld] = need(name, shapes[fld]) if fld in cfg.required_tensors else opt(name, shapes[fld])
-            if fld in NORM_FIELDS and layer[fld] is not None and layer[fld].qtype != QType.F32:
-                raise UnsupportedModelError(f"tensor {name!r}: norms and biases must be F32")
-        layers.append(layer)
-    tok = need("token_embd.weight", (E, cfg.n_vocab))
-    out = opt("output.weight", (E, cfg.n_vocab)) or tok  # tied embeddings
-    norm = need("output_norm.weight", (E,))
-    rope_freqs = opt("rope_freqs.weight", (cfg.n_rot // 2,))
-    for name, info in (("output_norm.weight", norm), ("rope_freqs.weight", rope_freqs)):
-        if info is not None and info.qtype != QType.F32:
-            raise UnsupportedModelError(f"tensor {name!r} must be F32")
-    return ModelWeights(tok_embd=tok, output=out, output_norm=norm, rope_freqs=rope_freqs, layers=layers)
+# the binding of tensors lives in tensors.py; these names are imported from here by the engines
+from .tensors import LAYER_TENSORS, ModelWeights, bind_weights  # noqa: E402,F401

@@ -1,25 +1,48 @@
-"""Llama family: Llama 2/3.x, SmolLM2, TinyLlama, Mistral (and GGUFs that call themselves so).
+"""Llama family: Llama 2/3.x, SmolLM2, TinyLlama, Mixtral (and GGUFs that call themselves so).
 
 Pre-norm decoder: RMS norm -> attention (GQA, RoPE on adjacent pairs) -> residual, RMS norm ->
-SwiGLU FFN -> residual. Optional: attention biases, rope_freqs (Llama 3 rope scaling baked into
-per-dimension factors), linear / YaRN rope scaling.
+SwiGLU FFN (or routed experts) -> residual. Optional, as llama.cpp's loader reads them: fused
+attn_qkv, q/k/v and output biases, FFN biases, rope_freqs (Llama 3 rope scaling baked into
+per-dimension factors) or LongRoPE factors, linear / YaRN rope scaling, experts with top-k
+weights renormalised, a shared expert. granite and mistral3 load the same tensors.
 """
 
 from __future__ import annotations
 
-from .base import (ACT_SILU, ROPE_NORM, Keys, LayerConfig, ModelConfig, attn_scale_default, decoder_shape,
-                   rope_scaling)
+from ..errors import GGUFError
+from .base import (ACT_SILU, ROPE_NORM, Keys, ModelConfig, attn_scale_default, decoder_shape, moe_config, rope_config,
+                   rope_params, uniform_layers)
 
 NAMES = ("llama", "mistral")
-REQUIRED_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
+
+ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo")
+QKV_OPTIONAL = ("wqkv", "bqkv", "bq", "bk", "bv")  # llama.cpp's create_tensor_qkv
+DENSE = ("ffn_norm", "w_gate", "w_up", "w_down")
+EXPERTS = ("ffn_norm", "w_gate_inp", "w_up_exps", "w_down_exps")
+SHARED_EXPERT = ("w_gate_shexp", "w_up_shexp", "w_down_shexp")
+
+
+def llama_tensors(moe, scaling: str) -> dict:
+    """required / optional / global tensor roles of llama.cpp's llama loader (also granite's and
+    mistral3's): dense layers with optional FFN biases, or experts with an optional gate and an
+    optional shared expert; LongRoPE factors when the scaling type is longrope, else rope_freqs."""
+    if moe is None:
+        required, optional = ATTENTION + DENSE, QKV_OPTIONAL + ("bo", "b_gate", "b_up", "b_down")
+    else:
+        required = ATTENTION + EXPERTS + (SHARED_EXPERT if moe.n_ff_shexp else ())
+        optional = QKV_OPTIONAL + ("bo", "w_gate_exps")
+    glob = ("rope_long", "rope_short") if scaling == "longrope" else ("rope_freqs",)
+    return dict(required_tensors=required, optional_tensors=optional, global_tensors=glob)
 
 
 def load_config(gguf, arch: str) -> ModelConfig:
     k = Keys(gguf, arch)
     shape = decoder_shape(gguf, k)
-    base = k.float("{arch}.rope.freq_base", 10000.0)
-    typ, factor, n_orig = rope_scaling(k)
-    layer = LayerConfig(is_swa=False, rope_base=base, rope_scale=1.0 / factor)
+    if shape["n_rot"] != shape["head_dim_k"]:
+        raise GGUFError(f"invalid n_rot: {shape['n_rot']}, expected {shape['head_dim_k']} "
+                        f"({arch}.rope.dimension_count)")
+    rope = rope_params(k)
+    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True)
     return ModelConfig(
         arch=arch,
         **shape,
@@ -28,9 +51,8 @@ def load_config(gguf, arch: str) -> ModelConfig:
         norm_eps=k.float("{arch}.attention.layer_norm_rms_epsilon", 1e-5),
         act=ACT_SILU,
         attn_scale=attn_scale_default(shape["head_dim_k"]),
-        layers=(layer,) * shape["n_layer"],
-        yarn_ext_factor=1.0 if typ == "yarn" else 0.0,
-        yarn_attn_factor=k.float("{arch}.rope.scaling.attn_factor", 1.0),
-        n_ctx_orig=n_orig,
-        required_tensors=REQUIRED_TENSORS,
+        layers=uniform_layers(shape["n_layer"], k.float("{arch}.rope.freq_base", 10000.0), rope["freq_scale"]),
+        **rope_config(rope),
+        moe=moe,
+        **llama_tensors(moe, rope["scaling"]),
     )

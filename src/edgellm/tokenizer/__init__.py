@@ -6,7 +6,8 @@
     text = tok.decode(ids)
 
 Supported: SentencePiece-style vocabularies (`tokenizer.ggml.model` "llama": Llama 1/2, Gemma,
-Mistral v1, ...) and byte-level BPE ("gpt2": Llama 3, Qwen 2, SmolLM, GPT-2, ...).
+Mistral v1, ...), byte-level BPE ("gpt2": Llama 3, Qwen 2, SmolLM, GPT-2, ...) and SPM-style BPE
+over raw UTF-8 ("gemma4").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Tokenizer:
     def from_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
         """Build from GGUF metadata (key -> value; string arrays as list[str], numeric arrays as
         sequences or numpy arrays). Raises UnsupportedModelError for a tokenizer model other than
-        "llama" or "gpt2", TokenizerError for missing or inconsistent tokenizer keys."""
+        "llama", "gpt2" or "gemma4", TokenizerError for missing or inconsistent tokenizer keys."""
         if not isinstance(meta, Mapping):
             raise TokenizerError(f"metadata must be a mapping of GGUF keys, got {type(meta).__name__}")
         return cls(load_vocab(meta))

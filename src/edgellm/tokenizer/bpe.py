@@ -1,6 +1,7 @@
-"""Byte-level BPE (`tokenizer.ggml.model == "gpt2"`), as llama.cpp's llm_tokenizer_bpe_session:
-pre-tokenize, map each word's UTF-8 bytes to printable characters (GPT-2's bytes_to_unicode),
-then repeatedly merge the adjacent pair with the lowest merge rank (leftmost first on ties)."""
+"""BPE, as llama.cpp's llm_tokenizer_bpe_session: pre-tokenize, map each word's UTF-8 bytes to
+printable characters (GPT-2's bytes_to_unicode), then repeatedly merge the adjacent pair with the
+lowest merge rank (leftmost first on ties). Byte-level (`tokenizer.ggml.model == "gpt2"`), or over
+raw UTF-8 with spaces written as ▁ and <0xAB> byte tokens as fallback (Gemma 4's vocabulary)."""
 
 from __future__ import annotations
 
@@ -47,21 +48,32 @@ class BpeEncoder:
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
         self._ignore_merges = vocab.ignore_merges
+        self._byte_map = vocab.byte_map
         self._splitter = Splitter(vocab.pre)
+        # what a symbol that is no token falls back to, byte by byte (-1: dropped, as llama.cpp)
+        get = vocab.token_to_id.get
+        if vocab.byte_map:  # the byte alone (a byte >= 0x80 as surrogateescape decodes it)
+            fallback = [get(chr(b) if b < 0x80 else chr(0xDC00 + b)) for b in range(256)]
+        else:
+            fallback = [get(f"<0x{b:02X}>") for b in range(256)]
+        self._fallback = [-1 if i is None else i for i in fallback]
         # "left right" -> rank; the first of duplicate rules wins, as in llama.cpp (emplace)
         self._ranks = StringIndex(vocab.merges, first_wins=True)
         self._cache: dict[str, list[int]] = {}
         self._c = None
+        self._c_fallback = None  # self._fallback for el_bpe_encode, made on first use
         if self._token_to_id.c_index is not None and self._ranks.c_index is not None:
             self._c = kernels.c_module()
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
         cache = self._cache
+        if not self._byte_map:
+            text = text.replace(" ", "\u2581")
         for word in self._splitter.split(text):
             ids = cache.get(word)
             if ids is None:
-                ids = self._encode_word(byte_encode(word))
+                ids = self._encode_word(byte_encode(word) if self._byte_map else word)
                 if len(word) <= _CACHE_MAX_LEN:
                     if len(cache) >= _CACHE_LIMIT:
                         cache.clear()
@@ -73,14 +85,17 @@ class BpeEncoder:
         """Ids of one pre-token, already mapped through the byte map."""
         if not word:
             return []
-        if self._ignore_merges and word in self._token_to_id:
-            return [self._token_to_id[word]]
+        if (self._ignore_merges or (not self._byte_map and not word.strip("\n"))) and word in self._token_to_id:
+            return [self._token_to_id[word]]  # (raw UTF-8 vocabularies: a run of newlines that is a token)
         data = word.encode("utf-8")
         if self._c is None or len(data) >= 2**31:  # el_bpe_encode counts bytes in 32 bits
             return self._merge_py(word)
         ffi, lib = self._c
+        if self._c_fallback is None:
+            self._c_fallback = ffi.new("int32_t[]", self._fallback)
         out = ffi.new("int32_t[]", len(data))  # at most one id per byte
-        n = lib.el_bpe_encode(self._token_to_id.c_index, self._ranks.c_index, data, len(data), out)
+        n = lib.el_bpe_encode(self._token_to_id.c_index, self._ranks.c_index, self._c_fallback, data, len(data),
+                              out)
         if n == lib.EL_TOKENIZE_NO_MEMORY:
             raise MemoryError("no memory to tokenize the text")
         return ffi.unpack(out, n)
@@ -125,11 +140,6 @@ class BpeEncoder:
             tid = get(s)
             if tid is not None:
                 out.append(tid)
-            else:
-                # llama.cpp falls back to those single bytes of the symbol's text that are
-                # tokens (a byte >= 0x80 alone is one as surrogateescape decodes it) and drops the rest
-                for byte in s.encode("utf-8"):
-                    tid = get(chr(byte) if byte < 0x80 else chr(0xDC00 + byte))
-                    if tid is not None:
-                        out.append(tid)
+            else:  # llama.cpp: the fallback token of each byte that has one; the rest are dropped
+                out.extend(t for t in (self._fallback[b] for b in s.encode("utf-8")) if t >= 0)
         return out

@@ -1,6 +1,7 @@
 """Token ids back to bytes and text, as llama.cpp's token_to_piece: control and unknown tokens are
 rendered (as their text) only when asked for special tokens; user-defined tokens always as their
-text; normal tokens with ▁ turned back into spaces (SPM) or through the inverse byte map (BPE);
+text; normal tokens with ▁ turned back into spaces (SPM, SPM-style BPE) or through the inverse byte
+map (byte-level BPE);
 byte tokens <0xAB> as the raw byte; unused and undefined tokens as nothing."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class PieceTable:
         if attr & _AS_TEXT:
             return text.encode("utf-8")
         if attr & Attr.NORMAL:
-            if v.kind == "spm":
+            if v.kind == "spm" or not v.byte_map:
                 return text.replace("\u2581", " ").encode("utf-8")
             return _bpe_bytes(text)
         if attr & Attr.BYTE:  # "<0xAB>"

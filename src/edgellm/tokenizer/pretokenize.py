@@ -40,6 +40,7 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     "llama3": (_LLAMA3,),
     "qwen2": (_QWEN2,),
     "qwen35": (_QWEN35,),
+    "gemma4": (r"[^\n]+|[\n]+",),
     "starcoder": (r"\p{N}", _GPT2),
     "falcon": (r"[\p{P}$+<=>^~|`]+", _GPT2, r"[0-9][0-9][0-9]"),
     "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"),
@@ -72,6 +73,10 @@ class PreFlags:
     ignore_merges: bool = False  # a pre-token that is already a token is not merged
     add_bos: bool = False        # default of tokenizer.ggml.add_bos_token
     no_bos: bool = False         # the vocabulary has no default BOS id
+    force_bos: bool = False      # BOS is added even when tokenizer.ggml.add_bos_token says false
+    byte_map: bool = True        # False: raw UTF-8 with spaces written as ▁ (SPM-style BPE) and
+                                 # <0xAB> byte tokens for what no token covers; a run of newlines
+                                 # that is a token is taken whole
 
 
 _PLAIN = PreFlags()
@@ -101,6 +106,7 @@ NAMES: dict[str, tuple[str, PreFlags]] = {
         "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
         "grok-2")},
     "qwen35": ("qwen35", _PLAIN),
+    **{n: ("gemma4", PreFlags(force_bos=True, byte_map=False)) for n in ("gemma4", "granite-embed-multi-311m")},
 }
 
 

@@ -44,7 +44,8 @@ _TYPE_TO_ATTR = np.array(
 )
 
 # tokenizer.ggml.model -> our tokenizer kind. llama.cpp knows more (bert, t5, rwkv, ...).
-SUPPORTED_MODELS = {"llama": "spm", "gpt2": "bpe"}
+# "gemma4" is BPE over raw UTF-8 with spaces written as ▁ (llama.cpp's "SPM-style BPE").
+SUPPORTED_MODELS = {"llama": "spm", "gpt2": "bpe", "gemma4": "bpe"}
 
 # Special-token keys in the order llama.cpp reads them; a later key overrides an earlier one
 # (the deprecated prefix/suffix/middle keys come last).
@@ -111,6 +112,8 @@ class Vocab:
     add_eos: bool
     add_space_prefix: bool
     pre: str                        # BPE pre-tokenizer type (a key of pretokenize.PATTERNS)
+    byte_map: bool                  # BPE: token texts use GPT-2's byte map (else raw UTF-8, ▁ for space,
+                                    # <0xAB> byte tokens)
     ignore_merges: bool             # BPE: a pre-token that is a whole token skips the merges
     merges: StringArray | None      # BPE merge rules "left right", rank = index
     eog_ids: frozenset[int]
@@ -249,16 +252,17 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
     merges = None
     ignore_merges = False
     pre = ""
+    flags = pretokenize.PreFlags()
     if kind == "spm":
         special: dict[str, int | None] = {"bos": 1, "eos": 2, "unk": 0}
         add_bos, add_space_prefix = True, True
     else:
-        if _get(meta, "merges") is None:
-            raise TokenizerError(f"{K}merges is missing: a BPE ('gpt2') tokenizer needs its merge rules")
-        merges = _string_array(meta, "merges")
-        special = {"bos": 11, "eos": 11}
+        merges = _merges(meta)
         add_space_prefix = False
-        pre_name = _as_str(meta, "pre") or ""
+        # llama.cpp: a "gemma4" vocabulary has no default special ids and the pre-tokenizer
+        # "gemma4" whatever tokenizer.ggml.pre says
+        special = {} if model == "gemma4" else {"bos": 11, "eos": 11}
+        pre_name = "gemma4" if model == "gemma4" else (_as_str(meta, "pre") or "")
         pre, flags = pretokenize.resolve(pre_name)
         ignore_merges = flags.ignore_merges
         add_bos = flags.add_bos
@@ -280,7 +284,7 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
             continue
         special[name] = v
 
-    add_bos = _as_bool(meta, "add_bos_token", add_bos)
+    add_bos = _as_bool(meta, "add_bos_token", add_bos) or flags.force_bos
     add_eos = _as_bool(meta, "add_eos_token", False)
     add_space_prefix = _as_bool(meta, "add_space_prefix", add_space_prefix)
     if add_bos and special["bos"] is None:
@@ -294,8 +298,15 @@ def load_vocab(meta: Mapping[str, Any]) -> Vocab:
     return Vocab(
         kind=kind, tokens=tokens, token_to_id=token_to_id, scores=scores, attrs=attrs, special=special,
         add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix, pre=pre,
+        byte_map=kind == "bpe" and flags.byte_map,
         ignore_merges=ignore_merges, merges=merges, eog_ids=frozenset(eog),
     )
+
+
+def _merges(meta: Mapping[str, Any]) -> StringArray:
+    if _get(meta, "merges") is None:
+        raise TokenizerError(f"{K}merges is missing: a BPE ({_get(meta, 'model')!r}) tokenizer needs its merge rules")
+    return _string_array(meta, "merges")
 
 
 def _detect_special(tokens: StringArray, named: dict[str, int], attrs: np.ndarray,

@@ -8,10 +8,13 @@ llama_tensor_get_type_impl, tensor_type_fallback), so a name here means what it 
   when the row length is not a multiple of the default type's block;
 - attn_v / ffn_down / attn_output get more bits in the _M/_L mixes, on the layers
   use_more_bits picks;
+- IQ4_NL / IQ4_XS: attn_v gets Q5_K with grouped-query attention (n_gqa >= 4), ffn_down Q5_K on
+  the first eighth of the layers (no importance matrix);
 - a row length that is not a multiple of the target's block size falls back
-  (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, else F16).
+  (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, else F16).
 Tensors are visited in llama.cpp's order (layer number, then name), which the per-layer counters
-of the mixes depend on. No importance matrix is involved, so the IQ mixes and Q2_K_S are absent.
+of the mixes depend on. No importance matrix is involved, so the mixes that need one (IQ1/IQ2/IQ3,
+Q2_K_S) are absent; IQ4_NL and IQ4_XS need none.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ FILE_TYPES: dict[str, FileType] = {ft.name: ft for ft in (
     FileType("Q5_K_S", 16, _T.Q5_K),
     FileType("Q5_K_M", 17, _T.Q5_K),
     FileType("Q6_K", 18, _T.Q6_K),
+    FileType("IQ4_NL", 25, _T.IQ4_NL),
+    FileType("IQ4_XS", 30, _T.IQ4_XS),
     FileType("BF16", 32, _T.BF16),
 )}
 # llama-quantize's aliases
@@ -60,9 +65,10 @@ FILE_TYPE_ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
 
 # Types a tensor can be converted to (explicit --tensor-type targets included).
 TARGET_TYPES = (_T.F32, _T.F16, _T.BF16, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q8_0,
-                _T.Q2_K, _T.Q3_K, _T.Q4_K, _T.Q5_K, _T.Q6_K)
+                _T.Q2_K, _T.Q3_K, _T.Q4_K, _T.Q5_K, _T.Q6_K, _T.IQ4_NL, _T.IQ4_XS)
 
-_FALLBACK = {_T.Q2_K: _T.Q4_0, _T.Q3_K: _T.Q4_0, _T.Q4_K: _T.Q5_0, _T.Q5_K: _T.Q5_1, _T.Q6_K: _T.Q8_0}
+_FALLBACK = {_T.Q2_K: _T.Q4_0, _T.Q3_K: _T.Q4_0, _T.Q4_K: _T.Q5_0, _T.Q5_K: _T.Q5_1, _T.Q6_K: _T.Q8_0,
+             _T.IQ4_XS: _T.IQ4_NL}
 
 # name parts of tensors that are never quantized (tensor_allows_quantization)
 _KEEP_PARTS = (
@@ -232,6 +238,8 @@ class _Planner:
                 new = _T.Q5_K if self.i_attention_wv < 2 else _T.Q4_K
             elif ft == "Q3_K_L":
                 new = _T.Q5_K
+            elif ft in ("IQ4_NL", "IQ4_XS") and self.n_gqa >= 4:
+                new = _T.Q5_K
             elif ft in ("Q4_K_M", "Q5_K_M") and _use_more_bits(self.i_attention_wv, self.n_attention_wv):
                 new = _T.Q6_K
             elif ft == "Q4_K_S" and self.i_attention_wv < 4:
@@ -259,6 +267,8 @@ class _Planner:
                     new = _T.Q6_K if i < n // 16 else _T.Q5_K if _use_more_bits(i, n) else _T.Q4_K
                 elif _use_more_bits(i, n):
                     new = _T.Q6_K
+            elif ft in ("IQ4_NL", "IQ4_XS") and i < n // 8:  # without an importance matrix
+                new = _T.Q5_K
             elif ft == "Q5_K_M" and _use_more_bits(i, n):
                 new = _T.Q6_K
             elif ft == "Q4_K_S" and not falcon and i < n // 8:
@@ -267,7 +277,7 @@ class _Planner:
         elif cat == "attn_output":
             if self.arch != "falcon":
                 if self.n_expert == 8:
-                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M", "IQ4_NL", "IQ4_XS"):
                         new = _T.Q5_K
                 else:
                     new = {"Q2_K": _T.Q3_K, "Q3_K_M": _T.Q4_K, "Q3_K_L": _T.Q5_K}.get(ft, new)

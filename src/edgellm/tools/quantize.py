@@ -6,7 +6,7 @@ What llama.cpp's llama_model_quantize does (src/llama-quant.cpp), in our own cod
 - tensors are written in llama.cpp's order (quant_mix.tensor_order) with the types quant_mix
   picks; a tensor whose type does not change is copied, the others are converted to float32
   (exactly: ggml's dequantize_row_* / f16 / bf16 widening) and quantized with the reference
-  quantizers (ggml_quantize_chunk without an importance matrix is quantize_row_*_ref);
+  quantizers (quantize_row_*_ref: ggml_quantize_chunk's bytes without an importance matrix);
 - requantizing an already quantized tensor needs allow_requantize.
 Memory stays bounded: the input is read and converted in slabs of at most SLAB_VALUES values, the
 slab split across threads (the C kernels release the GIL). The output appears only when complete.
@@ -37,7 +37,7 @@ _DROPPED_KEYS = ("general.quantization_version", "general.file_type",
 
 # Source types we can widen to float32 (F32 needs nothing).
 _READABLE = (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0,
-             QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K)
+             QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K, QType.IQ4_NL, QType.IQ4_XS)
 
 
 def default_threads() -> int:

@@ -1,0 +1,180 @@
+"""Binding a file's tensors to a config: the table of tensor roles (GGUF name, shape, kind), and
+`bind_weights`, which checks every tensor a config needs is there with its shape and a type edgellm
+runs, and that the file has no tensor the architecture does not use (llama.cpp refuses those too).
+
+Names and shapes follow llama.cpp's loader (llama-arch.cpp, llama-model.cpp): shapes in ggml order,
+shape[0] the row length, e.g. attn_q {n_embd, n_head * head_dim}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import GGUFError, UnsupportedModelError
+from ..quants import TYPES, QType, type_name
+from .base import QK_NORM_ALL, ModelConfig
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str                                 # GGUF name; layer roles after "blk.{i}."
+    shape: Callable[[dict], tuple[int, ...]]  # from dims()
+    f32: bool = False                         # a norm / bias vector: must be F32
+
+
+def dims(cfg: ModelConfig) -> dict[str, int]:
+    qd, kd = cfg.n_head * cfg.head_dim_k, cfg.n_head_kv * cfg.head_dim_k
+    vd, od = cfg.n_head_kv * cfg.head_dim_v, cfg.n_head * cfg.head_dim_v
+    moe = cfg.moe
+    return dict(E=cfg.n_embd, F=cfg.n_ff, qd=qd, kd=kd, vd=vd, od=od, V=cfg.n_vocab, R=cfg.n_rot // 2,
+                qn=qd if cfg.qk_norm == QK_NORM_ALL else cfg.head_dim_k,
+                kn=kd if cfg.qk_norm == QK_NORM_ALL else cfg.head_dim_k,
+                up=2 * cfg.n_ff if cfg.fused_gate_up else cfg.n_ff,
+                X=moe.n_expert if moe else 0, FX=moe.n_ff_exp if moe else 0, FS=moe.n_ff_shexp if moe else 0)
+
+
+# per-layer roles: field -> role (the name after "blk.{i}.")
+LAYER_ROLES: dict[str, Role] = {
+    "attn_norm": Role("attn_norm.weight", lambda d: (d["E"],), True),
+    "wq": Role("attn_q.weight", lambda d: (d["E"], d["qd"])),
+    "wk": Role("attn_k.weight", lambda d: (d["E"], d["kd"])),
+    "wv": Role("attn_v.weight", lambda d: (d["E"], d["vd"])),
+    "wqkv": Role("attn_qkv.weight", lambda d: (d["E"], d["qd"] + d["kd"] + d["vd"])),
+    "wo": Role("attn_output.weight", lambda d: (d["od"], d["E"])),
+    "bq": Role("attn_q.bias", lambda d: (d["qd"],), True),
+    "bk": Role("attn_k.bias", lambda d: (d["kd"],), True),
+    "bv": Role("attn_v.bias", lambda d: (d["vd"],), True),
+    "bqkv": Role("attn_qkv.bias", lambda d: (d["qd"] + d["kd"] + d["vd"],), True),
+    "bo": Role("attn_output.bias", lambda d: (d["E"],), True),
+    "attn_q_norm": Role("attn_q_norm.weight", lambda d: (d["qn"],), True),
+    "attn_k_norm": Role("attn_k_norm.weight", lambda d: (d["kn"],), True),
+    "attn_post_norm": Role("post_attention_norm.weight", lambda d: (d["E"],), True),
+    "ffn_norm": Role("ffn_norm.weight", lambda d: (d["E"],), True),
+    "w_gate": Role("ffn_gate.weight", lambda d: (d["E"], d["F"])),
+    "w_up": Role("ffn_up.weight", lambda d: (d["E"], d["up"])),
+    "w_down": Role("ffn_down.weight", lambda d: (d["F"], d["E"])),
+    "b_gate": Role("ffn_gate.bias", lambda d: (d["F"],), True),
+    "b_up": Role("ffn_up.bias", lambda d: (d["F"],), True),
+    "b_down": Role("ffn_down.bias", lambda d: (d["E"],), True),
+    "ffn_post_norm": Role("post_ffw_norm.weight", lambda d: (d["E"],), True),
+    # routed experts: the router, then each expert's matrices stacked along the last dimension
+    "w_gate_inp": Role("ffn_gate_inp.weight", lambda d: (d["E"], d["X"])),
+    "w_gate_exps": Role("ffn_gate_exps.weight", lambda d: (d["E"], d["FX"], d["X"])),
+    "w_up_exps": Role("ffn_up_exps.weight", lambda d: (d["E"], d["FX"], d["X"])),
+    "w_down_exps": Role("ffn_down_exps.weight", lambda d: (d["FX"], d["E"], d["X"])),
+    # the shared expert and its gate (one row: a scalar per token)
+    "w_gate_inp_shexp": Role("ffn_gate_inp_shexp.weight", lambda d: (d["E"],)),
+    "w_gate_shexp": Role("ffn_gate_shexp.weight", lambda d: (d["E"], d["FS"])),
+    "w_up_shexp": Role("ffn_up_shexp.weight", lambda d: (d["E"], d["FS"])),
+    "w_down_shexp": Role("ffn_down_shexp.weight", lambda d: (d["FS"], d["E"])),
+}
+
+# roles a fused tensor stands in for (llama.cpp's create_tensor_qkv)
+FUSED = {"wqkv": ("wq", "wk", "wv"), "bqkv": ("bq", "bk", "bv")}
+
+# The tensor fields of the C engine's layer descriptor (el_layer in csrc/api/engine.h), which
+# kernels/cengine.py fills by these names; the engines refuse, by feature, models that need others.
+LAYER_TENSORS = {f: LAYER_ROLES[f].name for f in (
+    "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "attn_q_norm", "attn_k_norm", "attn_post_norm",
+    "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")}
+
+# global roles besides token_embd, output_norm and output
+GLOBAL_ROLES: dict[str, Role] = {
+    "output_bias": Role("output.bias", lambda d: (d["V"],), True),
+    "rope_freqs": Role("rope_freqs.weight", lambda d: (d["R"],), True),
+    "rope_long": Role("rope_factors_long.weight", lambda d: (d["R"],), True),
+    "rope_short": Role("rope_factors_short.weight", lambda d: (d["R"],), True),
+}
+
+
+def check_tensor_type(name: str, qtype: QType) -> None:
+    info = TYPES.get(qtype)
+    if info is None or not info.supported:
+        raise UnsupportedModelError(
+            f"tensor {name!r} has type {type_name(int(qtype))}, which edgellm does not run "
+            f"(supported: {', '.join(t.name for t in TYPES if TYPES[t].supported)})")
+
+
+@dataclass
+class ModelWeights:
+    """Tensor infos by role; the engines turn them into views of the mmap."""
+
+    tok_embd: Any
+    output: Any
+    output_norm: Any
+    rope_freqs: Any
+    layers: list[dict[str, Any]]  # field (LAYER_ROLES keys) -> TensorInfo or None
+    output_bias: Any = None
+    rope_long: Any = None   # LongRoPE factors, used when the context exceeds the original one
+    rope_short: Any = None
+
+    def rope_factors(self, n_ctx: int, n_ctx_orig: int):
+        """The RoPE frequency factors a context of n_ctx tokens uses (llama.cpp's get_rope_factors):
+        rope_freqs, else LongRoPE's long factors beyond the original context, else the short ones."""
+        if self.rope_freqs is not None:
+            return self.rope_freqs
+        return self.rope_long if n_ctx > n_ctx_orig else self.rope_short
+
+
+def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
+    t = gguf.tensors
+    d = dims(cfg)
+    bound: set[str] = set()
+
+    def check(name, role: Role):
+        info = t[name]
+        shape = role.shape(d)
+        if tuple(info.shape) != shape:
+            raise GGUFError(f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)}")
+        check_tensor_type(name, info.qtype)
+        if role.f32 and info.qtype != QType.F32:
+            raise UnsupportedModelError(f"tensor {name!r}: norms and biases must be F32")
+        bound.add(name)
+        return info
+
+    def need(name, role: Role):
+        if name not in t:
+            raise GGUFError(f"required tensor {name!r} is missing")
+        return check(name, role)
+
+    def opt(name, role: Role):
+        return check(name, role) if name in t else None
+
+    allowed = set(cfg.required_tensors) | set(cfg.optional_tensors)
+    layers = []
+    for i in range(cfg.n_layer):
+        layer: dict[str, Any] = dict.fromkeys(LAYER_ROLES)
+        fused = {f for f in FUSED if f in allowed and f"blk.{i}.{LAYER_ROLES[f].name}" in t}
+        replaced = {r for f in fused for r in FUSED[f]}
+        for fld in LAYER_ROLES:
+            if fld not in allowed or fld in replaced:
+                continue  # the fused tensor stands in; a separate one beside it is left over
+            name = f"blk.{i}.{LAYER_ROLES[fld].name}"
+            layer[fld] = need(name, LAYER_ROLES[fld]) if fld in cfg.required_tensors else opt(name, LAYER_ROLES[fld])
+        if layer["bqkv"] is not None and layer["wqkv"] is None:
+            raise GGUFError(f"tensor 'blk.{i}.attn_qkv.bias' has no attn_qkv.weight beside it")
+        if layer["wqkv"] is None and layer["wq"] is None:
+            raise GGUFError(f"required tensor 'blk.{i}.attn_q.weight' (or attn_qkv.weight) is missing")
+        layers.append(layer)
+    E, V = cfg.n_embd, cfg.n_vocab
+    tok = need("token_embd.weight", Role("token_embd.weight", lambda _: (E, V)))
+    out_role = Role("output.weight", lambda _: (E, V))
+    if cfg.output == "required":
+        out = need("output.weight", out_role)
+    elif cfg.output == "optional":
+        out = opt("output.weight", out_role) or tok
+    else:  # "tied": the architecture always uses the embeddings
+        out = tok
+    norm = need("output_norm.weight", Role("output_norm.weight", lambda _: (E,), True))
+    glob = {r: opt(GLOBAL_ROLES[r].name, GLOBAL_ROLES[r]) for r in cfg.global_tensors}
+    left = [n for n in t if n not in bound]
+    if left:
+        more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        raise UnsupportedModelError(
+            f"{cfg.arch}: the file has tensor{'s' if len(left) > 1 else ''} {', '.join(map(repr, left[:3]))}{more}, "
+            f"which edgellm's {cfg.arch} model does not use")
+    return ModelWeights(tok_embd=tok, output=out, output_norm=norm, rope_freqs=glob.get("rope_freqs"),
+                        layers=layers, output_bias=glob.get("output_bias"), rope_long=glob.get("rope_long"),
+                        rope_short=glob.get("rope_short"))

@@ -1,0 +1,102 @@
+"""The architecture modules (models/*): what each reads from a file, and the one-line errors for
+files edgellm runs only in part - a tensor the architecture does not use, a feature an engine lacks,
+per-layer hyperparameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from gguf import GGUFValueType as VT
+
+import tiny_archs
+from edgellm import models
+from edgellm.errors import UnsupportedModelError
+from edgellm.gguf_file import GGUFFile
+from edgellm.models.base import FEATURE_NAMES, check_features, features_of
+from edgellm.models.tensors import bind_weights
+from gguf_builders import write_gguf
+
+# what each tiny model needs, as its description says (the float64 reference turns each feature
+# into arithmetic; tests/test_arch_reference.py checks that arithmetic against llama.cpp)
+FEATURES = {
+    "qwen2": {"qkv_bias", "output_bias"},
+    "qwen3": {"qk_norm_head"},
+    "qwen3moe": {"qk_norm_head", "moe"},
+    "qwen2moe": {"qkv_bias", "moe", "shared_expert", "shared_expert_gate"},
+    "phi3": {"fused_qkv", "fused_gate_up", "longrope", "q_scale"},
+    "smollm3": {"rope_skip"},
+    "gemma2": {"attn_softcap", "final_softcap", "sliding_window", "post_norms", "embd_scale", "q_scale", "gelu"},
+    "granite": {"embd_scale", "residual_scale", "logit_scale"},
+    "olmo2": {"no_pre_norm", "qk_norm_all", "post_norms"},
+    "mistral3": {"rope_yarn", "rope_linear", "attn_temp"},
+    "llama-bias-ropefreqs": {"qkv_bias", "attn_out_bias", "rope_freqs"},
+    "llama-linear": {"rope_linear"},
+    "llama-yarn": {"rope_yarn", "rope_linear"},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out, cache = tmp_path_factory.mktemp("tiny"), {}
+
+    def get(name):
+        if name not in cache:
+            g = GGUFFile(tiny_archs.build(name, out))
+            cfg = models.load_config(g)
+            cache[name] = g, cfg, bind_weights(g, cfg)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", sorted(FEATURES))
+def test_features_of_each_tiny_model(tiny, name):
+    _, cfg, w = tiny(name)
+    assert features_of(cfg, w) == FEATURES[name]
+    assert FEATURES[name] <= FEATURE_NAMES
+
+
+def test_phi3_reads_longrope_and_drops_the_window(tiny):
+    _, cfg, w = tiny("phi3")
+    assert cfg.n_swa == 0 and not any(lc.is_swa for lc in cfg.layers)  # llama.cpp turns phi3's window off
+    assert cfg.n_ctx_orig == 600 and cfg.yarn_ext_factor == 0.0
+    assert cfg.yarn_attn_factor == pytest.approx(1.1902)
+    assert w.rope_factors(512, cfg.n_ctx_orig) is w.rope_short
+    assert w.rope_factors(1024, cfg.n_ctx_orig) is w.rope_long
+
+
+def test_layer_patterns(tiny):
+    assert [lc.use_rope for lc in tiny("smollm3")[1].layers] == [True, True, True, False]
+    g2 = tiny("gemma2")[1]
+    assert [lc.is_swa for lc in g2.layers] == [True, False, True, False] and g2.n_swa == 32
+
+
+def test_engine_without_a_feature_says_which(tiny):
+    _, cfg, w = tiny("qwen2moe")
+    with pytest.raises(UnsupportedModelError) as e:
+        check_features(cfg, w, FEATURE_NAMES - {"moe", "shared_expert_gate"}, "c")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("qwen2moe: the c engine does not run")
+    assert "mixture of experts" in msg and "sigmoid gate on the shared expert" in msg
+    check_features(cfg, w, FEATURE_NAMES, "c")  # everything implemented: no error
+
+
+def test_unused_tensor_is_named(tiny, tmp_path):
+    g, cfg, _ = tiny("gemma2")
+    # gemma2 always uses the embedding matrix as output: an output.weight is left over
+    info = g.tensors["token_embd.weight"]
+    g2 = GGUFFile(g.path)
+    g2.tensors["output.weight"] = dataclasses.replace(info, name="output.weight")
+    with pytest.raises(UnsupportedModelError, match="'output.weight'.*gemma2 model does not use"):
+        bind_weights(g2, cfg)
+
+
+def test_per_layer_head_counts_are_refused(tmp_path):
+    md = {"llama.block_count": (VT.UINT32, 2), "llama.embedding_length": (VT.UINT32, 32),
+          "llama.feed_forward_length": (VT.UINT32, 64), "llama.attention.head_count": (VT.UINT32, 2),
+          "llama.attention.head_count_kv": (VT.ARRAY, [1, 2], VT.UINT32), "llama.vocab_size": (VT.UINT32, 8)}
+    path = write_gguf(tmp_path / "x.gguf", md, {"token_embd.weight": np.zeros((8, 32), np.float32)})
+    with pytest.raises(UnsupportedModelError, match="per-layer values of llama.attention.head_count_kv"):
+        models.load_config(GGUFFile(path))

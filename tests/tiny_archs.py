@@ -1,0 +1,267 @@
+"""Tiny random-weight GGUF files of every architecture edgellm runs, for checks against llama.cpp.
+
+Each has the structure of the real thing at a small size: 4 layers, 4 query heads sharing 2 key/value
+heads (head size 16), every tensor llama.cpp's loader reads for the architecture (biases, norms,
+fused projections, rope factors, experts, ...), the hyperparameters that switch its features on,
+and a real vocabulary from llama.cpp's tokenizer suite (tests/llamacpp_source.py) with a chat
+template. Weights are random normal from a fixed seed: the layers' matrices in F16 (so llama.cpp
+rounds their activations only to f16 and the float64 reference can be held close to it), the
+embedding in Q4_0 to keep files at a few MB (quantized with gguf-py), all written with gguf-py's
+GGUFWriter, so the same seed gives the same bytes: scripts/make_arch_references.py records each file's sha256 next to
+llama.cpp's outputs for it, and the tests rebuild the file and check the hash.
+
+    build("qwen3", directory) -> path
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as GT
+from gguf import GGUFValueType as VT
+from gguf import GGUFWriter
+from gguf.quants import quantize
+
+import llamacpp_source
+from edgellm.gguf_file import GGUFFile, StringArray
+
+N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 4, 64, 4, 2, 16, 128
+N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 8, 2, 32, 64
+# attention and FFN outputs this many times larger than N(0, 1/fan_in) weights give, so the layers
+# move the residual stream away from the token's own embedding (else a tied output just repeats it)
+RESIDUAL_GAIN = 3.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    arch: str                    # general.architecture
+    vocab: str                   # llama.cpp's models/ggml-vocab-<vocab>.gguf
+    seed: int
+    template: str | None = None  # models/templates/<template>.jinja, where the vocabulary has none
+    keys: dict = field(default_factory=dict)  # {arch}.<key> -> (type, value), beyond the shape keys
+    attn: str = "qkv"            # "qkv" separate q/k/v, "fused" attn_qkv
+    qkv_bias: bool = False
+    out_bias: bool = False       # attn_output.bias
+    qk_norm: str = ""            # "head" (head_dim) or "all" (all heads)
+    pre_norms: bool = True       # attn_norm / ffn_norm
+    post_norms: bool = False
+    ffn: str = "gated"           # "gated", "fused" (phi3's ffn_up of 2 * n_ff), "moe"
+    ffn_bias: bool = False
+    shared_expert: str = ""      # "", "plain", "gated" (qwen2moe's ffn_gate_inp_shexp)
+    output: bool = True          # an output.weight (else tied to the embeddings)
+    output_bias: bool = False
+    rope_freqs: bool = False     # rope_freqs.weight
+    longrope: bool = False       # rope_factors_long / _short
+    embd_init: float = 1.0       # standard deviation of the token embeddings
+
+
+def _f32(v):
+    return (VT.FLOAT32, v)
+
+
+def _u32(v):
+    return (VT.UINT32, v)
+
+
+SPECS: dict[str, Spec] = {
+    "qwen2": Spec("qwen2", "qwen2", 1, qkv_bias=True, output=False, output_bias=True,
+                  keys={"rope.freq_base": _f32(1e6)}),
+    "qwen3": Spec("qwen3", "qwen2", 2, template="Qwen-Qwen3-0.6B", qk_norm="head", output=False,
+                  keys={"rope.freq_base": _f32(1e6)}),
+    "qwen3moe": Spec("qwen3moe", "qwen2", 3, template="Qwen-Qwen3-0.6B", qk_norm="head", ffn="moe", output=False,
+                     keys={"rope.freq_base": _f32(1e6)}),
+    "qwen2moe": Spec("qwen2moe", "qwen2", 4, qkv_bias=True, ffn="moe", shared_expert="gated",
+                     keys={"rope.freq_base": _f32(1e6)}),
+    "phi3": Spec("phi3", "phi-3", 5, attn="fused", ffn="fused", longrope=True, output=True,
+                 keys={"rope.scaling.type": (VT.STRING, "longrope"), "rope.scaling.attn_factor": _f32(1.1902),
+                       "rope.scaling.original_context_length": _u32(600), "attention.sliding_window": _u32(2047)}),
+    "smollm3": Spec("smollm3", "llama-bpe", 6, template="HuggingFaceTB-SmolLM3-3B", output=False),
+    "gemma2": Spec("gemma2", "llama-spm", 7, template="google-gemma-2-2b-it", post_norms=True, output=False,
+                   embd_init=0.25, keys={"attention.sliding_window": _u32(32), "attn_logit_softcapping": _f32(1.5),
+                                         "final_logit_softcapping": _f32(10.0)}),
+    "granite": Spec("granite", "refact", 8, template="ibm-granite-granite-3.3-2B-Instruct", output=False,
+                    keys={"logit_scale": _f32(2.5), "residual_scale": _f32(0.22), "embedding_scale": _f32(6.0),
+                          "attention.scale": _f32(0.0625)}),
+    "olmo2": Spec("olmo2", "gpt-2", 9, template="Qwen-Qwen2.5-7B-Instruct", qk_norm="all", pre_norms=False,
+                  post_norms=True),
+    "mistral3": Spec("mistral3", "llama-spm", 10, template="mistralai-Mistral-Nemo-Instruct-2407",
+                     keys={"rope.scaling.type": (VT.STRING, "yarn"), "rope.scaling.factor": _f32(4.0),
+                           "rope.scaling.original_context_length": _u32(64),
+                           "rope.scaling.yarn_beta_fast": _f32(16.0), "rope.scaling.yarn_beta_slow": _f32(2.0),
+                           "rope.scaling.yarn_log_multiplier": _f32(1.0), "attention.temperature_scale": _f32(0.1),
+                           "rope.freq_base": _f32(1e6)}),
+    # llama features no real model above exercises
+    "llama-bias-ropefreqs": Spec("llama", "llama-spm", 11, template="mistralai-Mistral-Nemo-Instruct-2407",
+                                 qkv_bias=True, out_bias=True, rope_freqs=True),
+    "llama-linear": Spec("llama", "llama-spm", 12, template="mistralai-Mistral-Nemo-Instruct-2407",
+                         keys={"rope.scaling.type": (VT.STRING, "linear"), "rope.scaling.factor": _f32(4.0)}),
+    "llama-yarn": Spec("llama", "llama-spm", 13, template="mistralai-Mistral-Nemo-Instruct-2407",
+                       keys={"rope.scaling.type": (VT.STRING, "yarn"), "rope.scaling.factor": _f32(4.0),
+                             "rope.scaling.original_context_length": _u32(64),
+                             "rope.scaling.attn_factor": _f32(0.9)}),
+}
+
+
+_ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}
+
+
+def _tokenizer_fields(vocab: str):
+    """(key, value type, value, element type) of every tokenizer.* key of a suite vocabulary, as
+    edgellm's reader gives the values (ids written as UINT32, like the converters do)."""
+    with GGUFFile(llamacpp_source.vocab_file(vocab)) as g:
+        out = []
+        for key, v in g.metadata.items():
+            if not key.startswith("tokenizer."):
+                continue
+            if isinstance(v, StringArray):
+                out.append((key, VT.ARRAY, list(v), VT.STRING))
+            elif isinstance(v, np.ndarray):
+                out.append((key, VT.ARRAY, v.tolist(), _ARRAY_TYPES[v.dtype]))
+            elif isinstance(v, (bool, np.bool_)):
+                out.append((key, VT.BOOL, bool(v), None))
+            elif isinstance(v, str):
+                out.append((key, VT.STRING, v, None))
+            elif isinstance(v, int):
+                out.append((key, VT.UINT32, v, None))
+            else:
+                out.append((key, VT.FLOAT32, float(v), None))
+        return out
+
+
+class _Rand:
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def matrix(self, *ne, scale=None, qtype=GT.F16):
+        """A weight of ggml shape ne (ne[0] = row length), N(0, 1/ne[0]) unless scale is given:
+        float32 for F32, else (qtype, the quantized bytes)."""
+        w = self.rng.standard_normal(tuple(reversed(ne))).astype(np.float32) * np.float32(
+            ne[0] ** -0.5 if scale is None else scale)
+        if qtype == GT.F32:
+            return w
+        return w.astype(np.float16) if qtype == GT.F16 else (qtype, quantize(w, qtype))
+
+    def norm(self, n):
+        return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+
+    def bias(self, n, scale=0.5):
+        return (scale * self.rng.standard_normal(n)).astype(np.float32)
+
+
+def tensors(spec: Spec, n_vocab: int) -> dict:
+    r = _Rand(spec.seed)
+    E, F, qd, kd = N_EMBD, N_FF, N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+    t = {"token_embd.weight": r.matrix(E, n_vocab, scale=spec.embd_init, qtype=GT.Q4_0),
+         "output_norm.weight": r.norm(E)}
+    if spec.output:
+        t["output.weight"] = r.matrix(E, n_vocab, scale=0.5, qtype=GT.Q4_0)
+    if spec.output_bias:
+        t["output.bias"] = r.bias(n_vocab, 1.0)
+    if spec.rope_freqs:  # Llama 3's shape: 1 on high frequencies, rising to 8 on low ones
+        t["rope_freqs.weight"] = np.geomspace(1.0, 8.0, HEAD_DIM // 2).astype(np.float32)
+    if spec.longrope:
+        t["rope_factors_long.weight"] = np.geomspace(1.0, 6.0, HEAD_DIM // 2).astype(np.float32)
+        t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, HEAD_DIM // 2).astype(np.float32)
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        if spec.pre_norms:
+            t[p + "attn_norm.weight"] = r.norm(E)
+        if spec.attn == "fused":
+            t[p + "attn_qkv.weight"] = r.matrix(E, qd + 2 * kd)
+        else:
+            t[p + "attn_q.weight"] = r.matrix(E, qd)
+            t[p + "attn_k.weight"] = r.matrix(E, kd)
+            t[p + "attn_v.weight"] = r.matrix(E, kd)
+        if spec.qkv_bias:
+            t[p + "attn_q.bias"], t[p + "attn_k.bias"], t[p + "attn_v.bias"] = r.bias(qd), r.bias(kd), r.bias(kd)
+        if spec.qk_norm:
+            t[p + "attn_q_norm.weight"] = r.norm(HEAD_DIM if spec.qk_norm == "head" else qd)
+            t[p + "attn_k_norm.weight"] = r.norm(HEAD_DIM if spec.qk_norm == "head" else kd)
+        t[p + "attn_output.weight"] = r.matrix(qd, E, scale=RESIDUAL_GAIN * qd ** -0.5)
+        if spec.out_bias:
+            t[p + "attn_output.bias"] = r.bias(E)
+        if spec.post_norms:
+            t[p + "post_attention_norm.weight"] = r.norm(E)
+        if spec.pre_norms:
+            t[p + "ffn_norm.weight"] = r.norm(E)
+        if spec.ffn == "moe":
+            t[p + "ffn_gate_inp.weight"] = r.matrix(E, N_EXPERT, qtype=GT.F32)
+            t[p + "ffn_gate_exps.weight"] = r.matrix(E, N_FF_EXP, N_EXPERT)
+            t[p + "ffn_up_exps.weight"] = r.matrix(E, N_FF_EXP, N_EXPERT)
+            t[p + "ffn_down_exps.weight"] = r.matrix(N_FF_EXP, E, N_EXPERT, scale=RESIDUAL_GAIN * N_FF_EXP ** -0.5)
+            if spec.shared_expert == "gated":
+                t[p + "ffn_gate_inp_shexp.weight"] = r.matrix(E, qtype=GT.F32)
+            if spec.shared_expert:
+                t[p + "ffn_gate_shexp.weight"] = r.matrix(E, N_FF_SHEXP)
+                t[p + "ffn_up_shexp.weight"] = r.matrix(E, N_FF_SHEXP)
+                t[p + "ffn_down_shexp.weight"] = r.matrix(N_FF_SHEXP, E, scale=RESIDUAL_GAIN * N_FF_SHEXP ** -0.5)
+        elif spec.ffn == "fused":
+            t[p + "ffn_up.weight"] = r.matrix(E, 2 * F)
+            t[p + "ffn_down.weight"] = r.matrix(F, E, scale=RESIDUAL_GAIN * F ** -0.5)
+        else:
+            t[p + "ffn_gate.weight"] = r.matrix(E, F)
+            t[p + "ffn_up.weight"] = r.matrix(E, F)
+            t[p + "ffn_down.weight"] = r.matrix(F, E, scale=RESIDUAL_GAIN * F ** -0.5)
+            if spec.ffn_bias:
+                t[p + "ffn_gate.bias"], t[p + "ffn_up.bias"], t[p + "ffn_down.bias"] = r.bias(F), r.bias(F), r.bias(E)
+        if spec.post_norms:
+            t[p + "post_ffw_norm.weight"] = r.norm(E)
+    return t
+
+
+def metadata(spec: Spec) -> list[tuple]:
+    a = spec.arch
+    md = [("general.name", VT.STRING, f"tiny-{spec.arch}", None),
+          (f"{a}.block_count", VT.UINT32, N_LAYER, None),
+          (f"{a}.context_length", VT.UINT32, 4096, None),
+          (f"{a}.embedding_length", VT.UINT32, N_EMBD, None),
+          (f"{a}.feed_forward_length", VT.UINT32, N_FF, None),
+          (f"{a}.attention.head_count", VT.UINT32, N_HEAD, None),
+          (f"{a}.attention.head_count_kv", VT.UINT32, N_HEAD_KV, None),
+          (f"{a}.attention.key_length", VT.UINT32, HEAD_DIM, None),
+          (f"{a}.attention.value_length", VT.UINT32, HEAD_DIM, None),
+          (f"{a}.attention.layer_norm_rms_epsilon", VT.FLOAT32, 1e-6, None)]
+    if spec.ffn == "moe":
+        md += [(f"{a}.expert_count", VT.UINT32, N_EXPERT, None),
+               (f"{a}.expert_used_count", VT.UINT32, N_EXPERT_USED, None),
+               (f"{a}.expert_feed_forward_length", VT.UINT32, N_FF_EXP, None)]
+        if spec.shared_expert:
+            md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, N_FF_SHEXP, None))
+    md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]
+    tok = _tokenizer_fields(spec.vocab)
+    md += tok
+    if spec.template and not any(name == "tokenizer.chat_template" for name, *_ in tok):
+        md.append(("tokenizer.chat_template", VT.STRING, llamacpp_source.template(spec.template), None))
+    return md
+
+
+def build(name: str, directory: Path) -> Path:
+    """Write SPECS[name] as <directory>/tiny-<name>.gguf (deterministic bytes) and return its path."""
+    spec = SPECS[name]
+    path = Path(directory) / f"tiny-{name}.gguf"
+    md = metadata(spec)
+    n_vocab = len(next(v for k, _, v, _ in md if k == "tokenizer.ggml.tokens"))
+    w = GGUFWriter(path, spec.arch)
+    for key, vtype, value, sub in md:
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    for tname, t in tensors(spec, n_vocab).items():
+        if isinstance(t, tuple):
+            w.add_tensor(tname, t[1], raw_dtype=t[0])
+        else:
+            w.add_tensor(tname, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,162 @@
+/* Checks the x86 kernels this CPU may not run (AVX-VNNI: x86_avx2.c's VNNI half; AVX-512 VNNI:
+ * x86_avx512.c) against the generic twins, on SIMDe's portable intrinsics (see immintrin.h here
+ * and build.py). Linked with the whole library, built with EL_X86_EMULATED; run by
+ * tests/test_x86_emulated.py.
+ *
+ * For both levels and every quantized weight type: vec_dot (and vec_dot_small where a type has
+ * one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
+ * scales), against activations from the activation quantizers; every gemm tile bit-identical to
+ * the level's vec_dot; the activation quantizers the level registers write the generic bytes.
+ * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "el_internal.h"
+
+#define NR 19   /* weight rows: more than one 16-row tile, not a multiple of 4 or 8 */
+#define NC 11   /* activation rows */
+#define LDO (NR + 3)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t next_u64(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float uniform(void) { return (float)(next_u64() >> 40) * 0x1.0p-24f; }
+static int below(int n) { return (int)(next_u64() % (uint64_t)n); }
+
+static void random_row(float *x, int n) {
+    const float scale = below(4) == 0 ? 30.0f : (below(3) == 0 ? 1e-3f : 1.0f);
+    for (int i = 0; i < n; i++) x[i] = (uniform() + uniform() + uniform() - 1.5f) * scale * (below(64) ? 1.0f : 8.0f);
+}
+
+static int failures, checks;
+static void fail(const char *what) {
+    if (failures++ < 20) printf("FAIL %s\n", what);
+}
+static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+
+/* byte offsets of a block's half-float scales (common.h layouts), -1 = none */
+typedef struct { int id; const char *name; int half[2]; } type_case;
+static const type_case TYPES[] = {
+    {EL_Q4_0, "q4_0", {0, -1}},   {EL_Q4_1, "q4_1", {0, 2}},   {EL_Q5_0, "q5_0", {0, -1}},
+    {EL_Q5_1, "q5_1", {0, 2}},    {EL_Q8_0, "q8_0", {0, -1}},  {EL_Q2_K, "q2_K", {80, 82}},
+    {EL_Q3_K, "q3_K", {108, -1}}, {EL_Q4_K, "q4_K", {0, 2}},   {EL_Q5_K, "q5_K", {0, 2}},
+    {EL_Q6_K, "q6_K", {208, -1}}, {EL_IQ4_NL, "iq4_nl", {0, -1}}, {EL_IQ4_XS, "iq4_xs", {0, -1}},
+};
+
+static el_type_traits gen[EL_NTYPES];
+
+static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int small) {
+    const int type = tc->id, vdt = gen[type].vec_dot_type;
+    const el_vec_dot_fn gdot = small ? gen[type].vec_dot_small : gen[type].vec_dot;
+    const el_vec_dot_fn ldot = small ? lvl[type].vec_dot_small : lvl[type].vec_dot;
+    const el_gemm_fn lgemm = small ? lvl[type].gemm_small : lvl[type].gemm;
+    const size_t ldw = el_row_size(type, n) + 2 * (size_t)gen[type].size, lda = el_row_size(vdt, n);
+    uint8_t *W = calloc(NR, ldw), *A = calloc(NC, lda);
+    float *x = malloc(sizeof(float) * (size_t)n), ref[NC][NR], vd[NC][NR], out[NC * LDO];
+    char msg[160];
+    for (int r = 0; r < NR; r++) {
+        random_row(x, n);
+        gen[type].from_float(x, W + r * ldw, n);
+        if (!raw) continue;
+        for (size_t i = 0; i < el_row_size(type, n); i++) W[r * ldw + i] = (uint8_t)next_u64();
+        for (int b = 0; b < n / gen[type].blck; b++)
+            for (int f = 0; f < 2; f++)
+                if (tc->half[f] >= 0) {
+                    const float v = (1.0f + uniform()) * ldexpf(1.0f, -10 + below(11));
+                    const el_half h = el_float_to_half(below(2) ? -v : v);
+                    memcpy(W + r * ldw + (size_t)b * gen[type].size + tc->half[f], &h, 2);
+                }
+    }
+    for (int c = 0; c < NC; c++) {
+        random_row(x, n);
+        lvl[vdt].from_float(x, A + c * lda, n);
+    }
+    for (int c = 0; c < NC; c++)
+        for (int r = 0; r < NR; r++) {
+            gdot(n, &ref[c][r], W + r * ldw, A + c * lda);
+            ldot(n, &vd[c][r], W + r * ldw, A + c * lda);
+            checks++;
+            if (!same_bits(vd[c][r], ref[c][r])) {
+                snprintf(msg, sizeof msg, "%s %s%s n=%d%s vec_dot[r%d c%d] = %.9g, generic %.9g", level, tc->name,
+                         small ? " small" : "", n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
+                fail(msg);
+            }
+        }
+    for (int t = 0; t < 12; t++) {
+        int nr = t ? 1 + below(NR) : NR, nc = t ? 1 + below(NC) : NC;
+        const int r0 = below(NR - nr + 1), c0 = below(NC - nc + 1);
+        for (int i = 0; i < NC * LDO; i++) out[i] = NAN;
+        lgemm(n, W + r0 * ldw, ldw, nr, A + c0 * lda, lda, nc, out, LDO);
+        for (int c = 0; c < nc; c++)
+            for (int r = 0; r < nr; r++) {
+                checks++;
+                if (!same_bits(out[c * LDO + r], vd[c0 + c][r0 + r])) {
+                    snprintf(msg, sizeof msg, "%s %s%s n=%d gemm tile (r0 %d nr %d c0 %d nc %d) [%d,%d] differs from vec_dot",
+                             level, tc->name, small ? " small" : "", n, r0, nr, c0, nc, r, c);
+                    fail(msg);
+                }
+            }
+    }
+    free(W);
+    free(A);
+    free(x);
+}
+
+static void test_act_quantizers(const el_type_traits *lvl, const char *level) {
+    const int acts[] = {EL_Q8_0, EL_Q8_1, EL_Q8_K};
+    enum { N = 1024 };
+    float x[N];
+    uint8_t a[N * 2], b[N * 2];
+    for (int k = 0; k < 3; k++)
+        for (int rep = 0; rep < 8; rep++) {
+            random_row(x, N);
+            if (rep == 0) memset(x, 0, sizeof(float) * 256);  /* all-zero blocks */
+            const size_t rs = el_row_size(acts[k], N);
+            gen[acts[k]].from_float(x, a, N);
+            lvl[acts[k]].from_float(x, b, N);
+            checks++;
+            if (memcmp(a, b, rs) != 0) {
+                char msg[80];
+                snprintf(msg, sizeof msg, "%s activation quantizer of type %d differs from the generic one", level, acts[k]);
+                fail(msg);
+            }
+        }
+}
+
+int main(void) {
+    el_set_isa(EL_ISA_GENERIC);  /* el_row_size reads el_traits */
+    el_register_generic(gen);
+    for (int level = 0; level < 2; level++) {
+        const char *name = level ? "avx512" : "avxvnni";
+        const int f0 = failures, c0 = checks;
+        el_type_traits lvl[EL_NTYPES];
+        memset(lvl, 0, sizeof lvl);
+        el_register_generic(lvl);
+        el_register_avx2(lvl);  /* EL_X86_EMULATED: with AVX-VNNI */
+        if (level) el_register_avx512(lvl);
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+            const type_case *tc = &TYPES[i];
+            if (lvl[tc->id].vec_dot == gen[tc->id].vec_dot || !lvl[tc->id].gemm) {
+                char msg[80];
+                snprintf(msg, sizeof msg, "%s: %s has no kernel registered", name, tc->name);
+                checks++;
+                fail(msg);
+                continue;
+            }
+            const int blck = gen[tc->id].blck;
+            const int q32[] = {32, 96, 608}, k256[] = {256, 768};
+            const int has_small = gen[tc->id].vec_dot_small != NULL;
+            for (int s = 0; s < (blck == 32 ? 3 : 2); s++)
+                for (int raw = 0; raw <= 1; raw++)
+                    for (int small = 0; small <= has_small; small++)
+                        test_type(lvl, name, tc, blck == 32 ? q32[s] : k256[s], raw, small);
+        }
+        test_act_quantizers(lvl, name);
+        printf("level %s: %d checks, %d failures\n", name, checks - c0, failures - f0);
+    }
+    printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,65 @@
+/* Stands in for the compiler's <immintrin.h> when tests/x86_emu builds csrc/x86_avx2.c and
+ * csrc/x86_avx512.c with EL_X86_EMULATED: every intrinsic from SIMDe's portable C implementations
+ * (Debian's libsimde-dev, header-only), so the AVX-VNNI and AVX-512 kernels run on any x86-64.
+ * Added here: what SIMDe 0.7.4 lacks, and fused multiply-adds that round once (SIMDe's portable
+ * ones round the product and the sum separately, which is not what the instruction does). */
+#ifndef EL_X86_EMU_IMMINTRIN_H
+#define EL_X86_EMU_IMMINTRIN_H
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#define SIMDE_NO_NATIVE
+#include <math.h>
+#include <stdint.h>
+#include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+#include <simde/x86/fma.h>
+
+typedef simde__mmask16 __mmask16;
+typedef simde__mmask64 __mmask64;
+
+/* AVX-VNNI: the VEX forms compute what the AVX512-VL ones do */
+#define _mm256_dpbusd_avx_epi32 _mm256_dpbusd_epi32
+#define _mm256_dpwssd_avx_epi32 _mm256_dpwssd_epi32
+
+static inline float _cvtsh_ss(unsigned short h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((short)h))); }
+
+static inline __m512 _mm512_cvtepi32_ps(__m512i x) {
+    int32_t a[16];
+    float f[16];
+    _mm512_storeu_si512(a, x);
+    for (int i = 0; i < 16; i++) f[i] = (float)a[i];
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_extractf32x8_ps(v, i) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), i))
+static inline float _mm512_cvtss_f32(__m512 v) { return _mm_cvtss_f32(_mm512_castps512_ps128(v)); }
+static inline __m512i _mm512_zextsi256_si512(__m256i x) { return _mm512_inserti64x4(_mm512_setzero_si512(), x, 0); }
+static inline __m512 _mm512_cvtph_ps(__m256i h) {
+    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+#undef _mm_fmadd_ps
+#undef _mm256_fmadd_ps
+#undef _mm512_fmadd_ps
+#undef _mm_fnmadd_ps
+#undef _mm256_fnmadd_ps
+#undef _mm512_fnmadd_ps
+/* a * b + c (sign -1: -(a * b) + c) lane by lane, rounded once */
+#define EMU_FMA(NAME, T, N, LOAD, STORE, SIGN)                 \
+    static inline T NAME(T a, T b, T c) {                      \
+        float x[16], y[16], z[16];                             \
+        STORE(x, a);                                           \
+        STORE(y, b);                                           \
+        STORE(z, c);                                           \
+        for (int i = 0; i < N; i++) z[i] = fmaf(SIGN x[i], y[i], z[i]); \
+        return LOAD(z);                                        \
+    }
+EMU_FMA(_mm_fmadd_ps, __m128, 4, _mm_loadu_ps, _mm_storeu_ps, +)
+EMU_FMA(_mm256_fmadd_ps, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, +)
+EMU_FMA(_mm512_fmadd_ps, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, +)
+EMU_FMA(_mm_fnmadd_ps, __m128, 4, _mm_loadu_ps, _mm_storeu_ps, -)
+EMU_FMA(_mm256_fnmadd_ps, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, -)
+EMU_FMA(_mm512_fnmadd_ps, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, -)
+#undef EMU_FMA
+
+#endif
