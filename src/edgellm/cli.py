@@ -329,7 +329,7 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @_model_options
 @_user_errors
 def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, chat_template_file, verbose, n_ctx,
-          n_threads):
+          n_threads, mlock):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -345,7 +345,7 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, cha
             chat_template = f.read()
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
                kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
-               chat_template=chat_template)
+               chat_template=chat_template, mlock=mlock)
 
 
 @main.command()

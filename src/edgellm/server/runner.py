@@ -82,14 +82,15 @@ class _Server(uvicorn.Server):
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 8, n_ctx: int = 4096,
           n_threads: int | None = None, kv_tokens: int | None = None, api_key: str | None = None,
-          max_queue: int = 128, grace: int = 30, verbose: bool = False, chat_template: str | None = None) -> None:
+          max_queue: int = 128, grace: int = 30, verbose: bool = False, chat_template: str | None = None,
+          mlock: bool = False) -> None:
     """kv_tokens: KV cache tokens all sequences share (default: parallel x the context, so every
     slot can fill its context; memory is taken only as it is written). chat_template: Jinja
-    source used instead of the model's own."""
+    source used instead of the model's own. mlock: hold the weights in RAM."""
     from ..api import LLM
     from ..scheduler import BatchEngine
 
-    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, chat_template=chat_template)
+    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, chat_template=chat_template, mlock=mlock)
     llm.template  # a template that does not compile fails now, not at the first request
     if kv_tokens is not None and kv_tokens < llm.n_ctx:
         raise ValueError(f"--kv-tokens {kv_tokens} is less than the context ({llm.n_ctx}): one full request would "
