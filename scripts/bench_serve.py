@@ -5,6 +5,7 @@
         --llama-server /path/to/llama-server
     python scripts/bench_serve.py smollm2-135m-instruct --soak 10 -c 8 -t 2 --parallel 8
     python scripts/bench_serve.py --url http://127.0.0.1:8080 -c 8      # a server already running
+    python scripts/bench_serve.py -c 1,8 --json-schema scripts/bench_serve_schema.json --llama-server ...
 
 Each client holds one keep-alive connection and sends streaming chat completions back to back:
 a shared system prompt, a user message of its own, 128 tokens each (end-of-generation tokens
@@ -14,7 +15,9 @@ then edgellm, --rounds times; medians over rounds), both started once, on the sa
 count and slots (llama-server's -c is --parallel x --seq-ctx, edgellm's -c is --seq-ctx). Reported:
 aggregate generated tok/s (all tokens / wall time of the level), time to first token p50/p95/p99,
 end-to-end latency p50/p99, per-stream decode tok/s (median of (tokens - 1) / (end - first token)),
-errors; and the ratios edgellm / llama-server. --soak MINUTES keeps -c clients busy that long and
+errors; and the ratios edgellm / llama-server. --json-schema FILE sends every request with
+response_format json_schema (both servers constrain it; replies end where the schema does, so
+their lengths vary and tok/s counts usage.completion_tokens). --soak MINUTES keeps -c clients busy that long and
 prints each minute's throughput and the server's resident memory.
 
 The client is a small asyncio HTTP/1.1 reader of server-sent events (no client library), so it
@@ -165,15 +168,16 @@ async def one_request(conn: Connection, body: dict, headers: dict) -> Result:
     return res
 
 
-def request_body(model: str, n_tokens: int, client: int, seq: int, eog_bias: dict) -> dict:
+def request_body(model: str, n_tokens: int, client: int, seq: int, fields: dict) -> dict:
+    """One request; `fields` go into it as they are (logit_bias, or response_format with --json-schema)."""
     topic = TOPICS[(client + seq) % len(TOPICS)]
     return {"model": model, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": n_tokens,
-            "seed": 1000 * client + seq, "logit_bias": eog_bias, **SAMPLING,
+            "seed": 1000 * client + seq, **SAMPLING, **fields,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                          {"role": "user", "content": f"Client {client} asks (#{seq}): how do I deal with {topic}?"}]}
 
 
-async def run_clients(host: str, port: int, model: str, clients: int, *, n_tokens: int, eog_bias: dict,
+async def run_clients(host: str, port: int, model: str, clients: int, *, n_tokens: int, fields: dict,
                       headers: dict, requests_each: int | None = None, until: float | None = None,
                       on_result=None) -> tuple[list[Result], float]:
     """`clients` concurrent clients, each sending requests back to back: `requests_each` of them, or
@@ -182,7 +186,7 @@ async def run_clients(host: str, port: int, model: str, clients: int, *, n_token
     async def client(i: int) -> list[Result]:
         conn, out, seq = Connection(host, port), [], 0
         while (requests_each is not None and seq < requests_each) or (until is not None and time.perf_counter() < until):
-            r = await one_request(conn, request_body(model, n_tokens, i, seq, eog_bias), headers)
+            r = await one_request(conn, request_body(model, n_tokens, i, seq, fields), headers)
             out.append(r)
             if on_result:
                 on_result(r)
@@ -336,13 +340,13 @@ def eog_bias_for(path: Path) -> dict:
 # -- main -----------------------------------------------------------------------------------------
 
 
-async def bench_levels(servers: list[Server], levels: list[int], args, eog_bias) -> dict:
+async def bench_levels(servers: list[Server], levels: list[int], args, fields) -> dict:
     out: dict[int, dict[str, dict]] = {}
     for n in levels:
         rounds: dict[str, list[dict]] = {s.name: [] for s in servers}
         for r in range(args.rounds):
             for s in servers:
-                results, wall = await run_clients(s.host, s.port, s.model, n, n_tokens=args.n_tokens, eog_bias=eog_bias,
+                results, wall = await run_clients(s.host, s.port, s.model, n, n_tokens=args.n_tokens, fields=fields,
                                                   headers=s.headers, requests_each=args.requests)
                 summary = summarize(results, wall)
                 summary["rss_mib"] = rss_mib(s.pid)
@@ -355,7 +359,7 @@ async def bench_levels(servers: list[Server], levels: list[int], args, eog_bias)
     return out
 
 
-async def soak(server: Server, clients: int, minutes: float, args, eog_bias) -> list[dict]:
+async def soak(server: Server, clients: int, minutes: float, args, fields) -> list[dict]:
     t0 = time.perf_counter()
     end = t0 + minutes * 60
     per_minute: list[dict] = []
@@ -379,7 +383,7 @@ async def soak(server: Server, clients: int, minutes: float, args, eog_bias) -> 
             current.update(tokens=0, errors=0, requests=0)
 
     await asyncio.gather(ticker(), run_clients(server.host, server.port, server.model, clients, n_tokens=args.n_tokens,
-                                               eog_bias=eog_bias, headers=server.headers, until=end,
+                                               fields=fields, headers=server.headers, until=end,
                                                on_result=on_result))
     return per_minute
 
@@ -415,6 +419,7 @@ def main() -> None:
     ap.add_argument("--url", help="benchmark a server already running here (http://127.0.0.1:PORT) instead")
     ap.add_argument("--api-key", default=os.environ.get("EDGELLM_API_KEY"), help="for --url servers that need one")
     ap.add_argument("--soak", type=float, metavar="MINUTES", help="run the first -c level this long; per minute")
+    ap.add_argument("--json-schema", metavar="FILE", help="constrain every reply to this JSON schema (response_format)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     levels = [int(x) for x in args.clients.split(",")]
@@ -449,22 +454,26 @@ def main() -> None:
             servers.append(start("edgellm", [sys.executable, "-m", "edgellm", "serve", str(path), "-t", str(args.threads),
                                              "-c", str(args.seq_ctx), "--parallel", str(args.parallel),
                                              "--max-queue", str(args.max_queue), "--port", str(port)], port, logdir))
-        eog_bias = eog_bias_for(Path(path)) if path else {}
+        if args.json_schema:  # the schema ends each reply: no banned end tokens, lengths vary (usage counts them)
+            schema = json.loads(Path(args.json_schema).read_text())
+            fields = {"response_format": {"type": "json_schema", "json_schema": {"name": "bench", "schema": schema}}}
+        else:
+            fields = {"logit_bias": eog_bias_for(Path(path)) if path else {}}
         print(f"model {path}; {args.threads} threads, {args.parallel} parallel, {args.n_tokens} tokens per request; "
               f"logs in {logdir}", file=sys.stderr)
         for s in servers:  # warm up: first-use costs (huge pages, caches) out of the figures
-            asyncio.run(run_clients(s.host, s.port, s.model, 1, n_tokens=8, eog_bias=eog_bias, headers=s.headers,
+            asyncio.run(run_clients(s.host, s.port, s.model, 1, n_tokens=8, fields=fields, headers=s.headers,
                                     requests_each=1))
         figures: dict = {"model": str(path), "threads": args.threads, "parallel": args.parallel,
-                         "n_tokens": args.n_tokens}
+                         "n_tokens": args.n_tokens, "json_schema": args.json_schema}
         if args.soak:
             for s in servers:
                 print(f"soak: {s.name}, {levels[0]} clients, {args.soak} minutes", file=sys.stderr)
-                rows = asyncio.run(soak(s, levels[0], args.soak, args, eog_bias))
+                rows = asyncio.run(soak(s, levels[0], args.soak, args, fields))
                 figures.setdefault("soak", {})[s.name] = rows
                 print(f"\n### soak: {s.name}, {levels[0]} clients\n\n{soak_report(rows)}")
         else:
-            results = asyncio.run(bench_levels(servers, levels, args, eog_bias))
+            results = asyncio.run(bench_levels(servers, levels, args, fields))
             figures["levels"] = results
             print(table(results))
             for n, by in results.items():

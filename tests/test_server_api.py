@@ -77,6 +77,18 @@ def test_n_choices_with_a_seed(client):
     assert [streamed[0], streamed[1]] == [c.message.content for c in first.choices]
 
 
+def test_more_choices_than_sequences_run_in_groups_seeded_as_one_request(client):
+    """n above --parallel: the choices run in groups of PARALLEL, choice i seeded seed + i as the
+    engine seeds siblings, so choices PARALLEL.. of n=PARALLEL+2 are choices 0.. of n=2 at seed + PARALLEL."""
+    kw = dict(model=MODEL, messages=ask("Name a colour."), max_tokens=8, temperature=1.0)
+    many = client.chat.completions.create(n=PARALLEL + 2, seed=11, **kw)
+    assert [c.index for c in many.choices] == list(range(PARALLEL + 2))
+    later = client.chat.completions.create(n=2, seed=11 + PARALLEL, **kw)
+    assert [c.message.content for c in many.choices[PARALLEL:]] == [c.message.content for c in later.choices]
+    first = client.chat.completions.create(n=PARALLEL, seed=11, **kw)
+    assert [c.message.content for c in many.choices[:PARALLEL]] == [c.message.content for c in first.choices]
+
+
 def test_stop_strings(client):
     kw = dict(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=20, temperature=0)
     plain = client.completions.create(**kw).choices[0]

@@ -83,6 +83,25 @@ def test_required_call_grammar_admits_exactly_a_call(fmt):
     assert not named(call)
 
 
+@pytest.mark.parametrize("fmt", sorted(WRITTEN))
+def test_parallel_call_grammar_admits_several_calls_where_the_format_writes_them(fmt):
+    f = ToolFormat(fmt, fmt != "generic")
+    one = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+           "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}'}.get(fmt, WRITTEN[fmt])
+    two = {"hermes": one + "\n" + one.replace("Paris", "Rome"),
+           "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                      '{"name": "get_time", "arguments": {"zone": "CET"}}]'}.get(fmt, one + one.replace("Paris", "Rome"))
+    single = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS)))
+    several = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS, parallel=True)))
+    assert not single(two)
+    assert several(two) == (fmt in ("hermes", "mistral", "mistral_args", "function_tag"))
+    if fmt != "mistral":
+        assert several(one)
+    assert not several("It is sunny.")
+    if fmt != "generic":  # and the calls parse back
+        assert len(parse(f, two)[1]) == 2
+
+
 def test_reasoning_is_split_off():
     assert split_reasoning("<think>\nhmm, Paris\n</think>\n\nIt is sunny.") == ("hmm, Paris", "It is sunny.")
     assert split_reasoning("hmm</think>Sunny", started=True) == ("hmm", "Sunny")

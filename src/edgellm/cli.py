@@ -386,11 +386,14 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
               help="Require 'Authorization: Bearer KEY' (or set EDGELLM_API_KEY); /health stays open.")
 @click.option("--grace", type=click.IntRange(0), default=30, show_default=True,
               help="Seconds running requests get to finish on SIGTERM / Ctrl-C.")
+@click.option("--chat-template-file", type=click.Path(exists=True, dir_okay=False),
+              help="Render chats with this Jinja template instead of the model's own.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 @_model_options
 @_speculative_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, verbose, n_ctx, n_threads, **kw):
+def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, chat_template_file, verbose, n_ctx,
+          n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -400,9 +403,13 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, ver
 
     if api_key is not None and not api_key.strip():
         raise click.BadParameter("must not be empty", param_hint="--api-key")
+    chat_template = None
+    if chat_template_file:
+        with open(chat_template_file, encoding="utf-8") as f:
+            chat_template = f.read()
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
                kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
-               speculative=_speculative(None, kw), **_llm_options(kw))
+               chat_template=chat_template, speculative=_speculative(None, kw), **_llm_options(kw))
 
 
 @main.command()

@@ -152,6 +152,8 @@ class Grammar:
                 raise GrammarError(f"invalid JSON schema: not JSON ({e})") from None
         if not isinstance(schema, (dict, bool)):
             raise GrammarError(f"invalid JSON schema: expected an object, got {type(schema).__name__}")
+        if schema is True:  # the schema every JSON value follows
+            schema = {}
         try:
             g = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=JSON_OPTIONS)
         except (ValueError, TypeError) as e:

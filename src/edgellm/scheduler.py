@@ -110,7 +110,8 @@ class Request:
         if grammar is not None:
             from .constrain import Guide
 
-            self.guide = Guide(grammar.constraint(llm.tokenizer))
+            # jump-forward appends tokens the model never scores: not when their log-probs are asked for
+            self.guide = Guide(grammar.constraint(llm.tokenizer), jump_forward=logprobs is None)
         self.detok = llm.tokenizer.streaming_decoder()
         self.checker = StopChecker(list(stop))
         self.history: list[int] = list(prompt)  # what the KV must hold before the next sample

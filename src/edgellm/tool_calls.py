@@ -165,9 +165,16 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def call_grammar(fmt: ToolFormat, tools: list[dict]) -> str:
-    """A Lark grammar (llguidance's dialect) that admits exactly one call of one of `tools`."""
+# formats that write several calls one after another, and the text between two of them (Mistral
+# Nemo writes them as one JSON array)
+PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": ""}
+
+
+def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> str:
+    """A Lark grammar (llguidance's dialect) that admits exactly one call of one of `tools`, or
+    with `parallel` one or more where the format writes several (PARALLEL)."""
     name = fmt.name
+    many = parallel and name in PARALLEL
 
     def one_of(args_key="arguments"):
         return {"anyOf": [_call_schema(t, args_key) for t in tools]}
@@ -175,21 +182,36 @@ def call_grammar(fmt: ToolFormat, tools: list[dict]) -> str:
     def per_tool(prefix, between, suffix=""):
         alts = [f"{_lit(prefix + t['function']['name'] + between)} {_json(_parameters(t))}"
                 + (f" {_lit(suffix)}" if suffix else "") for t in tools]
-        return "start: " + " | ".join(f"({a})" for a in alts)
+        return " | ".join(f"({a})" for a in alts)
 
+    rules = ""
     if name == "hermes":
-        return f"start: {_lit('<tool_call>' + chr(10))} call {_lit(chr(10) + '</tool_call>')}\ncall: {_json(one_of())}"
-    if name == "llama3":
-        return f"start: {_json(one_of('parameters'))}"
-    if name == "mistral":
-        return f"start: {_lit('[TOOL_CALLS]')} {_json({'type': 'array', 'items': one_of(), 'minItems': 1, 'maxItems': 1})}"
-    if name == "mistral_args":
-        return per_tool("[TOOL_CALLS]", "[ARGS]")
-    if name == "functionary":
-        return per_tool(">>>", "\n")
-    if name == "function_tag":
-        return per_tool("<function=", ">", "</function>")
-    return f"start: {_json({'type': 'object', 'properties': {'tool_call': one_of()}, 'required': ['tool_call'], 'additionalProperties': False})}"
+        call, rules = f"{_lit('<tool_call>' + chr(10))} call {_lit(chr(10) + '</tool_call>')}", f"\ncall: {_json(one_of())}"
+    elif name == "llama3":
+        call = _json(one_of("parameters"))
+    elif name == "mistral":  # the calls are one JSON array
+        limit = {} if parallel else {"maxItems": 1}
+        return f"start: {_lit('[TOOL_CALLS]')} {_json({'type': 'array', 'items': one_of(), 'minItems': 1, **limit})}"
+    elif name == "mistral_args":
+        call = per_tool("[TOOL_CALLS]", "[ARGS]")
+    elif name == "functionary":
+        call = per_tool(">>>", "\n")
+    elif name == "function_tag":
+        call = per_tool("<function=", ">", "</function>")
+    else:
+        call = _json({"type": "object", "properties": {"tool_call": one_of()}, "required": ["tool_call"],
+                      "additionalProperties": False})
+    if many:
+        sep = f"{_lit(PARALLEL[name])} " if PARALLEL[name] else ""
+        return f"start: one ({sep}one)*\none: {call}{rules}"
+    return f"start: {call}{rules}"
+
+
+def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> str:
+    """A Lark grammar admitting one call of `tools` (as call_grammar) or JSON following `schema`:
+    tool_choice "auto" with a JSON response_format (the answer, when it is not a call, is that JSON)."""
+    call = call_grammar(fmt, tools)
+    return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {_json(schema)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +298,7 @@ def parse(fmt: ToolFormat, text: str) -> tuple[str, list[dict]]:
             calls = [_call(m.group(1), json.loads(m.group(2)))
                      for m in re.finditer(r"<function=([^>]+)>(.*?)</function>", text, re.S)]
             if calls:
-                return re.sub(r"<function=[^>]+>.*?</function>", "", text, flags=re.S).strip(), calls
+                return re.sub(r"\s*<function=[^>]+>.*?</function>\s*", "", text, flags=re.S).strip(), calls
         else:
             body = text.strip()
             if body.startswith("{"):
@@ -321,8 +343,9 @@ class ChatTurn:
         return msg, finish
 
 
-def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None) -> ChatTurn:
-    """Render `messages` (and `tools`, as transformers passes them) for the next assistant turn."""
+def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, parallel: bool = False) -> ChatTurn:
+    """Render `messages` (and `tools`, as transformers passes them) for the next assistant turn.
+    parallel: tool_choice "required" admits several calls where the format writes them."""
     fmt = detect_format(template.source)
     if tools is None:
         if tool_choice not in (None, "none", "auto"):
@@ -336,7 +359,7 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None) -
     if usable and not fmt.native:
         msgs = with_tool_description(msgs, usable)
     prompt = template.render(msgs, add_generation_prompt=True, tools=usable or None)
-    grammar = call_grammar(fmt, usable) if required else None
+    grammar = call_grammar(fmt, usable, parallel and tool_choice == "required") if required else None
     return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable))
 
 

@@ -19,6 +19,7 @@ from .. import __version__
 from .errors import APIError, server_error, unauthorized
 from .metrics import Metrics
 from .routes import ROUTES
+from .schemas import MAX_CHOICES
 
 log = logging.getLogger("edgellm.server")
 
@@ -34,6 +35,7 @@ class Context:
     model_id: str
     api_key: str | None = None
     max_seqs: int = 1
+    max_queue: int | None = None  # waiting sequences the engine accepts (a request's n choices all wait at first)
     max_body: int = MAX_BODY_BYTES
     draining: bool = False  # set when shutdown begins: new generations get 503
     metrics: Metrics = field(init=False)
@@ -44,7 +46,8 @@ class Context:
         self.fingerprint = f"fp_edgellm_{__version__}"
         self._close_lock = threading.Lock()
         self._closed = False
-        self.limits = dict(max_n=self.max_seqs, n_ctx=self.llm.n_ctx, n_vocab=self.llm.n_vocab,
+        max_n = MAX_CHOICES if self.max_queue is None else max(1, min(self.max_queue, MAX_CHOICES))
+        self.limits = dict(max_n=max_n, n_ctx=self.llm.n_ctx, n_vocab=self.llm.n_vocab,
                            models={self.model_id})
 
     def close_engine(self) -> None:

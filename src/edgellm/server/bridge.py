@@ -12,6 +12,7 @@ cancels whatever is still running, and the engine frees its KV on its next step.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import AsyncIterator, Sequence
 
 from ..sampling import SamplingParams
@@ -37,18 +38,27 @@ class Submission:
             pass
 
     def submit(self, ids: Sequence[int], *, n: int, max_tokens: int, sampling: SamplingParams, stop: list[str],
-               logprobs: int | None, logit_bias: dict[int, float] | None, **speculative) -> None:
-        """Start n choices for one prompt (raises what engine.submit raises); speculative: the
-        engine's submit(speculative=) if given."""
-        out = self._engine.submit(list(ids), max_tokens=max_tokens, sampling=sampling, stop=stop, logprobs=logprobs,
-                                  logit_bias=logit_bias, n=n, on_event=self._on_event, **speculative)
-        reqs = out if isinstance(out, list) else [out]
-        self._metrics.prompt_tokens.inc(len(ids))
+               logprobs: int | None, logit_bias: dict[int, float] | None, grammar=None, **speculative) -> None:
+        """Start n choices for one prompt (raises what engine.submit raises). More choices than
+        the engine runs at once go in groups of max_seqs, all queued now: each group's first
+        choice takes the seed its index gives (seed + i, as the engine seeds forked siblings), so
+        choice i is the same in any grouping, and the prefix cache spares the later groups most
+        of the prompt. speculative: the engine's submit(speculative=) if given."""
         self.prompt_starts.append(len(self.requests))
-        for req in reqs:
-            self._index[id(req)] = len(self.requests)
-            self.requests.append(req)
-        self._open += len(reqs)
+        self._metrics.prompt_tokens.inc(len(ids))
+        group = self._engine.max_seqs
+        for first in range(0, n, group):
+            params = sampling
+            if first and sampling.seed is not None:
+                params = replace(sampling, seed=sampling.seed + first)
+            out = self._engine.submit(list(ids), max_tokens=max_tokens, sampling=params, stop=stop, logprobs=logprobs,
+                                      logit_bias=logit_bias, n=min(group, n - first), on_event=self._on_event,
+                                      grammar=grammar, **speculative)
+            reqs = out if isinstance(out, list) else [out]
+            for req in reqs:
+                self._index[id(req)] = len(self.requests)
+                self.requests.append(req)
+            self._open += len(reqs)
 
     async def events(self) -> AsyncIterator[tuple[int, object, object]]:
         """(choice index, request, event) as they come; event None: that choice has finished."""

@@ -1,5 +1,7 @@
 """OpenAI's response bodies: chat.completion / text_completion objects, their streamed chunks
-(server-sent events), logprobs in each endpoint's shape, and usage."""
+(server-sent events), logprobs in each endpoint's shape, and usage. A chat choice's message and
+deltas come from its reply.Reply (content, reasoning_content, tool_calls); a completion's from
+TextReply (its text as written)."""
 
 from __future__ import annotations
 
@@ -33,29 +35,41 @@ def usage(sub) -> dict:
 
 @dataclass
 class Choice:
-    """What one choice has produced: text, and the (token, logprob, top) of each token."""
+    """What one choice has produced: the (token, logprob, top) of each token, and how long its text is."""
 
-    text: list[str] = field(default_factory=list)
     tokens: list[tuple[int, float, list | None]] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)  # where each token's text starts (text_offset)
     length: int = 0  # characters of text so far
-    _sent_text: int = 0  # how much of text / tokens the stream has sent
-    _sent_tokens: int = 0
+    _sent_tokens: int = 0  # how many of tokens the stream has sent
 
     def add(self, event) -> None:
         if event.logprob is not None:
             self.tokens.append((event.token, event.logprob, event.top_logprobs))
             self.offsets.append(self.length)
-        if event.text:
-            self.text.append(event.text)
-            self.length += len(event.text)
+        self.length += len(event.text)
 
-    def unsent(self) -> tuple[str, list, list[int]]:
-        """Text, tokens and offsets added since the last call (what the next chunk carries)."""
-        text = "".join(self.text[self._sent_text:])
+    def unsent(self) -> tuple[list, list[int]]:
+        """Tokens and their offsets added since the last call (what the next chunk carries)."""
         tokens, offsets = self.tokens[self._sent_tokens:], self.offsets[self._sent_tokens:]
-        self._sent_text, self._sent_tokens = len(self.text), len(self.tokens)
-        return text, tokens, offsets
+        self._sent_tokens = len(self.tokens)
+        return tokens, offsets
+
+
+class TextReply:
+    """A completion's reply: its text as written, in the pieces it comes in."""
+
+    def __init__(self):
+        self.pieces: list[str] = []
+
+    def feed(self, text: str) -> list[dict]:
+        self.pieces.append(text)
+        return [{"text": text}] if text else []
+
+    def close(self) -> list[dict]:
+        return []
+
+    def finish_reason(self, engine_reason: str) -> str:
+        return engine_reason
 
 
 class Format:
@@ -100,16 +114,18 @@ class ChatFormat(Format):
             content.append(entry)
         return {"content": content, "refusal": None}
 
-    def choice(self, i: int, c: Choice, reason: str, want_logprobs: bool) -> dict:
-        return {"index": i, "message": {"role": "assistant", "content": "".join(c.text), "refusal": None},
+    def choice(self, i: int, c: Choice, reply, reason: str, want_logprobs: bool, prefix: str = "") -> dict:
+        return {"index": i, "message": {**reply.message(), "refusal": None},
                 "logprobs": self.logprobs(c.tokens) if want_logprobs else None, "finish_reason": reason}
 
-    def first_delta(self, i: int, prefix: str = "") -> dict:
-        return {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    def first_delta(self, i: int, prefix: str = "", tools: bool = False) -> dict:
+        # with tools the content may never come (a call instead): null until it does, as OpenAI sends it
+        return {"index": i, "delta": {"role": "assistant", "content": None if tools else ""}, "logprobs": None,
+                "finish_reason": None}
 
-    def delta(self, i: int, text: str, tokens, offsets, want_logprobs: bool, base: int = 0) -> dict:
-        return {"index": i, "delta": {"content": text},
-                "logprobs": self.logprobs(tokens) if want_logprobs else None, "finish_reason": None}
+    def delta(self, i: int, piece: dict, tokens, offsets, want_logprobs: bool, base: int = 0) -> dict:
+        return {"index": i, "delta": piece, "logprobs": self.logprobs(tokens) if want_logprobs else None,
+                "finish_reason": None}
 
     def last_delta(self, i: int, reason: str) -> dict:
         return {"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}
@@ -126,16 +142,16 @@ class CompletionFormat(Format):
                 "top_logprobs": top if any(t is not None for t in top) else None,
                 "text_offset": [base + o for o in offsets]}
 
-    def choice(self, i: int, c: Choice, reason: str, want_logprobs: bool, prefix: str = "") -> dict:
-        return {"text": prefix + "".join(c.text), "index": i,
+    def choice(self, i: int, c: Choice, reply, reason: str, want_logprobs: bool, prefix: str = "") -> dict:
+        return {"text": prefix + "".join(reply.pieces), "index": i,
                 "logprobs": self.logprobs(c.tokens, c.offsets, len(prefix)) if want_logprobs else None,
                 "finish_reason": reason}
 
-    def first_delta(self, i: int, prefix: str = "") -> dict:
+    def first_delta(self, i: int, prefix: str = "", tools: bool = False) -> dict:
         return {"text": prefix, "index": i, "logprobs": None, "finish_reason": None}
 
-    def delta(self, i: int, text: str, tokens, offsets, want_logprobs: bool, base: int = 0) -> dict:
-        return {"text": text, "index": i, "logprobs": self.logprobs(tokens, offsets, base) if want_logprobs else None,
+    def delta(self, i: int, piece: dict, tokens, offsets, want_logprobs: bool, base: int = 0) -> dict:
+        return {"text": piece.get("text", ""), "index": i, "logprobs": self.logprobs(tokens, offsets, base) if want_logprobs else None,
                 "finish_reason": None}
 
     def last_delta(self, i: int, reason: str) -> dict:

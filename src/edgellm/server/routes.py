@@ -11,13 +11,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import ContextOverflowError, EdgeLLMError, TemplateError
+from ..errors import ContextOverflowError, EdgeLLMError, GrammarError
 from ..scheduler import QueueFullError
 from ..speculative import Speculative
 from .bridge import Submission
 from .errors import APIError, invalid, model_not_found, queue_full, server_error, shutting_down, too_large
-from .responses import DONE, ChatFormat, Choice, CompletionFormat, sse, usage
+from .responses import DONE, ChatFormat, Choice, CompletionFormat, TextReply, sse, usage
 from .schemas import SERVER_DEFAULT, Generation, parse_chat, parse_completion, parse_detokenize, parse_tokenize
+from .structured import chat_plan, completion_grammar
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -102,55 +103,74 @@ def _speculative(ctx, gen: Generation) -> dict:
 
 
 async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[int]], stops: list[str], fmt,
-                    what: str, prefixes: list[str] | None = None) -> Response:
+                    what: str, *, make_reply=TextReply, grammar=None, tools: bool = False,
+                    prefixes: list[str] | None = None) -> Response:
+    """Generate gen.n choices for each prompt and answer (streamed or not); make_reply() reads
+    one choice's text into the pieces the format sends (content, tool calls, ...)."""
     if ctx.draining:
         raise shutting_down()
     budgets = [_max_tokens(ctx, ids, gen, what) for ids in prompts]
     sub = Submission(ctx.engine, ctx.metrics)
-    try:
+    spec = _speculative(ctx, gen)
+
+    def submit_all():
         for ids, budget in zip(prompts, budgets):
             sub.submit(ids, n=gen.n, max_tokens=budget, sampling=gen.sampling, stop=stops, logprobs=gen.logprobs,
-                       logit_bias=gen.logit_bias, **_speculative(ctx, gen))
+                       logit_bias=gen.logit_bias, grammar=grammar, **spec)
+
+    try:
+        if grammar is None:
+            submit_all()
+        else:  # each choice starts its own matcher: off the event loop
+            await run_in_threadpool(submit_all)
     except BaseException as exc:
         sub.cancel()  # the prompts already queued
         if isinstance(exc, QueueFullError):
             raise queue_full(str(exc)) from None
         if isinstance(exc, ContextOverflowError):
             raise invalid(what if what == "messages" else "prompt", str(exc), "context_length_exceeded") from None
+        if isinstance(exc, GrammarError):
+            raise invalid(gen.output.field or "tools", str(exc)) from None
         if isinstance(exc, ValueError):
             raise invalid(None, str(exc)) from None
         if isinstance(exc, EdgeLLMError) and ctx.draining:  # the engine closed under us
             raise shutting_down() from None
         raise
     choices = [Choice() for _ in sub.requests]
+    replies = [make_reply() for _ in sub.requests]
     want_lp = gen.logprobs is not None
 
     def prefix(i: int) -> str:  # echo: the prompt's text in front of choice i
         return prefixes[i // gen.n] if prefixes else ""
 
     if gen.stream:
+        def chunk(i: int, pieces: list[dict], last: bool = False):
+            """The chunks for choice i's new pieces; the tokens not yet sent go with the first."""
+            if not pieces and last and want_lp and choices[i].tokens[choices[i]._sent_tokens:]:
+                pieces = [{}]  # log-probs of tokens whose text was dropped (whitespace around calls)
+            for piece in pieces:
+                tokens, offsets = choices[i].unsent()
+                yield sse(fmt.envelope([fmt.delta(i, piece, tokens, offsets, want_lp, len(prefix(i)))], True, None,
+                                       gen.include_usage))
+
         async def events():
             try:
                 for i in range(len(choices)):
-                    yield sse(fmt.envelope([fmt.first_delta(i, prefix(i))], True, None, gen.include_usage))
+                    yield sse(fmt.envelope([fmt.first_delta(i, prefix(i), tools)], True, None, gen.include_usage))
                 async for i, req, ev in sub.events():
-                    c = choices[i]
                     if ev is not None:
-                        c.add(ev)
-                        if not ev.text:  # held back: its token goes with the text that releases it
-                            continue
-                        text, tokens, offsets = c.unsent()
-                        yield sse(fmt.envelope([fmt.delta(i, text, tokens, offsets, want_lp, len(prefix(i)))], True,
-                                               None, gen.include_usage))
+                        choices[i].add(ev)
+                        if ev.text:  # else held back: its token goes with the text that releases it
+                            for out in chunk(i, replies[i].feed(ev.text)):
+                                yield out
                         continue
                     if req.finish_reason not in ("stop", "length"):
                         yield sse(_failure(req).body())
                         return
-                    text, tokens, offsets = c.unsent()
-                    if text or tokens:
-                        yield sse(fmt.envelope([fmt.delta(i, text, tokens, offsets, want_lp, len(prefix(i)))], True,
-                                               None, gen.include_usage))
-                    yield sse(fmt.envelope([fmt.last_delta(i, req.finish_reason)], True, None, gen.include_usage))
+                    for out in chunk(i, replies[i].close(), last=True):
+                        yield out
+                    reason = replies[i].finish_reason(req.finish_reason)
+                    yield sse(fmt.envelope([fmt.last_delta(i, reason)], True, None, gen.include_usage))
                 if gen.include_usage:
                     yield sse(fmt.envelope([], True, usage(sub), True))
                 yield DONE
@@ -164,12 +184,15 @@ async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[i
         async for i, req, ev in sub.events():
             if ev is not None:
                 choices[i].add(ev)
+                replies[i].feed(ev.text)
             elif req.finish_reason not in ("stop", "length"):
                 raise _failure(req)
+            else:
+                replies[i].close()
     finally:
         watcher.cancel()
         sub.cancel()
-    out = [fmt.choice(i, c, sub.requests[i].finish_reason, want_lp, *([prefix(i)] if prefixes else []))
+    out = [fmt.choice(i, c, replies[i], replies[i].finish_reason(sub.requests[i].finish_reason), want_lp, prefix(i))
            for i, c in enumerate(choices)]
     return JSONResponse(fmt.envelope(out, False, usage(sub)))
 
@@ -179,15 +202,6 @@ async def _cancel_on_disconnect(request: Request, sub: Submission) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
     sub.cancel()
-
-
-def _chat_prompt(ctx, messages: list[dict]) -> list[int]:
-    llm = ctx.llm
-    try:
-        text = llm.template.render(messages, add_generation_prompt=True)
-    except TemplateError as exc:
-        raise invalid("messages", str(exc)) from None
-    return llm.chat_tokens(text)
 
 
 def _completion_prompt(ctx, prompt) -> list[int]:
@@ -201,20 +215,22 @@ def _completion_prompt(ctx, prompt) -> list[int]:
 
 async def chat_completions(ctx, request: Request) -> Response:
     gen = parse_chat(await read_json(request, ctx.max_body), **ctx.limits)
-    ids = await run_in_threadpool(_chat_prompt, ctx, gen.messages)
+    plan = await run_in_threadpool(chat_plan, ctx.llm, gen)
     stops = gen.stop + [s for s in ctx.llm.template.stop_strings if s not in gen.stop]
-    return await _generate(ctx, request, gen, [ids], stops, ChatFormat(ctx.model_id, ctx.fingerprint,
-                                                                       ctx.llm.tokenizer), "messages")
+    fmt = ChatFormat(ctx.model_id, ctx.fingerprint, ctx.llm.tokenizer)
+    return await _generate(ctx, request, gen, [plan.ids], stops, fmt, "messages", make_reply=plan.reply,
+                           grammar=plan.grammar, tools=plan.turn.tools)
 
 
 async def completions(ctx, request: Request) -> Response:
     gen = parse_completion(await read_json(request, ctx.max_body), **ctx.limits)
     prompts = await run_in_threadpool(lambda: [_completion_prompt(ctx, p) for p in gen.prompts])
+    grammar = await run_in_threadpool(completion_grammar, ctx.llm, gen) if gen.output.field else None
     prefixes = None
     if gen.echo:
         prefixes = [p if isinstance(p, str) else ctx.llm.detokenize(p) for p in gen.prompts]
     fmt = CompletionFormat(ctx.model_id, ctx.fingerprint, ctx.llm.tokenizer)
-    return await _generate(ctx, request, gen, prompts, gen.stop, fmt, "prompt", prefixes)
+    return await _generate(ctx, request, gen, prompts, gen.stop, fmt, "prompt", grammar=grammar, prefixes=prefixes)
 
 
 # -- the rest ----------------------------------------------------------------------------------

@@ -82,25 +82,27 @@ class _Server(uvicorn.Server):
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 8, n_ctx: int = 4096,
           n_threads: int | None = None, kv_tokens: int | None = None, api_key: str | None = None,
-          max_queue: int = 128, grace: int = 30, verbose: bool = False, cache_type_k: str = "f16",
-          cache_type_v: str = "f16", mlock: bool = False, speculative=None) -> None:
+          max_queue: int = 128, grace: int = 30, verbose: bool = False, chat_template: str | None = None,
+          cache_type_k: str = "f16", cache_type_v: str = "f16", mlock: bool = False, speculative=None) -> None:
     """kv_tokens: KV cache tokens all sequences share (default: parallel x the context, so every
-    slot can fill its context; memory is taken only as it is written); cache_type_k / _v: the KV
-    cache types and mlock (LLM's). speculative: the requests' default speculative decoding (a
-    speculative.Speculative; a draft model given by path is loaded beside the model and its
-    vocabulary checked)."""
+    slot can fill its context; memory is taken only as it is written). chat_template: Jinja
+    source used instead of the model's own. cache_type_k / _v: the KV cache types and mlock
+    (LLM's). speculative: the requests' default speculative decoding (a speculative.Speculative;
+    a draft model given by path is loaded beside the model and its vocabulary checked)."""
     from ..api import LLM
     from ..scheduler import BatchEngine
 
-    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, cache_type_k=cache_type_k,
-              cache_type_v=cache_type_v, mlock=mlock)
+    llm = LLM(model, n_ctx=n_ctx, n_threads=n_threads, progress=True, chat_template=chat_template,
+              cache_type_k=cache_type_k, cache_type_v=cache_type_v, mlock=mlock)
+    llm.template  # a template that does not compile fails now, not at the first request
     if kv_tokens is not None and kv_tokens < llm.n_ctx:
         raise ValueError(f"--kv-tokens {kv_tokens} is less than the context ({llm.n_ctx}): one full request would "
                          f"not fit")
     engine = BatchEngine(llm, max_seqs=parallel, kv_tokens=kv_tokens or parallel * llm.n_ctx, prefix_cache=True,
                          max_queue=max_queue, speculative=speculative)
     engine.start()
-    ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel)
+    ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel,
+                  max_queue=max_queue)
 
     def ready(addr):
         h, p = addr

@@ -1,8 +1,9 @@
 """Request bodies of the OpenAI endpoints, checked field by field into what the engine takes.
 
 Every problem is a 400 naming the field (`param`), as OpenAI answers: unknown fields, wrong
-types, values out of OpenAI's ranges, more choices than the server runs at once, more tokens
-than the context holds. Ranges and defaults are OpenAI's (temperature 1, top_p 1, no penalties);
+types, values out of OpenAI's ranges, more choices than the server can queue, more tokens than
+the context holds. The structured-output fields (response_format, grammar, json_schema, tools)
+are checked for shape here and compiled in structured.py. Ranges and defaults are OpenAI's (temperature 1, top_p 1, no penalties);
 `top_k`, `min_p` and `repeat_penalty` are llama.cpp's extras, off unless given; `speculative`
 ("lookup", "draft", "none") is edgellm's: this request's speculative decoding, by default the
 server's (`edgellm serve --lookup | --draft MODEL`).
@@ -10,6 +11,7 @@ server's (`edgellm serve --lookup | --draft MODEL`).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -26,15 +28,23 @@ SEED_RANGE = 2**64  # seeds are int64 in OpenAI's API; taken modulo 2**64 (the s
 SPECULATIVE = ("lookup", "draft", "none")  # the `speculative` field's values
 SERVER_DEFAULT = "default"  # Generation.speculative when the field is absent
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+# the fields each role's message may carry (OpenAI's, and llama.cpp's reasoning_content)
+MESSAGE_FIELDS = {"system": {"role", "content", "name"}, "user": {"role", "content", "name"},
+                  "assistant": {"role", "content", "name", "tool_calls", "refusal", "reasoning_content"},
+                  "tool": {"role", "content", "tool_call_id", "name"}}
+TOOL_CHOICES = ("none", "auto", "required")
 
-# Fields OpenAI accepts that change nothing here (bookkeeping, or the one value we support).
-_ACCEPTED_NO_EFFECT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+# Fields OpenAI accepts that change nothing here (bookkeeping).
+_ACCEPTED_NO_EFFECT = {"user", "metadata", "store", "service_tier"}
 _SAMPLING = {"temperature", "top_p", "frequency_penalty", "presence_penalty", "seed", "logit_bias", "stop", "n",
-             "stream", "stream_options", "max_tokens", "top_k", "min_p", "repeat_penalty", "model", "speculative"}
-CHAT_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                                                  "response_format", "tools", "tool_choice", "modalities"}
-COMPLETION_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | {"prompt", "logprobs", "echo", "best_of", "suffix"}
+             "stream", "stream_options", "max_tokens", "top_k", "min_p", "repeat_penalty", "model",
+             "speculative"}
+_STRUCTURED = {"response_format", "grammar", "json_schema"}  # OpenAI's, then llama.cpp's two
+CHAT_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | _STRUCTURED | {
+    "messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "modalities"}
+COMPLETION_FIELDS = _SAMPLING | _ACCEPTED_NO_EFFECT | _STRUCTURED | {"prompt", "logprobs", "echo", "best_of", "suffix"}
 
 
 @dataclass
@@ -54,6 +64,21 @@ class Generation:
     prompts: list[str | list[int]] | None = None  # completions: one or more prompts
     echo: bool = False
     speculative: str = SERVER_DEFAULT  # or one of SPECULATIVE
+    output: "Output" = None  # the structured-output fields, checked for shape
+
+
+@dataclass
+class Output:
+    """What the reply must look like: at most one of response_format (not "text"), grammar and
+    json_schema (the name of the field given is `field`), and the tools it may call."""
+
+    field: str | None = None  # "response_format" | "grammar" | "json_schema" | None
+    response_format: dict | None = None
+    grammar: str | None = None  # GBNF text
+    json_schema: dict | bool | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool = True
 
 
 # -- one value ---------------------------------------------------------------------------------
@@ -114,14 +139,16 @@ def boolean(body: dict, name: str, default: bool = False) -> bool:
     return v
 
 
-def string(body: dict, name: str, default=None, *, required: bool = False):
+def string(body: dict, name: str, default=None, *, required: bool = False, where: str | None = None):
+    """body[name], a string; `where` names the field in errors (default: name)."""
+    where = where or name
     v = body.get(name)
     if v is None:
         if required:
-            raise invalid(name, f"Missing required parameter: '{name}'.", "missing_required_parameter")
+            raise invalid(where, f"Missing required parameter: '{where}'.", "missing_required_parameter")
         return default
     if not isinstance(v, str):
-        raise _wrong_type(name, "a string", v)
+        raise _wrong_type(where, "a string", v)
     return v
 
 
@@ -221,7 +248,7 @@ def _common(body: dict, *, max_n: int, n_ctx: int, n_vocab: int) -> dict:
     boolean(body, "store")
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise _wrong_type("metadata", "an object", body["metadata"])
-    why = f" (the server runs {max_n} sequences at once)" if max_n < MAX_CHOICES else ""
+    why = f" (the server queues at most {max_n} sequences: --max-queue)" if max_n < MAX_CHOICES else ""
     stream, include_usage = _stream(body)
     return dict(
         sampling=_sampling(body),
@@ -250,6 +277,8 @@ def _speculative(body: dict) -> str:
 def _content(msg: dict, i: int, role: str) -> str:
     where = f"messages[{i}].content"
     content = msg.get("content")
+    if content is None and role == "assistant" and msg.get("tool_calls"):
+        return ""  # OpenAI: content may be left out beside tool calls
     if content is None:
         raise invalid(where, f"Missing required parameter: '{where}'.", "missing_required_parameter")
     if isinstance(content, str):
@@ -285,16 +314,57 @@ def _messages(body: dict) -> list[dict]:
         if not isinstance(role, str):
             raise _wrong_type(f"messages[{i}].role", "a string", role)
         if role not in ROLES:
-            hint = " (this server has no tool calling)" if role in ("tool", "function") else ""
+            hint = " (send function results as role 'tool')" if role == "function" else ""
             raise invalid(f"messages[{i}].role", f"Invalid value for 'messages[{i}].role': {role!r}{hint}; "
                                                  f"supported roles are {', '.join(ROLES)}.")
+        allowed = MESSAGE_FIELDS[ROLES[role]]
         for key in msg:
-            if key not in ("role", "content", "name"):
-                raise invalid(f"messages[{i}].{key}", f"Unrecognized argument in message {i}: {key}"
-                              + (" (this server has no tool calling)" if "tool" in key or "function" in key else ""),
+            if key not in allowed:
+                raise invalid(f"messages[{i}].{key}", f"Unrecognized argument in message {i} ({role}): {key}",
                               "unknown_parameter")
-        string(msg, "name")
-        out.append({"role": ROLES[role], "content": _content(msg, i, role)})
+        m = {"role": ROLES[role], "content": _content(msg, i, role)}
+        for key in ("name", "reasoning_content", "refusal"):
+            if string(msg, key, where=f"messages[{i}].{key}") is not None:
+                m[key] = msg[key]
+        m.pop("refusal", None)  # accepted (clients send back what they got), not the template's
+        if role == "tool":
+            m["tool_call_id"] = string(msg, "tool_call_id", required=True, where=f"messages[{i}].tool_call_id")
+        if msg.get("tool_calls") is not None:
+            m["tool_calls"] = _message_tool_calls(msg["tool_calls"], f"messages[{i}].tool_calls")
+        out.append(m)
+    return out
+
+
+def _message_tool_calls(calls, where: str) -> list[dict]:
+    """An assistant message's tool_calls as OpenAI sends them back (arguments as JSON text)."""
+    if not isinstance(calls, list):
+        raise _wrong_type(where, "an array", calls)
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(call, dict):
+            raise _wrong_type(at, "an object", call)
+        for key in call:
+            if key not in ("id", "type", "function"):
+                raise invalid(f"{at}.{key}", f"Unrecognized argument in '{at}': {key}", "unknown_parameter")
+        string(call, "id", required=True, where=f"{at}.id")
+        if call.get("type", "function") != "function":
+            raise invalid(f"{at}.type", f"Invalid value for '{at}.type': {call.get('type')!r}; only 'function' "
+                                        f"calls are supported.")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise _wrong_type(f"{at}.function", "an object with 'name' and 'arguments'", fn)
+        string(fn, "name", required=True, where=f"{at}.function.name")
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                json.loads(args)
+            except ValueError:
+                raise invalid(f"{at}.function.arguments", f"Invalid '{at}.function.arguments': not JSON text "
+                                                          f"({args[:60]!r}).") from None
+        elif not isinstance(args, dict):
+            raise _wrong_type(f"{at}.function.arguments", "a string of JSON", args)
+        out.append({"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}})
     return out
 
 
@@ -312,18 +382,135 @@ def parse_chat(body, *, max_n: int, n_ctx: int, n_vocab: int, models: set[str]) 
     top = integer(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS_CHAT)
     if top is not None and not want_logprobs:
         raise invalid("top_logprobs", "'top_logprobs' needs 'logprobs' set to true.")
-    fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise invalid("response_format", "Only response_format {'type': 'text'} is supported by this server.")
-    tools = body.get("tools")
-    if tools not in (None, []):
-        raise invalid("tools", "'tools' are not supported: this server has no tool calling.")
-    if body.get("tool_choice") not in (None, "none", "auto"):
-        raise invalid("tool_choice", "'tool_choice' must be 'none' or 'auto': this server has no tool calling.")
     if body.get("modalities") not in (None, ["text"]):
         raise invalid("modalities", "Only the 'text' modality is supported by this server.")
-    boolean(body, "parallel_tool_calls")
-    return Generation(model=model, messages=messages, logprobs=(top or 0) if want_logprobs else None, **common)
+    output = _output(body)
+    output.tools = _tools(body)
+    output.tool_choice = _tool_choice(body, output.tools)
+    output.parallel_tool_calls = boolean(body, "parallel_tool_calls", True)
+    return Generation(model=model, messages=messages, logprobs=(top or 0) if want_logprobs else None, output=output,
+                      **common)
+
+
+# -- structured output -------------------------------------------------------------------------
+
+
+def _keys(obj: dict, where: str, allowed: tuple[str, ...]) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise invalid(f"{where}.{key}", f"Unrecognized argument in '{where}': {key}", "unknown_parameter")
+
+
+def _schema(v, where: str):
+    if not isinstance(v, (dict, bool)):
+        raise _wrong_type(where, "a JSON schema (an object)", v)
+    return v
+
+
+def _response_format(body: dict) -> dict | None:
+    """OpenAI's response_format (and llama.cpp's {"type": "json_object", "schema": ...}); None for text."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise _wrong_type("response_format", "an object", fmt)
+    kind = fmt.get("type")
+    if kind not in ("text", "json_object", "json_schema"):
+        raise invalid("response_format.type", f"Invalid value for 'response_format.type': {kind!r}; supported "
+                                              f"values are 'text', 'json_object' and 'json_schema'.")
+    if kind == "text":
+        _keys(fmt, "response_format", ("type",))
+        return None
+    if kind == "json_object":
+        _keys(fmt, "response_format", ("type", "schema"))
+        if "schema" in fmt:
+            _schema(fmt["schema"], "response_format.schema")
+        return fmt
+    _keys(fmt, "response_format", ("type", "json_schema"))
+    spec = fmt.get("json_schema")
+    if spec is None:
+        raise invalid("response_format.json_schema", "Missing required parameter: 'response_format.json_schema'.",
+                      "missing_required_parameter")
+    if not isinstance(spec, dict):
+        raise _wrong_type("response_format.json_schema", "an object", spec)
+    _keys(spec, "response_format.json_schema", ("name", "description", "schema", "strict"))
+    string(spec, "name", where="response_format.json_schema.name")
+    string(spec, "description", where="response_format.json_schema.description")
+    boolean(spec, "strict")
+    if "schema" in spec:
+        _schema(spec["schema"], "response_format.json_schema.schema")
+    return fmt
+
+
+def _output(body: dict) -> Output:
+    out = Output(response_format=_response_format(body), grammar=string(body, "grammar"))
+    if "json_schema" in body and body["json_schema"] is not None:
+        out.json_schema = _schema(body["json_schema"], "json_schema")
+    given = [name for name, v in (("response_format", out.response_format), ("grammar", out.grammar),
+                                  ("json_schema", out.json_schema)) if v is not None]
+    if len(given) > 1:
+        raise invalid(given[1], f"Give one of 'response_format', 'grammar' and 'json_schema', not "
+                                f"{' and '.join(repr(g) for g in given)}.")
+    out.field = given[0] if given else None
+    return out
+
+
+def _tools(body: dict) -> list[dict] | None:
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise _wrong_type("tools", "an array of tools", tools)
+    if not tools:
+        return None
+    names = set()
+    for i, tool in enumerate(tools):
+        at = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise _wrong_type(at, "an object", tool)
+        _keys(tool, at, ("type", "function"))
+        if tool.get("type") != "function":
+            raise invalid(f"{at}.type", f"Invalid value for '{at}.type': {tool.get('type')!r}; only 'function' "
+                                        f"tools are supported.")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise _wrong_type(f"{at}.function", "an object", fn)
+        _keys(fn, f"{at}.function", ("name", "description", "parameters", "strict"))
+        name = string(fn, "name", required=True, where=f"{at}.function.name")
+        if not name or len(name) > 64 or any(c.isspace() for c in name):
+            raise invalid(f"{at}.function.name", f"Invalid '{at}.function.name': {name!r} (1 to 64 characters, "
+                                                 f"no spaces).")
+        if name in names:
+            raise invalid(f"{at}.function.name", f"Invalid '{at}.function.name': {name!r} is given twice.")
+        names.add(name)
+        string(fn, "description", where=f"{at}.function.description")
+        boolean(fn, "strict")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise _wrong_type(f"{at}.function.parameters", "a JSON schema (an object)", fn["parameters"])
+    return tools
+
+
+def _tool_choice(body: dict, tools: list[dict] | None):
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise invalid("tool_choice", f"Invalid value for 'tool_choice': {choice!r}; supported values are "
+                                         f"'none', 'auto', 'required' and {{'type': 'function', 'function': "
+                                         f"{{'name': ...}}}}.")
+    elif isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise invalid("tool_choice", "Invalid 'tool_choice': a named tool is {'type': 'function', 'function': "
+                                         "{'name': ...}}.")
+        if fn["name"] not in [t["function"]["name"] for t in tools or []]:
+            raise invalid("tool_choice", f"Invalid 'tool_choice': {fn['name']!r} is not among the 'tools'.")
+    else:
+        raise _wrong_type("tool_choice", "a string or an object", choice)
+    if choice not in ("none", "auto") and not tools:
+        raise invalid("tool_choice", "'tool_choice' other than 'none' or 'auto' needs 'tools'.")
+    return choice
 
 
 # -- completions -------------------------------------------------------------------------------
@@ -363,16 +550,16 @@ def parse_completion(body, *, max_n: int, n_ctx: int, n_vocab: int, models: set[
     best_of = integer(body, "best_of", None, 1, MAX_CHOICES)
     if best_of is not None and best_of != common["n"]:
         raise invalid("best_of", f"'best_of' other than 'n' ({common['n']}) is not supported by this server.")
-    if len(prompts) * common["n"] > MAX_CHOICES:
+    if len(prompts) * common["n"] > min(max_n, MAX_CHOICES):
         raise invalid("n", f"{len(prompts)} prompts x n={common['n']} choices is more than the maximum of "
-                           f"{MAX_CHOICES}.")
+                           f"{min(max_n, MAX_CHOICES)}.")
     if string(body, "suffix"):
         raise invalid("suffix", "'suffix' (insertion) is not supported by this server.")
     echo = boolean(body, "echo")
     logprobs = integer(body, "logprobs", None, 0, MAX_LOGPROBS_COMPLETIONS)
     if echo and logprobs is not None:
         raise invalid("echo", "'echo' together with 'logprobs' (log-probs of the prompt) is not supported.")
-    return Generation(model=model, prompts=prompts, echo=echo, logprobs=logprobs, **common)
+    return Generation(model=model, prompts=prompts, echo=echo, logprobs=logprobs, output=_output(body), **common)
 
 
 def parse_tokenize(body, n_vocab: int) -> tuple[str, bool, bool, bool]:

@@ -1,0 +1,149 @@
+"""The server's reading of a reply (server/reply.py): streamed in any pieces it adds up to the
+message read whole, that message agrees with tool_calls.parse for every format, and the deltas
+are OpenAI's (id and name first, then argument fragments). No model needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgellm.server.reply import JSONSpans, Reply
+from edgellm.tool_calls import ToolFormat, parse
+from test_tool_calls import WRITTEN
+
+# more replies per format: calls after text, several calls, keys in another order, no call at all
+MORE = {
+    "hermes": ['<think>\nhmm\n</think>\n\nA <tool_call>{"arguments": {"x": [1, {"y": "}"}]}, "name": "f"}</tool_call>'
+               '\n<tool_call>{"name": "g", "arguments": {}}</tool_call> B ', "It is sunny.", "<tool_call>\n{\"na"],
+    "llama3": ['{"name": "a", "parameters": {"q": 1}}; {"name": "b", "parameters": {}}', '{"x": 1}', "Sunny."],
+    "mistral": ['Sure. [TOOL_CALLS][{"name": "a", "arguments": {"k": "\\"v\\""}}, {"name": "b", "arguments": {}}]'],
+    "mistral_args": ['Hi [TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}'],
+    "functionary": ['>>>all\nHello\n>>>get_weather\n{"city": "Rome"}'],
+    "function_tag": ['Call: <function=f>{"a": [1, 2]}</function> done'],
+    "generic": ['{"response": "It is \\"sunny\\"."}', '{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}',
+                '{"x": 2}'],
+}
+CASES = [(fmt, text) for fmt in sorted(WRITTEN) for text in [WRITTEN[fmt]] + MORE.get(fmt, [])]
+
+
+def read(fmt: str | None, pieces, **kw):
+    reply = Reply(None if fmt is None else ToolFormat(fmt, fmt != "generic"), **kw)
+    deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
+    return reply, deltas
+
+
+def assemble(deltas) -> dict:
+    """What a client adds up from the deltas (as the openai package's stream helpers do)."""
+    msg: dict = {"content": None}
+    calls: dict[int, dict] = {}
+    for d in deltas:
+        for key in ("content", "reasoning_content"):
+            if key in d:
+                msg[key] = (msg.get(key) or "") + d[key]
+        for tc in d.get("tool_calls", []):
+            if tc["index"] not in calls:  # the first delta of a call carries its id, type and name
+                assert set(tc) == {"index", "id", "type", "function"} and tc["type"] == "function"
+                assert tc["function"]["name"] and tc["function"]["arguments"] == ""
+                calls[tc["index"]] = {"id": tc["id"], "type": "function", "function": dict(tc["function"])}
+            else:  # then only argument fragments
+                assert set(tc) == {"index", "function"} and set(tc["function"]) == {"arguments"}
+                calls[tc["index"]]["function"]["arguments"] += tc["function"]["arguments"]
+    if calls:
+        assert sorted(calls) == list(range(len(calls)))
+        msg["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return msg
+
+
+def splits(text: str):
+    yield [text]
+    yield list(text)  # a character at a time
+    for k in range(1, len(text)):
+        yield [text[:k], text[k:]]
+
+
+def norm(msg: dict) -> dict:
+    out = {"content": msg["content"] or None, "reasoning_content": msg.get("reasoning_content")}
+    out["tool_calls"] = [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+    return out
+
+
+@pytest.mark.parametrize("fmt, text", CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CASES)])
+def test_streamed_in_any_pieces_adds_up_to_the_whole(fmt, text):
+    whole, _ = read(fmt, [text])
+    want = norm(whole.message())
+    for pieces in splits(text):
+        reply, deltas = read(fmt, pieces)
+        got = norm(reply.message())
+        assert [c[1:] for c in got["tool_calls"]] == [c[1:] for c in want["tool_calls"]], pieces
+        assert {**got, "tool_calls": None} == {**want, "tool_calls": None}, pieces
+        assert norm(assemble(deltas)) == got, pieces
+
+
+@pytest.mark.parametrize("fmt, text", [c for c in CASES if not c[1].endswith('{"na')],
+                         ids=[f"{f}-{i}" for i, (f, t) in enumerate(CASES) if not t.endswith('{"na')])
+def test_the_whole_reply_reads_as_tool_calls_parse_reads_it(fmt, text):
+    reasoning, rest = text.split("</think>")[-1], text.split("</think>")[-1]
+    content, calls = parse(ToolFormat(fmt, fmt != "generic"), rest)
+    msg = read(fmt, [text])[0].message()
+    assert (msg["content"] or "") == content
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])] == \
+           [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    if calls:  # the arguments as the model wrote them
+        for c in msg["tool_calls"]:
+            assert c["function"]["arguments"] in text and c["id"].startswith("call_")
+
+
+def test_arguments_stream_as_they_are_written():
+    reply = Reply(ToolFormat("hermes", True))
+    assert reply.feed("Let me look.\n<tool") == [{"content": "Let me look."}]  # the marker's start waits
+    head = reply.feed('_call>\n{"name": "get_weather", "arguments": {"ci')
+    assert head[0]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert head[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}
+    assert reply.feed('ty": "Paris"}}\n</tool_call>') == [{"tool_calls": [{"index": 0, "function": {
+        "arguments": 'ty": "Paris"}'}}]}]
+    assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
+
+
+def test_a_call_cut_short_keeps_what_was_written_and_says_length():
+    reply, _ = read("hermes", ['<tool_call>\n{"name": "f", "arguments": {"city": "Pa'])
+    msg = reply.message()
+    assert msg["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"city": "Pa'}
+    assert reply.finish_reason("length") == "length"
+    cut, _ = read("hermes", ['<tool_call>\n{"na'])  # no name yet: not a call, the text is content
+    assert cut.message() == {"role": "assistant", "content": '<tool_call>\n{"na'}
+
+
+def test_reasoning_is_split_off():
+    reply, deltas = read(None, ["<think>\n I think", " it is sunny. \n</th", "ink>\n\nIt is sunny. "])
+    assert reply.message() == {"role": "assistant", "content": "It is sunny. ", "reasoning_content": "I think it is sunny."}
+    assert deltas[0] == {"reasoning_content": "I think"}
+    opened, _ = read(None, ["hmm</think>Sunny"], thinking=True)  # the prompt opened the think block
+    assert opened.message() == {"role": "assistant", "content": "Sunny", "reasoning_content": "hmm"}
+    cut, _ = read(None, ["<think>still going"])
+    assert cut.message() == {"role": "assistant", "content": "", "reasoning_content": "still going"}
+    plain, deltas = read(None, [" Hello", " <b>world</b>\n"])  # no tools, no think block: as written
+    assert plain.message() == {"role": "assistant", "content": " Hello <b>world</b>\n"}
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call():
+    text = '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    one, deltas = read("hermes", [text], parallel=False)
+    assert [c["function"]["name"] for c in one.message()["tool_calls"]] == ["a"]
+    assert norm(assemble(deltas)) == norm(one.message())
+
+
+def test_a_json_answer_is_content_in_the_generic_format():
+    answer = '{"response": "yes", "score": 3}'
+    assert read("generic", [answer], json_answer=True)[0].message()["content"] == answer
+    assert read("generic", [answer])[0].message()["content"] == "yes"
+
+
+def test_json_spans_follow_members_by_path():
+    text = '{"a": [1, {"b": "x}"}], "c": tru'
+    j = JSONSpans(0)
+    j.feed(text)
+    assert j.span_text(text, ("a",)) == '[1, {"b": "x}"}]' and j.span_text(text, ("a", 1, "b")) == '"x}"'
+    assert j.keys[()] == ["a", "c"] and not j.complete(("c",)) and not j.done
+    j.feed(text + "e}")
+    assert j.complete(("c",)) and j.end == len(text) + 2
