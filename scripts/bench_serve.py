@@ -104,17 +104,26 @@ class Connection:
 
     async def stream(self, path: str, body: dict, headers: dict, on_data) -> tuple[int, bytes]:
         """POST body; call on_data(payload) for each SSE data line; returns (status, body if not 200)."""
-        if self.writer is None:
-            await self._open()
         data = json.dumps(body).encode()
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                 f"Accept: text/event-stream\r\nContent-Length: {len(data)}\r\n"
                 + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
-        self.writer.write(head.encode() + data)
-        await self.writer.drain()
-        status_line = await self.reader.readline()
-        if not status_line:
-            raise ConnectionError("the server closed the connection")
+        # a kept-alive connection the server has closed since the last answer is reopened once and
+        # the request sent again (nothing of it was read), as HTTP clients do
+        for reused in ((True, False) if self.writer is not None else (False,)):
+            if self.writer is None:
+                await self._open()
+            try:
+                self.writer.write(head.encode() + data)
+                await self.writer.drain()
+                status_line = await self.reader.readline()
+            except (ConnectionResetError, BrokenPipeError):
+                status_line = b""
+            if status_line:
+                break
+            self.close()
+            if not reused:
+                raise ConnectionError("the server closed the connection")
         status = int(status_line.split()[1])
         hdrs = {}
         while (line := await self.reader.readline()) not in (b"\r\n", b"\n", b""):
