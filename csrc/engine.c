@@ -65,7 +65,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     c->d = *desc;
     const el_model_desc *d = &c->d;
     if (d->n_layer <= 0 || d->n_embd <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 ||
-        d->n_head % d->n_head_kv || d->head_dim_k <= 0 || d->head_dim_v <= 0 || d->n_ff <= 0 ||
+        d->n_head % d->n_head_kv || d->head_dim_k <= 0 || d->head_dim_v <= 0 || (d->n_ff <= 0 && !d->n_expert) ||
         d->n_vocab <= 0 || d->n_rot < 0 || d->n_rot > d->head_dim_k || d->n_rot % 2)
         FAIL("inconsistent hyperparameters");
     if (n_ctx <= 0 || n_batch <= 0) FAIL("n_ctx and n_batch must be positive");
@@ -95,9 +95,12 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         if (!tensor_ok(c, &L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
-        if (!tensor_ok(c, &L->w_gate, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
-        if (!tensor_ok(c, &L->w_up, d->n_embd, d->n_ff)) FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
-        if (!tensor_ok(c, &L->w_down, d->n_ff, d->n_embd)) FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
+        if (!d->n_expert && !tensor_ok(c, &L->w_gate, d->n_embd, d->n_ff))
+            FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
+        if (!d->n_expert && !tensor_ok(c, &L->w_up, d->n_embd, d->n_ff))
+            FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
+        if (!d->n_expert && !tensor_ok(c, &L->w_down, d->n_ff, d->n_embd))
+            FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
         if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd) ||
             !norm_ok(&L->attn_post_norm, d->n_embd) || !norm_ok(&L->ffn_post_norm, d->n_embd) ||
             !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : d->head_dim_k) ||
@@ -117,7 +120,9 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         if (!c->kv[g].k || !c->kv[g].v) FAIL("out of memory");
     }
 
-    int max_k = EL_MAX(EL_MAX(d->n_embd, od), d->n_ff);
+    if (d->n_expert && el_moe_init(c, last_error, sizeof last_error) != 0) goto fail;
+    const int n_ff = EL_MAX(d->n_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
+    int max_k = EL_MAX(EL_MAX(d->n_embd, od), n_ff);
     c->max_k = max_k;
     const size_t B = (size_t)n_batch;
     c->x = amalloc(4 * B * d->n_embd);
@@ -126,8 +131,8 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     c->kc = amalloc(4 * B * kd);
     c->vc = amalloc(4 * B * vd);
     c->tmp = amalloc(4 * B * d->n_embd);
-    c->gate = amalloc(4 * B * d->n_ff);
-    c->up = amalloc(4 * B * d->n_ff);
+    c->gate = amalloc(4 * B * n_ff);
+    c->up = amalloc(4 * B * n_ff);
     c->actq = amalloc(B * (size_t)max_k * 4 + 1024);  /* every act type takes <= 4 bytes/value */
     c->rope = amalloc(4 * B * (d->n_rot ? d->n_rot : 2));
     step_plan *pl = &c->plan;
@@ -175,6 +180,7 @@ void el_engine_free(el_engine *c) {
     free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
     free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->tmp_k);
     el_attention_free(c);
+    el_moe_free(c);
     step_plan *pl = &c->plan;
     free(pl->row_slot); free(pl->seq_row0); free(pl->seq_rows); free(pl->out_row);
     free(pl->qb_seq); free(pl->qb_row0); free(pl->qb_rows);
@@ -184,12 +190,6 @@ void el_engine_free(el_engine *c) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* matmul inside a pool task: y[m, :] = W . x[m, :] for m < M                                   */
-
-typedef struct {
-    const float *src;  /* what actq holds (this thread's view; identical on every thread) */
-    int type, m, k;
-    int in_use;        /* actq may be read by another thread since the last barrier */
-} act_state;
 
 /* every barrier of a forward pass goes through here, so act_state knows actq is free again */
 static void sync(el_engine *c, act_state *st) {
@@ -252,6 +252,29 @@ static void matmul(el_engine *c, act_state *st, const el_tensor *w, const float 
     }
 }
 
+void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
+                    float *y, int ldy, int ith, int nth) {
+    matmul(c, st, w, x, m, ldx, y, ldy, ith, nth);
+}
+
+void el_task_sync(el_engine *c, act_state *st) { sync(c, st); }
+
+void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,
+                    size_t lda, int m, float *y, size_t ldy, int ith, int nth) {
+    const el_type_traits *tt = &c->traits[w->type];
+    int64_t r0, r1;
+    el_split(nrows, ith, nth, ROW_ALIGN, &r0, &r1);
+    const uint8_t *wd = (const uint8_t *)w->data + (size_t)row0 * w->row_bytes;
+    const int64_t rt = m == 1 ? EL_MAX(1, r1 - r0) : ROW_TILE;
+    for (int64_t rb = r0; rb < r1; rb += rt) {
+        const int nr = (int)EL_MIN(rt, r1 - rb);
+        for (int mb = 0; mb < m; mb += TOK_TILE)
+            gemm_loop(tt, w->type, m, c->plan.b->llama_order, mb, (int)w->ne0, wd + (size_t)rb * w->row_bytes,
+                      w->row_bytes, nr, a + (size_t)mb * lda, lda, EL_MIN(TOK_TILE, m - mb), y + (size_t)mb * ldy + rb,
+                      ldy);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 /* Store row m's keys and values in its slot of the blocks of layer l (kv.c: in the cache types). */
@@ -271,6 +294,27 @@ static void pre_norm(float *y, const float *x, const float *w, int n, float eps)
 static void residual_add(float *x, const float *t, int n, float scale) {
     if (scale == 1.0f) for (int i = 0; i < n; i++) x[i] += t[i];
     else for (int i = 0; i < n; i++) x[i] += t[i] * scale;
+}
+
+void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
+                  const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth) {
+    const int n = c->plan.n, E = c->d.n_embd;
+    matmul(c, st, w_gate, c->tmp, n, E, c->gate, n_ff, ith, nth);
+    matmul(c, st, w_up, c->tmp, n, E, c->up, n_ff, ith, nth);
+    sync(c, st);
+    TRACE("ffn_gate", l, c->gate, n, n_ff, n_ff);
+    TRACE("ffn_up", l, c->up, n, n_ff, n_ff);
+    {
+        int64_t r0, r1;
+        el_split((int64_t)n * n_ff, ith, nth, 64, &r0, &r1);
+        float *gt = c->gate, *up = c->up;
+        if (act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1 - r0, gt + r0, up + r0);
+        else c->vops.silu_mul(r1 - r0, gt + r0, up + r0);
+    }
+    sync(c, st);
+    TRACE("ffn_act", l, c->gate, n, n_ff, n_ff);
+    matmul(c, st, w_down, c->gate, n, n_ff, out, E, ith, nth);
+    sync(c, st);
 }
 
 static void forward_task(void *arg, int ith, int nth) {
@@ -358,23 +402,9 @@ static void forward_task(void *arg, int ith, int nth) {
         sync(c, &st);
         TRACE("ffn_inp", l, c->x, n, E, E);
         TRACE("ffn_norm", l, c->tmp, n, E, E);
-        /* feed-forward block: down(act(gate(x)) * up(x)) */
-        matmul(c, &st, &L->w_gate, c->tmp, n, E, c->gate, d->n_ff, ith, nth);
-        matmul(c, &st, &L->w_up, c->tmp, n, E, c->up, d->n_ff, ith, nth);
-        sync(c, &st);
-        TRACE("ffn_gate", l, c->gate, n, d->n_ff, d->n_ff);
-        TRACE("ffn_up", l, c->up, n, d->n_ff, d->n_ff);
-        {
-            int64_t r0, r1;
-            el_split((int64_t)n * d->n_ff, ith, nth, 64, &r0, &r1);
-            float *gt = c->gate, *up = c->up;
-            if (d->act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1 - r0, gt + r0, up + r0);
-            else c->vops.silu_mul(r1 - r0, gt + r0, up + r0);
-        }
-        sync(c, &st);
-        TRACE("ffn_act", l, c->gate, n, d->n_ff, d->n_ff);
-        matmul(c, &st, &L->w_down, c->gate, n, d->n_ff, c->tmp, E, ith, nth);
-        sync(c, &st);
+        /* feed-forward block: c->tmp <- its output */
+        if (d->n_expert) el_moe_ffn(c, &st, l, ith, nth);
+        else el_gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, d->n_ff, d->act, c->tmp, ith, nth);
         TRACE("ffn_out", l, c->tmp, n, E, E);
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;

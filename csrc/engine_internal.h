@@ -61,6 +61,7 @@ struct el_engine {
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
     struct att_state *att; /* attention's scratch and per-step plan (attention.c) */
+    struct moe_state *moe; /* the expert FFN's scratch (moe.c); NULL for dense models */
     el_half *tmp_k; /* per thread: one key or value row in f16 */
     step_plan plan;
 };
@@ -92,6 +93,34 @@ int el_attention_init(el_engine *e);
 void el_attention_free(el_engine *e);
 int el_attention_plan(el_engine *e);
 void el_attention(el_engine *e, int l, int ith, int nth);
+/* What actq (the quantized activations of the last matmul input) holds, per thread: a matmul
+ * whose input is the same buffer, type and shape reuses it. */
+typedef struct {
+    const float *src;  /* what actq holds (this thread's view; identical on every thread) */
+    int type, m, k;
+    int in_use;        /* actq may be read by another thread since the last barrier */
+} act_state;
+
+/* engine.c, for the FFN variants in their own files, inside a forward pass (every thread calls
+ * them alike): el_task_matmul is the forward pass's matmul, y[m, :] = W . x[m, :] (no barrier at
+ * the end); el_task_sync its barrier; el_matmul_acts this thread's share of rows [row0, row0 +
+ * nrows) of W times m activation rows already quantized in W's vec_dot type (lda bytes apart):
+ * y[j * ldy + r - row0] for row r, activation row j, in the order the step's matmuls use. */
+void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
+                    float *y, int ldy, int ith, int nth);
+void el_task_sync(el_engine *c, act_state *st);
+/* the gated FFN of c->tmp's rows: out <- w_down . (act(w_gate . x) * (w_up . x)), with c->gate and
+ * c->up as scratch (act: EL_ACT_*); ends with a barrier */
+void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
+                  const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth);
+void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,
+                    size_t lda, int m, float *y, size_t ldy, int ith, int nth);
+/* moe.c: the routed-expert FFN. init checks the expert tensors and allocates the scratch (0, or
+ * -1 with a message in err); el_moe_ffn replaces c->tmp's n rows (the normed FFN input) by the
+ * FFN's output, as the dense FFN does. */
+int el_moe_init(el_engine *e, char *err, size_t err_size);
+void el_moe_free(el_engine *e);
+void el_moe_ffn(el_engine *e, act_state *st, int l, int ith, int nth);
 /* kv.c */
 int el_kv_init(el_engine *e, int type_k, int type_v);  /* the cache types; -1 unsupported */
 void el_kv_free_all(el_engine *e);

@@ -3,11 +3,12 @@ outputs for the same file (tests/fixtures/arch/*.json), on every engine path (ea
 numba; the last two checks on the best C path and numba only, to keep the suite lean): issue 10's acceptance - teacher-forced top-1 agreement >= 99% and mean |Δ log-prob| < 0.01
 over the top-8 tokens of 320 positions, llama.cpp's 32 greedy tokens, token-by-token evaluation as
 close to the batch one as llama.cpp's own (its `batch_envelope`), and the batched engine
-(BatchEngine, several sequences in each step) choosing the same greedy tokens. Architectures the
-engines do not run yet are refused at load with one line naming the missing feature."""
+(BatchEngine, several sequences in each step) choosing the same greedy tokens. Expert counts that
+do not fit a file's expert tensors are refused before any expert runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -17,20 +18,26 @@ import edgellm
 import tiny_archs
 from conftest import FIXTURES, engine_paths, use_engine_path
 from edgellm.batch import LOGITS_ALL
-from edgellm.errors import UnsupportedModelError
+from edgellm import kernels, models
+from edgellm.errors import EdgeLLMError, GGUFError
+from edgellm.gguf_file import GGUFFile
+from edgellm.models.tensors import bind_weights
 from edgellm.sampling import SamplingParams
 from edgellm.scheduler import BatchEngine
 
 REFS = {p.stem: json.loads(p.read_text()) for p in sorted((FIXTURES / "arch").glob("*.json"))}
-NOT_YET = {"qwen3moe": "mixture of experts", "qwen2moe": "mixture of experts"}
-RUNS = sorted(set(REFS) - set(NOT_YET))
+RUNS = sorted(REFS)
 # NOT meeting the mean |Δ| < 0.01 bar (top-1 and greedy do): llama.cpp's own token-by-token
-# evaluation of these two is 0.014 / 0.015 from its batch one (batch_envelope); the tiny models
-# amplify rounding, and the engines land at 0.0156 / 0.0117 (avx2)
-OVER_BAR = {"qwen3", "smollm3"}
+# evaluation of these is 0.014 / 0.015 / 0.014 / 0.012 from its batch one (batch_envelope); the tiny
+# models amplify rounding (the MoE routers flip an expert on a near tie now and then), and the
+# engines land at 0.0156 / 0.0117 (avx2) for qwen3 / smollm3, and for qwen3moe 0.0143 (generic) / 0.0148
+# (avx2) / 0.0147 (numba), qwen2moe 0.0122 / 0.0118 / 0.0122 - as far from the float64 reference forward
+# as llama.cpp is (qwen3moe 0.0376 vs llama.cpp's 0.0372; qwen2moe 0.0199 vs 0.0178)
+OVER_BAR = {"qwen3", "smollm3", "qwen3moe", "qwen2moe"}
 # NOT meeting the top-1 bar on the generic C path: llama-yarn and phi3 agree at 316 of 320 positions (98.75%;
-# llama.cpp agrees with itself token by token at 318 and 317); not investigated yet
-BELOW_TOP1 = {("llama-yarn", "c:generic"), ("phi3", "c:generic")}
+# llama.cpp agrees with itself token by token at 318 and 317), qwen2moe at 316 (llama.cpp with itself:
+# 317, avx2 and numba 317); not investigated yet
+BELOW_TOP1 = {("llama-yarn", "c:generic"), ("phi3", "c:generic"), ("qwen2moe", "c:generic")}
 # NOT meeting the mean bar on one path only: qwen2 on numba, 0.0107 (C paths 0.0097 / 0.0098; llama.cpp's
 # own token-by-token distance 0.0102)
 OVER_BAR_ON = {("qwen2", "numba")}
@@ -110,8 +117,9 @@ def test_engine_matches_llama_cpp(built, monkeypatch, request, name, path):
     assert [d[0] for d in differ] in ([], KNOWN_TIES.get(name, [])), (name, differ)
 
 
-@pytest.mark.xfail(strict=True, reason="mean |Δ log-prob| 0.0156 (qwen3) / 0.0117 (smollm3) vs llama.cpp, "
-                   "which is 0.014 / 0.015 from itself token by token on these tiny models")
+@pytest.mark.xfail(strict=True, reason="mean |Δ log-prob| 0.0156 (qwen3) / 0.0117 (smollm3) / 0.0148 (qwen3moe) / "
+                   "0.0118 (qwen2moe) vs llama.cpp on avx2, which is 0.014 / 0.015 / 0.014 / 0.012 from itself "
+                   "token by token on these tiny models")
 @pytest.mark.parametrize("name", sorted(OVER_BAR))
 def test_mean_bar_on_the_sensitive_models(built, monkeypatch, name):
     tf = REFS[name]["teacher_forced"]
@@ -162,11 +170,26 @@ def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
     assert together == [run([p])[0] for p in prompts]
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", sorted(NOT_YET))
-def test_not_yet_run_is_refused_at_load(built, monkeypatch, name, path):
-    llm = _llm(built, name, path, monkeypatch)
-    with pytest.raises(UnsupportedModelError) as e:
-        llm.session()
-    msg = str(e.value)
-    assert "\n" not in msg and NOT_YET[name] in msg and REFS[name]["spec"].split("-")[0] in msg
+def test_corrupt_expert_counts_are_refused(built, monkeypatch):
+    """Expert counts that do not fit the file's expert tensors never reach an expert id past a
+    tensor: the loader refuses them with one line, and the C engine checks the stacked tensors
+    against the counts it is given (behind the loader, so a bad description cannot read out of bounds)."""
+    path = built("qwen3moe")
+    for key, value, says in (("expert_count", 16, "ffn_gate_inp.weight' has shape"),
+                             ("expert_used_count", 9, "expert_used_count must be in 1..8"),
+                             ("expert_count", 4096, "expert_count must be in 1..512 (got 4096)")):
+        g = GGUFFile(path)
+        g.metadata[f"qwen3moe.{key}"] = value
+        with pytest.raises(GGUFError) as e:
+            bind_weights(g, models.load_config(g))
+        assert says in str(e.value) and "\n" not in str(e.value)
+    if kernels.c_module() is None:
+        return
+    use_engine_path(monkeypatch, PATHS[0])
+    g = GGUFFile(path)
+    cfg = models.load_config(g)
+    w = bind_weights(g, cfg)
+    for moe, says in ((dataclasses.replace(cfg.moe, n_expert=16), "blk.0.ffn_gate_inp: bad shape"),
+                      (dataclasses.replace(cfg.moe, n_ff_exp=64), "blk.0.ffn_gate_exps: bad shape")):
+        with pytest.raises(EdgeLLMError, match=says):
+            kernels.create_engine(g, dataclasses.replace(cfg, moe=moe), w, n_ctx=64, n_batch=8, n_threads=1)

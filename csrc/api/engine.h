@@ -14,6 +14,12 @@ typedef struct {
     el_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo;
     el_tensor attn_q_norm, attn_k_norm, attn_post_norm;
     el_tensor ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
+    /* routed experts (el_model_desc.n_expert > 0; then w_gate / w_up / w_down are absent): the
+     * router [n_expert rows], each expert's matrices stacked (expert e's rows are e * rows-per-expert
+     * onwards: gate / up n_ff_exp rows of n_embd, down n_embd rows of n_ff_exp); the shared expert
+     * (n_ff_shexp rows) and its gate, one F32 row of n_embd (shexp_gate) */
+    el_tensor w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
+    el_tensor w_gate_inp_shexp, w_gate_shexp, w_up_shexp, w_down_shexp;
     int is_swa;             /* sliding-window layer */
     int use_rope;           /* 0: q and k of this layer are not rotated */
     float rope_base;        /* theta base for this layer */
@@ -40,6 +46,12 @@ typedef struct {
     float attn_temp_scale;  /* q at position p times 1 + s * log(floor(p / attn_temp_floor) + 1); 0 = none */
     int attn_temp_floor;
     int qk_norm_all;        /* attn_q_norm / attn_k_norm normalise all heads at once (else each head) */
+    /* mixture of experts (moe.c; n_expert 0 = dense FFN): per token, softmax over the router's
+     * logits, the n_expert_used most probable experts, their weights divided by their sum when
+     * moe_norm_w, times moe_w_scale; n_ff_shexp > 0: a shared expert on every token, its output
+     * times sigmoid(w_gate_inp_shexp . x) when shexp_gate */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, moe_norm_w, shexp_gate;
+    float moe_w_scale;
     /* YaRN (ext_factor != 0) */
     float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int n_ctx_orig;

@@ -26,7 +26,7 @@ _FORWARD_FEATURES = frozenset({
     "qkv_bias", "attn_out_bias", "qk_norm_head", "post_norms", "attn_softcap", "final_softcap", "sliding_window",
     "rope_freqs", "rope_linear", "rope_yarn", "embd_scale", "q_scale", "gelu", "output_bias", "rope_skip",
     "residual_scale", "logit_scale", "fused_qkv", "fused_gate_up", "longrope", "qk_norm_all", "no_pre_norm",
-    "attn_temp"})
+    "attn_temp", "moe", "shared_expert", "shared_expert_gate"})
 ENGINE_FEATURES = {"c": _FORWARD_FEATURES, "numba": _FORWARD_FEATURES}
 
 

@@ -36,6 +36,10 @@ class CEngine:
                   "attn_temp_floor"):
             setattr(d, f, getattr(cfg, f))
         d.qk_norm_all = int(cfg.qk_norm == QK_NORM_ALL)
+        if cfg.moe is not None:
+            m = cfg.moe
+            d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff_shexp = m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp
+            d.moe_norm_w, d.shexp_gate, d.moe_w_scale = int(m.norm_topk), int(m.shexp_gate), m.weights_scale
         d.rope_type = lib.EL_ROPE_NEOX if cfg.rope_type == ROPE_NEOX else lib.EL_ROPE_NORM
         d.act = lib.EL_ACT_GELU_TANH if cfg.act == ACT_GELU_TANH else lib.EL_ACT_SILU
         self._fill(d.tok_embd, weights.tok_embd)

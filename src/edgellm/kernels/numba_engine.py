@@ -66,6 +66,12 @@ class _W:
     def floats(self) -> np.ndarray:
         return self.rows.view(np.float32).reshape(-1)
 
+    def expert(self, e: int, n_rows: int) -> "_W":
+        """Expert e's matrix of a stacked expert tensor: its n_rows rows, in place."""
+        w = object.__new__(_W)
+        w.qtype, w.k, w.rows = self.qtype, self.k, self.rows[e * n_rows:(e + 1) * n_rows]
+        return w
+
 
 def _rmsnorm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
     ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
@@ -134,6 +140,22 @@ def _scaled(x, s: float):
 
 def _silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def _route(logits: np.ndarray, n_used: int, norm: bool, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """As csrc/moe.c's route: per row, the softmax (exponentials in float32, their sum in
+    float64), the n_used most probable experts (lowest id on a tie) and their weights, divided by
+    their sum (clamped below at 2^-14) when norm, times scale."""
+    e = np.exp(logits - logits.max(-1, keepdims=True)).astype(np.float32)
+    p = e * (1.0 / e.astype(np.float64).sum(-1, keepdims=True)).astype(np.float32)
+    sel = np.argsort(-p, axis=-1, kind="stable")[:, :n_used]
+    wt = np.take_along_axis(p, sel, -1)
+    if norm:
+        s = wt.astype(np.float64).sum(-1, keepdims=True).astype(np.float32)
+        wt = wt / np.maximum(s, np.float32(6.103515625e-5))
+    if scale not in (0.0, 1.0):
+        wt = wt * np.float32(scale)
+    return sel, wt.astype(np.float32)
 
 
 class NumbaEngine:
@@ -363,13 +385,40 @@ class NumbaEngine:
                 o = _rmsnorm(o, L["attn_post_norm"], cfg.norm_eps)
             x = x + _scaled(o, cfg.residual_scale)
             h = _rmsnorm(x, L["ffn_norm"], cfg.norm_eps) if L["ffn_norm"] is not None else x
-            gt, u = self._matmul(L["w_gate"], h), self._matmul(L["w_up"], h)
-            gt = (_gelu_tanh(gt) if cfg.act == ACT_GELU_TANH else _silu(gt)) * u
-            d = self._matmul(L["w_down"], gt.astype(np.float32))
+            d = self._moe(L, h) if cfg.moe is not None else self._ffn(L["w_gate"], L["w_up"], L["w_down"], h, cfg.act)
             if L["ffn_post_norm"] is not None:
                 d = _rmsnorm(d, L["ffn_post_norm"], cfg.norm_eps)
             x = (x + _scaled(d, cfg.residual_scale)).astype(np.float32)
         return x
+
+    def _ffn(self, w_gate: _W, w_up: _W, w_down: _W, h: np.ndarray, act: str) -> np.ndarray:
+        gt, u = self._matmul(w_gate, h), self._matmul(w_up, h)
+        gt = (_gelu_tanh(gt) if act == ACT_GELU_TANH else _silu(gt)) * u
+        return self._matmul(w_down, gt.astype(np.float32))
+
+    def _moe(self, L: dict, h: np.ndarray) -> np.ndarray:
+        """As csrc/moe.c: the router's top experts per token; each chosen expert's gated FFN over
+        just its tokens (weights read in place, once per step); the weighted outputs summed in the
+        order chosen, then the shared expert's (times its sigmoid gate)."""
+        moe = self.cfg.moe
+        sel, wt = _route(self._matmul(L["w_gate_inp"], h), moe.n_expert_used, moe.norm_topk, moe.weights_scale)
+        F, E = moe.n_ff_exp, self.cfg.n_embd
+        o = np.empty(sel.shape + (E,), dtype=np.float32)  # [n, n_used, E] each pair's expert output
+        for e in np.unique(sel):
+            tok, k = np.nonzero(sel == e)
+            o[tok, k] = self._ffn(L["w_gate_exps"].expert(e, F), L["w_up_exps"].expert(e, F),
+                                  L["w_down_exps"].expert(e, E), h[tok], "silu")
+        out = o[:, 0] * wt[:, :1]
+        for k in range(1, sel.shape[1]):
+            out = out + o[:, k] * wt[:, k:k + 1]
+        if moe.n_ff_shexp:
+            s = self._ffn(L["w_gate_shexp"], L["w_up_shexp"], L["w_down_shexp"], h, "silu")
+            if moe.shexp_gate:
+                g = self._matmul(L["w_gate_inp_shexp"], h)[:, 0]  # llama.cpp's sigmoid: silu(g) / g
+                sig = g / (1 + np.exp(-g)) / np.where(g == 0, np.float32(1), g)
+                s = s * np.where(g == 0, np.float32(0.5), sig).astype(np.float32)[:, None]
+            out = out + s
+        return out.astype(np.float32)
 
     def _kv_stored(self, which: int, x: np.ndarray) -> np.ndarray:
         """Keys (0) or values (1) [..., head_dim] as the cache stores them."""

@@ -25,7 +25,7 @@ def load_config(gguf, arch: str) -> ModelConfig:
         raise GGUFError(f"{arch}.logit_scale must not be 0")
     if k.raw("{arch}.deepstack_mapping") is not None:
         raise GGUFError(f"{arch}.deepstack_mapping (Granite Vision) is not supported")
-    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True)
+    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True, expert_width=shape["n_ff"])
     return ModelConfig(
         arch=arch,
         **shape,

@@ -42,7 +42,7 @@ def load_config(gguf, arch: str) -> ModelConfig:
         raise GGUFError(f"invalid n_rot: {shape['n_rot']}, expected {shape['head_dim_k']} "
                         f"({arch}.rope.dimension_count)")
     rope = rope_params(k)
-    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True)
+    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True, expert_width=shape["n_ff"])
     return ModelConfig(
         arch=arch,
         **shape,

@@ -65,7 +65,7 @@ LAYER_ROLES: dict[str, Role] = {
     "w_up_exps": Role("ffn_up_exps.weight", lambda d: (d["E"], d["FX"], d["X"])),
     "w_down_exps": Role("ffn_down_exps.weight", lambda d: (d["FX"], d["E"], d["X"])),
     # the shared expert and its gate (one row: a scalar per token)
-    "w_gate_inp_shexp": Role("ffn_gate_inp_shexp.weight", lambda d: (d["E"],)),
+    "w_gate_inp_shexp": Role("ffn_gate_inp_shexp.weight", lambda d: (d["E"],), True),
     "w_gate_shexp": Role("ffn_gate_shexp.weight", lambda d: (d["E"], d["FS"])),
     "w_up_shexp": Role("ffn_up_shexp.weight", lambda d: (d["E"], d["FS"])),
     "w_down_shexp": Role("ffn_down_shexp.weight", lambda d: (d["FS"], d["E"])),
@@ -78,7 +78,8 @@ FUSED = {"wqkv": ("wq", "wk", "wv"), "bqkv": ("bq", "bk", "bv")}
 # kernels/cengine.py fills by these names; the engines refuse, by feature, models that need others.
 LAYER_TENSORS = {f: LAYER_ROLES[f].name for f in (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "attn_q_norm", "attn_k_norm", "attn_post_norm",
-    "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")}
+    "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm", "w_gate_inp", "w_gate_exps", "w_up_exps", "w_down_exps",
+    "w_gate_inp_shexp", "w_gate_shexp", "w_up_shexp", "w_down_shexp")}
 
 
 
