@@ -29,6 +29,7 @@ FEATURES = {
     "smollm3": {"rope_skip"},
     "gemma2": {"attn_softcap", "final_softcap", "sliding_window", "post_norms", "embd_scale", "q_scale", "gelu"},
     "granite": {"embd_scale", "residual_scale", "logit_scale"},
+    "granitemoe": {"embd_scale", "residual_scale", "logit_scale", "moe", "shared_expert"},
     "olmo2": {"no_pre_norm", "qk_norm_all", "post_norms"},
     "mistral3": {"rope_yarn", "rope_linear", "attn_temp"},
     "llama-bias-ropefreqs": {"qkv_bias", "attn_out_bias", "rope_freqs"},

@@ -51,6 +51,7 @@ class Spec:
     ffn: str = "gated"           # "gated", "fused" (phi3's ffn_up of 2 * n_ff), "moe"
     ffn_bias: bool = False
     shared_expert: str = ""      # "", "plain", "gated" (qwen2moe's ffn_gate_inp_shexp)
+    n_ff_exp: int = N_FF_EXP     # the experts' width (llama.cpp's granite loader makes them n_ff wide)
     output: bool = True          # an output.weight (else tied to the embeddings)
     output_bias: bool = False
     rope_freqs: bool = False     # rope_freqs.weight
@@ -85,6 +86,10 @@ SPECS: dict[str, Spec] = {
     "granite": Spec("granite", "refact", 8, template="ibm-granite-granite-3.3-2B-Instruct", output=False,
                     keys={"logit_scale": _f32(2.5), "residual_scale": _f32(0.22), "embedding_scale": _f32(6.0),
                           "attention.scale": _f32(0.0625)}),
+    "granitemoe": Spec("granitemoe", "refact", 14, template="ibm-granite-granite-3.3-2B-Instruct", output=False,
+                       ffn="moe", shared_expert="plain", n_ff_exp=N_FF,
+                       keys={"logit_scale": _f32(2.5), "residual_scale": _f32(0.22), "embedding_scale": _f32(6.0),
+                             "attention.scale": _f32(0.0625)}),
     "olmo2": Spec("olmo2", "gpt-2", 9, template="Qwen-Qwen2.5-7B-Instruct", qk_norm="all", pre_norms=False,
                   post_norms=True),
     "mistral3": Spec("mistral3", "llama-spm", 10, template="mistralai-Mistral-Nemo-Instruct-2407",
@@ -188,10 +193,11 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
         if spec.pre_norms:
             t[p + "ffn_norm.weight"] = r.norm(E)
         if spec.ffn == "moe":
+            FX = spec.n_ff_exp
             t[p + "ffn_gate_inp.weight"] = r.matrix(E, N_EXPERT, qtype=GT.F32)
-            t[p + "ffn_gate_exps.weight"] = r.matrix(E, N_FF_EXP, N_EXPERT)
-            t[p + "ffn_up_exps.weight"] = r.matrix(E, N_FF_EXP, N_EXPERT)
-            t[p + "ffn_down_exps.weight"] = r.matrix(N_FF_EXP, E, N_EXPERT, scale=RESIDUAL_GAIN * N_FF_EXP ** -0.5)
+            t[p + "ffn_gate_exps.weight"] = r.matrix(E, FX, N_EXPERT)
+            t[p + "ffn_up_exps.weight"] = r.matrix(E, FX, N_EXPERT)
+            t[p + "ffn_down_exps.weight"] = r.matrix(FX, E, N_EXPERT, scale=RESIDUAL_GAIN * FX ** -0.5)
             if spec.shared_expert == "gated":
                 t[p + "ffn_gate_inp_shexp.weight"] = r.matrix(E, qtype=GT.F32)
             if spec.shared_expert:
@@ -227,7 +233,7 @@ def metadata(spec: Spec) -> list[tuple]:
     if spec.ffn == "moe":
         md += [(f"{a}.expert_count", VT.UINT32, N_EXPERT, None),
                (f"{a}.expert_used_count", VT.UINT32, N_EXPERT_USED, None),
-               (f"{a}.expert_feed_forward_length", VT.UINT32, N_FF_EXP, None)]
+               (f"{a}.expert_feed_forward_length", VT.UINT32, spec.n_ff_exp, None)]
         if spec.shared_expert:
             md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, N_FF_SHEXP, None))
     md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]

@@ -1,8 +1,9 @@
 """IBM Granite 3.x (llama.cpp's granite): llama's tensors with four multipliers - embeddings times
 embedding_scale, attention and FFN outputs times residual_scale before each residual add, scores
 times attention.scale (default 1/sqrt(head_dim)), logits divided by logit_scale (required); RoPE
-on every layer unless rope.scaling.finetuned is false (then on none). Experts as llama's, with an
-ungated shared expert of expert_shared_feed_forward_length."""
+on every layer unless rope.scaling.finetuned is false (then on none). Experts as llama's (n_ff
+wide), with an ungated shared expert of expert_shared_feed_forward_length. granitemoe (Granite 3.x
+MoE) is the same model to llama.cpp's loader, but for rope.scaling.finetuned, which it does not read."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .base import (ACT_SILU, REQUIRED, ROPE_NORM, Keys, ModelConfig, attn_scale_
                    rope_config, rope_params, uniform_layers)
 from .llama import llama_tensors
 
-NAMES = ("granite",)
+NAMES = ("granite", "granitemoe")
 
 
 def load_config(gguf, arch: str) -> ModelConfig:
@@ -35,7 +36,7 @@ def load_config(gguf, arch: str) -> ModelConfig:
         act=ACT_SILU,
         attn_scale=k.float("{arch}.attention.scale", 0.0) or attn_scale_default(shape["head_dim_k"]),
         layers=uniform_layers(shape["n_layer"], k.float("{arch}.rope.freq_base", 10000.0), rope["freq_scale"],
-                              use_rope=k.bool("{arch}.rope.scaling.finetuned", True)),
+                              use_rope=arch != "granite" or k.bool("{arch}.rope.scaling.finetuned", True)),
         **rope_config(rope),
         embd_scale=k.float("{arch}.embedding_scale", 0.0) or 1.0,
         residual_scale=k.float("{arch}.residual_scale", 0.0) or 1.0,
