@@ -52,6 +52,8 @@ static int tensor_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_
     return t->ne0 % c->traits[t->type].blck == 0 && t->row_bytes == el_row_size(t->type, t->ne0);
 }
 
+int el_weight_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne1) { return tensor_ok(c, t, ne0, ne1); }
+
 static int norm_ok(const el_tensor *t, int64_t n) {
     return !t->data || (t->type == EL_F32 && t->ne0 == n && t->ne1 == 1);
 }

@@ -109,6 +109,8 @@ typedef struct {
 void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
                     float *y, int ldy, int ith, int nth);
 void el_task_sync(el_engine *c, act_state *st);
+/* a weight the engine's kernels multiply by: a supported type, ne0 values per row (whole blocks), ne1 rows */
+int el_weight_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne1);
 /* the gated FFN of c->tmp's rows: out <- w_down . (act(w_gate . x) * (w_up . x)), with c->gate and
  * c->up as scratch (act: EL_ACT_*); ends with a barrier */
 void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,

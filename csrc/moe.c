@@ -53,15 +53,6 @@ void el_moe_free(el_engine *c) {
     c->moe = NULL;
 }
 
-/* a weight the kernels can multiply by: supported type, ne0 values per row (a whole number of
- * blocks), ne1 rows */
-static int weight_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne1) {
-    if (!t->data || t->type < 0 || t->type >= EL_NTYPES) return 0;
-    const el_type_traits *tt = &c->traits[t->type];
-    if (tt->blck == 0 || !tt->vec_dot || !tt->from_float) return 0;
-    return t->ne0 == ne0 && t->ne1 == ne1 && ne0 % tt->blck == 0 && t->row_bytes == el_row_size(t->type, ne0);
-}
-
 static size_t act_bytes(const el_engine *c, const el_tensor *t, int64_t k) {
     return el_row_size(c->traits[t->type].vec_dot_type, k);
 }
@@ -77,14 +68,14 @@ int el_moe_init(el_engine *c, char *err, size_t err_size) {
     if (F <= 0 || FS < 0) { snprintf(err, err_size, "expert widths %lld / %lld", (long long)F, (long long)FS); return -1; }
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &c->layers[l];
-        if (!weight_ok(c, &L->w_gate_inp, E, X)) ERR("blk.%d.ffn_gate_inp: bad shape or unsupported type", l);
-        if (!weight_ok(c, &L->w_gate_exps, E, F * X)) ERR("blk.%d.ffn_gate_exps: bad shape or unsupported type", l);
-        if (!weight_ok(c, &L->w_up_exps, E, F * X)) ERR("blk.%d.ffn_up_exps: bad shape or unsupported type", l);
-        if (!weight_ok(c, &L->w_down_exps, F, E * X)) ERR("blk.%d.ffn_down_exps: bad shape or unsupported type", l);
-        if (FS && (!weight_ok(c, &L->w_gate_shexp, E, FS) || !weight_ok(c, &L->w_up_shexp, E, FS) ||
-                   !weight_ok(c, &L->w_down_shexp, FS, E)))
+        if (!el_weight_ok(c, &L->w_gate_inp, E, X)) ERR("blk.%d.ffn_gate_inp: bad shape or unsupported type", l);
+        if (!el_weight_ok(c, &L->w_gate_exps, E, F * X)) ERR("blk.%d.ffn_gate_exps: bad shape or unsupported type", l);
+        if (!el_weight_ok(c, &L->w_up_exps, E, F * X)) ERR("blk.%d.ffn_up_exps: bad shape or unsupported type", l);
+        if (!el_weight_ok(c, &L->w_down_exps, F, E * X)) ERR("blk.%d.ffn_down_exps: bad shape or unsupported type", l);
+        if (FS && (!el_weight_ok(c, &L->w_gate_shexp, E, FS) || !el_weight_ok(c, &L->w_up_shexp, E, FS) ||
+                   !el_weight_ok(c, &L->w_down_shexp, FS, E)))
             ERR("blk.%d: a shared expert tensor has a bad shape or unsupported type", l);
-        if (d->shexp_gate && (L->w_gate_inp_shexp.type != EL_F32 || !weight_ok(c, &L->w_gate_inp_shexp, E, 1)))
+        if (d->shexp_gate && (L->w_gate_inp_shexp.type != EL_F32 || !el_weight_ok(c, &L->w_gate_inp_shexp, E, 1)))
             ERR("blk.%d.ffn_gate_inp_shexp: must be F32 of %lld values", l, (long long)E);
         /* every layer's experts quantize their inputs alike (the gathered rows are shared) */
         const el_layer *L0 = &c->layers[0];
