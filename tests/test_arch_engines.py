@@ -125,17 +125,28 @@ def test_mean_bar_on_the_sensitive_models(built, monkeypatch, name):
 @pytest.mark.parametrize("name", RUNS)
 def test_token_by_token_within_llama_cpps_envelope(built, monkeypatch, name, path):
     """The 320 tokens one at a time against all at once, as llama.cpp measured itself: mean |Δ| of
-    the top-8 log-probabilities and top-1 agreement no worse than llama.cpp's."""
+    the top-8 log-probabilities no worse than llama.cpp's; every position whose top-1 differs a
+    near-tie: its top two closer (in the batch evaluation) than llama.cpp's own largest token-by-token
+    |Δ| (its max_abs), so a perturbation llama.cpp itself shows explains the flip; and the
+    token-by-token top-1 meets the issue's bar against llama.cpp's (>= 99%). (Comparing flip counts
+    with llama.cpp's own is comparing luck at ties: at gemma2's position 280 our batch top two are
+    0.0004 apart, and llama-linear flips at 5 positions, all under 0.019 apart.)"""
     ref = REFS[name]
     ids, top = ref["teacher_forced"]["ids"], np.array(ref["teacher_forced"]["top_ids"])
     llm = _llm(built, name, path, monkeypatch)
-    batch = np.take_along_axis(_log_probs(llm.session()._feed(ids, logits=LOGITS_ALL)), top, -1)
+    full = _log_probs(llm.session()._feed(ids, logits=LOGITS_ALL))
+    batch = np.take_along_axis(full, top, -1)
     s = llm.session()
-    one = np.take_along_axis(_log_probs(np.stack([np.array(s._feed([t])) for t in ids])), top, -1)
+    one_full = _log_probs(np.stack([np.array(s._feed([t])) for t in ids]))
+    one = np.take_along_axis(one_full, top, -1)
     d = np.abs(one - batch)
-    agree = float(np.mean(one.argmax(-1) == batch.argmax(-1)))
-    env = ref["batch_envelope"]  # (its max_abs, one position's extreme, is not compared)
-    assert d.mean() <= env["mean_abs"] and agree >= env["top1_agreement"], (d.mean(), agree, env)
+    flips = np.nonzero(one_full.argmax(-1) != full.argmax(-1))[0]
+    top2 = np.sort(full[flips], -1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    env = ref["batch_envelope"]
+    assert d.mean() <= env["mean_abs"], (d.mean(), env)
+    assert float(np.mean(one_full.argmax(-1) == top[:, 0])) >= 0.99
+    assert np.all(margins < env["max_abs"]), [(int(i), float(m)) for i, m in zip(flips, margins)]
 
 
 @pytest.mark.parametrize("path", LEAN_PATHS)

@@ -274,6 +274,82 @@ def test_response_format(smollm2):
 # bad input
 
 
+# --------------------------------------------------------------------------------------------
+# a tokenizer that puts a space in front of text (SPM's add_space_prefix, as the tiny llama's)
+
+
+@pytest.fixture(scope="module")
+def tiny_spm(tmp_path_factory):
+    import edgellm
+    from tiny_models import tiny_model
+
+    llm = edgellm.LLM(str(tiny_model(tmp_path_factory.mktemp("spm") / "tiny-llama.gguf", "llama")), n_ctx=128,
+                      n_threads=1)
+    assert llm.tokenizer.vocab.add_space_prefix
+    return llm
+
+
+def _mask_ids(c) -> np.ndarray:
+    bits = np.unpackbits(c.compute_mask().view(np.uint8), bitorder="little", count=c.n_vocab)
+    return np.flatnonzero(bits)
+
+
+def test_forced_text_and_the_mask_agree_with_the_grammar_on_a_space_prefix_tokenizer(tiny_spm):
+    """llguidance tokenizes the text a grammar forces with our tokenizer: with SPM's space put in
+    front, JSON's forced '{' became the tokens ' ', '{', the mask allowed only ' ' and the grammar
+    then refused it (fuzz http inputs 122 and 737: a 500, and a stream cut by an internal error).
+    Every token the mask allows must be one the grammar takes."""
+    tok = tiny_spm.tokenizer
+    c = Grammar.json_object().constraint(tok)
+    assert b"".join(tok.token_bytes(t) for t in c.forced_tokens()) == b"{"
+    (a,) = tok.encode("a", add_bos=False, space_prefix=False)
+    with pytest.raises(GrammarError) as e:
+        Grammar.json_object().constraint(tok).accept(a)
+    # one line naming the problem, without the matcher's dump of its state and the grammar
+    assert str(e.value).startswith(f"token {a} is not allowed here: ") and "<state>" not in str(e.value), e.value
+    for t in tok.encode('{"a": [1, "b"]}', add_bos=False, space_prefix=False):
+        ids = _mask_ids(c)
+        assert ids.size and all(c.allows(int(i)) for i in ids), [int(i) for i in ids if not c.allows(int(i))]
+        assert t in ids
+        c.accept(t)
+    assert c.accepting
+
+
+def test_a_biased_forbidden_token_is_never_chosen(tiny_spm):
+    """Biases come before the grammar, as in llama.cpp: a token the grammar forbids, raised by
+    +100 (the most logit_bias allows), is never chosen, greedy or sampled: by a Guide, by
+    BatchEngine requests with and without prompt lookup, and generate() keeps to the grammar."""
+    from edgellm.constrain import Guide
+    from edgellm.sampling import Sampler, SamplingParams
+    from edgellm.scheduler import BatchEngine
+
+    llm, tok, g = tiny_spm, tiny_spm.tokenizer, Grammar.json_object()
+    space = next(t for t in range(tok.n_vocab) if tok.token_bytes(t) == b" ")
+    assert not g.constraint(tok).allows(space)
+    prompt = llm.tokenize("hi")
+    settings = [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_k=0, min_p=0, seed=3)]
+    for params in settings:
+        guide = Guide(g.constraint(tok))
+        logits = np.zeros(tok.n_vocab, dtype=np.float32)
+        logits[space] = 100
+        chosen = guide.sample(Sampler(params, tok.n_vocab), logits, prompt)
+        assert chosen != space
+        guide.advance(chosen)
+    eng = BatchEngine(llm, max_seqs=4)
+    reqs = [eng.submit(prompt, max_tokens=12, sampling=p, logit_bias={space: 100.0}, grammar=g, speculative=spec)
+            for p in settings for spec in (None, "lookup")]
+    eng.run_until_done(reqs)
+    for r in reqs:
+        assert r.error is None and r.finish_reason in ("stop", "length"), r.error
+        c = g.constraint(tok)
+        for t in r.generated:
+            c.accept(t)  # raises when the grammar forbids t
+    check = llguidance_matcher(g, with_prefix=True)
+    for spec in (None, "lookup"):
+        out = llm.generate(prompt, json_schema={"type": "object"}, temperature=0, max_tokens=12, speculative=spec)
+        assert out.startswith("{") and check(out)[0], out
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: Grammar.from_json_schema({"type": "strin"}), "invalid JSON schema: .*strin"),
     (lambda: Grammar.from_json_schema('{"type": '), "invalid JSON schema: not JSON"),

@@ -631,3 +631,18 @@ def test_isa_label_names_the_features_of_the_path_in_use():
     assert kernels.isa_label("numba") == "numba"
     other = next(i for i in ISA_NAMES if i != current)
     assert kernels.isa_label(other) == other
+
+
+@pytest.mark.skipif(c_module() is None, reason="C kernels not built")
+def test_unset_isa_is_the_best_again_after_a_forced_one(monkeypatch):
+    """Engines made after EDGELLM_ISA is unset run the CPU's best path, also when one made before
+    was forced to the generic twins (the choice is process-wide in the C library: it used to stay
+    generic, and every later engine in the process ran 10-20x slower)."""
+    from edgellm import kernels
+
+    best = ISA_NAMES[c_module()[1].el_cpu_isa_best()]
+    monkeypatch.setenv("EDGELLM_BACKEND", "c")
+    monkeypatch.setenv("EDGELLM_ISA", "generic")
+    assert kernels.isa_name() == "generic"
+    monkeypatch.delenv("EDGELLM_ISA")
+    assert kernels.isa_name() == best

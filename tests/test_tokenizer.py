@@ -248,6 +248,19 @@ def test_space_prefix_after_special_token():
     assert tok.encode("<c>a", add_bos=False, special=True) == ids_of(tok, "<c>", "▁a")
 
 
+@pytest.mark.usefixtures("lookup")
+def test_text_that_continues_other_text_gets_no_space_prefix():
+    """space_prefix=False (a grammar's forced text): the pieces spell exactly the text, also
+    after a special token."""
+    meta = spm_meta({"▁": -1, "a": -1, "{": -1, "▁a": -0.5, "<c>": 0})
+    meta["tokenizer.ggml.token_type"][-1] = 3
+    tok = Tokenizer.from_metadata(meta)
+    assert tok.encode("{a", add_bos=False) == ids_of(tok, "▁", "{", "a")
+    assert tok.encode("{a", add_bos=False, space_prefix=False) == ids_of(tok, "{", "a")
+    assert tok.encode(" a", add_bos=False, space_prefix=False) == ids_of(tok, "▁a")
+    assert tok.encode("<c>a", add_bos=False, special=True, space_prefix=False) == ids_of(tok, "<c>", "a")
+
+
 def test_rstrip_attribute_for_phi3():
     meta = spm_meta({"▁": -1, "a": -1, "<|end|>": 0}, add_space_prefix=False)
     meta["tokenizer.ggml.token_type"][-1] = 3

@@ -49,9 +49,10 @@ _KIND_NAMES = {"json_schema": "JSON schema", "gbnf": "grammar", "lark": "Lark gr
 
 def _one_line(message: str) -> str:
     """llguidance's messages may quote the source over several lines with carets under it: keep
-    the text, drop the carets and the numbered source excerpts."""
+    the text, drop the carets and the numbered source excerpts. A matcher's error ends with a
+    dump of its state and the whole grammar (`<state>...</grammar>`): dropped too."""
     keep = []
-    for ln in message.strip().splitlines():
+    for ln in message.split("<state>")[0].strip().splitlines():
         ln = ln.strip()
         if ln and not re.fullmatch(r"[\^~\s]+|\d+ \|.*|\|.*", ln):
             keep.append(ln)
@@ -119,7 +120,9 @@ def lltokenizer(tokenizer):
         def __call__(self, text):  # used to re-tokenize forced bytes canonically
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="surrogateescape")
-            return tokenizer.encode(text, add_bos=False)
+            # the bytes continue the text so far: no SPM space in front of them, or llguidance
+            # would force (and mask down to) a space the grammar then rejects
+            return tokenizer.encode(text, add_bos=False, space_prefix=False)
 
     eog = sorted(tokenizer.eog_ids) or [Source.eos_token_id]
     lt = ll.LLTokenizer(ll.TokenizerWrapper(Source()), n_vocab=tokenizer.n_vocab, eos_token=eog)

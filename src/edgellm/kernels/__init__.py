@@ -40,9 +40,13 @@ def c_module():
 
 
 def _apply_isa(lib) -> None:
+    """The kernel path EDGELLM_ISA names, else the best this CPU runs - also after an engine made
+    earlier in the process was forced to another one (the choice is process-wide in the C library;
+    it is only rewritten when it changes)."""
     want = os.environ.get("EDGELLM_ISA", "").strip().lower()
     if not want:
-        lib.el_get_isa()
+        if lib.el_get_isa() != lib.el_cpu_isa_best():
+            lib.el_set_isa(-1)
         return
     if want not in ISA_NAMES:
         raise EdgeLLMError(f"EDGELLM_ISA={want!r}: expected one of {', '.join(ISA_NAMES)}")

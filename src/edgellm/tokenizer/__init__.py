@@ -75,12 +75,15 @@ class Tokenizer:
         return token_id in self.vocab.eog_ids
 
     # -- encoding -----------------------------------------------------------------------------
-    def encode(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
+    def encode(self, text: str, *, add_bos: bool = True, special: bool = False, space_prefix: bool = True) -> list[int]:
         """Token ids of `text`, as llama.cpp's tokenize(text, add_special=add_bos, parse_special=special).
 
         add_bos: add the BOS token (and EOS at the end) only if the model's metadata asks for them.
         special: recognise control tokens written in the text (e.g. "<|im_start|>"); without it
-        they are tokenized as plain text. User-defined tokens are recognised either way."""
+        they are tokenized as plain text. User-defined tokens are recognised either way.
+        space_prefix=False: `text` continues other text, so no space is put in front of it or
+        after a special token even when the model's SPM tokenizer would (add_space_prefix); the
+        tokens' pieces then spell exactly `text` (a grammar's forced text needs that)."""
         if not isinstance(text, str):
             raise TokenizerError(f"text to encode must be a str, got {type(text).__name__}")
         try:
@@ -105,7 +108,7 @@ class Tokenizer:
                     after_special = True
                     continue
                 piece = text[frag[0] : frag[1]]
-                if v.add_space_prefix and after_special:
+                if v.add_space_prefix and after_special and space_prefix:
                     piece = " " + piece
                 out.extend(encode(piece.replace(" ", "\u2581")))
                 after_special = False
