@@ -105,7 +105,164 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
     }
 }
 
-#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+/* ------------------------------------------------------------------------------------------
+ * The same legacy dot products for many columns at once (gemm with nc >= 2), the float steps of
+ * every (row, column) exactly legacy_tile's, so the results are its bits. What differs is what is
+ * done once: a call converts the activation scales (d, and s for the types with a min) of its
+ * columns to floats once; rows are taken RT at a time, and for each chunk of LG_KB blocks of
+ * those rows the weights are unpacked once into a small panel (unsigned values for the types with
+ * a min, else |w| and the signed w, w = value - offset, so sum(w*a) is |w| . sign(a, w) as for
+ * Q8_0), with each block's scale as 8 float lanes and the mins lane r = row r; then every group
+ * of CT columns runs over the panel from L1. The per-(row, column) accumulators live in registers
+ * within a chunk and in a small buffer between chunks (same chain of fmas, block after block).
+ * ------------------------------------------------------------------------------------------ */
+
+#define LG_KB 16        /* blocks per panel chunk */
+#define LG_COLS 32      /* columns whose scales a pass converts */
+#define LG_SCALES 8192  /* floats of converted activation scales */
+
+typedef struct {
+    __m256i u[LT_RMAX][LG_KB];  /* unsigned values (Q4_1, Q5_1) or |w| */
+    __m256i s[LT_RMAX][LG_KB];  /* signed w (Q4_0, Q5_0; Q8_0 reads its blocks) */
+    __m256 d[LT_RMAX][LG_KB];   /* weight scale in every lane */
+    __m256 m[LG_KB];            /* weight min of row r in lane r (Q4_1, Q5_1) */
+} KFN(lg_panel);
+
+static inline __attribute__((always_inline)) void KFN(lg_prep)(const int type, KFN(lg_panel) *P, const uint8_t *w,
+                                                               size_t ldw, const int R, int b0, int nbk, pf_cursor *pf) {
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : 0;
+    for (int b = 0; b < nbk; b++) {
+        pf_step(pf, R, ldw, wbs);
+        uint16_t h[8] = {0};
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b0 + b) * wbs;
+            __m256i v = legacy_unpack(type, blk);
+            if (off) {
+                v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)off));
+                P->s[r][b] = v;
+            }
+            P->u[r][b] = has_m ? v : _mm256_sign_epi8(v, v);
+            P->d[r][b] = bcast_half(blk);
+            if (has_m) memcpy(&h[r], blk + 2, 2);
+        }
+        if (has_m)
+            P->m[b] = _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
+                                                     (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+    }
+}
+
+/* columns c0..c0+C of a panel chunk (blocks b0..b0+nbk of nb); acc / accm: the chains between
+ * chunks; `last`: write the results */
+static inline __attribute__((always_inline)) void KFN(lg_tile)(
+    const int type, const KFN(lg_panel) *P, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
+    const int C, const float *ad, const float *as, int nb, int b0, int nbk, int first, int last, __m256 *accb,
+    __m256 *accmb, float *out, size_t ldo) {
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int aqs = has_m ? 4 : 2;
+    __m256 acc[LT_RMAX][LT_CMAX];
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) acc[r][c] = first ? _mm256_setzero_ps() : accb[c * LT_RMAX + r];
+    for (int b = 0; b < nbk; b++) {
+        __m256 sd[LT_CMAX];
+        __m256i av[LT_CMAX];
+        for (int c = 0; c < C; c++) {
+            sd[c] = _mm256_broadcast_ss(ad + (size_t)c * nb + b0 + b);
+            av[c] = _mm256_loadu_si256((const __m256i *)(a + (size_t)c * lda + (size_t)(b0 + b) * abs_ + aqs));
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256i u = P->u[r][b];
+            __m256i sw = _mm256_setzero_si256();
+            if (type == EL_Q8_0) sw = _mm256_loadu_si256((const __m256i *)(w + (size_t)r * ldw + (size_t)(b0 + b) * wbs + 2));
+            else if (!has_m) sw = P->s[r][b];
+            for (int c = 0; c < C; c++) {
+                const __m256i x = KFN(dot_us)(_mm256_setzero_si256(), u, has_m ? av[c] : _mm256_sign_epi8(av[c], sw));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(P->d[r][b], sd[c]), acc[r][c]);
+            }
+        }
+    }
+    __m256 accm[LT_CMAX];
+    if (has_m)
+        for (int c = 0; c < C; c++) {
+            accm[c] = first ? _mm256_setzero_ps() : accmb[c];
+            for (int b = 0; b < nbk; b++)
+                accm[c] = _mm256_fmadd_ps(P->m[b], _mm256_broadcast_ss(as + (size_t)c * nb + b0 + b), accm[c]);
+        }
+    if (!last) {
+        for (int c = 0; c < C; c++) {
+            for (int r = 0; r < R; r++) accb[c * LT_RMAX + r] = acc[r][c];
+            if (has_m) accmb[c] = accm[c];
+        }
+        return;
+    }
+    for (int c = 0; c < C; c++) {
+        float m[8];
+        if (has_m) _mm256_storeu_ps(m, accm[c]);
+        for (int r = 0; r < R; r++) {
+            float s = hsum256(acc[r][c]);
+            if (has_m) s += m[r];
+            out[(size_t)c * ldo + r] = s;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void KFN(legacy_gemm)(
+    const int type, const int RT, const int CT, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+    size_t lda, int nc, float *out, size_t ldo) {
+    const int nb = n / 32;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    float ad[LG_SCALES], as[LG_SCALES];
+    __m256 accb[LG_COLS * LT_RMAX], accmb[LG_COLS];
+    KFN(lg_panel) P;
+    const int cols = EL_MIN(LG_COLS, LG_SCALES / nb);
+    for (int c0 = 0; c0 < nc; c0 += cols) {
+        const int ncc = EL_MIN(cols, nc - c0);
+        const uint8_t *A = a + (size_t)c0 * lda;
+        for (int c = 0; c < ncc; c++)
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *ab = A + (size_t)c * lda + (size_t)b * abs_;
+                ad[c * nb + b] = load_half(ab);
+                if (has_m) as[c * nb + b] = load_half(ab + 2);
+            }
+        pf_cursor pf = pf_start(w, ldw, RT, (size_t)nb * wbs);
+        for (int r0 = 0; r0 < nr;) {
+            const int R = nr - r0 >= RT ? RT : 1;  /* leftover rows one at a time */
+            const uint8_t *W = w + (size_t)r0 * ldw;
+            if (R < RT && r0 == nr - nr % RT) pf = pf_start(W, ldw, 1, (size_t)nb * wbs);
+            for (int b0 = 0; b0 < nb; b0 += LG_KB) {
+                const int nbk = EL_MIN(LG_KB, nb - b0), first = b0 == 0, last = b0 + nbk == nb;
+                if (R == RT) KFN(lg_prep)(type, &P, W, ldw, RT, b0, nbk, &pf);
+                else KFN(lg_prep)(type, &P, W, ldw, 1, b0, nbk, &pf);
+                for (int c = 0; c < ncc;) {
+                    float *o = out + (size_t)(c0 + c) * ldo + r0;
+                    const uint8_t *Ac = A + (size_t)c * lda;
+                    __m256 *ab = accb + c * LT_RMAX, *amb = accmb + c;
+                    if (R == RT && c + CT <= ncc)
+                        KFN(lg_tile)(type, &P, W, ldw, RT, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                                     last, ab, amb, o, ldo);
+                    else if (R == RT)
+                        KFN(lg_tile)(type, &P, W, ldw, RT, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                                     last, ab, amb, o, ldo);
+                    else if (c + CT <= ncc)
+                        KFN(lg_tile)(type, &P, W, ldw, 1, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                                     last, ab, amb, o, ldo);
+                    else
+                        KFN(lg_tile)(type, &P, W, ldw, 1, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                                     last, ab, amb, o, ldo);
+                    c += c + CT <= ncc ? CT : 1;
+                }
+            }
+            r0 += R;
+        }
+    }
+}
+
+#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1, GR, GC)                                           \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
         if (R == RT && C == CT) KFN(legacy_tile)(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);       \
@@ -115,17 +272,18 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
-        gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);           \
+        if (nc >= 2) KFN(legacy_gemm)(TYPE, GR, GC, n, w, ldw, nr, a, lda, nc, out, ldo);          \
+        else gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);      \
     }                                                                                              \
     static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
         KFN(legacy_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
     }
 
-LEGACY_KERNELS(q4_0, EL_Q4_0, 2, 4, 4)
-LEGACY_KERNELS(q4_1, EL_Q4_1, 2, 4, 4)
-LEGACY_KERNELS(q5_0, EL_Q5_0, 2, 4, 4)
-LEGACY_KERNELS(q5_1, EL_Q5_1, 2, 4, 4)
-LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4)
+LEGACY_KERNELS(q4_0, EL_Q4_0, 2, 4, 4, 4, 2)
+LEGACY_KERNELS(q4_1, EL_Q4_1, 2, 4, 4, 4, 2)
+LEGACY_KERNELS(q5_0, EL_Q5_0, 2, 4, 4, 4, 2)
+LEGACY_KERNELS(q5_1, EL_Q5_1, 2, 4, 4, 4, 2)
+LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4, 4, 2)
 #undef LEGACY_KERNELS
 
 /* ------------------------------------------------------------------------------------------
