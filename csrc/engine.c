@@ -232,35 +232,6 @@ static void gemm_loop(const el_type_traits *tt, int type, int m, int small, int 
                   out + (size_t)nmain * ldo, ldo);
 }
 
-/* no barrier at the end: callers batch independent matmuls (q, k, v) and then barrier once */
-static void matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
-                   float *y, int ldy, int ith, int nth) {
-    const el_type_traits *tt = &c->traits[w->type];
-    const int k = (int)w->ne0, vdt = tt->vec_dot_type;
-    quantize_acts(c, st, vdt, x, m, k, ldx, ith, nth);
-    const size_t rs = el_row_size(vdt, k);
-    st->in_use = 1;
-    int64_t r0, r1;
-    el_split(w->ne1, ith, nth, ROW_ALIGN, &r0, &r1);
-    const uint8_t *wd = w->data;
-    const int64_t rt = m == 1 ? EL_MAX(1, r1 - r0) : ROW_TILE;
-    for (int64_t rb = r0; rb < r1; rb += rt) {
-        const int nr = (int)EL_MIN(rt, r1 - rb);
-        for (int mb = 0; mb < m; mb += TOK_TILE) {
-            const int nc = EL_MIN(TOK_TILE, m - mb);
-            gemm_loop(tt, w->type, m, c->plan.b->llama_order, mb, k, wd + (size_t)rb * w->row_bytes, w->row_bytes, nr,
-                      c->actq + (size_t)mb * rs, rs, nc, y + (size_t)mb * ldy + rb, (size_t)ldy);
-        }
-    }
-}
-
-void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
-                    float *y, int ldy, int ith, int nth) {
-    matmul(c, st, w, x, m, ldx, y, ldy, ith, nth);
-}
-
-void el_task_sync(el_engine *c, act_state *st) { sync(c, st); }
-
 void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,
                     size_t lda, int m, float *y, size_t ldy, int ith, int nth) {
     const el_type_traits *tt = &c->traits[w->type];
@@ -276,6 +247,24 @@ void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_
                       ldy);
     }
 }
+
+/* no barrier at the end: callers batch independent matmuls (q, k, v) and then barrier once */
+static void matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
+                   float *y, int ldy, int ith, int nth) {
+    const el_type_traits *tt = &c->traits[w->type];
+    const int k = (int)w->ne0, vdt = tt->vec_dot_type;
+    quantize_acts(c, st, vdt, x, m, k, ldx, ith, nth);
+    st->in_use = 1;
+    el_matmul_acts(c, w, 0, w->ne1, c->actq, el_row_size(vdt, k), m, y, (size_t)ldy, ith, nth);
+}
+
+void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
+                    float *y, int ldy, int ith, int nth) {
+    matmul(c, st, w, x, m, ldx, y, ldy, ith, nth);
+}
+
+void el_task_sync(el_engine *c, act_state *st) { sync(c, st); }
+
 
 /* ------------------------------------------------------------------------------------------ */
 
