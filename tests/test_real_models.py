@@ -1,5 +1,7 @@
 """The two real models against llama.cpp's reference outputs (tests/fixtures/reference):
-teacher-forced log-probs and perplexity, greedy continuations, and prefill == decode."""
+teacher-forced log-probs and perplexity, greedy continuations, and prefill == decode, on the
+fastest kernel path this CPU runs; every other C path (the generic twins, AVX2 under AVX-512)
+must give that path's logits bit for bit, which carries every check here over to it."""
 
 from __future__ import annotations
 
@@ -12,21 +14,57 @@ from edgellm.kernels import available_isas
 pytestmark = pytest.mark.real
 
 
-@pytest.fixture(scope="module", params=available_isas() or ["numba"])
-def loaded(request, real_model):
-    """Each real model on each C kernel path this CPU runs (the numba one only without C)."""
-    alias, path, ref = real_model
-    mp = pytest.MonkeyPatch()
-    if request.param == "numba":
+ISAS = available_isas()
+BEST = ISAS[-1] if ISAS else "numba"  # (numba only without the C kernels)
+
+
+def _set_path(mp: pytest.MonkeyPatch, isa: str) -> None:
+    if isa == "numba":
         mp.setenv("EDGELLM_BACKEND", "numba")
     else:
         mp.setenv("EDGELLM_BACKEND", "c")
-        mp.setenv("EDGELLM_ISA", request.param)
+        mp.setenv("EDGELLM_ISA", isa)
+
+
+@pytest.fixture(scope="module")
+def loaded(real_model):
+    """Each real model on the fastest kernel path this CPU runs."""
+    alias, path, ref = real_model
+    mp = pytest.MonkeyPatch()
+    _set_path(mp, BEST)
     llm = edgellm.LLM(path, n_ctx=1024)
-    assert llm.backend == request.param
+    assert llm.backend == BEST
     yield llm, ref
     llm.close()
     mp.undo()
+
+
+def _batch_and_steps(llm, ids):
+    """Logits of every position of ids in one batch, then of its last 8 tokens fed one at a time
+    after the rest in one batch: the gemm, the single-token kernels and attention over a cache."""
+    batch = llm.logits(ids)
+    s = llm.session()
+    s.feed(ids[:-8])
+    return batch, np.stack([s.feed([t]) for t in ids[-8:]])
+
+
+@pytest.mark.parametrize("isa", ISAS[:-1])
+def test_every_other_c_path_gives_the_same_bits(loaded, real_model, monkeypatch, isa):
+    """Each kernel has a twin on every ISA that sums in the same order (test_kernels_isa holds
+    them bit-identical kernel by kernel); here the whole model: 32 tokens in one batch, 8 more
+    one at a time, bit for bit against the fastest path."""
+    best, ref = loaded
+    ids = ref["teacher_forced"]["ids"][:32]
+    want = _batch_and_steps(best, ids)
+    _set_path(monkeypatch, isa)
+    other = edgellm.LLM(real_model[1], n_ctx=1024)
+    try:
+        assert other.backend == isa
+        got = _batch_and_steps(other, ids)
+    finally:
+        other.close()
+    for g, w, what in zip(got, want, ("batch", "one token at a time")):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{isa} vs {BEST}, {what}")
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
