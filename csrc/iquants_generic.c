@@ -30,18 +30,29 @@ const int8_t el_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1,
 #define GROUP_MAX_EPS 1e-15f /* ggml-quants.c: a group whose largest |x| is below this gets scale 0 */
 #define NTRY 7               /* trial scales on each side of the first one (quantize_iq4_nl / _xs) */
 
-/* index of the table value nearest x, the lower one on a tie (ggml's best_index_int8) */
-static int nearest_index(float x) {
+/* SEGMENT[n + 127] is the i with v[i] <= n < v[i + 1] for each integer n in [-127, 112]: as the
+ * table values are integers, every x in [n, n + 1) lies between the same two of them (runs of
+ * 23, 21, 18, 16, 14, 13, 12, 11, 12, 12, 13, 15, 16, 20, 24: the gaps between the values) */
+static const int8_t SEGMENT[240] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+    3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5,
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9,
+    9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11,
+    11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12,
+    12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13,
+    14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14, 14};
+
+/* index of the table value nearest x, the lower one on a tie (ggml's best_index_int8; its
+ * binary search ends on the same pair and makes the same comparison; a NaN gives 15 in both) */
+static inline int nearest_index(float x) {
     const int8_t *v = el_iq4nl_values;
     if (x <= v[0]) return 0;
-    if (x >= v[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (x < v[mid]) hi = mid;
-        else lo = mid;
-    }
-    return x - v[hi - 1] < v[hi] - x ? hi - 1 : hi;
+    if (!(x < v[15])) return 15;
+    const int i = SEGMENT[(int)floorf(x) + 127];
+    return x - v[i] < v[i + 1] - x ? i : i + 1;
 }
 
 /* x^2-weighted least-squares scale of one group of 32 values: from the scale that maps the
