@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from conftest import gguf_py_of_real_model
 from edgellm.chat import CHATML_TEMPLATE, ChatTemplate
 from edgellm.errors import TemplateError, TokenizerError
 
@@ -29,10 +30,8 @@ SYSTEM = {"role": "system", "content": "You are terse."}
 
 
 def read_meta(path, with_tokens: bool):
-    """GGUF metadata as plain values, read by gguf-py; plus a token-text lookup."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
+    """A real model's GGUF metadata as plain values, read by gguf-py; plus a token-text lookup."""
+    reader = gguf_py_of_real_model(path)
     meta = {k: reader.fields[k].contents() for k in KEYS if k in reader.fields}
     tokens = reader.fields["tokenizer.ggml.tokens"]
     if with_tokens:

@@ -15,33 +15,13 @@ import numpy as np
 import pytest
 from gguf_builders import VT, RawGGUF, pack_kv, pack_string, write_gguf
 
+from conftest import gguf_py_of_real_model, read_with_gguf_py
+
 from edgellm.errors import GGUFError
 from edgellm.gguf_file import GGUFFile, StringArray, TensorInfo
 from edgellm.quants import QType
 
 # --- the oracle ---------------------------------------------------------------------------
-
-
-def read_with_gguf_py(path):
-    """gguf-py's GGUFReader. It slices its np.memmap once per string part and every slice runs
-    memmap.__array_finalize__ (13 s for gemma's 262144 tokens); handed a plain ndarray view of
-    the same mapping, its parsing code is unchanged and takes about a third of that."""
-    import gguf.gguf_reader as gr
-
-    class _NumpyWithPlainMemmap:
-        def __getattr__(self, name):
-            return getattr(np, name)
-
-        @staticmethod
-        def memmap(*args, **kwargs):
-            return np.memmap(*args, **kwargs).view(np.ndarray)
-
-    saved = gr.np
-    gr.np = _NumpyWithPlainMemmap()
-    try:
-        return gr.GGUFReader(path)
-    finally:
-        gr.np = saved
 
 
 _PY_TYPES = {VT.BOOL: bool, VT.FLOAT32: float, VT.FLOAT64: float, VT.STRING: str}
@@ -74,8 +54,8 @@ def assert_field_equal(ours, field):
         assert ours == expected.item(), field.name
 
 
-def assert_matches_gguf_py(f: GGUFFile, check_data=True):
-    r = read_with_gguf_py(f.path)
+def assert_matches_gguf_py(f: GGUFFile, check_data=True, reader=None):
+    r = reader or read_with_gguf_py(f.path)
     fields = {k: v for k, v in r.fields.items() if not k.startswith("GGUF.")}
     assert list(f.metadata) == list(fields)
     for key, field in fields.items():
@@ -103,10 +83,11 @@ def assert_matches_gguf_py(f: GGUFFile, check_data=True):
 @pytest.mark.real
 @pytest.mark.parametrize("model", ["smollm2_path", pytest.param("gemma3_path", marks=pytest.mark.slow)])
 def test_real_model_matches_gguf_py(model, request):
-    with GGUFFile(request.getfixturevalue(model)) as f:
+    path = request.getfixturevalue(model)
+    with GGUFFile(path) as f:
         assert f.version == 3
         assert f.file_size == os.path.getsize(f.path)
-        assert_matches_gguf_py(f)
+        assert_matches_gguf_py(f, reader=gguf_py_of_real_model(path))
 
 
 @pytest.mark.real

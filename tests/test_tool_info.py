@@ -6,10 +6,11 @@ import functools
 import json
 from collections import Counter
 
-import gguf
 import pytest
 from click.testing import CliRunner
 from gguf_builders import VT, write_gguf
+
+from conftest import gguf_py_of_real_model
 
 import numpy as np
 
@@ -26,7 +27,7 @@ def run(*args, ok=True):
 @functools.lru_cache(maxsize=None)
 def oracle(path):
     """The facts, as gguf-py reads them."""
-    r = gguf.GGUFReader(path)
+    r = gguf_py_of_real_model(path)
     mix = Counter()
     nbytes = Counter()
     for t in r.tensors:
