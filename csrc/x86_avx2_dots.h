@@ -123,7 +123,7 @@ static inline __attribute__((always_inline)) void KFN(legacy_tile)(
 
 typedef struct {
     __m256i u[LT_RMAX][LG_KB];  /* unsigned values (Q4_1, Q5_1) or |w| */
-    __m256i s[LT_RMAX][LG_KB];  /* signed w (Q4_0, Q5_0; Q8_0 reads its blocks) */
+    __m256i s[LT_RMAX][LG_KB];  /* signed w (Q4_0, Q5_0, Q8_0: no 34-byte-strided reads in the tiles) */
     __m256 d[LT_RMAX][LG_KB];   /* weight scale in every lane */
     __m256 m[LG_KB];            /* weight min of row r in lane r (Q4_1, Q5_1) */
 } KFN(lg_panel);
@@ -139,10 +139,8 @@ static inline __attribute__((always_inline)) void KFN(lg_prep)(const int type, K
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b0 + b) * wbs;
             __m256i v = legacy_unpack(type, blk);
-            if (off) {
-                v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)off));
-                P->s[r][b] = v;
-            }
+            if (off) v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)off));
+            if (!has_m) P->s[r][b] = v;
             P->u[r][b] = has_m ? v : _mm256_sign_epi8(v, v);
             P->d[r][b] = bcast_half(blk);
             if (has_m) memcpy(&h[r], blk + 2, 2);
@@ -156,11 +154,9 @@ static inline __attribute__((always_inline)) void KFN(lg_prep)(const int type, K
 /* columns c0..c0+C of a panel chunk (blocks b0..b0+nbk of nb); acc / accm: the chains between
  * chunks; `last`: write the results */
 static inline __attribute__((always_inline)) void KFN(lg_tile)(
-    const int type, const KFN(lg_panel) *P, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-    const int C, const float *ad, const float *as, int nb, int b0, int nbk, int first, int last, __m256 *accb,
+    const int type, const KFN(lg_panel) *P, const int R, const uint8_t *a, size_t lda, const int C, const float *ad, const float *as, int nb, int b0, int nbk, int first, int last, __m256 *accb,
     __m256 *accmb, float *out, size_t ldo) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
-    const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int aqs = has_m ? 4 : 2;
     __m256 acc[LT_RMAX][LT_CMAX];
@@ -176,8 +172,7 @@ static inline __attribute__((always_inline)) void KFN(lg_tile)(
         for (int r = 0; r < R; r++) {
             const __m256i u = P->u[r][b];
             __m256i sw = _mm256_setzero_si256();
-            if (type == EL_Q8_0) sw = _mm256_loadu_si256((const __m256i *)(w + (size_t)r * ldw + (size_t)(b0 + b) * wbs + 2));
-            else if (!has_m) sw = P->s[r][b];
+            if (!has_m) sw = P->s[r][b];
             for (int c = 0; c < C; c++) {
                 const __m256i x = KFN(dot_us)(_mm256_setzero_si256(), u, has_m ? av[c] : _mm256_sign_epi8(av[c], sw));
                 acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(P->d[r][b], sd[c]), acc[r][c]);
@@ -243,16 +238,16 @@ static inline __attribute__((always_inline)) void KFN(legacy_gemm)(
                     const uint8_t *Ac = A + (size_t)c * lda;
                     __m256 *ab = accb + c * LT_RMAX, *amb = accmb + c;
                     if (R == RT && c + CT <= ncc)
-                        KFN(lg_tile)(type, &P, W, ldw, RT, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                        KFN(lg_tile)(type, &P, RT, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
                                      last, ab, amb, o, ldo);
                     else if (R == RT)
-                        KFN(lg_tile)(type, &P, W, ldw, RT, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                        KFN(lg_tile)(type, &P, RT, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
                                      last, ab, amb, o, ldo);
                     else if (c + CT <= ncc)
-                        KFN(lg_tile)(type, &P, W, ldw, 1, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                        KFN(lg_tile)(type, &P, 1, Ac, lda, CT, ad + c * nb, as + c * nb, nb, b0, nbk, first,
                                      last, ab, amb, o, ldo);
                     else
-                        KFN(lg_tile)(type, &P, W, ldw, 1, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
+                        KFN(lg_tile)(type, &P, 1, Ac, lda, 1, ad + c * nb, as + c * nb, nb, b0, nbk, first,
                                      last, ab, amb, o, ldo);
                     c += c + CT <= ncc ? CT : 1;
                 }
@@ -443,6 +438,201 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
         for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = lanes8 ? hsum256(acc8[r][c]) : res[r + 2 * c];
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The same K-quant dot products for many columns at once (gemm with nc >= KG_MIN_COLS, the main
+ * order: not the small-batch kernels), the float steps of every (row, column) exactly kquant_tile's, so
+ * the results are its bits. Rows are taken KG_R at a time and super-block after super-block:
+ * the rows' chunks are unpacked once into a panel (unsigned values and int16 scales per chunk,
+ * kquant_prep's mins, the f16 scales as floats), then every tile of KG_C columns reads it from
+ * L1. A tile holds its 8 pairs p = r + KG_R * c in float lanes p: the integer totals of the 8
+ * pairs come out of one horizontal-add tree, and each pair gets kquant_tile's lane operations:
+ *   Q3_K, Q6_K:  acc = fma(isum * d, d_act, acc)
+ *   Q2_K, Q5_K:  acc = fma(fma(-dmin, summs, isum * d), d_act, acc)
+ *   Q4_K:        per quarter j: accI = fma(I_j, d * d_act, accI), accM = fma(M_j, dmin * d_act,
+ *                accM); result accI - accM. M_j = m_2j * bs_2j + m_2j+1 * bs_2j+1 (bs_g: the
+ *                activation sum over group g, the two bsums of its 32 values), one vpmaddwd of
+ *                the rows' (m_2j, m_2j+1) against the columns' (bs_2j, bs_2j+1).
+ * The accumulators wait in a small buffer between super-blocks (same chains, block after block).
+ * Leftover rows repeat the last row, an odd last column the one before it (computed, not stored).
+ * ------------------------------------------------------------------------------------------ */
+
+#define KG_R 4
+#define KG_C 2
+#define KG_MIN_COLS 8  /* fewer columns: the 2 x 2 tiles (the panel does not pay: 0.8x at 4, 1.0x at 6) */
+#define KG_COLS 32     /* columns a pass takes */
+#define KG_BSG 16384   /* int16 group sums (Q4_K) a pass keeps: KG_COLS columns of 8 per super-block */
+
+typedef struct {
+    __m256i q[KG_R][8];    /* chunk k of row r: unsigned values */
+    __m256i sc[KG_R][8];   /* its int16 scale per lane */
+    __m256i mins[KG_R];    /* kquant_prep's mins */
+    __m128i mq[4];         /* Q4_K, quarter j: row r's (m_2j, m_2j+1) in 32-bit lane r */
+    __m256 d, dm;          /* lane p: d (dmin) of row p % KG_R */
+} KFN(kg_panel);
+
+static inline __attribute__((always_inline)) void KFN(kg_prep)(const int type, KFN(kg_panel) *P,
+                                                               const uint8_t *const *xb, pf_cursor *pf, size_t ldw) {
+    const size_t wbs = (size_t)kquant_block_bytes(type);
+    pf_step(pf, KG_R, ldw, wbs);
+    size_t od = offsetof(block_q6_K, d), odm = 0;
+    switch (type) {
+    case EL_Q2_K: od = offsetof(block_q2_K, d), odm = offsetof(block_q2_K, dmin); break;
+    case EL_Q3_K: od = offsetof(block_q3_K, d); break;
+    case EL_Q4_K: od = offsetof(block_q4_K, d), odm = offsetof(block_q4_K, dmin); break;
+    case EL_Q5_K: od = offsetof(block_q5_K, d), odm = offsetof(block_q5_K, dmin); break;
+    default: break;
+    }
+    uint16_t hd[KG_R], hm[KG_R] = {0};
+    __m128i mr[KG_R];
+    for (int r = 0; r < KG_R; r++) {
+        __m256i s0, s1;
+        kquant_prep(type, xb[r], &s0, &s1, &P->mins[r]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            P->q[r][k] = kquant_chunk(type, xb[r], k);
+            P->sc[r][k] = kquant_chunk_scales(type, s0, s1, k);
+        }
+        memcpy(&hd[r], xb[r] + od, 2);
+        if (odm) memcpy(&hm[r], xb[r] + odm, 2);
+        if (type == EL_Q4_K) {
+            uint32_t sc[2], m[2];
+            k4_scales_mins(xb[r] + offsetof(block_q4_K, scales), sc, m);
+            mr[r] = _mm_cvtepu8_epi16(_mm_setr_epi32((int)m[0], (int)m[1], 0, 0));  /* 32-bit lane j: (m_2j, m_2j+1) */
+        }
+    }
+    const __m128i h = _mm_setr_epi16((short)hd[0], (short)hd[1], (short)hd[2], (short)hd[3], (short)hd[0], (short)hd[1],
+                                     (short)hd[2], (short)hd[3]);
+    P->d = _mm256_cvtph_ps(h);
+    if (odm)
+        P->dm = _mm256_cvtph_ps(_mm_setr_epi16((short)hm[0], (short)hm[1], (short)hm[2], (short)hm[3], (short)hm[0],
+                                               (short)hm[1], (short)hm[2], (short)hm[3]));
+    if (type == EL_Q4_K) {  /* transpose: quarter j, row r */
+        const __m128i t0 = _mm_unpacklo_epi32(mr[0], mr[1]), t1 = _mm_unpacklo_epi32(mr[2], mr[3]);
+        const __m128i t2 = _mm_unpackhi_epi32(mr[0], mr[1]), t3 = _mm_unpackhi_epi32(mr[2], mr[3]);
+        P->mq[0] = _mm_unpacklo_epi64(t0, t1);
+        P->mq[1] = _mm_unpackhi_epi64(t0, t1);
+        P->mq[2] = _mm_unpacklo_epi64(t2, t3);
+        P->mq[3] = _mm_unpackhi_epi64(t2, t3);
+    }
+}
+
+/* lane p: the total of v[p]'s 8 int32 lanes */
+static inline __m256i KFN(kg_totals)(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* one super-block of a KG_R x KG_C tile: columns y[0], y[1] (block i); bsg: Q4_K's group sums
+ * of the two columns, 8 per column; acc[0] (and acc[1], Q4_K's accM) carry the chains */
+static inline __attribute__((always_inline)) void KFN(kg_tile)(const int type, const KFN(kg_panel) *P,
+                                                               const block_q8_K *y0, const block_q8_K *y1,
+                                                               const int16_t *bsg0, const int16_t *bsg1, __m256 *acc) {
+    const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
+    const __m256 da = _mm256_set_m128(_mm_set1_ps(y1->d), _mm_set1_ps(y0->d));  /* lane p: d_act of column p / KG_R */
+    __m256i isum[8];
+    if (type == EL_Q4_K) {
+        const __m256 dI = _mm256_mul_ps(P->d, da), dM = _mm256_mul_ps(P->dm, da);
+        __m256 accI = acc[0], accM = acc[1];
+        for (int j = 0; j < 4; j++) {
+            for (int p = 0; p < 8; p++) isum[p] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int k = 2 * j; k < 2 * j + 2; k++) {
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y0->qs + 32 * k));
+                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y1->qs + 32 * k));
+                for (int r = 0; r < KG_R; r++) {
+                    const __m256i q = P->q[r][k], sc = P->sc[r][k];
+                    isum[r] = KFN(dot_ww)(isum[r], _mm256_maddubs_epi16(q, a0), sc);
+                    isum[r + KG_R] = KFN(dot_ww)(isum[r + KG_R], _mm256_maddubs_epi16(q, a1), sc);
+                }
+            }
+            uint32_t b0, b1;
+            memcpy(&b0, bsg0 + 2 * j, 4);
+            memcpy(&b1, bsg1 + 2 * j, 4);
+            const __m256i M = _mm256_madd_epi16(_mm256_set_m128i(P->mq[j], P->mq[j]),
+                                                _mm256_set_m128i(_mm_set1_epi32((int)b1), _mm_set1_epi32((int)b0)));
+            accI = _mm256_fmadd_ps(_mm256_cvtepi32_ps(KFN(kg_totals)(isum)), dI, accI);
+            accM = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), dM, accM);
+        }
+        acc[0] = accI, acc[1] = accM;
+        return;
+    }
+    const __m256i bs0 = _mm256_loadu_si256((const __m256i *)y0->bsums);
+    const __m256i bs1 = _mm256_loadu_si256((const __m256i *)y1->bsums);
+    __m256i summs = _mm256_setzero_si256();
+    if (has_min) {  /* Q2_K, Q5_K */
+        for (int r = 0; r < KG_R; r++) {
+            isum[r] = _mm256_madd_epi16(P->mins[r], bs0);
+            isum[r + KG_R] = _mm256_madd_epi16(P->mins[r], bs1);
+        }
+        summs = KFN(kg_totals)(isum);
+        for (int p = 0; p < 8; p++) isum[p] = _mm256_setzero_si256();
+    } else {  /* Q3_K, Q6_K: the offset's seed */
+        for (int r = 0; r < KG_R; r++) {
+            isum[r] = _mm256_madd_epi16(P->mins[r], bs0);
+            isum[r + KG_R] = _mm256_madd_epi16(P->mins[r], bs1);
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y0->qs + 32 * k));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y1->qs + 32 * k));
+        for (int r = 0; r < KG_R; r++) {
+            const __m256i q = P->q[r][k], sc = P->sc[r][k];
+            isum[r] = KFN(dot_ww)(isum[r], _mm256_maddubs_epi16(q, a0), sc);
+            isum[r + KG_R] = KFN(dot_ww)(isum[r + KG_R], _mm256_maddubs_epi16(q, a1), sc);
+        }
+    }
+    const __m256 x = _mm256_cvtepi32_ps(KFN(kg_totals)(isum));
+    if (has_min)
+        acc[0] = _mm256_fmadd_ps(_mm256_fnmadd_ps(P->dm, _mm256_cvtepi32_ps(summs), _mm256_mul_ps(x, P->d)), da, acc[0]);
+    else
+        acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(x, P->d), da, acc[0]);
+}
+
+static inline __attribute__((always_inline)) void KFN(kquant_gemm)(const int type, int n, const uint8_t *w, size_t ldw,
+                                                                   int nr, const uint8_t *a, size_t lda, int nc,
+                                                                   float *out, size_t ldo) {
+    const int nb = n / QK_K;
+    const size_t wbs = (size_t)kquant_block_bytes(type);
+    int16_t bsg[KG_BSG];
+    __m256 accb[KG_COLS / KG_C][2];
+    KFN(kg_panel) P;
+    const int cols = EL_MIN(KG_COLS, KG_BSG / (8 * nb));
+    for (int c0 = 0; c0 < nc; c0 += cols) {
+        const int ncc = EL_MIN(cols, nc - c0);
+        const uint8_t *A = a + (size_t)c0 * lda;
+        if (type == EL_Q4_K)
+            for (int c = 0; c < ncc; c++)
+                for (int i = 0; i < nb; i++) {
+                    const block_q8_K *y = (const block_q8_K *)(A + (size_t)c * lda) + i;
+                    for (int g = 0; g < 8; g++) bsg[(c * nb + i) * 8 + g] = (int16_t)(y->bsums[2 * g] + y->bsums[2 * g + 1]);
+                }
+        pf_cursor pf = pf_start(w, ldw, KG_R, (size_t)nb * wbs);
+        for (int r0 = 0; r0 < nr; r0 += KG_R) {
+            const int R = EL_MIN(KG_R, nr - r0);
+            for (int i = 0; i < nb; i++) {
+                const uint8_t *xb[KG_R];
+                for (int r = 0; r < KG_R; r++) xb[r] = w + (size_t)(r0 + EL_MIN(r, R - 1)) * ldw + (size_t)i * wbs;
+                KFN(kg_prep)(type, &P, xb, &pf, ldw);
+                for (int c = 0; c < ncc; c += KG_C) {
+                    const int C = EL_MIN(KG_C, ncc - c), c1 = c + C - 1;
+                    __m256 *acc = accb[c / KG_C];
+                    if (i == 0) acc[0] = acc[1] = _mm256_setzero_ps();
+                    KFN(kg_tile)(type, &P, (const block_q8_K *)(A + (size_t)c * lda) + i,
+                                 (const block_q8_K *)(A + (size_t)c1 * lda) + i, bsg + (c * nb + i) * 8,
+                                 bsg + (c1 * nb + i) * 8, acc);
+                    if (i < nb - 1) continue;
+                    float res[8];
+                    _mm256_storeu_ps(res, type == EL_Q4_K ? _mm256_sub_ps(acc[0], acc[1]) : acc[0]);
+                    for (int cc = 0; cc < C; cc++)
+                        for (int r = 0; r < R; r++) out[(size_t)(c0 + c + cc) * ldo + r0 + r] = res[r + KG_R * cc];
+                }
+            }
+        }
+    }
+}
+
 #define KQUANT_KERNELS(tname, TYPE, SMALL, RT, CT, RT1)                                            \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
@@ -453,7 +643,9 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
-        gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);           \
+        if (nc >= KG_MIN_COLS && !SMALL && n / QK_K <= KG_BSG / 8 / KG_C)                          \
+            KFN(kquant_gemm)(TYPE, n, w, ldw, nr, a, lda, nc, out, ldo);                           \
+        else gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);      \
     }                                                                                              \
     static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
         KFN(kquant_tile)(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                  \
