@@ -359,6 +359,19 @@ def test_gemm_bit_identical_to_vec_dot(kern, t, raw):
         np.testing.assert_array_equal(_bits(out)[covered], _bits(want)[covered], err_msg=f"tiles {tiles}")
 
 
+@pytest.mark.parametrize("t", [t for t in TYPES if type_info(t).block_size > 1], ids=lambda t: t.name)
+def test_gemm_more_columns_than_a_pass(kern, t):
+    """The x86 many-column gemms take their columns 32 at a time (legacy_gemm, kquant_gemm): one
+    call of 35 columns (and 6 rows: a partial 4-row panel) gives vec_dot's bits."""
+    rng = np.random.default_rng(9000 + int(t))
+    n, rows, cols = _row_len(t), 6, 35
+    w = _raw_weights(t, rows, n, rng)
+    a = kern.quantize_act(t, _acts(cols, n, rng))
+    out = np.full((cols, rows), np.nan, dtype=np.float32)
+    kern.gemm(t, n, w, a, out, 0, rows, 0, cols)
+    np.testing.assert_array_equal(_bits(out), _bits(kern.vec_dot_all(t, n, w, a)))
+
+
 # ---------------------------------------------------------------- through the dispatch vs generic
 
 @pytest.mark.parametrize("n_threads", [1, 2])
