@@ -98,6 +98,10 @@ SPECS: dict[str, Spec] = {
                            "rope.scaling.yarn_beta_fast": _f32(16.0), "rope.scaling.yarn_beta_slow": _f32(2.0),
                            "rope.scaling.yarn_log_multiplier": _f32(1.0), "attention.temperature_scale": _f32(0.1),
                            "rope.freq_base": _f32(1e6)}),
+    # Mixtral (and Mistral's MoE GGUFs): llama with experts n_ff wide, softmax over all experts, the
+    # top 2 renormalised; no shared expert (llama.cpp's llama loader reads none)
+    "llama-moe": Spec("llama", "llama-spm", 15, template="mistralai-Mistral-Nemo-Instruct-2407", ffn="moe",
+                      n_ff_exp=N_FF, keys={"rope.freq_base": _f32(1e6)}),
     # llama features no real model above exercises
     "llama-bias-ropefreqs": Spec("llama", "llama-spm", 11, template="mistralai-Mistral-Nemo-Instruct-2407",
                                  qkv_bias=True, out_bias=True, rope_freqs=True),
