@@ -1,4 +1,4 @@
-"""`edgellm run FILE` chats with the tiny model of every architecture (tests/tiny_archs.py, built with
+"""`edgellm run FILE --system TEXT` chats with the tiny model of every architecture (tests/tiny_archs.py, built with
 chat=True: the family's chat template and special token ids): the prompt that reaches the engine is
 the conversation rendered with the file's own template and tokenized with its special tokens, and
 the reply ends at the family's end-of-turn token - which is not printed, and which the template
@@ -23,8 +23,8 @@ from edgellm import cli
 from edgellm.api import Session
 
 N_REPLY = 4
-USER = ("Hello there", "And again?")
-# The end of the first prompt as each family's template writes it (the text, before tokenizing)
+SYSTEM, USER = "Be brief.", ("Hello there", "And again?")
+# The end of the first prompt (system prompt, one user message) as each family's template writes it
 TAILS = {
     "qwen2": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
     "qwen3": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
@@ -32,14 +32,15 @@ TAILS = {
     "qwen2moe": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
     "phi3": "<|user|>\nHello there<|end|>\n<|assistant|>\n",
     "smollm3": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
-    "gemma2": "<start_of_turn>user\nHello there<end_of_turn>\n<start_of_turn>model\n",
+    # Gemma 2 has no system role: the system text is folded into the user's turn
+    "gemma2": "<start_of_turn>user\nBe brief.\nHello there<end_of_turn>\n<start_of_turn>model\n",
     "granite": "<|start_of_role|>user<|end_of_role|>Hello there<|end_of_text|>\n"
                "<|start_of_role|>assistant<|end_of_role|>",
     "granitemoe": "<|start_of_role|>user<|end_of_role|>Hello there<|end_of_text|>\n"
                   "<|start_of_role|>assistant<|end_of_role|>",
     "olmo2": "<|user|>\nHello there\n<|assistant|>\n",
     "mistral3": "[/SYSTEM_PROMPT][INST]Hello there[/INST]",
-    "llama-moe": "[INST]Hello there[/INST]",
+    "llama-moe": "[INST]Be brief.\n\nHello there[/INST]",  # Nemo's: the system text opens the last user turn
 }
 
 
@@ -101,7 +102,7 @@ def test_run_chats_with_the_files_template_and_stops_at_its_end_of_turn(tmp_path
     path = tiny_archs.build(name, tmp_path, chat=True)
     rec = scripted_engine
     rec["eot"] = chat.eot
-    res = CliRunner().invoke(cli.main, ["run", str(path), "--temp", "0", "-n", "12", "-c", "1024", "-t", "2"],
+    res = CliRunner().invoke(cli.main, ["run", str(path), "--system", SYSTEM, "--temp", "0", "-n", "12", "-c", "1024", "-t", "2"],
                              input="\n".join(USER) + "\n/exit\n")
     assert res.exit_code == 0, res.output + str(res.exception)
     llm = rec["llm"]
@@ -120,10 +121,11 @@ def test_run_chats_with_the_files_template_and_stops_at_its_end_of_turn(tmp_path
 
     # the prompts: the conversation so far in the file's own template, special tokens parsed
     t = llm.template
-    first = t.render([{"role": "user", "content": USER[0]}])
-    assert first.endswith(TAILS[name]), first[-200:]
+    system = {"role": "system", "content": SYSTEM}
+    first = t.render([system, {"role": "user", "content": USER[0]}])
+    assert first.endswith(TAILS[name]) and SYSTEM in first, first[-200:]
     assert rec["prompts"][0] == llm.chat_tokens(first)
-    history = [{"role": "user", "content": USER[0]}, {"role": "assistant", "content": replies[0]},
+    history = [system, {"role": "user", "content": USER[0]}, {"role": "assistant", "content": replies[0]},
                {"role": "user", "content": USER[1]}]
     second = t.render(history)
     assert rec["prompts"][1] == llm.chat_tokens(second)
