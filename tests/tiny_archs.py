@@ -124,11 +124,14 @@ SPECS: dict[str, Spec] = {
 class Chat:
     """How the real family's GGUFs chat: the template they carry, their special token ids, and the
     token an assistant turn ends with (an end-of-generation token to llama.cpp)."""
-    template: str | None             # models/templates/<template>.jinja (None: the vocabulary's own), or
-    #                                  Jinja source when llama.cpp's source has none (a "{" in it)
+    template: str | None             # models/templates/<template>.jinja (None: the vocabulary's own)
     eot: int                         # the id that closes an assistant turn in the template
     ids: dict = field(default_factory=dict)     # tokenizer.ggml.<name>_token_id -> id
     tokens: dict = field(default_factory=dict)  # id -> (text, token type): the family's special tokens
+    source: str = ""                 # the template's Jinja source, where llama.cpp's source has none
+
+    def template_source(self) -> str | None:
+        return self.source or (self.template and llamacpp_source.template(self.template))
 
 
 CONTROL, UNKNOWN = 3, 2  # llama.cpp's token types
@@ -161,7 +164,7 @@ CHATS: dict[str, Chat] = {
     # Granite 3.x: the StarCoder vocabulary, token 0 <|end_of_text|> (bos = eos = padding), role markers after it
     "granite": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
     "granitemoe": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
-    "olmo2": Chat(OLMO2_TEMPLATE, 50256),  # eos <|endoftext|>, as OLMo 2's (there 100257)
+    "olmo2": Chat(None, 50256, source=OLMO2_TEMPLATE),  # eos <|endoftext|>, as OLMo 2's (there 100257)
     # Mistral Small 3.x (mistral3): Tekken's control ids ([INST] 3, [/INST] 4, [SYSTEM_PROMPT] 17, ...)
     "mistral3": Chat("Mistral-Small-3.2-24B-Instruct-2506", 2, {},
                      {3: ("[INST]", CONTROL), 4: ("[/INST]", CONTROL), 17: ("[SYSTEM_PROMPT]", CONTROL),
@@ -319,15 +322,14 @@ def _chat_fields(tok: list[tuple], chat: Chat) -> list[tuple]:
             value = list(value)
             for i, (_, ttype) in chat.tokens.items():
                 value[i] = ttype
-        elif key == "tokenizer.chat_template" and chat.template is not None:
+        elif key == "tokenizer.chat_template" and chat.template_source():
             continue
         elif key.removeprefix("tokenizer.ggml.").removesuffix("_token_id") in chat.ids:
             continue
         out.append((key, vtype, value, sub))
     out += [(f"tokenizer.ggml.{name}_token_id", VT.UINT32, i, None) for name, i in chat.ids.items()]
-    if chat.template is not None:
-        source = chat.template if "{" in chat.template else llamacpp_source.template(chat.template)
-        out.append(("tokenizer.chat_template", VT.STRING, source, None))
+    if chat.template_source():
+        out.append(("tokenizer.chat_template", VT.STRING, chat.template_source(), None))
     return out
 
 
