@@ -232,6 +232,12 @@ class NumbaEngine:
                 self.v[l][dst] = self.v[l][src]
         self.pos[group][dst] = self.pos[group][src]
 
+    def kv_clear_block(self, group: int, blk: int) -> None:
+        for l, g in enumerate(self.group):
+            if g == group:
+                self.k[l][blk] = 0
+                self.v[l][blk] = 0
+
     def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
         slots = np.arange(n)
         blk = table[slots // BLOCK]
