@@ -1031,7 +1031,8 @@ def _mutate_header(rng: random.Random, header: dict, n_vocab: int) -> object:
                         g[:] = g[::-1]
         elif key == "block_bytes" and isinstance(h.get("block_bytes"), list) and h["block_bytes"]:
             i = rng.randrange(len(h["block_bytes"]))
-            h["block_bytes"][i] = rng.choice([0, -1, 1, h["block_bytes"][i] // 2, h["block_bytes"][i] + 2, 2**40])
+            size = h["block_bytes"][i] if type(h["block_bytes"][i]) is int else 64
+            h["block_bytes"][i] = rng.choice([0, -1, 1, size // 2, size + 2, 2**40])
         elif key == "swa_valid":
             h[key] = rng.choice([-5, 0, 1, 7, 8, 9, 26, 27, 28, 63, 64, 65, 2**40, "3", None])
         elif key in ("cache_type_k", "cache_type_v"):
