@@ -168,6 +168,16 @@ int el_kv_copy_block(el_engine *e, int g, int src, int dst) {
     return 0;
 }
 
+int el_kv_clear_block(el_engine *e, int g, int blk) {
+    if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
+    for (int l = 0; l < e->d.n_layer; l++) {
+        if (layer_group(e, l) != g) continue;
+        memset(kv_k(e, l, blk, 0), 0, k_block_bytes(e));
+        memset(kv_v(e, l, blk, 0), 0, v_block_bytes(e));
+    }
+    return 0;
+}
+
 int el_kv_positions(const el_engine *e, int g, const int32_t *table, int n, int32_t *out) {
     if (g < 0 || g > 1 || n < 0) return -2;
     for (int i = 0; i < n; i++) {

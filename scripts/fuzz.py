@@ -5,8 +5,7 @@
     scripts/fuzz.py TARGET --replay I [--seed S]        # run input I of the mutator again, with its traceback
     scripts/fuzz.py --list
 
-Targets live in fuzz_targets.py (gguf, tokenizer, template, http; state is registered but not
-available: there is no saved-state format yet). An input passes when it returns or raises one of
+Targets live in fuzz_targets.py (gguf, tokenizer, template, http, state). An input passes when it returns or raises one of
 edgellm's own errors (edgellm.errors.EdgeLLMError). Anything else is a finding: another exception (a failed property
 such as a round trip is an AssertionError), a crash of the process, or an input still running
 after --timeout seconds (a hang).
@@ -192,8 +191,6 @@ def fuzz(name: str, n: int, *, seed: int = 0, engine: str = "mutator", timeout: 
     returns the summary (see main)."""
     ft = _targets()
     target = ft.TARGETS[name]
-    if target.unavailable:
-        raise SystemExit(f"fuzz target {name!r} is not available yet: {target.unavailable}")
     findings = Path(findings or "fuzz-findings").resolve()  # created when something is found
     result = {"target": name, "engine": engine, "seed": seed, "inputs": 0, "findings": [],
               "expected": collections.Counter(), "slow": [], "workers": 0}
@@ -299,7 +296,7 @@ def main(argv=None) -> int:
     ft = _targets()
     if args.list or not args.target:
         for t in ft.TARGETS.values():
-            print(f"{t.name:<10} {('not available yet: ' + t.unavailable) if t.unavailable else t.doc}")
+            print(f"{t.name:<10} {t.doc}")
         return 0
     if args.target not in ft.TARGETS:
         p.error(f"unknown target {args.target!r}; --list shows them")

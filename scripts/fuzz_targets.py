@@ -14,7 +14,10 @@ maker of the mutator engine (it also seeds atheris' corpus).
                the real templates with random messages
     http       the server: request bodies, headers and routes against its ASGI app, in-process on a
                tiny model; every answer a 2xx or a 4xx with OpenAI's error JSON
-    state      saved sessions (not available: main has no saved-state format)
+    state      saved session files (Session.load_state) on a tiny llama and a tiny Gemma-3
+               (sliding-window layers: two block groups): raw byte damage, and headers and block
+               data rewritten then sealed with a valid checksum, so the loader's own checks are
+               what is tried; a refused file leaves the session as it was, a loaded one continues
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from edgellm.errors import EdgeLLMError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +48,6 @@ class Target:
     setup: Callable[[], Any] = lambda: None
     generate: Callable[[random.Random, Any], bytes] = field(default=lambda rng, ctx: rng.randbytes(rng.randrange(64)))
     max_len: int = 1 << 16  # longest input atheris may make
-    unavailable: str | None = None
 
     def drain_expected(self) -> collections.Counter:
         """edgellm errors that `expect` caught during the last input (fuzz.py counts them)."""
@@ -936,11 +940,165 @@ def fuzz_http(data: bytes, ctx: dict) -> None:
         assert isinstance(resp.json(), dict), what
 
 
-# ------------------------------------------------------------------------------ not yet
+# ------------------------------------------------------------------------------ state
+
+STATE_PROMPT = [1, 17, 42, 99, 5, 23, 64, 7, 81, 3, 12, 150, 33, 8, 71, 19, 2, 44, 90, 61, 5, 6, 7, 8, 9, 10, 11]
 
 
-@target("state", unavailable="edgellm has no saved-state format yet (nothing in main writes or reads a "
-                             "session file); register its loader here when one lands")
-def fuzz_state(data: bytes, ctx) -> None:
-    """Saved session files."""
-    raise NotImplementedError
+def _state_setup() -> dict:
+    import sys
+
+    from edgellm.api import LLM
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_models import tiny_model
+
+    d = Path(tempfile.mkdtemp(prefix="edgellm-fuzz-state-"))
+    models = []
+    for arch in ("llama", "gemma3"):
+        path = tiny_model(d / f"{arch}.gguf", arch, n_layer=2, n_embd=64, n_head=2, n_head_kv=1, head_dim=32,
+                          n_ff=128, n_swa=8)
+        llm = LLM(str(path), n_ctx=64, n_threads=1)
+        s = llm.session()
+        s.feed(STATE_PROMPT)
+        s.save_state(d / f"{arch}.state", meta={"turns": 1})
+        s.close()
+        s.feed(STATE_PROMPT[:5])
+        nxt = s.feed(STATE_PROMPT[5:6]).copy()  # what a session holding the first 5 tokens gives next
+        s.close()
+        models.append({"llm": llm, "saved": (d / f"{arch}.state").read_bytes(), "next": nxt})
+    return {"models": models, "path": d / "input.state"}
+
+
+def _state_parts(data: bytes):
+    """(header dict or None, blocks) of a well-formed state file's bytes."""
+    from edgellm import state
+
+    fixed = len(state.MAGIC) + state._FIXED.size
+    _, hlen = state._FIXED.unpack_from(data, len(state.MAGIC))
+    return json.loads(data[fixed:fixed + hlen]), data[fixed + hlen:-32]
+
+
+def _state_seal(header, blocks: bytes, version: int | None = None) -> bytes:
+    """A state file of this header (any JSON value, or raw bytes) and blocks, with a valid checksum."""
+    import hashlib
+
+    from edgellm import state
+
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    body = state.MAGIC + state._FIXED.pack(state.VERSION if version is None else version, len(h)) + h + blocks
+    return body + hashlib.sha256(body).digest()
+
+
+_ODD_VALUES = [None, True, -1, 0, 1, 2**31, 2**63, -2**63, 1.5, float("inf"), "", "x", "12", [], [0], [[0]], {}, {"a": 1}]
+
+
+def _mutate_header(rng: random.Random, header: dict, n_vocab: int) -> object:
+    h = json.loads(json.dumps(header))
+    for _ in range(rng.randrange(1, 4)):
+        key = rng.choice(list(h) + ["extra"])
+        r = rng.random()
+        if r < 0.15:
+            h.pop(key, None)
+        elif r < 0.35:
+            h[key] = rng.choice(_ODD_VALUES)
+        elif key == "tokens" and isinstance(h.get("tokens"), list):
+            t = h["tokens"]
+            op = rng.randrange(5)
+            if op == 0 and t:
+                t[rng.randrange(len(t))] = rng.choice([-1, n_vocab, n_vocab - 1, 2**40, "7", 1.0, None])
+            elif op == 1:
+                del t[rng.randrange(len(t) + 1):]
+            elif op == 2:
+                t.extend(rng.randrange(n_vocab) for _ in range(rng.choice((1, 16, 40, 100))))
+            elif op == 3:
+                rng.shuffle(t)
+            else:
+                h["tokens"] = t * rng.randrange(2, 5)
+        elif key == "held" and isinstance(h.get("held"), list):
+            for g in h["held"]:
+                if isinstance(g, list):
+                    op = rng.randrange(5)
+                    if op == 0 and g:
+                        g.pop(rng.randrange(len(g)))
+                    elif op == 1:
+                        g.append(rng.choice([0, -1, len(g), len(g) + 5, 2**33]))
+                    elif op == 2 and g:
+                        g.append(g[0])
+                    elif op == 3:
+                        rng.shuffle(g)
+                    else:
+                        g[:] = g[::-1]
+        elif key == "block_bytes" and isinstance(h.get("block_bytes"), list) and h["block_bytes"]:
+            i = rng.randrange(len(h["block_bytes"]))
+            size = h["block_bytes"][i] if type(h["block_bytes"][i]) is int else 64
+            h["block_bytes"][i] = rng.choice([0, -1, 1, size // 2, size + 2, 2**40])
+        elif key == "swa_valid":
+            h[key] = rng.choice([-5, 0, 1, 7, 8, 9, 26, 27, 28, 63, 64, 65, 2**40, "3", None])
+        elif key in ("cache_type_k", "cache_type_v"):
+            h[key] = rng.choice(["f16", "q8_0", "q4_0", "f32", "", "F16", 1])
+        elif key == "model_sha256" and isinstance(h.get(key), str):
+            h[key] = h[key][::-1] if rng.random() < 0.5 else h[key][:10]
+        else:
+            h[key] = rng.choice(_ODD_VALUES)
+    if rng.random() < 0.05:
+        return rng.choice([[], [h], 3, "header", None])
+    return h
+
+
+def _state_generate(rng: random.Random, ctx: dict) -> bytes:
+    m = rng.randrange(len(ctx["models"]))
+    saved = ctx["models"][m]["saved"]
+    r = rng.random()
+    if r < 0.25:  # damage as a disk or a transfer makes it: the checksum catches it
+        data = mutate_bytes(rng, saved)
+    elif r < 0.35:
+        data = saved[:rng.randrange(len(saved) + 1)]
+    else:  # a rewritten file with a valid checksum: the loader's own checks must refuse or cope
+        header, blocks = _state_parts(saved)
+        if r < 0.75:
+            header = _mutate_header(rng, header, ctx["models"][m]["llm"].n_vocab)
+        if rng.random() < 0.4:
+            op = rng.randrange(4)
+            if op == 0:
+                blocks = blocks[:rng.randrange(len(blocks) + 1)]
+            elif op == 1:
+                blocks = blocks + rng.randbytes(rng.choice((1, 64, 4096)))
+            else:  # the values themselves (f16 NaN / Inf / anything): loadable, and what it gives is garbage
+                blocks = mutate_bytes(rng, blocks, rounds=rng.randrange(1, 8))[:len(blocks)].ljust(len(blocks), b"\0")
+        raw = None
+        if rng.random() < 0.05:
+            raw = rng.choice([b"{", b"\xff\xfe", b"[1,2", b"{}" * 3, json.dumps(header).encode()[:-1]])
+        version = rng.choice([0, 2, 2**32 - 1]) if rng.random() < 0.05 else None
+        data = _state_seal(raw if raw is not None else header, blocks, version)
+    return bytes([m]) + data
+
+
+@target("state", setup=_state_setup, generate=_state_generate, max_len=1 << 17)
+def fuzz_state(data: bytes, ctx: dict) -> None:
+    """Saved session files: refused with StateFileError and the session unchanged, or loaded and usable."""
+    if not data:
+        return
+    m = ctx["models"][data[0] % len(ctx["models"])]
+    llm, pool = m["llm"], m["llm"]._pool
+    ctx["path"].write_bytes(data[1:])
+    used = pool.blocks_in_use()
+    s = llm.session()
+    s.feed(STATE_PROMPT[:5])
+    try:
+        if expect(lambda: s.load_state(ctx["path"]) or True) is None:  # refused: the session as it was
+            assert s.tokens == STATE_PROMPT[:5], s.tokens
+            pool.check()
+            assert np.array_equal(s.feed(STATE_PROMPT[5:6]), m["next"]), "a refused state changed the session"
+        else:
+            toks = s.tokens
+            assert 0 < len(toks) <= llm.n_ctx and all(0 <= t < llm.n_vocab for t in toks), toks
+            pool.check()
+            if len(toks) < llm.n_ctx:
+                out = s.feed([toks[-1]])  # continues: the logits may be anything the blocks say
+                assert out.shape == (llm.n_vocab,)
+                assert len(s) == len(toks) + 1
+    finally:
+        s.close()
+        del s
+    assert pool.blocks_in_use() == used, "a refused or loaded state leaked KV blocks"

@@ -150,6 +150,8 @@ MISREADINGS = {
     "olmo2": {"no q/k norms": lambda m: _drop(m, "attn_q_norm", "attn_k_norm")},
     "mistral3": {"no attention temperature": lambda m: _cfg(m, attn_temp_scale=0.0),
                  "YaRN betas 32 / 1": lambda m: _cfg(m, yarn_beta_fast=32.0, yarn_beta_slow=1.0)},
+    "llama-moe": {"top-k weights not renormalised": lambda m: _moe(m, norm_topk=False),
+                  "one expert per token": lambda m: _moe(m, n_expert_used=1)},
     "llama-bias-ropefreqs": {"no rope_freqs": lambda m: setattr(m.wt, "rope_freqs", None),
                              "no output-projection bias": lambda m: _drop(m, "bo")},
     "llama-linear": {"no linear scaling": lambda m: _layers(m, rope_scale=1.0)},

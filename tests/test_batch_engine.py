@@ -141,6 +141,27 @@ def test_prefix_cache_and_forks_give_the_same_tokens(model_dir, monkeypatch, bac
     assert llm._pool.blocks_in_use() == 0
 
 
+def test_requests_sharing_a_prompt_sent_together_evaluate_it_once(model_dir, monkeypatch):
+    """Six requests with one 70-token system prompt, two of them the very same prompt, all
+    submitted before the first step (as many clients at once), with a 32-token step budget so
+    the first takes three steps over it: the others wait for its blocks and take them from the
+    index (without waiting, all six evaluated it at once and nothing was shared); each gives
+    the tokens it gives alone."""
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=160, n_batch=32, n_threads=2)
+    system = prompts(1, seed=5, lo=70, hi=71)[0]
+    ps = [system + p[1:] for p in prompts(5, seed=6, lo=2, hi=12)]
+    ps.append(list(ps[0]))
+    params = [seeded(i) for i in range(6)]
+    alone = [run(llm, [p], params=[sp], prefix_cache=False)[0][0] for p, sp in zip(ps, params)]
+    together, eng = run(llm, ps, params=params, max_seqs=6, kv_tokens=6 * 160)  # room for all: no preemption
+    assert together == alone
+    assert eng.preemptions == 0
+    shared = (len(system) // BLOCK) * BLOCK
+    assert eng.stats()["prompt_tokens_cached"] >= 5 * shared, eng.stats()
+    assert llm._pool.blocks_in_use() == 0
+
+
 @pytest.mark.parametrize("backend", [BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0], "numba"])
 def test_more_sequences_than_the_pool_holds(model_dir, monkeypatch, backend):
     """A pool of 96 tokens for 10 requests needing ~40 each: admission waits, running requests

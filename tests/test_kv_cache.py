@@ -41,6 +41,10 @@ class FakeEngine:
         assert self.pool.groups[g].refs[dst] == 1
         self.store[g][dst] = list(self.store[g].get(src, [None] * BLOCK))
 
+    def kv_clear_block(self, g, b):
+        assert self.pool.groups[g].refs[b] == 1, "cleared a block someone else holds"
+        self.store[g][b] = [None] * BLOCK
+
     def kv_shift(self, tables, n, n_keep, n_discard):
         for g in range(2 if self.has_swa else 1):
             t = tables[g]

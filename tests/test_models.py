@@ -32,6 +32,7 @@ FEATURES = {
     "granitemoe": {"embd_scale", "residual_scale", "logit_scale", "moe", "shared_expert"},
     "olmo2": {"no_pre_norm", "qk_norm_all", "post_norms"},
     "mistral3": {"rope_yarn", "rope_linear", "attn_temp"},
+    "llama-moe": {"moe"},
     "llama-bias-ropefreqs": {"qkv_bias", "attn_out_bias", "rope_freqs"},
     "llama-linear": {"rope_linear"},
     "llama-yarn": {"rope_yarn", "rope_linear"},
@@ -92,6 +93,26 @@ def test_unused_tensor_is_named(tiny, tmp_path):
     g2.tensors["output.weight"] = dataclasses.replace(info, name="output.weight")
     with pytest.raises(UnsupportedModelError, match="'output.weight'.*gemma2 model does not use"):
         bind_weights(g2, cfg)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral3"])
+def test_llama_experts_are_n_ff_wide_and_never_shared(tiny, arch):
+    """llama.cpp's llama and mistral3 loaders make experts n_ff wide whatever
+    expert_feed_forward_length says and read no shared expert: its key is ignored, and a file with
+    its tensors is refused (llama.cpp refuses it too: tensors it does not create)."""
+    g0, _, _ = tiny("llama-moe")
+    g = GGUFFile(g0.path)
+    g.metadata = {(f"{arch}." + k[len("llama."):] if k.startswith("llama.") else k): v for k, v in g0.metadata.items()}
+    g.metadata["general.architecture"] = arch
+    g.metadata[f"{arch}.expert_feed_forward_length"] = 32
+    g.metadata[f"{arch}.expert_shared_feed_forward_length"] = 64
+    cfg = models.load_config(g)
+    assert (cfg.moe.n_ff_exp, cfg.moe.n_ff_shexp, cfg.moe.norm_topk) == (cfg.n_ff, 0, True)
+    bind_weights(g, cfg)
+    info = g.tensors["blk.0.ffn_down_exps.weight"]
+    g.tensors["blk.0.ffn_down_shexp.weight"] = dataclasses.replace(info, name="blk.0.ffn_down_shexp.weight")
+    with pytest.raises(UnsupportedModelError, match=f"'blk.0.ffn_down_shexp.weight'.*{arch} model does not use"):
+        bind_weights(g, cfg)
 
 
 def test_per_layer_head_counts_are_refused(tmp_path):

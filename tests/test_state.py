@@ -11,6 +11,7 @@ import pytest
 import edgellm
 from edgellm.batch import LOGITS_ALL
 from edgellm.errors import StateFileError
+from edgellm.kv_cache import BLOCK
 from edgellm.quants import QType
 from tiny_models import tiny_model
 
@@ -131,3 +132,75 @@ def test_other_model_cache_type_or_context_are_refused(models, tmp_path):
         _llm(models["gemma3"], n_ctx=64).session().load_state(p)
     with pytest.raises(StateFileError, match="cannot read"):
         _llm(models["gemma3"]).session().load_state(tmp_path / "missing.state")
+
+
+def _resealed(path, header_edit=None, blocks_edit=None) -> None:
+    """Rewrite a state file's header (a dict edit) or blocks and give it a valid checksum again,
+    so the loader's own checks are what is tried (as scripts/fuzz.py's state target does)."""
+    import hashlib
+    import json
+
+    from edgellm import state
+
+    data = path.read_bytes()
+    fixed = len(state.MAGIC) + state._FIXED.size
+    _, hlen = state._FIXED.unpack_from(data, len(state.MAGIC))
+    header, blocks = json.loads(data[fixed:fixed + hlen]), data[fixed + hlen:-32]
+    if header_edit:
+        header_edit(header)
+    if blocks_edit:
+        blocks = blocks_edit(header, blocks)
+    h = json.dumps(header).encode()
+    body = state.MAGIC + state._FIXED.pack(state.VERSION, len(h)) + h + blocks
+    path.write_bytes(body + hashlib.sha256(body).digest())
+
+
+@pytest.mark.parametrize("field,value", [("swa_valid", None), ("swa_valid", "3"), ("swa_valid", -1),
+                                         ("swa_valid", 10**6), ("cacheable", 1), ("tokens", "abc"),
+                                         ("tokens", [1.0, 2.0]), ("held", [["0"]]), ("block_bytes", None)])
+def test_malformed_header_fields_are_refused_and_the_session_kept(models, tmp_path, field, value):
+    """Found by the state fuzz target: a swa_valid of null passed every check, then failed with a
+    TypeError after the session had been emptied."""
+    p = _saved(models, tmp_path)
+    _resealed(p, header_edit=lambda h: h.__setitem__(field, value))
+    s = _llm(models["gemma3"]).session()
+    s._feed([1, 5, 6])
+    with pytest.raises(StateFileError, match="incomplete header"):
+        s.load_state(p)
+    assert s.tokens == [1, 5, 6]
+
+
+def _values_nan(header, blocks: bytes) -> bytes:
+    """Every key and value of every held block NaN (f16 0x7e00); the slots' positions kept."""
+    out, o, pos_bytes = bytearray(blocks), 0, 4 * BLOCK
+    for idx, size in zip(header["held"], header["block_bytes"]):
+        for _ in idx:
+            out[o:o + size - pos_bytes] = np.full((size - pos_bytes) // 2, 0x7E00, np.uint16).tobytes()
+            o += size
+    assert o == len(out)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("backend", [engine_paths()[-2] if len(engine_paths()) > 1 else "numba", "numba"])
+def test_non_finite_values_stay_in_their_own_sequence(models, tmp_path, monkeypatch, backend):
+    """A state whose keys and values are all NaN loads (the file says so: its own session
+    computes with them); once that session ends, a new one on the same blocks computes what it
+    always does. (C's p.v multiplies every slot of a tile, masked ones by 0, and 0 * NaN is NaN:
+    a reused block is zeroed before another sequence writes into it - found by the state fuzz
+    target; without it the C path gives NaN logits here.)"""
+    use_engine_path(monkeypatch, backend)
+    p = _saved(models, tmp_path)
+    _resealed(p, blocks_edit=_values_nan)
+    llm = _llm(models["gemma3"])
+    fresh = llm.session()
+    want = fresh._feed(HIST[:20]).copy()
+    fresh.close()
+    s = llm.session()
+    s.load_state(p)
+    assert len(s) == len(HIST)
+    s._feed([7])
+    s.close()
+    for _ in range(2):  # the blocks the NaN session held are reused, partial tail block and all
+        t = llm.session()
+        np.testing.assert_array_equal(t._feed(HIST[:20]), want)
+        t.close()

@@ -11,6 +11,12 @@ GGUFWriter, so the same seed gives the same bytes: scripts/make_arch_references.
 llama.cpp's outputs for it, and the tests rebuild the file and check the hash.
 
     build("qwen3", directory) -> path
+    build("qwen3", directory, chat=True) -> path   # the same weights, set up to chat as the family's GGUFs
+
+With chat=True (CHATS) the tokenizer metadata is that of the real family's GGUFs, as far as the
+borrowed vocabulary allows: its chat template (from llama.cpp's models/templates), its special
+tokens renamed into the vocabulary at the ids the family uses, and its bos / eos ids; the weights
+and the vocabulary's size are those of the reference file, only its name ends in -chat.
 """
 
 from __future__ import annotations
@@ -98,6 +104,10 @@ SPECS: dict[str, Spec] = {
                            "rope.scaling.yarn_beta_fast": _f32(16.0), "rope.scaling.yarn_beta_slow": _f32(2.0),
                            "rope.scaling.yarn_log_multiplier": _f32(1.0), "attention.temperature_scale": _f32(0.1),
                            "rope.freq_base": _f32(1e6)}),
+    # Mixtral (and Mistral's MoE GGUFs): llama with experts n_ff wide, softmax over all experts, the
+    # top 2 renormalised; no shared expert (llama.cpp's llama loader reads none)
+    "llama-moe": Spec("llama", "llama-spm", 15, template="mistralai-Mistral-Nemo-Instruct-2407", ffn="moe",
+                      n_ff_exp=N_FF, keys={"rope.freq_base": _f32(1e6)}),
     # llama features no real model above exercises
     "llama-bias-ropefreqs": Spec("llama", "llama-spm", 11, template="mistralai-Mistral-Nemo-Instruct-2407",
                                  qkv_bias=True, out_bias=True, rope_freqs=True),
@@ -107,6 +117,60 @@ SPECS: dict[str, Spec] = {
                        keys={"rope.scaling.type": (VT.STRING, "yarn"), "rope.scaling.factor": _f32(4.0),
                              "rope.scaling.original_context_length": _u32(64),
                              "rope.scaling.attn_factor": _f32(0.9)}),
+}
+
+
+@dataclass(frozen=True)
+class Chat:
+    """How the real family's GGUFs chat: the template they carry, their special token ids, and the
+    token an assistant turn ends with (an end-of-generation token to llama.cpp)."""
+    template: str | None             # models/templates/<template>.jinja (None: the vocabulary's own)
+    eot: int                         # the id that closes an assistant turn in the template
+    ids: dict = field(default_factory=dict)     # tokenizer.ggml.<name>_token_id -> id
+    tokens: dict = field(default_factory=dict)  # id -> (text, token type): the family's special tokens
+    source: str = ""                 # the template's Jinja source, where llama.cpp's source has none
+
+    def template_source(self) -> str | None:
+        return self.source or (self.template and llamacpp_source.template(self.template))
+
+
+CONTROL, UNKNOWN = 3, 2  # llama.cpp's token types
+# OLMo 2 Instruct's template (allenai/OLMo-2-1124-7B-Instruct's tokenizer_config; llama.cpp's source has none)
+OLMO2_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + '\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}"
+    "{% elif message['role'] == 'assistant' %}{% if not loop.last %}"
+    "{{ '<|assistant|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% else %}{{ '<|assistant|>\n' + message['content'] + eos_token }}{% endif %}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}")
+_QWEN_CHAT = {"eos": 151645}  # Qwen 2.5 / 3 instruct GGUFs: eos <|im_end|> (bos and padding <|endoftext|>)
+_GRANITE_TOKENS = {0: ("<|end_of_text|>", CONTROL), 49152: ("<|start_of_role|>", CONTROL),
+                   49153: ("<|end_of_role|>", CONTROL), 49154: ("<|tool_call|>", CONTROL)}
+CHATS: dict[str, Chat] = {
+    "qwen2": Chat("Qwen-Qwen2.5-7B-Instruct", 151645, _QWEN_CHAT),
+    "qwen3": Chat("Qwen-Qwen3-0.6B", 151645, _QWEN_CHAT),
+    "qwen3moe": Chat("Qwen-Qwen3-0.6B", 151645, _QWEN_CHAT),  # Qwen3-30B-A3B carries Qwen 3's template
+    "qwen2moe": Chat(None, 151645, _QWEN_CHAT),  # the vocabulary's own: Qwen 2's ChatML (Qwen2-57B-A14B)
+    # Phi-3.5-mini: eos <|endoftext|> (32000, as the vocabulary); <|end|> (32007) is found by its text
+    "phi3": Chat("microsoft-Phi-3.5-mini-instruct", 32007),
+    # SmolLM3: Llama 3's vocabulary with reserved tokens renamed to ChatML's, eos <|im_end|>
+    "smollm3": Chat("HuggingFaceTB-SmolLM3-3B", 128012, {"eos": 128012},
+                    {128011: ("<|im_start|>", CONTROL), 128012: ("<|im_end|>", CONTROL)}),
+    # Gemma 2's ids (<pad> 0, <eos> 1, <bos> 2, <unk> 3, turn markers 106 / 107) on Llama 2's vocabulary
+    "gemma2": Chat("google-gemma-2-2b-it", 107, {"bos": 2, "eos": 1, "unknown": 3, "padding": 0},
+                   {0: ("<pad>", CONTROL), 1: ("<eos>", CONTROL), 2: ("<bos>", CONTROL), 3: ("<unk>", UNKNOWN),
+                    106: ("<start_of_turn>", CONTROL), 107: ("<end_of_turn>", CONTROL)}),
+    # Granite 3.x: the StarCoder vocabulary, token 0 <|end_of_text|> (bos = eos = padding), role markers after it
+    "granite": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
+    "granitemoe": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
+    "olmo2": Chat(None, 50256, source=OLMO2_TEMPLATE),  # eos <|endoftext|>, as OLMo 2's (there 100257)
+    # Mistral Small 3.x (mistral3): Tekken's control ids ([INST] 3, [/INST] 4, [SYSTEM_PROMPT] 17, ...)
+    "mistral3": Chat("Mistral-Small-3.2-24B-Instruct-2506", 2, {},
+                     {3: ("[INST]", CONTROL), 4: ("[/INST]", CONTROL), 17: ("[SYSTEM_PROMPT]", CONTROL),
+                      18: ("[/SYSTEM_PROMPT]", CONTROL)}),
+    # Mixtral 8x7B: Llama 2-sized SentencePiece vocabulary, [INST] as plain text, eos </s>
+    "llama-moe": Chat("mistralai-Mistral-Nemo-Instruct-2407", 2),
 }
 
 
@@ -218,7 +282,7 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
     return t
 
 
-def metadata(spec: Spec) -> list[tuple]:
+def metadata(spec: Spec, chat: Chat | None = None) -> list[tuple]:
     a = spec.arch
     md = [("general.name", VT.STRING, f"tiny-{spec.arch}", None),
           (f"{a}.block_count", VT.UINT32, N_LAYER, None),
@@ -238,17 +302,43 @@ def metadata(spec: Spec) -> list[tuple]:
             md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, N_FF_SHEXP, None))
     md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]
     tok = _tokenizer_fields(spec.vocab)
+    if chat is not None:
+        tok = _chat_fields(tok, chat)
     md += tok
     if spec.template and not any(name == "tokenizer.chat_template" for name, *_ in tok):
         md.append(("tokenizer.chat_template", VT.STRING, llamacpp_source.template(spec.template), None))
     return md
 
 
-def build(name: str, directory: Path) -> Path:
-    """Write SPECS[name] as <directory>/tiny-<name>.gguf (deterministic bytes) and return its path."""
+def _chat_fields(tok: list[tuple], chat: Chat) -> list[tuple]:
+    """The tokenizer keys with the family's special tokens, ids and chat template."""
+    out = []
+    for key, vtype, value, sub in tok:
+        if key == "tokenizer.ggml.tokens":
+            value = list(value)
+            for i, (text, _) in chat.tokens.items():
+                value[i] = text
+        elif key == "tokenizer.ggml.token_type":
+            value = list(value)
+            for i, (_, ttype) in chat.tokens.items():
+                value[i] = ttype
+        elif key == "tokenizer.chat_template" and chat.template_source():
+            continue
+        elif key.removeprefix("tokenizer.ggml.").removesuffix("_token_id") in chat.ids:
+            continue
+        out.append((key, vtype, value, sub))
+    out += [(f"tokenizer.ggml.{name}_token_id", VT.UINT32, i, None) for name, i in chat.ids.items()]
+    if chat.template_source():
+        out.append(("tokenizer.chat_template", VT.STRING, chat.template_source(), None))
+    return out
+
+
+def build(name: str, directory: Path, *, chat: bool = False) -> Path:
+    """Write SPECS[name] as <directory>/tiny-<name>.gguf (deterministic bytes) and return its path;
+    chat=True: tiny-<name>-chat.gguf, set up to chat as the family's GGUFs (CHATS[name])."""
     spec = SPECS[name]
-    path = Path(directory) / f"tiny-{name}.gguf"
-    md = metadata(spec)
+    path = Path(directory) / f"tiny-{name}{'-chat' if chat else ''}.gguf"
+    md = metadata(spec, CHATS[name] if chat else None)
     n_vocab = len(next(v for k, _, v, _ in md if k == "tokenizer.ggml.tokens"))
     w = GGUFWriter(path, spec.arch)
     for key, vtype, value, sub in md:

@@ -88,6 +88,10 @@ int el_kv_reserve(el_engine *e, int group, int n_blocks);
 int el_kv_blocks(const el_engine *e, int group);
 /* Copy block src to dst in every layer of group g (keys, values, positions): copy-on-write. */
 int el_kv_copy_block(el_engine *e, int group, int src, int dst);
+/* Zero block blk's keys and values in every layer of group g: a block handed to a new sequence
+ * must hold no value of a sequence before it in the slots it has not written yet, as p.v
+ * multiplies every slot of a tile (masked ones by 0, and 0 * inf or NaN is NaN). 0, or -2. */
+int el_kv_clear_block(el_engine *e, int group, int blk);
 /* One sequence's context shift: slots [n_keep + n_discard, n_slots) move to [n_keep, n_slots -
  * n_discard), their positions drop by n_discard and their keys are rotated back by as much.
  * tables: [2][max_blocks]; every destination block must exist (and be the sequence's own); in

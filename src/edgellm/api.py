@@ -493,18 +493,26 @@ class LLM:
         turn = prepare_turn(self.template, messages, tools, tool_choice)
         ids = self.chat_tokens(turn.prompt)
         params = self._sampling(sampling, seed)
-        if response_format is not None or turn.grammar is not None:
-            from .constrain import Grammar
-
-            given = [g for g in (Grammar.from_response_format(response_format), grammar,
-                                 None if turn.grammar is None else Grammar.from_lark(turn.grammar)) if g is not None]
-            if len(given) > 1:
-                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
-            grammar = given[0] if given else None
-        constraint = self._constraint(json_schema=json_schema, grammar=grammar, regex=regex)
+        g = self._chat_grammar(response_format, json_schema, grammar, regex, turn.grammar)
+        constraint = None if g is None else g.constraint(self.tokenizer)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint,
                             self._speculative(speculative)), turn
+
+    @staticmethod
+    def _chat_grammar(response_format, json_schema, grammar, regex, tool_call_grammar=None):
+        """The one Grammar a chat request's constraints give (OpenAI's response_format,
+        generate()'s json_schema / grammar / regex, a required tool call's), or None."""
+        from .constrain import Grammar
+
+        if response_format is not None or tool_call_grammar is not None:
+            given = [g for g in (Grammar.from_response_format(response_format), grammar,
+                                 None if tool_call_grammar is None else Grammar.from_lark(tool_call_grammar))
+                     if g is not None]
+            if len(given) > 1:
+                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
+            grammar = given[0] if given else None
+        return Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
 
     def _speculative(self, value):
         from .speculative import resolve
@@ -528,8 +536,13 @@ class LLM:
 
     def chat_batch(self, conversations: Sequence[list[dict]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                    seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
-                   max_seqs: int | None = None, **sampling) -> list[str]:
-        """Reply to every conversation (rendered with the chat template), decoded together."""
+                   max_seqs: int | None = None, response_format: dict | None = None,
+                   json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
+                   **sampling) -> list[str]:
+        """Reply to every conversation (rendered with the chat template), decoded together.
+        response_format / json_schema / grammar / regex: one constraint every reply follows, as
+        chat()."""
+        sampling["grammar"] = self._chat_grammar(response_format, json_schema, grammar, regex)
         items = [(self.chat_tokens(self.template.render(m, add_generation_prompt=True)), self.template.stop_strings)
                  for m in conversations]
         return self._batch(items, max_tokens, seed, stop, max_seqs, sampling)

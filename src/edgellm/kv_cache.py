@@ -113,6 +113,7 @@ class _Group:
         self.free: list[int] = []            # min-heap: low ids first
         self.evictable: OrderedDict = OrderedDict()  # block -> node, least recently used first
         self.owner: dict[int, _Node] = {}    # block -> the index node that names it
+        self.written: set[int] = set()       # blocks handed out before (new ones are all zeros)
 
     @property
     def size(self) -> int:
@@ -170,7 +171,10 @@ class KVPool:
             grp.refs.append(0)
             heapq.heappush(grp.free, b)
 
-    def _alloc(self, g: int) -> int:
+    def _alloc(self, g: int, *, clear: bool = True) -> int:
+        """A block for a sequence to write: zeroed if another sequence wrote it before (the
+        slots it has not written yet must hold finite values: el_kv_clear_block), unless the
+        caller overwrites it whole (clear=False)."""
         grp = self.groups[g]
         if not grp.free and not grp.evictable:
             self._grow(g, max(grp.size + 1, grp.size * 2 if grp.size else 4 * 64))
@@ -182,6 +186,9 @@ class KVPool:
         else:
             raise KVCacheFullError(f"the KV cache is full ({grp.size} blocks of {BLOCK} tokens in use)")
         grp.refs[b] = 1
+        if clear and b in grp.written:
+            self.engine.kv_clear_block(g, b)
+        grp.written.add(b)
         return b
 
     def _ref(self, g: int, b: int) -> None:
@@ -350,7 +357,7 @@ class KVPool:
             return
         grp = self.groups[g]
         if grp.refs[b] > 1:
-            nb = self._alloc(g)
+            nb = self._alloc(g, clear=False)
             self.engine.kv_copy_block(g, b, nb)
             self._unref(g, b)
             seq.tables[g, i] = nb

@@ -407,19 +407,20 @@ class BatchEngine:
         """Move waiting requests to running while there are places (and, for n > 1, places for
         the whole group). Called with _lock held."""
         pool = self.llm._pool
-        while self._waiting:
-            req = self._waiting[0]
+        for req in list(self._waiting):
             if req.leader is not None:  # a sibling waits for its leader to be admitted
                 break
             group = [req] + [s for s in (req.group or []) if s.leader is req and s in self._waiting]
             if len(self._running) + len(group) > self.max_seqs:
                 break
-            # enough blocks for the prompt's first chunk (or for what the cache does not hold)
             cached = pool.cached_prefix(req.history) if self.prefix_cache else 0
+            if self.prefix_cache and self._evaluated_by_another(req, cached):
+                continue  # takes those blocks from the index once they are there
+            # enough blocks for the prompt's first chunk (or for what the cache does not hold)
             first = min(len(req.history) - cached, self.step_tokens)
             if -(-first // BLOCK) + 1 > pool.blocks_free() and self._running:
                 break
-            self._waiting.pop(0)
+            self._waiting.remove(req)
             self._start(req)
             req._admitted = next(self._admissions)
             self._running.append(req)
@@ -427,6 +428,18 @@ class BatchEngine:
                 self._waiting.remove(sib)
                 self._running.append(sib)
                 sib._admitted = req._admitted
+
+    def _evaluated_by_another(self, req: Request, cached: int) -> bool:
+        """A running request is evaluating the prompt block req would evaluate first (the one
+        after its indexed prefix: a shared system prompt, the same prompt sent by many clients at
+        once). req then waits, and takes the block from the index when it is there instead of
+        computing it again: identical prompts cost one prefill, not one each."""
+        end = cached + BLOCK
+        if len(req.history) <= end:  # (the last token is always evaluated, never taken)
+            return False
+        block = req.history[cached:end]
+        return any(r.seq is not None and r.seq.cacheable and r.finish_reason is None and r.seq.n < end
+                   and len(r.history) - r.seq.n > 1 and r.history[cached:end] == block for r in self._running)
 
     def _start(self, req: Request) -> None:
         """Give req a sequence, holding the longest indexed prefix of its tokens."""

@@ -82,20 +82,30 @@ def read(path) -> tuple[dict, bytes]:
     return header, data[fixed + hlen:-32]
 
 
+def _ints(value) -> list[int]:
+    """A header list of integers, as save() writes it (no bools, floats or strings)."""
+    if not isinstance(value, list) or any(type(v) is not int for v in value):
+        raise ValueError
+    return value
+
+
 def load(llm, seq, path) -> dict | None:
     """Fill the empty seq from a state file; returns its metadata. Call with the engine lock held."""
     header, blob = read(path)
     eng, pool = llm._engine, llm._pool
     groups = (0, 1) if pool.has_swa else (0,)
     try:
-        tokens = [int(t) for t in header["tokens"]]
-        held = [[int(i) for i in header["held"][g]] for g in groups]
-        sizes = [int(s) for s in header["block_bytes"]]
+        tokens, sizes = _ints(header["tokens"]), _ints(header["block_bytes"])
+        held = [_ints(header["held"][g]) for g in groups]
         if header["model_sha256"] != llm.model_sha256:
-            raise StateFileError(f"{path} was saved from another model (sha256 {header['model_sha256'][:12]}..., "
+            raise StateFileError(f"{path} was saved from another model (sha256 {str(header['model_sha256'])[:12]}..., "
                                  f"this one {llm.model_sha256[:12]}...)")
         types = (header["cache_type_k"], header["cache_type_v"])
-    except (KeyError, TypeError, ValueError, IndexError):
+        swa_valid = header.get("swa_valid", 0)
+        cacheable = header.get("cacheable", True)
+        if type(swa_valid) is not int or not 0 <= swa_valid <= len(tokens) or type(cacheable) is not bool:
+            raise ValueError
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         raise StateFileError(f"{path} has an incomplete header") from None
     if types != (llm.cache_type_k, llm.cache_type_v):
         raise StateFileError(f"{path} holds a {types[0]}/{types[1]} KV cache; this model runs "
@@ -115,8 +125,7 @@ def load(llm, seq, path) -> dict | None:
     if seq.n:
         pool.clear(seq)
     if tokens:
-        pool.restore(seq, tokens, held, swa_valid=int(header.get("swa_valid", 0)),
-                     cacheable=bool(header.get("cacheable", True)))
+        pool.restore(seq, tokens, held, swa_valid=swa_valid, cacheable=cacheable)
         o = 0
         for g, idx in zip(groups, held):
             for i in idx:

@@ -37,16 +37,35 @@ def compile_args() -> list[str]:
 COMPILERS = {"gcc": [CC], "clang": ["clang", "--target=aarch64-linux-gnu"]}
 
 
+def _cmd(cc: str | list[str]) -> list[str]:
+    return [cc] if isinstance(cc, str) else list(cc)
+
+
+def compile_library(out_dir: Path, cc: str | list[str] = CC) -> list[tuple[Path, Path, str]]:
+    """Every csrc/*.c compiled to out_dir with the package's flags (and -fPIC, as a shared library
+    needs): (source, object, the compiler's stderr) for each; raises CalledProcessError on failure."""
+    done = []
+    for src in sorted(CSRC.glob("*.c")):
+        obj = out_dir / (src.stem + ".o")
+        r = subprocess.run([*_cmd(cc), *compile_args(), "-fPIC", f"-I{CSRC}", "-c", str(src), "-o", str(obj)],
+                           check=True, capture_output=True, text=True)
+        done.append((src, obj, r.stderr))
+    return done
+
+
+def link_checker(out: Path, objects: list[Path], cc: str | list[str] = CC) -> Path:
+    """The checker (test_neon.c) statically linked with the library's objects into `out`."""
+    cmd = [*_cmd(cc), *compile_args(), "-static", f"-I{CSRC}", str(HERE / "test_neon.c"),
+           *(str(o) for o in objects), "-o", str(out), "-lm", "-pthread"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
 def build(out: Path, cc: str | list[str] = CC) -> Path:
     """Compile and statically link the checker into `out` with `cc` (a command or a command and
     its target options); raises CalledProcessError on failure."""
-    cmd = [
-        *([cc] if isinstance(cc, str) else cc), *compile_args(), "-static", f"-I{CSRC}",
-        str(HERE / "test_neon.c"), *(str(p) for p in sorted(CSRC.glob("*.c"))),  # the whole library
-        "-o", str(out), "-lm", "-pthread",
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out
+    objects = compile_library(out.parent, cc)
+    return link_checker(out, [o for _, o, _ in objects], cc)
 
 
 if __name__ == "__main__":

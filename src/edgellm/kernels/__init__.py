@@ -1,7 +1,7 @@
 """Kernels: the only package that knows about ISAs.
 
 Two backends run the same engine protocol (`batch.views()` filled, then `decode(n, n_seqs, mb)`,
-over KV blocks; `kv_reserve`, `kv_copy_block`, `kv_shift`, `kv_positions`, `set_threads`, `isa`;
+over KV blocks; `kv_reserve`, `kv_copy_block`, `kv_clear_block`, `kv_shift`, `kv_positions`, `set_threads`, `isa`;
 see kernels/cengine.py):
 - "c": csrc/ built through cffi at install; the ISA path (generic, avx2, avx512, neon) is chosen
   at run time from CPU features, or forced with EDGELLM_ISA.

@@ -104,6 +104,10 @@ class CEngine:
         if self.lib.el_kv_copy_block(self._eng, group, src, dst) != 0:
             raise EdgeLLMError(f"bad KV block copy {src} -> {dst}")
 
+    def kv_clear_block(self, group: int, blk: int) -> None:
+        if self.lib.el_kv_clear_block(self._eng, group, blk) != 0:
+            raise EdgeLLMError(f"bad KV block {blk}")
+
     def kv_shift(self, tables: np.ndarray, n_slots: int, n_keep: int, n_discard: int) -> None:
         t = np.ascontiguousarray(tables, dtype=np.int32)
         rc = self.lib.el_kv_shift(self._eng, self.ffi.from_buffer("int32_t[]", t), t.shape[1], n_slots, n_keep,

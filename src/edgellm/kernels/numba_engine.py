@@ -15,9 +15,11 @@ from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, Mo
 from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
 from . import BatchArrays, numba_kv, out_rows as _out_rows
+from .numba_quants import SCRATCH_INTS
 from .quant_ops import _lname, _numba_module as _module
 
 _MATMULS: dict = {}
+_CHUNK = 256  # weight rows per scratch allocation
 
 
 def _kernels_for(t: QType):
@@ -31,12 +33,24 @@ def _kernels_for(t: QType):
     qname = f"quantize_row_{_lname(act)}" + ("" if act in (QType.Q8_0, QType.Q8_1) else "_ref")
     quant = getattr(_module(act), qname) if act != QType.F32 else None
 
-    @numba.njit(parallel=True, cache=False)
-    def matmul(k, w, a, out):  # w uint8 [N, rb]; a uint8 [M, rba]; out float32 [M, N]
-        n_rows = w.shape[0]
-        for r in numba.prange(n_rows):
-            for m in range(a.shape[0]):
-                out[m, r] = vec_dot(k, w[r], a[m])
+    dot = getattr(_module(t), f"_dot_{_lname(t)}_{_lname(act)}", None)  # takes its scratch (numba_quants)
+    if dot is None:
+        @numba.njit(parallel=True, cache=False)
+        def matmul(k, w, a, out):  # w uint8 [N, rb]; a uint8 [M, rba]; out float32 [M, N]
+            n_rows = w.shape[0]
+            for r in numba.prange(n_rows):
+                for m in range(a.shape[0]):
+                    out[m, r] = vec_dot(k, w[r], a[m])
+    else:
+        @numba.njit(parallel=True, cache=False)
+        def matmul(k, w, a, out):  # the same, scratch allocated once per chunk of rows
+            n_rows = w.shape[0]
+            for c in numba.prange((n_rows + _CHUNK - 1) // _CHUNK):
+                acc = np.zeros(8, np.float32)
+                iw = np.zeros(SCRATCH_INTS, np.int64)
+                for r in range(c * _CHUNK, min(n_rows, (c + 1) * _CHUNK)):
+                    for m in range(a.shape[0]):
+                        out[m, r] = dot(k, w[r], a[m], acc, iw)
 
     _MATMULS[t] = (act, quant, matmul)
     return _MATMULS[t]
@@ -231,6 +245,12 @@ class NumbaEngine:
                 self.k[l][dst] = self.k[l][src]
                 self.v[l][dst] = self.v[l][src]
         self.pos[group][dst] = self.pos[group][src]
+
+    def kv_clear_block(self, group: int, blk: int) -> None:
+        for l, g in enumerate(self.group):
+            if g == group:
+                self.k[l][blk] = 0
+                self.v[l][blk] = 0
 
     def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
         slots = np.arange(n)

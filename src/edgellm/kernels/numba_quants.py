@@ -500,20 +500,26 @@ def _lanes_acc(acc, d, lane):
 @njit(cache=True, inline='always')
 def _lanes(lane, q, yi, oy):
     """lane[i] = sum(q[4i+t] * y[4i+t], t < 4) for the 32 int8 y at yi[oy:]."""
-    lane[:] = 0
-    for t in range(QK):
-        lane[t >> 2] += q[t] * np.int64(yi[oy + t])
+    for i in range(8):
+        acc = np.int64(0)
+        for t in range(4 * i, 4 * i + 4):
+            acc += q[t] * np.int64(yi[oy + t])
+        lane[i] = acc
 
 
 @njit(cache=True, inline='always')
 def _lanes_4bit(lane, x, ox, offset, yi, oy):
     """_lanes for 16 nibble bytes at x[ox:] (value j: low nibble of byte j, value j+16: its high
     nibble), each minus offset: lanes 0..3 take low nibbles, lanes 4..7 high ones."""
-    lane[:] = 0
-    for t in range(16):
-        b = np.int64(x[ox + t])
-        lane[t >> 2] += ((b & 0x0F) - offset) * np.int64(yi[oy + t])
-        lane[4 + (t >> 2)] += ((b >> 4) - offset) * np.int64(yi[oy + t + 16])
+    for i in range(4):
+        lo = np.int64(0)
+        hi = np.int64(0)
+        for t in range(4 * i, 4 * i + 4):
+            b = np.int64(x[ox + t])
+            lo += ((b & 0x0F) - offset) * np.int64(yi[oy + t])
+            hi += ((b >> 4) - offset) * np.int64(yi[oy + t + 16])
+        lane[i] = lo
+        lane[4 + i] = hi
 
 
 @njit(cache=True)
@@ -545,12 +551,18 @@ def vec_dot_bf16_bf16_generic(n, x, y):
     return np.float32(total)
 
 
-@njit(cache=True)
-def vec_dot_q4_0_q8_0_generic(n, x, y):
+# The legacy dot products take their scratch (acc: float32[8], iw: int64[SCRATCH_INTS]) from the
+# caller, so a matmul allocates it once per chunk of rows instead of once per row (numba_engine);
+# vec_dot_<t>_<act>_generic is the same with its own.
+SCRATCH_INTS = 8 + QK  # 8 lanes, then a block's 32 unpacked values
+
+
+@njit(cache=True, inline='always')
+def _dot_q4_0_q8_0(n, x, y, acc, iw):
     nb = _dot_blocks(n, x.size, y.size, Q4_0_BYTES, Q8_0_BYTES)
     yi = y.view(np.int8)
-    acc = np.zeros(8, dtype=np.float32)
-    lane = np.zeros(8, dtype=np.int64)
+    lane = iw[:8]
+    acc[:] = 0
     for i in range(nb):
         ox = i * Q4_0_BYTES
         oy = i * Q8_0_BYTES
@@ -559,14 +571,14 @@ def vec_dot_q4_0_q8_0_generic(n, x, y):
     return _hsum8(acc)
 
 
-@njit(cache=True)
-def vec_dot_q4_1_q8_1_generic(n, x, y):
+@njit(cache=True, inline='always')
+def _dot_q4_1_q8_1(n, x, y, acc, iw):
     """dot(q*dx + mx, qy*dy) over a block = dx*dy*sum(q*qy) + mx*sy, sy = dy*sum(qy) stored in
     the Q8_1 block: lanes for the first term, a chain of fmas for the second, added last."""
     nb = _dot_blocks(n, x.size, y.size, Q4_1_BYTES, Q8_1_BYTES)
     yi = y.view(np.int8)
-    acc = np.zeros(8, dtype=np.float32)
-    lane = np.zeros(8, dtype=np.int64)
+    lane = iw[:8]
+    acc[:] = 0
     summs = np.float32(0.0)
     for i in range(nb):
         ox = i * Q4_1_BYTES
@@ -577,13 +589,12 @@ def vec_dot_q4_1_q8_1_generic(n, x, y):
     return _hsum8(acc) + summs
 
 
-@njit(cache=True)
-def vec_dot_q5_0_q8_0_generic(n, x, y):
+@njit(cache=True, inline='always')
+def _dot_q5_0_q8_0(n, x, y, acc, iw):
     nb = _dot_blocks(n, x.size, y.size, Q5_0_BYTES, Q8_0_BYTES)
     yi = y.view(np.int8)
-    q = np.empty(QK, dtype=np.int64)
-    acc = np.zeros(8, dtype=np.float32)
-    lane = np.zeros(8, dtype=np.int64)
+    lane, q = iw[:8], iw[8:8 + QK]
+    acc[:] = 0
     for i in range(nb):
         ox = i * Q5_0_BYTES
         oy = i * Q8_0_BYTES
@@ -595,13 +606,12 @@ def vec_dot_q5_0_q8_0_generic(n, x, y):
     return _hsum8(acc)
 
 
-@njit(cache=True)
-def vec_dot_q5_1_q8_1_generic(n, x, y):
+@njit(cache=True, inline='always')
+def _dot_q5_1_q8_1(n, x, y, acc, iw):
     nb = _dot_blocks(n, x.size, y.size, Q5_1_BYTES, Q8_1_BYTES)
     yi = y.view(np.int8)
-    q = np.empty(QK, dtype=np.int64)
-    acc = np.zeros(8, dtype=np.float32)
-    lane = np.zeros(8, dtype=np.int64)
+    lane, q = iw[:8], iw[8:8 + QK]
+    acc[:] = 0
     summs = np.float32(0.0)
     for i in range(nb):
         ox = i * Q5_1_BYTES
@@ -613,18 +623,45 @@ def vec_dot_q5_1_q8_1_generic(n, x, y):
     return _hsum8(acc) + summs
 
 
-@njit(cache=True)
-def vec_dot_q8_0_q8_0_generic(n, x, y):
+@njit(cache=True, inline='always')
+def _dot_q8_0_q8_0(n, x, y, acc, iw):
     nb = _dot_blocks(n, x.size, y.size, Q8_0_BYTES, Q8_0_BYTES)
     xi = x.view(np.int8)
     yi = y.view(np.int8)
-    acc = np.zeros(8, dtype=np.float32)
-    lane = np.zeros(8, dtype=np.int64)
+    lane = iw[:8]
+    acc[:] = 0
     for i in range(nb):
         ox = i * Q8_0_BYTES
         oy = i * Q8_0_BYTES
-        lane[:] = 0
-        for t in range(QK):
-            lane[t >> 2] += np.int64(xi[ox + 2 + t]) * np.int64(yi[oy + 2 + t])
+        for j in range(8):
+            s = np.int64(0)
+            for t in range(4 * j, 4 * j + 4):
+                s += np.int64(xi[ox + 2 + t]) * np.int64(yi[oy + 2 + t])
+            lane[j] = s
         _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
     return _hsum8(acc)
+
+
+@njit(cache=True)
+def vec_dot_q4_0_q8_0_generic(n, x, y):
+    return _dot_q4_0_q8_0(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q4_1_q8_1_generic(n, x, y):
+    return _dot_q4_1_q8_1(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q5_0_q8_0_generic(n, x, y):
+    return _dot_q5_0_q8_0(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q5_1_q8_1_generic(n, x, y):
+    return _dot_q5_1_q8_1(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q8_0_q8_0_generic(n, x, y):
+    return _dot_q8_0_q8_0(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))

@@ -282,11 +282,12 @@ MAX_EXPERTS = 512  # llama.cpp's LLAMA_MAX_EXPERTS
 
 
 def moe_config(k: Keys, n_layer: int, n_ff: int, *, norm_topk: bool, shexp_gate: bool = False,
-               shared_default: int = 0, expert_width: int | None = None) -> MoEConfig | None:
+               shared_default: int = 0, expert_width: int | None = None, shared: bool = True) -> MoEConfig | None:
     """Routed experts from {arch}.expert_count / expert_used_count / expert_feed_forward_length
     (default n_ff / n_expert_used) and expert_shared_feed_forward_length; None without experts.
     shared_default: the shared expert's width when the key is absent (0: no shared expert);
-    expert_width: the experts' width whatever the keys say (llama's and granite's loaders: n_ff)."""
+    expert_width: the experts' width whatever the keys say (llama's and granite's loaders: n_ff);
+    shared=False: the architecture has no shared expert and does not read its key (llama, mistral3)."""
     n_expert = k.int("{arch}.expert_count", 0)
     n_used = k.per_layer("{arch}.expert_used_count", n_layer)
     if n_expert == 0:
@@ -300,7 +301,7 @@ def moe_config(k: Keys, n_layer: int, n_ff: int, *, norm_topk: bool, shexp_gate:
     if k.int("{arch}.expert_group_count", 0) > 1:
         raise UnsupportedModelError(f"{k.arch}: expert groups ({k.arch}.expert_group_count) are not supported")
     n_ff_exp = expert_width or k.per_layer("{arch}.expert_feed_forward_length", n_layer) or n_ff // n_used
-    n_shexp = k.int("{arch}.expert_shared_feed_forward_length", 0) or shared_default
+    n_shexp = (k.int("{arch}.expert_shared_feed_forward_length", 0) or shared_default) if shared else 0
     return MoEConfig(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=positive("n_ff_exp", n_ff_exp),
                      norm_topk=norm_topk, n_ff_shexp=n_shexp, shexp_gate=shexp_gate)
 

@@ -3,8 +3,10 @@
 Pre-norm decoder: RMS norm -> attention (GQA, RoPE on adjacent pairs) -> residual, RMS norm ->
 SwiGLU FFN (or routed experts) -> residual. Optional, as llama.cpp's loader reads them: fused
 attn_qkv, q/k/v and output biases, FFN biases, rope_freqs (Llama 3 rope scaling baked into
-per-dimension factors) or LongRoPE factors, linear / YaRN rope scaling, experts with top-k
-weights renormalised, a shared expert. granite and mistral3 load the same tensors.
+per-dimension factors) or LongRoPE factors, linear / YaRN rope scaling, experts n_ff wide with
+top-k weights renormalised (Mixtral; no shared expert: llama.cpp's llama loader reads none, so a
+file with one is refused as having tensors llama does not use). granite (which adds a shared
+expert) and mistral3 load the same tensors.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def load_config(gguf, arch: str) -> ModelConfig:
         raise GGUFError(f"invalid n_rot: {shape['n_rot']}, expected {shape['head_dim_k']} "
                         f"({arch}.rope.dimension_count)")
     rope = rope_params(k)
-    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True, expert_width=shape["n_ff"])
+    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True, expert_width=shape["n_ff"], shared=False)
     return ModelConfig(
         arch=arch,
         **shape,

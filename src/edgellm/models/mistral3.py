@@ -21,7 +21,8 @@ def load_config(gguf, arch: str) -> ModelConfig:
     if temp and not rope["n_ctx_orig"]:
         raise GGUFError(f"{arch}.attention.temperature_scale needs the original context length "
                         f"({arch}.rope.scaling.original_context_length or {arch}.context_length)")
-    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True)
+    # llama.cpp's mistral3 loader: experts n_ff wide, no shared expert, as llama's
+    moe = moe_config(k, shape["n_layer"], shape["n_ff"], norm_topk=True, expert_width=shape["n_ff"], shared=False)
     return ModelConfig(
         arch=arch,
         **shape,
