@@ -523,6 +523,19 @@ static inline __m256i KFN(kg_totals)(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+/* 32-value group k of the panel's rows against columns y0, y1: isum[r] (column 0) and
+ * isum[r + KG_R] (column 1) gain the scaled integer products */
+static inline __attribute__((always_inline)) void KFN(kg_group)(const KFN(kg_panel) *P, const block_q8_K *y0,
+                                                                const block_q8_K *y1, int k, __m256i isum[8]) {
+    const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y0->qs + 32 * k));
+    const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y1->qs + 32 * k));
+    for (int r = 0; r < KG_R; r++) {
+        const __m256i q = P->q[r][k], sc = P->sc[r][k];
+        isum[r] = KFN(dot_ww)(isum[r], _mm256_maddubs_epi16(q, a0), sc);
+        isum[r + KG_R] = KFN(dot_ww)(isum[r + KG_R], _mm256_maddubs_epi16(q, a1), sc);
+    }
+}
+
 /* one super-block of a KG_R x KG_C tile: columns y[0], y[1] (block i); bsg: Q4_K's group sums
  * of the two columns, 8 per column; acc[0] (and acc[1], Q4_K's accM) carry the chains */
 static inline __attribute__((always_inline)) void KFN(kg_tile)(const int type, const KFN(kg_panel) *P,
@@ -537,15 +550,7 @@ static inline __attribute__((always_inline)) void KFN(kg_tile)(const int type, c
         for (int j = 0; j < 4; j++) {
             for (int p = 0; p < 8; p++) isum[p] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-            for (int k = 2 * j; k < 2 * j + 2; k++) {
-                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y0->qs + 32 * k));
-                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y1->qs + 32 * k));
-                for (int r = 0; r < KG_R; r++) {
-                    const __m256i q = P->q[r][k], sc = P->sc[r][k];
-                    isum[r] = KFN(dot_ww)(isum[r], _mm256_maddubs_epi16(q, a0), sc);
-                    isum[r + KG_R] = KFN(dot_ww)(isum[r + KG_R], _mm256_maddubs_epi16(q, a1), sc);
-                }
-            }
+            for (int k = 2 * j; k < 2 * j + 2; k++) KFN(kg_group)(P, y0, y1, k, isum);
             uint32_t b0, b1;
             memcpy(&b0, bsg0 + 2 * j, 4);
             memcpy(&b1, bsg1 + 2 * j, 4);
@@ -560,29 +565,17 @@ static inline __attribute__((always_inline)) void KFN(kg_tile)(const int type, c
     const __m256i bs0 = _mm256_loadu_si256((const __m256i *)y0->bsums);
     const __m256i bs1 = _mm256_loadu_si256((const __m256i *)y1->bsums);
     __m256i summs = _mm256_setzero_si256();
-    if (has_min) {  /* Q2_K, Q5_K */
-        for (int r = 0; r < KG_R; r++) {
-            isum[r] = _mm256_madd_epi16(P->mins[r], bs0);
-            isum[r + KG_R] = _mm256_madd_epi16(P->mins[r], bs1);
-        }
+    /* mins . bsums: Q2_K / Q5_K's min term (summs), Q3_K / Q6_K's offset seed of isum */
+    for (int r = 0; r < KG_R; r++) {
+        isum[r] = _mm256_madd_epi16(P->mins[r], bs0);
+        isum[r + KG_R] = _mm256_madd_epi16(P->mins[r], bs1);
+    }
+    if (has_min) {
         summs = KFN(kg_totals)(isum);
         for (int p = 0; p < 8; p++) isum[p] = _mm256_setzero_si256();
-    } else {  /* Q3_K, Q6_K: the offset's seed */
-        for (int r = 0; r < KG_R; r++) {
-            isum[r] = _mm256_madd_epi16(P->mins[r], bs0);
-            isum[r + KG_R] = _mm256_madd_epi16(P->mins[r], bs1);
-        }
     }
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y0->qs + 32 * k));
-        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y1->qs + 32 * k));
-        for (int r = 0; r < KG_R; r++) {
-            const __m256i q = P->q[r][k], sc = P->sc[r][k];
-            isum[r] = KFN(dot_ww)(isum[r], _mm256_maddubs_epi16(q, a0), sc);
-            isum[r + KG_R] = KFN(dot_ww)(isum[r + KG_R], _mm256_maddubs_epi16(q, a1), sc);
-        }
-    }
+    for (int k = 0; k < 8; k++) KFN(kg_group)(P, y0, y1, k, isum);
     const __m256 x = _mm256_cvtepi32_ps(KFN(kg_totals)(isum));
     if (has_min)
         acc[0] = _mm256_fmadd_ps(_mm256_fnmadd_ps(P->dm, _mm256_cvtepi32_ps(summs), _mm256_mul_ps(x, P->d)), da, acc[0]);
