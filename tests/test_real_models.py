@@ -11,6 +11,8 @@ import pytest
 import edgellm
 from edgellm.kernels import available_isas
 
+from conftest import use_engine_path
+
 pytestmark = pytest.mark.real
 
 
@@ -18,12 +20,9 @@ ISAS = available_isas()
 BEST = ISAS[-1] if ISAS else "numba"  # (numba only without the C kernels)
 
 
-def _set_path(mp: pytest.MonkeyPatch, isa: str) -> None:
-    if isa == "numba":
-        mp.setenv("EDGELLM_BACKEND", "numba")
-    else:
-        mp.setenv("EDGELLM_BACKEND", "c")
-        mp.setenv("EDGELLM_ISA", isa)
+def _engine_path(isa: str) -> str:
+    """conftest.engine_paths' name of a kernel path."""
+    return isa if isa == "numba" else f"c:{isa}"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def loaded(real_model):
     """Each real model on the fastest kernel path this CPU runs."""
     alias, path, ref = real_model
     mp = pytest.MonkeyPatch()
-    _set_path(mp, BEST)
+    use_engine_path(mp, _engine_path(BEST))
     llm = edgellm.LLM(path, n_ctx=1024)
     assert llm.backend == BEST
     yield llm, ref
@@ -56,7 +55,7 @@ def test_every_other_c_path_gives_the_same_bits(loaded, real_model, monkeypatch,
     best, ref = loaded
     ids = ref["teacher_forced"]["ids"][:32]
     want = _batch_and_steps(best, ids)
-    _set_path(monkeypatch, isa)
+    use_engine_path(monkeypatch, _engine_path(isa))
     other = edgellm.LLM(real_model[1], n_ctx=1024)
     try:
         assert other.backend == isa
