@@ -278,6 +278,8 @@ def test_response_format(smollm2):
         smollm2.chat(msgs, response_format={"type": "yaml"})
     with pytest.raises(GrammarError, match="not several"):
         smollm2.chat(msgs, response_format={"type": "json_object"}, grammar='root ::= "x"')
+    with pytest.raises(GrammarError, match="response_format, json_schema, grammar, regex"):
+        smollm2.chat_batch([msgs], response_format={"type": "json_object"}, regex="a+")
 
 
 # --------------------------------------------------------------------------------------------

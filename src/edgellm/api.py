@@ -509,8 +509,9 @@ class LLM:
             given = [g for g in (Grammar.from_response_format(response_format), grammar,
                                  None if tool_call_grammar is None else Grammar.from_lark(tool_call_grammar))
                      if g is not None]
-            if len(given) > 1:
-                raise GrammarError("give one of response_format, grammar and a required tool call, not several")
+            if len(given) > 1 or (given and (json_schema is not None or regex is not None)):
+                raise GrammarError("give one of response_format, json_schema, grammar, regex and a required "
+                                   "tool call, not several")
             grammar = given[0] if given else None
         return Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
 
