@@ -137,6 +137,9 @@ void el_pool_free(el_pool *pool);
 int el_pool_size(const el_pool *pool);
 void el_pool_run(el_pool *pool, el_task_fn fn, void *arg);  /* returns when all threads finish */
 void el_pool_barrier(el_pool *pool);                        /* inside fn: wait for all threads */
+/* adaptive (off for a new pool): runs may use fewer threads while the cores are busy (pool.c) */
+void el_pool_set_adaptive(el_pool *pool, int on);
+void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long *reduced_runs);
 
 /* ---- float ops (ops.c) ---- */
 void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps);  /* w may be NULL */

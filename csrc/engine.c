@@ -149,7 +149,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         !c->rope || !pl->row_slot || !pl->seq_row0 || !pl->seq_rows || !pl->out_row || !pl->qb_seq ||
         !pl->qb_row0 || !pl->qb_rows)
         FAIL("out of memory for scratch buffers (n_batch %d)", n_batch);
-    if (el_engine_set_threads(c, n_threads) != 0) FAIL("cannot start %d threads", n_threads);
+    if (el_engine_set_threads(c, n_threads, 1) != 0) FAIL("cannot start %d threads", n_threads);
     return c;
 fail:
     el_engine_free(c);
@@ -164,15 +164,22 @@ int el_engine_has_swa(const el_engine *c) {
     return 0;
 }
 
-int el_engine_set_threads(el_engine *c, int n_threads) {
+int el_engine_set_threads(el_engine *c, int n_threads, int adaptive) {
     if (n_threads < 1) n_threads = 1;
-    if (c->pool && el_pool_size(c->pool) == n_threads) return 0;
-    el_pool_free(c->pool);
-    free(c->tmp_k);
-    c->pool = el_pool_new(n_threads);
-    c->n_threads = n_threads;
-    c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * EL_MAX(c->d.head_dim_k, c->d.head_dim_v));
-    return c->pool && c->tmp_k && el_attention_init(c) == 0 ? 0 : -1;
+    if (!c->pool || el_pool_size(c->pool) != n_threads) {
+        el_pool_free(c->pool);
+        free(c->tmp_k);
+        c->pool = el_pool_new(n_threads);
+        c->n_threads = n_threads;
+        c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * EL_MAX(c->d.head_dim_k, c->d.head_dim_v));
+        if (!c->pool || !c->tmp_k || el_attention_init(c) != 0) return -1;
+    }
+    el_pool_set_adaptive(c->pool, adaptive);
+    return 0;
+}
+
+void el_engine_thread_stats(const el_engine *c, int *active, long long *runs, long long *reduced_runs) {
+    el_pool_stats(c->pool, active, runs, reduced_runs);
 }
 
 void el_engine_free(el_engine *c) {

@@ -6,6 +6,15 @@
  * away instead of spinning while the thread it waits for is not running, so the engine slows
  * down in proportion instead of collapsing.
  *
+ * The pool also adapts how many of its threads take part in a run. A thread that is not running
+ * when its peers reach a barrier makes them wait: when another program holds one of the cores,
+ * two threads run at less than the speed of one. After every run the caller looks at the longest
+ * time one of the threads spent waiting; when that is a large share of the run twice in a row,
+ * the next runs use one thread fewer, and from time to time a run tries one more again (the
+ * interval doubles while the cores stay busy). Which threads compute what never changes a result
+ * (tasks split rows, never a sum), so this is a schedule only; el_pool_set_adaptive(pool, 0)
+ * turns it off.
+ *
  * Every waiter publishes that it sleeps (an atomic count) before re-checking its condition
  * under the mutex; every waker changes the condition first and then looks at the count, so a
  * wake-up is never lost (all atomics are sequentially consistent). */
@@ -30,6 +39,23 @@
 #define BARRIER_SPIN_NS 50000
 #define IDLE_SPIN_NS 500000
 
+/* A run's number and its thread count travel in one word, so a worker never pairs one run's
+ * count with another run's task. */
+#define NTH_BITS 10
+#define NTH_MASK ((1u << NTH_BITS) - 1)
+
+/* Adapting the thread count: runs shorter than ADAPT_MIN_RUN_NS say nothing (a wake-up alone is
+ * tens of microseconds); a run is contended when some thread waited more than ADAPT_WAIT_PCT % of
+ * it (an idle machine stays under 10 %: the threads' shares of a step differ by a row tile). */
+#define ADAPT_MIN_RUN_NS 200000
+#define ADAPT_WAIT_PCT 35
+#define ADAPT_STREAK 2
+#define PROBE_FIRST_NS 200000000LL
+#define PROBE_MAX_NS 3200000000LL
+
+/* time this thread spent waiting in the current run (at barriers; the caller also for the end) */
+static _Thread_local int64_t tl_wait_ns;
+
 typedef struct {
     el_pool *pool;
     int ith;
@@ -41,16 +67,21 @@ struct el_pool {
     worker_arg *args;
     el_task_fn fn;
     void *arg;
-    atomic_int gen;        /* bumped for every task */
+    int nth;               /* threads taking part in the current run */
+    atomic_uint ticket;    /* (run number << NTH_BITS) | nth, written for every run */
     atomic_int n_done;     /* workers finished with the current task */
     atomic_int stop;
     pthread_mutex_t mu;
-    pthread_cond_t task_cv;   /* workers: a new task (gen) or stop */
+    pthread_cond_t task_cv;   /* workers: a new ticket or stop */
     pthread_cond_t done_cv;   /* caller: n_done reached n - 1 */
     pthread_cond_t bar_cv;    /* barrier: the phase moved */
     atomic_int task_sleepers, done_sleepers, bar_sleepers;
     atomic_int bar_count;
     atomic_int bar_phase;
+    int64_t *wait_ns;      /* per thread, the current run */
+    int adaptive, active, streak;
+    int64_t probe_at, probe_gap;
+    long long runs, reduced_runs;
 };
 
 static int64_t now_ns(void) {
@@ -61,6 +92,16 @@ static int64_t now_ns(void) {
 
 /* Spin until *v != val or spin_ns have passed; returns whether it changed. */
 static int spin_while_equal(atomic_int *v, int val, int64_t spin_ns) {
+    if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
+    const int64_t end = now_ns() + spin_ns;
+    for (int i = 1;; i++) {
+        EL_PAUSE();
+        if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
+        if ((i & 63) == 0 && now_ns() > end) return 0;
+    }
+}
+
+static int spin_while_ticket(atomic_uint *v, unsigned val, int64_t spin_ns) {
     if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
     const int64_t end = now_ns() + spin_ns;
     for (int i = 1;; i++) {
@@ -87,16 +128,30 @@ static void wake(el_pool *p, pthread_cond_t *cv, atomic_int *sleepers) {
     }
 }
 
+static void sleep_while_ticket(el_pool *p, unsigned val) {
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->task_sleepers, 1);
+    while (atomic_load(&p->ticket) == val && !atomic_load(&p->stop)) pthread_cond_wait(&p->task_cv, &p->mu);
+    atomic_fetch_sub(&p->task_sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     el_pool *p = wa->pool;
-    int seen = 0;
+    unsigned seen = 0;
+    int spin = 1;  /* a worker left out of a run sleeps at once: its core is wanted elsewhere */
     for (;;) {
-        if (!spin_while_equal(&p->gen, seen, IDLE_SPIN_NS)) sleep_while_equal(p, &p->gen, seen, &p->task_cv, &p->task_sleepers);
+        if (!spin || !spin_while_ticket(&p->ticket, seen, IDLE_SPIN_NS)) sleep_while_ticket(p, seen);
         if (atomic_load(&p->stop)) break;
-        seen = atomic_load(&p->gen);
-        p->fn(p->arg, wa->ith, p->n);
-        if (atomic_fetch_add(&p->n_done, 1) == p->n - 2) {
+        seen = atomic_load(&p->ticket);
+        const int nth = (int)(seen & NTH_MASK);
+        spin = wa->ith < nth;
+        if (!spin) continue;
+        tl_wait_ns = 0;
+        p->fn(p->arg, wa->ith, nth);
+        p->wait_ns[wa->ith] = tl_wait_ns;
+        if (atomic_fetch_add(&p->n_done, 1) == nth - 2) {
             /* the last worker: the caller may be asleep on n_done (it waits on the count, which
              * has a value it cannot see again until the next task) */
             wake(p, &p->done_cv, &p->done_sleepers);
@@ -107,9 +162,11 @@ static void *worker_main(void *arg) {
 
 el_pool *el_pool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
+    if (n_threads > (int)NTH_MASK) n_threads = (int)NTH_MASK;
     el_pool *pool = calloc(1, sizeof(el_pool));
     if (!pool) return NULL;
-    pool->n = n_threads;
+    pool->n = pool->active = n_threads;
+    pool->probe_gap = PROBE_FIRST_NS;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->task_cv, NULL);
     pthread_cond_init(&pool->done_cv, NULL);
@@ -117,7 +174,8 @@ el_pool *el_pool_new(int n_threads) {
     if (n_threads > 1) {
         pool->threads = calloc((size_t)n_threads, sizeof(pthread_t));
         pool->args = calloc((size_t)n_threads, sizeof(worker_arg));
-        if (!pool->threads || !pool->args) { el_pool_free(pool); return NULL; }
+        pool->wait_ns = calloc((size_t)n_threads, sizeof(int64_t));
+        if (!pool->threads || !pool->args || !pool->wait_ns) { el_pool_free(pool); return NULL; }
         for (int i = 1; i < n_threads; i++) {
             pool->args[i].pool = pool;
             pool->args[i].ith = i;
@@ -146,43 +204,95 @@ void el_pool_free(el_pool *pool) {
     pthread_cond_destroy(&pool->bar_cv);
     free(pool->threads);
     free(pool->args);
+    free(pool->wait_ns);
     free(pool);
 }
 
 int el_pool_size(const el_pool *pool) { return pool->n; }
 
+void el_pool_set_adaptive(el_pool *pool, int on) {
+    pool->adaptive = on != 0;
+    pool->active = pool->n;
+    pool->streak = 0;
+    pool->probe_gap = PROBE_FIRST_NS;
+}
+
+void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long *reduced_runs) {
+    *active = pool->adaptive ? pool->active : pool->n;
+    *runs = pool->runs;
+    *reduced_runs = pool->reduced_runs;
+}
+
+/* After a run of nth threads that took t1 - t0: use fewer threads after contended runs, more
+ * after a probe that was not. */
+static void adapt(el_pool *p, int nth, int probe, int64_t t0, int64_t t1) {
+    if (nth == 1 || t1 - t0 < ADAPT_MIN_RUN_NS) return;  /* no peer to wait for, or too short */
+    int64_t w = 0;
+    for (int i = 0; i < nth; i++) w = EL_MAX(w, p->wait_ns[i]);
+    const int contended = w * 100 > (t1 - t0) * ADAPT_WAIT_PCT;
+    if (probe) {
+        if (contended) p->probe_gap = EL_MIN(2 * p->probe_gap, PROBE_MAX_NS);
+        else { p->active = nth; p->probe_gap = PROBE_FIRST_NS; p->streak = 0; }
+        p->probe_at = t1 + p->probe_gap;
+        return;
+    }
+    p->streak = contended ? p->streak + 1 : 0;
+    if (p->streak >= ADAPT_STREAK) {
+        p->active = nth - 1;
+        p->streak = 0;
+        p->probe_gap = PROBE_FIRST_NS;
+        p->probe_at = t1 + p->probe_gap;
+    }
+}
+
 void el_pool_run(el_pool *pool, el_task_fn fn, void *arg) {
-    if (pool->n == 1) { fn(arg, 0, 1); return; }
+    pool->runs++;
+    if (pool->n == 1) { pool->nth = 1; fn(arg, 0, 1); return; }
+    const int64_t t0 = now_ns();
+    int nth = pool->adaptive ? pool->active : pool->n;
+    const int probe = nth < pool->n && t0 >= pool->probe_at;
+    nth += probe;
+    if (nth < pool->n) pool->reduced_runs++;
+    if (nth == 1) { pool->nth = 1; fn(arg, 0, 1); return; }  /* the workers sleep on */
     pool->fn = fn;
     pool->arg = arg;
+    pool->nth = nth;
     atomic_store(&pool->n_done, 0);
     atomic_store(&pool->bar_count, 0);
-    atomic_fetch_add(&pool->gen, 1);
+    const unsigned run = (atomic_load(&pool->ticket) >> NTH_BITS) + 1;
+    atomic_store(&pool->ticket, (run << NTH_BITS) | (unsigned)nth);
     wake(pool, &pool->task_cv, &pool->task_sleepers);
-    fn(arg, 0, pool->n);
-    /* wait for n_done == n - 1: spin on its value, sleep once the spin runs out */
+    tl_wait_ns = 0;
+    fn(arg, 0, nth);
+    /* wait for n_done == nth - 1: spin on its value, sleep once the spin runs out */
+    const int64_t tw = now_ns();
     for (;;) {
         const int done = atomic_load(&pool->n_done);
-        if (done == pool->n - 1) break;
+        if (done == nth - 1) break;
         if (!spin_while_equal(&pool->n_done, done, BARRIER_SPIN_NS)) {
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->done_sleepers, 1);
-            while (atomic_load(&pool->n_done) != pool->n - 1) pthread_cond_wait(&pool->done_cv, &pool->mu);
+            while (atomic_load(&pool->n_done) != nth - 1) pthread_cond_wait(&pool->done_cv, &pool->mu);
             atomic_fetch_sub(&pool->done_sleepers, 1);
             pthread_mutex_unlock(&pool->mu);
         }
     }
+    const int64_t t1 = now_ns();
+    pool->wait_ns[0] = tl_wait_ns + (t1 - tw);
+    if (pool->adaptive) adapt(pool, nth, probe, t0, t1);
 }
 
 void el_pool_barrier(el_pool *pool) {
-    if (pool->n == 1) return;
+    if (pool->nth <= 1) return;
     const int phase = atomic_load(&pool->bar_phase);
-    if (atomic_fetch_add(&pool->bar_count, 1) == pool->n - 1) {
+    if (atomic_fetch_add(&pool->bar_count, 1) == pool->nth - 1) {
         atomic_store(&pool->bar_count, 0);
         atomic_store(&pool->bar_phase, phase + 1);
         wake(pool, &pool->bar_cv, &pool->bar_sleepers);
         return;
     }
+    const int64_t t = now_ns();
     if (!spin_while_equal(&pool->bar_phase, phase, BARRIER_SPIN_NS))
         sleep_while_equal(pool, &pool->bar_phase, phase, &pool->bar_cv, &pool->bar_sleepers);
+    tl_wait_ns += now_ns() - t;
 }

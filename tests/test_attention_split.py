@@ -57,7 +57,7 @@ def _continuations(path, ids, tail, threads, shift=None):
         pool.shift(base, 1, shift)
     res = []
     for n in threads:
-        eng.set_threads(n)  # more threads than cores is allowed here: results must not change
+        eng.set_threads(n, adaptive=False)  # more threads than cores is allowed here: results must not change
         seq, rows, split = pool.fork(base), [], 0
         for t in tail[:4]:
             rows.append(_feed(llm, seq, [t]))
@@ -106,7 +106,7 @@ def test_batched_path_splits_the_same(models, monkeypatch, path):
     def run(n_threads, company):
         llm = edgellm.LLM(models["gemma3"], n_ctx=1024, n_batch=256, n_threads=1)
         pool, eng = llm._pool, llm._engine
-        eng.set_threads(n_threads)
+        eng.set_threads(n_threads, adaptive=False)  # the split counts must not depend on the load
         seqs = [pool.new_sequence() for _ in range(1 + len(company))]
         for s, p in zip(seqs, [long] + company):
             _feed(llm, s, p, llama_order=False)

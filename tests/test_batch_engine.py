@@ -365,3 +365,34 @@ print(llm.generate("hello", max_tokens=4, temperature=0) is not None)
     n, warned = r.stdout.split()[:2]
     assert int(n) == len(os.sched_getaffinity(0)) and int(warned) >= 1
     assert "1000 threads requested" in r.stdout
+
+
+@pytest.mark.skipif(BACKENDS[0] == "numba", reason="the C engine's thread pool")
+def test_two_threads_on_one_cpu_step_down_to_one(smollm2_path):
+    """Two threads held to one CPU (the other cores busy, as far as this engine can tell): one
+    thread's half of every matmul waits for the other's, so the adaptive pool runs the next
+    steps on one thread, and the logits are the bits two fixed threads give."""
+    code = f"""
+import os, numpy as np, edgellm
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # the pool's threads inherit it
+llm = edgellm.LLM({str(smollm2_path)!r}, n_ctx=128, n_threads=1)
+eng = llm._engine
+ids = llm.tokenize("The quick brown fox jumps over the lazy dog. " * 3)[:32]
+def decode():
+    s = llm.session()
+    rows = [s.feed([t]).copy() for t in ids]
+    s.close()
+    return np.stack(rows)
+eng.set_threads(2, adaptive=False)
+fixed = decode()
+eng.set_threads(2, adaptive=True)
+runs0, reduced0 = eng.thread_stats[1:]
+adaptive = decode()
+active, runs, reduced = eng.thread_stats
+print(active, runs - runs0, reduced - reduced0, np.array_equal(fixed, adaptive))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    active, runs, reduced, same = r.stdout.split()
+    assert same == "True"
+    assert int(active) == 1 and int(reduced) >= int(runs) // 2, r.stdout

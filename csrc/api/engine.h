@@ -77,7 +77,11 @@ typedef struct el_engine el_engine;
 el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int n_threads, int type_k, int type_v);
 void el_engine_free(el_engine *e);
 const char *el_last_error(void);
-int el_engine_set_threads(el_engine *e, int n_threads);
+/* n_threads, adaptive: while other programs keep the cores busy a step may use fewer of them
+ * (never a different result). el_engine_thread_stats: the threads the next step uses, steps run,
+ * and how many of them used fewer than n_threads. */
+int el_engine_set_threads(el_engine *e, int n_threads, int adaptive);
+void el_engine_thread_stats(const el_engine *e, int *active, long long *runs, long long *reduced_runs);
 int el_engine_isa(const el_engine *e);  /* the kernels an engine runs are fixed when it is made */
 int el_engine_has_swa(const el_engine *e);  /* whether group 1 has layers */
 

@@ -39,6 +39,8 @@ class BenchResult:
     depth: int = 0               # context before the test (-d)
     kv_bytes_per_token: int = 0  # of bytes_per_token: the keys and values
     cache_types: str = "f16/f16"
+    steps: int = 0               # engine steps of the timed repetitions
+    fewer_threads: int = 0       # of them: run on fewer threads (the cores were busy)
 
     @property
     def mean(self) -> float:
@@ -87,6 +89,12 @@ def read_loop_gbps(llm: LLM, n_threads: int) -> float:
     return float(lib.el_read_bandwidth(ffi.from_buffer(view), view.nbytes, n_threads, 5))
 
 
+def _thread_stats(engine) -> tuple[int, int]:
+    """(steps run, steps that ran on fewer threads) so far: the C engine's adaptive pool."""
+    stats = getattr(engine, "thread_stats", None)
+    return (stats[1], stats[2]) if stats else (0, 0)
+
+
 def _tokens(llm: LLM, n: int, rng) -> list[int]:
     ids = rng.integers(0, llm.n_vocab, size=n).tolist()
     if llm.tokenizer.add_bos and llm.tokenizer.bos_id is not None and n:
@@ -133,6 +141,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                     if d and ids and llm.tokenizer.add_bos:
                         ids[0] = int(rng.integers(0, llm.n_vocab))  # BOS only at the start
                     s = base.fork()
+                    before = _thread_stats(engine)
                     try:
                         t0 = time.perf_counter()
                         if kind == "pp":
@@ -145,6 +154,9 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                         s.close()
                     if rep:
                         res.samples.append(n / dt)
+                        after = _thread_stats(engine)
+                        res.steps += after[0] - before[0]
+                        res.fewer_threads += after[1] - before[1]
                 if kind == "tg":
                     res.read_loop_gbps = read_loop_gbps(llm, n_threads)
                 results.append(res)
@@ -167,6 +179,8 @@ class BatchedResult:
     t_pp: list[float] = field(default_factory=list)  # seconds, per repetition
     t_tg: list[float] = field(default_factory=list)
     scheduler: bool = False
+    steps: int = 0          # engine steps of the timed repetitions
+    fewer_threads: int = 0  # of them: run on fewer threads (the cores were busy)
 
     @property
     def s_pp(self) -> float:
@@ -210,6 +224,7 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
         res = BatchedResult(llm.path.name, isa_label(engine.isa), llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
         for rep in range(reps + 1):
             prompts = [_tokens(llm, n_prompt, rng) for _ in range(b)]
+            before = _thread_stats(engine)
             if scheduler:
                 eng = BatchEngine(llm, max_seqs=b, kv_tokens=b * per_seq, prefix_cache=False)
                 reqs = [eng.submit(p, max_tokens=n_gen, sampling=SamplingParams(temperature=0), ignore_eos=True)
@@ -249,6 +264,9 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
             if rep:
                 res.t_pp.append(t1 - t0)
                 res.t_tg.append(t2 - t1)
+                after = _thread_stats(engine)
+                res.steps += after[0] - before[0]
+                res.fewer_threads += after[1] - before[1]
         out.append(res)
         if progress:
             progress(res)
@@ -261,7 +279,17 @@ def markdown_batched(results: list[BatchedResult]) -> str:
     for r in results:
         rows.append(f"| {r.model} | {r.backend}{' (scheduler)' if r.scheduler else ''} | {r.threads} | "
                     f"{r.n_prompt} | {r.n_gen} | {r.n_seqs} | {r.s_pp:.1f} | {r.s_tg:.1f} | {r.s_total:.1f} |")
-    return "\n".join(rows)
+    return "\n".join(rows) + busy_note(results)
+
+
+def busy_note(results) -> str:
+    """A line under the table when some timed steps ran on fewer threads than asked."""
+    busy = [r for r in results if r.fewer_threads]
+    if not busy:
+        return ""
+    n, of = sum(r.fewer_threads for r in busy), sum(r.steps for r in busy)
+    return (f"\n\n{n} of {of} engine steps in {len(busy)} of these tests ran on fewer threads than asked: other "
+            "programs kept the cores busy (EDGELLM_FIXED_THREADS=1 keeps every thread).")
 
 
 def peak_rss_bytes() -> int:
@@ -292,7 +320,7 @@ def markdown(results: list[BenchResult]) -> str:
         rows.append(f"| {r.model} | {r.size_bytes / 2**20:.1f} MiB | {_human(r.n_params, '')} | {r.backend} | "
                     f"{r.threads} |" + (f" {r.cache_types} |" if types else "") +
                     f" {r.test} | {r.mean:.2f} ± {r.std:.2f} | {bpt} | {gbps} | {loop} |")
-    return "\n".join(rows)
+    return "\n".join(rows) + busy_note(results)
 
 
 def to_json(results: list[BenchResult]) -> str:

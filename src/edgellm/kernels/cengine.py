@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..errors import EdgeLLMError
@@ -63,6 +65,7 @@ class CEngine:
         if eng == ffi.NULL:
             raise EdgeLLMError(f"cannot create the model engine: {ffi.string(lib.el_last_error()).decode()}")
         self._eng = ffi.gc(eng, lib.el_engine_free)
+        self.set_threads(n_threads)
         self.n_batch = min(n_batch, n_ctx)
         self.has_swa = bool(lib.el_engine_has_swa(eng))
         self.n_swa = cfg.n_swa
@@ -164,9 +167,20 @@ class CEngine:
             raise EdgeLLMError(f"bad batch: {self.ffi.string(self.lib.el_last_error()).decode()}")
         return out
 
-    def set_threads(self, n: int) -> None:
-        if self.lib.el_engine_set_threads(self._eng, n) != 0:
+    def set_threads(self, n: int, adaptive: bool | None = None) -> None:
+        """n threads; adaptive (default unless EDGELLM_FIXED_THREADS=1): while other programs
+        keep the cores busy, steps may run on fewer of them (csrc/pool.c; results do not change)."""
+        if adaptive is None:
+            adaptive = os.environ.get("EDGELLM_FIXED_THREADS") != "1"
+        if self.lib.el_engine_set_threads(self._eng, n, int(adaptive)) != 0:
             raise EdgeLLMError(f"cannot start {n} threads")
+
+    @property
+    def thread_stats(self) -> tuple[int, int, int]:
+        """(threads the next step uses, steps run, steps that used fewer than asked)."""
+        active, runs, reduced = self.ffi.new("int *"), self.ffi.new("long long *"), self.ffi.new("long long *")
+        self.lib.el_engine_thread_stats(self._eng, active, runs, reduced)
+        return active[0], runs[0], reduced[0]
 
     @property
     def attention_split(self) -> int:

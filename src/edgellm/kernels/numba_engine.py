@@ -223,7 +223,8 @@ class NumbaEngine:
 
     # -- protocol --
 
-    def set_threads(self, n: int) -> None:
+    def set_threads(self, n: int, adaptive: bool | None = None) -> None:
+        """n threads (numba's own pool: it does not adapt to busy cores)."""
         numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
     def kv_reserve(self, group: int, n_blocks: int) -> int:
