@@ -143,6 +143,7 @@ void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long 
 
 /* ---- float ops (ops.c) ---- */
 void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps);  /* w may be NULL */
+void el_fwht(float *x, int n, int chunk);  /* Walsh-Hadamard rotation, chunk by chunk (self-inverse) */
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
              const float *cache);  /* cache: cos,sin pairs for n_rot/2 dims at this pos */
 void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,

@@ -379,6 +379,8 @@ static void forward_task(void *arg, int ith, int nth) {
                                         d->attn_temp_scale + 1.0);
                 for (int i = 0; i < qd; i++) q[i] *= t;
             }
+            if (d->rot_k) { el_fwht(q, qd, d->rot_k); el_fwht(k, kd, d->rot_k); }
+            if (d->rot_v) el_fwht(v, vd, d->rot_v);
             store_kv(c, l, m, k, v, h16);
         }
         sync(c, &st);
@@ -386,6 +388,10 @@ static void forward_task(void *arg, int ith, int nth) {
         TRACE("Kcur", l, c->kc, n, kd, kd);
         el_attention(c, l, ith, nth);
         sync(c, &st);
+        if (d->rot_v) {  /* the values were stored rotated: rotate their mix back */
+            for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
+            sync(c, &st);
+        }
         TRACE("kqv_out", l, c->xn, n, od, od);
         matmul(c, &st, &L->wo, c->xn, n, od, c->tmp, E, ith, nth);
         sync(c, &st);

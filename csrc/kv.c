@@ -6,8 +6,9 @@
  * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
  * attention's f16 tiles read), or q8_0 / q4_0, stored as KT rows of ggml blocks per head,
  * quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
- * q4_0 with the reference one). A context shift dequantizes a moved key, rotates it and
- * quantizes it again. */
+ * q4_0 with the reference one), after the engine rotated them by a Walsh-Hadamard matrix
+ * (d.rot_k / d.rot_v; kv_cache.kv_rotation). A context shift dequantizes a moved key, rotates
+ * it back, applies RoPE, rotates and quantizes it again. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -194,7 +195,9 @@ static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, floa
     for (int h = 0; h < d->n_head_kv; h++) {
         uint8_t *p = kv_kb(e, l, blk, h);
         slot_get(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
+        if (d->rot_k) el_fwht(buf, hk, d->rot_k);  /* stored rotated: back, RoPE, and rotated again */
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
+        if (d->rot_k) el_fwht(buf, hk, d->rot_k);
         slot_put(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
     }
 }

@@ -48,6 +48,24 @@ void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
 
 /* Rotate n_heads heads of head_dim values in place; NORM pairs (2i, 2i+1), NEOX pairs
  * (i, i + n_rot/2). Dims past n_rot are left as they are. */
+/* x[0, n) by the orthonormal Walsh-Hadamard matrix of size `chunk` (a power of two), chunk by
+ * chunk: scaled by 1/sqrt(chunk) first, then butterflies of span 1, 2, 4, ... (llama.cpp's FWHT
+ * order). The matrix is symmetric and its own inverse. */
+void el_fwht(float *x, int n, int chunk) {
+    const float scale = 1.0f / sqrtf((float)chunk);
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        float *y = x + c0;
+        for (int j = 0; j < chunk; j++) y[j] *= scale;
+        for (int len = 1; len < chunk; len <<= 1)
+            for (int i = 0; i < chunk; i += 2 * len)
+                for (int j = i; j < i + len; j++) {
+                    const float u = y[j], v = y[j + len];
+                    y[j] = u + v;
+                    y[j + len] = u - v;
+                }
+    }
+}
+
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache) {
     const int half = n_rot / 2;
     for (int h = 0; h < n_heads; h++) {

@@ -105,6 +105,34 @@ def test_thread_count_does_not_change_quantized_results(models, monkeypatch):
     np.testing.assert_array_equal(one, two)
 
 
+@pytest.mark.parametrize("hk,hv,tk,tv,want", [
+    (64, 64, "q8_0", "q8_0", (64, 64)), (256, 256, "q4_0", "q8_0", (256, 64)), (192, 128, "q8_0", "q4_0", (64, 64)),
+    (128, 128, "f16", "q8_0", (0, 64)), (96, 64, "q8_0", "f16", (0, 0)), (64, 64, "f16", "f16", (0, 0))])
+def test_kv_rotation_chunks(hk, hv, tk, tv, want):
+    """Quantized keys rotate in the largest power-of-two chunk (>= 64) dividing the head size,
+    values in chunks of 64 (llama.cpp's attn_rot_k / attn_rot_v); f16 and other sizes not at all."""
+    from edgellm.kv_cache import CACHE_TYPES, kv_rotation
+
+    assert kv_rotation(hk, hv, (CACHE_TYPES[tk], CACHE_TYPES[tv])) == want
+
+
+def test_fwht_is_the_orthonormal_hadamard_matrix():
+    """numba_kv.fwht (the twin of csrc/ops.c's el_fwht, whose bits test_c_and_numba_twins_agree
+    and the shift test hold it to) multiplies each chunk by Sylvester's Hadamard matrix / sqrt(n)
+    and is its own inverse."""
+    from edgellm.kernels.numba_kv import fwht
+
+    h = np.array([[1.0]])
+    while len(h) < 64:
+        h = np.block([[h, h], [h, -h]])
+    x = np.random.default_rng(0).standard_normal((3, 2, 128)).astype(np.float32)
+    want = (x.reshape(-1, 64).astype(np.float64) @ h / 8).reshape(x.shape)
+    got = fwht(x, 64)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(fwht(got, 64), x, rtol=0, atol=1e-5)
+
+
 def test_bad_cache_types_are_refused(models):
     with pytest.raises(ValueError, match="unknown KV cache type 'q5_9'"):
         edgellm.LLM(models["llama"], cache_type_k="q5_9")

@@ -26,7 +26,9 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("state")
     return {"llama": tiny_model(d / "l.gguf", "llama", QType.Q8_0),
             "gemma3": tiny_model(d / "g.gguf", "gemma3", QType.Q4_0),
-            "other": tiny_model(d / "o.gguf", "llama", QType.Q8_0, seed=1)}
+            "other": tiny_model(d / "o.gguf", "llama", QType.Q8_0, seed=1),
+            # head size 32: a quantized cache stored as computed (no Walsh-Hadamard rotation)
+            "gemma3-hd32": tiny_model(d / "g32.gguf", "gemma3", QType.Q4_0, head_dim=32, n_head=4, n_embd=128)}
 
 
 def _llm(path, n_ctx=256, **kw):
@@ -61,15 +63,17 @@ def _rel(a, b) -> float:
 def test_state_file_is_portable_between_engines(models, tmp_path, monkeypatch):
     """Saved by the C engine, loaded by numba (one layout for both): numba's continuation is the
     C engine's (measured: equal; bound 1e-5), far closer than numba's own history gives (the
-    paths' prefill differs, 2.9e-3 here) - so every byte landed where numba reads it."""
+    paths' prefill differs, 2.9e-3 here) - so every byte landed where numba reads it. (A head
+    size whose keys are stored unrotated: a rotation mixes 64 values into each one, so the two
+    paths' 1e-6 differences in a new key flip some of its q8_0 roundings, 4e-4 here.)"""
     use_engine_path(monkeypatch, "c:generic")
-    a = _llm(models["gemma3"], cache_type_k="q8_0")
+    a = _llm(models["gemma3-hd32"], cache_type_k="q8_0")
     s = a.session()
     s._feed(HIST)
     s.save_state(tmp_path / "s.state")
     want = s._feed(MORE, logits=LOGITS_ALL).copy()
     use_engine_path(monkeypatch, "numba")
-    b = _llm(models["gemma3"], cache_type_k="q8_0")
+    b = _llm(models["gemma3-hd32"], cache_type_k="q8_0")
     own = b.session()
     own._feed(HIST)
     t = b.session()
@@ -155,9 +159,27 @@ def _resealed(path, header_edit=None, blocks_edit=None) -> None:
     path.write_bytes(body + hashlib.sha256(body).digest())
 
 
+def test_quantized_cache_saved_unrotated_is_refused(models, tmp_path):
+    """A q8_0 cache saved before keys and values were stored rotated (no kv_rotation in the
+    header) holds other bytes than this engine would: refused, not trusted. An f16 one is the
+    same either way and still loads."""
+    q = _saved(models, tmp_path, cache_type_k="q8_0", cache_type_v="q8_0")
+    _resealed(q, header_edit=lambda h: h.pop("kv_rotation"))
+    s = _llm(models["gemma3"], cache_type_k="q8_0", cache_type_v="q8_0").session()
+    with pytest.raises(StateFileError, match="unrotated"):
+        s.load_state(q)
+    assert s.tokens == []
+    f = _saved(models, tmp_path / "..")
+    _resealed(f, header_edit=lambda h: h.pop("kv_rotation"))
+    s = _llm(models["gemma3"]).session()
+    s.load_state(f)
+    assert s.tokens == HIST
+
+
 @pytest.mark.parametrize("field,value", [("swa_valid", None), ("swa_valid", "3"), ("swa_valid", -1),
                                          ("swa_valid", 10**6), ("cacheable", 1), ("tokens", "abc"),
-                                         ("tokens", [1.0, 2.0]), ("held", [["0"]]), ("block_bytes", None)])
+                                         ("tokens", [1.0, 2.0]), ("held", [["0"]]), ("block_bytes", None),
+                                         ("kv_rotation", [64]), ("kv_rotation", "64")])
 def test_malformed_header_fields_are_refused_and_the_session_kept(models, tmp_path, field, value):
     """Found by the state fuzz target: a swa_valid of null passed every check, then failed with a
     TypeError after the session had been emptied."""

@@ -265,18 +265,17 @@ def kv_type_runs(smollm2_path, fixtures_dir, tmp_path_factory):
 @pytest.mark.real
 @pytest.mark.slow
 def test_real_quantized_kv_cache_drift(kv_type_runs):
-    """Each cache type moves the distribution, q4_0 further than q8_0."""
+    """Each cache type moves the distribution, q4_0 further than q8_0; q4_0 far less than it did
+    before keys and values were stored rotated (KLD measured 0.081, unrotated 0.256; llama.cpp
+    0c1e570's rotated q4_0 cache with -fa on: 0.069)."""
     _, out = kv_type_runs
-    assert 0 < out["q8_0"][1] < out["q4_0"][1], out
+    assert 0 < out["q8_0"][1] < out["q4_0"][1] < 0.12, out
 
 
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured: q8_0 PPL 14.290 against f16's 14.367 (-0.53%; at -c 128, 17 "
-                                       "chunks: -0.52%); llama.cpp (-fa on) moves +0.13%: it rotates Q, K and V "
-                                       "by a Walsh-Hadamard matrix for quantized caches (attn_rot_k/v), edgellm "
-                                       "does not yet")
 def test_real_q8_0_cache_perplexity_within_half_a_percent(kv_type_runs):
-    """The issue's bar: a q8_0 cache keeps perplexity within 0.5% of f16's."""
+    """The issue's bar: a q8_0 cache keeps perplexity within 0.5% of f16's (measured +0.21%; before
+    keys and values were stored Walsh-Hadamard rotated, -0.53%)."""
     base, out = kv_type_runs
     assert out["q8_0"][0] == pytest.approx(base, rel=0.005), (base, out)

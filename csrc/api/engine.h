@@ -46,6 +46,7 @@ typedef struct {
     float attn_temp_scale;  /* q at position p times 1 + s * log(floor(p / attn_temp_floor) + 1); 0 = none */
     int attn_temp_floor;
     int qk_norm_all;        /* attn_q_norm / attn_k_norm normalise all heads at once (else each head) */
+    int rot_k, rot_v;       /* Walsh-Hadamard chunks of stored keys / values (kv_cache.kv_rotation); 0 = none */
     /* mixture of experts (moe.c; n_expert 0 = dense FFN): per token, softmax over the router's
      * logits, the n_expert_used most probable experts, their weights divided by their sum when
      * moe_norm_w, times moe_w_scale; n_ff_shexp > 0: a shared expert on every token, its output

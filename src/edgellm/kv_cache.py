@@ -55,6 +55,27 @@ def cache_type(name: str, head_dim: int, what: str) -> QType:
     return t
 
 
+# A quantized cache stores keys and values rotated by an orthonormal Walsh-Hadamard matrix (as
+# llama.cpp does since its build b8400-ish, attn_rot_k / attn_rot_v): the rotation spreads an
+# outlier channel over the whole chunk, so the 32-value blocks round every value by a step of the
+# chunk's spread, not the outlier's. Queries are rotated with the keys (q.k is unchanged) and the
+# attention output is rotated back (the matrix is its own inverse). Keys rotate in chunks of the
+# largest power of two (>= 64) dividing the head size, values in chunks of 64.
+ROT_MIN = 64
+
+
+def kv_rotation(head_dim_k: int, head_dim_v: int, types) -> tuple[int, int]:
+    """(keys, values) rotation chunk sizes for cache types (QTypes); 0 = stored as computed (f16,
+    or a head size that is not a multiple of 64)."""
+    rk = 0
+    if types[0] != QType.F16 and head_dim_k % ROT_MIN == 0:
+        rk = ROT_MIN
+        while head_dim_k % (2 * rk) == 0:
+            rk *= 2
+    rv = ROT_MIN if types[1] != QType.F16 and head_dim_v % ROT_MIN == 0 else 0
+    return rk, rv
+
+
 def slot_bytes(cfg, types) -> tuple[int, int]:
     """Bytes one slot of a sequence takes in all global-attention layers together and in all
     sliding-window layers, for cache types (keys, values) as QTypes."""

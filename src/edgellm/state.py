@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 from .errors import StateFileError
-from .kv_cache import BLOCK
+from .kv_cache import BLOCK, kv_rotation
 
 MAGIC = b"EDGELLM-KVSTATE\n"
 VERSION = 1
@@ -32,6 +32,11 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _rotation(llm) -> tuple[int, int]:
+    """How the engine stores keys and values (kv_cache.kv_rotation): part of what a block means."""
+    return kv_rotation(llm.config.head_dim_k, llm.config.head_dim_v, llm._cache_types)
+
+
 def save(llm, seq, path, meta=None) -> None:
     """Write seq (a KVPool Sequence of llm's engine) to path; meta: JSON-able data kept with it.
     Call with llm's engine lock held."""
@@ -44,6 +49,7 @@ def save(llm, seq, path, meta=None) -> None:
         "tokens": [int(t) for t in seq.tokens], "held": held,
         "block_bytes": [eng.kv_block_bytes(g) for g in groups],
         "swa_valid": int(getattr(seq, "swa_valid", 0)), "cacheable": bool(seq.cacheable), "meta": meta,
+        "kv_rotation": list(_rotation(llm)),
     }
     h = json.dumps(header, separators=(",", ":")).encode()
     digest = hashlib.sha256()
@@ -103,13 +109,19 @@ def load(llm, seq, path) -> dict | None:
         types = (header["cache_type_k"], header["cache_type_v"])
         swa_valid = header.get("swa_valid", 0)
         cacheable = header.get("cacheable", True)
-        if type(swa_valid) is not int or not 0 <= swa_valid <= len(tokens) or type(cacheable) is not bool:
+        rotation = tuple(_ints(header.get("kv_rotation", [0, 0])))  # (files before the rotation: none)
+        if type(swa_valid) is not int or not 0 <= swa_valid <= len(tokens) or type(cacheable) is not bool or \
+                len(rotation) != 2:
             raise ValueError
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         raise StateFileError(f"{path} has an incomplete header") from None
     if types != (llm.cache_type_k, llm.cache_type_v):
         raise StateFileError(f"{path} holds a {types[0]}/{types[1]} KV cache; this model runs "
                              f"{llm.cache_type_k}/{llm.cache_type_v} (-ctk/-ctv)")
+    if rotation != _rotation(llm):
+        raise StateFileError(f"{path} stores its quantized keys and values unrotated (saved by an older edgellm); "
+                             "this one stores them rotated: evaluate the text again" if rotation == (0, 0) else
+                             f"{path} stores keys and values rotated in chunks of {rotation}, not as this engine does")
     if len(tokens) > llm.n_ctx:
         raise StateFileError(f"{path} holds {len(tokens)} tokens; the context holds {llm.n_ctx} (raise -c)")
     if sizes[:len(groups)] != [eng.kv_block_bytes(g) for g in groups] or len(sizes) != len(groups):

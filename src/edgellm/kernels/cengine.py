@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ..errors import EdgeLLMError
-from ..kv_cache import BLOCK
+from ..kv_cache import BLOCK, kv_rotation
 from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
@@ -38,6 +38,7 @@ class CEngine:
                   "attn_temp_floor"):
             setattr(d, f, getattr(cfg, f))
         d.qk_norm_all = int(cfg.qk_norm == QK_NORM_ALL)
+        d.rot_k, d.rot_v = kv_rotation(cfg.head_dim_k, cfg.head_dim_v, cache_types)
         if cfg.moe is not None:
             m = cfg.moe
             d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff_shexp = m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp

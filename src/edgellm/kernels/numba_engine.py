@@ -10,7 +10,7 @@ import math
 import numba
 import numpy as np
 
-from ..kv_cache import BLOCK
+from ..kv_cache import BLOCK, kv_rotation
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
@@ -210,6 +210,7 @@ class NumbaEngine:
         self.group = [int(lc.is_swa) for lc in cfg.layers]
         hk, hv, kv = cfg.head_dim_k, cfg.head_dim_v, cfg.n_head_kv
         self.cache_types = tuple(QType(t) for t in cache_types)
+        self.rot_k, self.rot_v = kv_rotation(cfg.head_dim_k, cfg.head_dim_v, self.cache_types)
 
         def store(t, n):  # f16 values, or rows of the quantized type's bytes
             return np.zeros((0, kv, BLOCK, n), np.float16) if t == QType.F16 else \
@@ -300,8 +301,12 @@ class NumbaEngine:
             if cfg.n_rot and lc.use_rope and len(k):  # dequantized, rotated, quantized again
                 cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
                                        self.rope_freqs, mscale_fold=False)
-                k = _rope(self._kv_floats(0, k, cfg.head_dim_k), np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0),
-                          cfg.n_rot, cfg.rope_type == ROPE_NEOX)
+                k = self._kv_floats(0, k, cfg.head_dim_k)
+                if self.rot_k:  # stored rotated: back, RoPE, and rotated again
+                    k = numba_kv.fwht(k, self.rot_k)
+                k = _rope(k, np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0), cfg.n_rot, cfg.rope_type == ROPE_NEOX)
+                if self.rot_k:
+                    k = numba_kv.fwht(k, self.rot_k)
                 k = self._kv_stored(0, k)
             self.k[l][d_idx[0], :, d_idx[1]] = k
         for g in range(2 if self.has_swa else 1):
@@ -392,6 +397,10 @@ class NumbaEngine:
                 fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))  # as llama.cpp's input
                 t = np.log(fl.astype(np.float64) + 1.0) * np.float32(cfg.attn_temp_scale) + 1.0
                 q = q * t.astype(np.float32)[:, None, None]
+            if self.rot_k:
+                q, k = numba_kv.fwht(q, self.rot_k), numba_kv.fwht(k, self.rot_k)
+            if self.rot_v:
+                v = numba_kv.fwht(v, self.rot_v)
             blk = tables[g][seq, slots // BLOCK]
             self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
             self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
@@ -399,6 +408,8 @@ class NumbaEngine:
             for s in range(len(seq_len)):
                 r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
                 att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1])
+            if self.rot_v:  # the values were stored rotated: rotate their mix back
+                att = numba_kv.fwht(att, self.rot_v)
             o = self._matmul(L["wo"], att.reshape(n, H * hv))
             if L["bo"] is not None:
                 o += L["bo"]

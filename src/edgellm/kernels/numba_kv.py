@@ -17,6 +17,18 @@ _DEQUANTIZE = {QType.Q8_0: nq.dequantize_row_q8_0, QType.Q4_0: nq.dequantize_row
 _VEC_DOT = {QType.Q8_0: nq.vec_dot_q8_0_q8_0_generic, QType.Q4_0: nq.vec_dot_q4_0_q8_0_generic}
 
 
+def fwht(x: np.ndarray, chunk: int) -> np.ndarray:
+    """csrc/ops.c's el_fwht: the last axis by the orthonormal Walsh-Hadamard matrix of size
+    chunk, chunk by chunk (scaled first, then butterflies of span 1, 2, 4, ...; same roundings)."""
+    y = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, chunk) * (np.float32(1) / np.sqrt(np.float32(chunk)))
+    span = 1
+    while span < chunk:
+        y = y.reshape(len(y), chunk // (2 * span), 2, span)
+        y = np.stack([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], axis=2)
+        span *= 2
+    return y.reshape(x.shape)
+
+
 def row_bytes(t: QType, n: int) -> int:
     return type_info(t).row_bytes(n)
 
