@@ -122,3 +122,17 @@ def test_per_layer_head_counts_are_refused(tmp_path):
     path = write_gguf(tmp_path / "x.gguf", md, {"token_embd.weight": np.zeros((8, 32), np.float32)})
     with pytest.raises(UnsupportedModelError, match="per-layer values of llama.attention.head_count_kv"):
         models.load_config(GGUFFile(path))
+
+
+@pytest.mark.parametrize("factor", [-4.0, float("nan"), float("inf")])
+def test_bad_rope_scaling_factor_is_refused(tmp_path, factor):
+    """Found by scripts/fuzz.py gguf: a negative YaRN factor reached math.log (ValueError)."""
+    from edgellm.errors import GGUFError
+
+    md = {"llama.block_count": (VT.UINT32, 1), "llama.embedding_length": (VT.UINT32, 32),
+          "llama.feed_forward_length": (VT.UINT32, 64), "llama.attention.head_count": (VT.UINT32, 2),
+          "llama.vocab_size": (VT.UINT32, 8), "llama.rope.scaling.type": (VT.STRING, "yarn"),
+          "llama.rope.scaling.factor": (VT.FLOAT32, factor)}
+    path = write_gguf(tmp_path / "x.gguf", md, {"token_embd.weight": np.zeros((8, 32), np.float32)})
+    with pytest.raises(GGUFError, match="rope scaling factor must be a positive number"):
+        models.load_config(GGUFFile(path))

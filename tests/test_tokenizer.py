@@ -457,6 +457,18 @@ def test_add_bos_without_a_bos_token():
         Tokenizer.from_metadata(meta)
 
 
+def test_token_text_that_is_not_utf8_decodes_to_its_bytes():
+    """GGUF strings are read with surrogateescape; found by scripts/fuzz.py gguf: a token whose
+    text held a byte that is not UTF-8 raised UnicodeEncodeError when decoded. Its bytes come out
+    as they are in the file (llama.cpp's token_to_piece copies them)."""
+    meta = spm_meta({"a\udcb2": -1.0, "<x\udcff>": 0.0})
+    meta["tokenizer.ggml.token_type"][-1] = 4  # user-defined: rendered as its text
+    tok = Tokenizer.from_metadata(meta)
+    normal, user = tok.n_vocab - 2, tok.n_vocab - 1
+    assert tok._pieces.piece(normal, False) == b"a\xb2" and tok._pieces.piece(user, False) == b"<x\xff>"
+    assert tok.decode([normal, user]) == b"a\xb2<x\xff>".decode("utf-8", "replace")
+
+
 def test_out_of_range_special_id_keeps_default():
     with pytest.warns(UserWarning, match="eos_token_id"):
         tok = Tokenizer.from_metadata(spm_meta({"a": -1}, eos_token_id=10**6))

@@ -231,6 +231,8 @@ def rope_params(k: Keys, *, yarn_betas: bool = False, yarn_log_mul: bool = False
     factor = k.float("{arch}.rope.scaling.factor", None)
     if factor is None:
         factor = k.float("{arch}.rope.scale_linear", 0.0)
+    if not (math.isfinite(factor) and factor >= 0.0):  # (0: no scaling)
+        raise GGUFError(f"{k.arch}: the rope scaling factor must be a positive number (got {factor})")
     freq_scale = 1.0 if typ == "none" or factor == 0.0 else float(np.float32(1.0) / np.float32(factor))
     n_orig = k.int("{arch}.rope.scaling.original_context_length", 0) or k.int("{arch}.context_length", 0)
     ext = 1.0 if typ == "yarn" else 0.0

@@ -43,11 +43,12 @@ class PieceTable:
         v = self._vocab
         text = v.tokens[token_id]
         attr = v.attr(token_id)
+        # token texts are read with surrogateescape: bytes that are not UTF-8 go out as they came in
         if attr & _AS_TEXT:
-            return text.encode("utf-8")
+            return text.encode("utf-8", "surrogateescape")
         if attr & Attr.NORMAL:
             if v.kind == "spm" or not v.byte_map:
-                return text.replace("\u2581", " ").encode("utf-8")
+                return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
             return _bpe_bytes(text)
         if attr & Attr.BYTE:  # "<0xAB>"
             try:
@@ -66,7 +67,8 @@ def _bpe_bytes(text: str) -> bytes:
         if b is not None:
             out.append(b)
         else:
-            out += f"[UNK_BYTE_0x{ch.encode('utf-8').hex()}{text}]".encode("utf-8")
+            unk = f"[UNK_BYTE_0x{ch.encode('utf-8', 'surrogateescape').hex()}{text}]"
+            out += unk.encode("utf-8", "surrogateescape")
     return bytes(out)
 
 
