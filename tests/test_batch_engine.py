@@ -396,3 +396,40 @@ print(active, runs - runs0, reduced - reduced0, np.array_equal(fixed, adaptive))
     active, runs, reduced, same = r.stdout.split()
     assert same == "True"
     assert int(active) == 1 and int(reduced) >= int(runs) // 2, r.stdout
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_engine_state_saved_and_loaded_skips_the_prefix(model_dir, tmp_path, arch):
+    """A finished request's cached blocks saved (BatchEngine.save_state), loaded by another LLM's
+    engine: a request that starts with them evaluates only the rest (sliding-window layers
+    included) and gives the tokens it gives without the state."""
+    from edgellm.errors import EdgeLLMError
+    from edgellm.state import StateFileError
+
+    path = model_path(model_dir, arch, QType.Q8_0)
+    doc = prompts(1, seed=5, lo=70, hi=71)[0]
+    a = edgellm.LLM(path, n_ctx=256, n_batch=32, n_threads=2)
+    eng = BatchEngine(a, max_seqs=2, kv_tokens=256)
+    req = eng.submit(doc, max_tokens=10, sampling=GREEDY)
+    eng.run_until_done([req])
+    saved = eng.save_state(tmp_path / "doc.state", req.history, meta={"doc": 1})
+    assert saved == len(req.history) // BLOCK * BLOCK and saved >= 64
+    with pytest.raises(EdgeLLMError, match="none of these"):
+        eng.save_state(tmp_path / "x.state", [1, 299, 298] * 10)
+
+    question = req.history + prompts(1, seed=6, lo=5, hi=6)[0][1:]
+    want, _ = run(edgellm.LLM(path, n_ctx=256, n_batch=32, n_threads=2), [question], params=[GREEDY], max_tokens=6)
+    b = edgellm.LLM(path, n_ctx=256, n_batch=32, n_threads=2)
+    fresh = BatchEngine(b, max_seqs=2, kv_tokens=256)
+    assert fresh.load_state(tmp_path / "doc.state") == {"doc": 1}
+    got = fresh.submit(question, max_tokens=6, sampling=GREEDY)
+    fresh.run_until_done([got])
+    assert fresh.stats()["prompt_tokens_cached"] == saved
+    assert got.generated == want[0]
+    b._pool.check()
+
+    with pytest.raises(StateFileError, match="another model"):
+        BatchEngine(edgellm.LLM(model_path(model_dir, arch, QType.Q8_0, seed=3), n_ctx=256)).load_state(
+            tmp_path / "doc.state")
+    with pytest.raises(EdgeLLMError, match="prefix cache"):
+        BatchEngine(b, prefix_cache=False).load_state(tmp_path / "doc.state")

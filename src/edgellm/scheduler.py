@@ -299,6 +299,46 @@ class BatchEngine:
             req._cancel = True
             self._lock.notify_all()
 
+    def save_state(self, path, tokens: Sequence[int], meta=None) -> int:
+        """Write the KV cache the prefix cache holds for tokens (a finished request's `history`:
+        its prompt and what it generated) to path, in Session.save_state's format; meta: JSON-able
+        data kept with it. Returns the tokens saved: the whole blocks of tokens still cached.
+        Raises EdgeLLMError when none are (prefix_cache off, evicted, or never evaluated)."""
+        from . import state
+
+        llm = self.llm
+        ids = llm._check_ids(tokens)
+        if not self.prefix_cache:
+            raise EdgeLLMError("save_state needs the prefix cache (BatchEngine(prefix_cache=True))")
+        with self._step_lock, llm._engine_lock:
+            pool = llm._pool
+            seq = pool.new_sequence(cacheable=True)
+            try:
+                n = pool.match_prefix(seq, list(ids) + [0])  # (+1: the last whole block of ids may match too)
+                if not n:
+                    raise EdgeLLMError(f"the prefix cache holds none of these {len(ids)} tokens' blocks")
+                state.save(llm, seq, path, meta)
+            finally:
+                pool.release(seq)
+        return n
+
+    def load_state(self, path):
+        """Put a saved state (Session.save_state's or save_state's) into the prefix cache: a later
+        request whose prompt starts with its tokens evaluates only the rest. Returns its meta;
+        raises state.StateFileError for a file that is truncated, corrupt or of another model."""
+        from . import state
+
+        llm = self.llm
+        if not self.prefix_cache:
+            raise EdgeLLMError("load_state needs the prefix cache (BatchEngine(prefix_cache=True))")
+        with self._step_lock, llm._engine_lock:
+            pool = llm._pool
+            seq = pool.new_sequence(cacheable=True)
+            try:
+                return state.load(llm, seq, path)
+            finally:
+                pool.release(seq)  # its whole blocks stay indexed, least recently used first to go
+
     def stats(self) -> dict:
         pool = self.llm._pool
         with self._lock:
