@@ -342,6 +342,12 @@ class Sampler:
         if x.max() == np.inf:  # +inf tokens take all the probability, shared equally
             x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
         c = all_candidates(x, self._ids)
+        if x.min() == -np.inf:
+            # masked logits (a grammar's mask, a -inf bias): the filters run on the tokens left.
+            # The draw is the same (a -inf token weighs 0), and np.partition over a vocabulary of
+            # equal -inf values is ~16x slower (9 ms instead of 0.6 on Gemma's 262k).
+            live = np.flatnonzero(x != -np.inf)
+            c = Candidates(c.ids[live], x[live])
         c = top_k(c, p.top_k)
         if p.min_p > 0 and p.top_p < 1:
             # min_p(top_p(c)): both keep a best-first prefix of c, so this is the shorter prefix,
