@@ -43,6 +43,7 @@
  * count with another run's task. */
 #define NTH_BITS 10
 #define NTH_MASK ((1u << NTH_BITS) - 1)
+#define RUN_MASK ((1u << (31 - NTH_BITS)) - 1)
 
 /* Adapting the thread count: runs shorter than ADAPT_MIN_RUN_NS say nothing (a wake-up alone is
  * tens of microseconds); a run is contended when some thread waited more than ADAPT_WAIT_PCT % of
@@ -68,7 +69,7 @@ struct el_pool {
     el_task_fn fn;
     void *arg;
     int nth;               /* threads taking part in the current run */
-    atomic_uint ticket;    /* (run number << NTH_BITS) | nth, written for every run */
+    atomic_int ticket;     /* (run number << NTH_BITS) | nth, written for every run */
     atomic_int n_done;     /* workers finished with the current task */
     atomic_int stop;
     pthread_mutex_t mu;
@@ -101,16 +102,6 @@ static int spin_while_equal(atomic_int *v, int val, int64_t spin_ns) {
     }
 }
 
-static int spin_while_ticket(atomic_uint *v, unsigned val, int64_t spin_ns) {
-    if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
-    const int64_t end = now_ns() + spin_ns;
-    for (int i = 1;; i++) {
-        EL_PAUSE();
-        if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
-        if ((i & 63) == 0 && now_ns() > end) return 0;
-    }
-}
-
 /* Sleep until *v != val (after a spin found it unchanged). */
 static void sleep_while_equal(el_pool *p, atomic_int *v, int val, pthread_cond_t *cv, atomic_int *sleepers) {
     pthread_mutex_lock(&p->mu);
@@ -128,24 +119,17 @@ static void wake(el_pool *p, pthread_cond_t *cv, atomic_int *sleepers) {
     }
 }
 
-static void sleep_while_ticket(el_pool *p, unsigned val) {
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->task_sleepers, 1);
-    while (atomic_load(&p->ticket) == val && !atomic_load(&p->stop)) pthread_cond_wait(&p->task_cv, &p->mu);
-    atomic_fetch_sub(&p->task_sleepers, 1);
-    pthread_mutex_unlock(&p->mu);
-}
-
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     el_pool *p = wa->pool;
-    unsigned seen = 0;
+    int seen = 0;
     int spin = 1;  /* a worker left out of a run sleeps at once: its core is wanted elsewhere */
     for (;;) {
-        if (!spin || !spin_while_ticket(&p->ticket, seen, IDLE_SPIN_NS)) sleep_while_ticket(p, seen);
+        if (!spin || !spin_while_equal(&p->ticket, seen, IDLE_SPIN_NS))
+            sleep_while_equal(p, &p->ticket, seen, &p->task_cv, &p->task_sleepers);
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->ticket);
-        const int nth = (int)(seen & NTH_MASK);
+        const int nth = seen & (int)NTH_MASK;
         spin = wa->ith < nth;
         if (!spin) continue;
         tl_wait_ns = 0;
@@ -259,8 +243,9 @@ void el_pool_run(el_pool *pool, el_task_fn fn, void *arg) {
     pool->nth = nth;
     atomic_store(&pool->n_done, 0);
     atomic_store(&pool->bar_count, 0);
-    const unsigned run = (atomic_load(&pool->ticket) >> NTH_BITS) + 1;
-    atomic_store(&pool->ticket, (run << NTH_BITS) | (unsigned)nth);
+    /* the run number wraps within 21 bits, so the word stays a non-negative int */
+    const unsigned run = (((unsigned)atomic_load(&pool->ticket) >> NTH_BITS) + 1) & RUN_MASK;
+    atomic_store(&pool->ticket, (int)(run << NTH_BITS | (unsigned)nth));
     wake(pool, &pool->task_cv, &pool->task_sleepers);
     tl_wait_ns = 0;
     fn(arg, 0, nth);
