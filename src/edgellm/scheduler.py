@@ -26,6 +26,7 @@ preempted and recomputed later. Submitting and cancelling are safe from any thre
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import queue
@@ -306,20 +307,12 @@ class BatchEngine:
         Raises EdgeLLMError when none are (prefix_cache off, evicted, or never evaluated)."""
         from . import state
 
-        llm = self.llm
-        ids = llm._check_ids(tokens)
-        if not self.prefix_cache:
-            raise EdgeLLMError("save_state needs the prefix cache (BatchEngine(prefix_cache=True))")
-        with self._step_lock, llm._engine_lock:
-            pool = llm._pool
-            seq = pool.new_sequence(cacheable=True)
-            try:
-                n = pool.match_prefix(seq, list(ids) + [0])  # (+1: the last whole block of ids may match too)
-                if not n:
-                    raise EdgeLLMError(f"the prefix cache holds none of these {len(ids)} tokens' blocks")
-                state.save(llm, seq, path, meta)
-            finally:
-                pool.release(seq)
+        ids = self.llm._check_ids(tokens)
+        with self._cache_sequence("save_state") as seq:
+            n = self.llm._pool.match_prefix(seq, list(ids) + [0])  # (+1: the last whole block of ids may match)
+            if not n:
+                raise EdgeLLMError(f"the prefix cache holds none of these {len(ids)} tokens' blocks")
+            state.save(self.llm, seq, path, meta)
         return n
 
     def load_state(self, path):
@@ -328,16 +321,22 @@ class BatchEngine:
         raises state.StateFileError for a file that is truncated, corrupt or of another model."""
         from . import state
 
-        llm = self.llm
+        with self._cache_sequence("load_state") as seq:
+            return state.load(self.llm, seq, path)
+
+    @contextlib.contextmanager
+    def _cache_sequence(self, what: str):
+        """A cacheable sequence of the pool for the block, between steps; released after it (its
+        whole blocks stay indexed, least recently used first to go)."""
         if not self.prefix_cache:
-            raise EdgeLLMError("load_state needs the prefix cache (BatchEngine(prefix_cache=True))")
+            raise EdgeLLMError(f"{what} needs the prefix cache (BatchEngine(prefix_cache=True))")
+        llm = self.llm
         with self._step_lock, llm._engine_lock:
-            pool = llm._pool
-            seq = pool.new_sequence(cacheable=True)
+            seq = llm._pool.new_sequence(cacheable=True)
             try:
-                return state.load(llm, seq, path)
+                yield seq
             finally:
-                pool.release(seq)  # its whole blocks stay indexed, least recently used first to go
+                llm._pool.release(seq)
 
     def stats(self) -> dict:
         pool = self.llm._pool
