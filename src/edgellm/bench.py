@@ -95,6 +95,13 @@ def _thread_stats(engine) -> tuple[int, int]:
     return (stats[1], stats[2]) if stats else (0, 0)
 
 
+def _count_steps(res, engine, before: tuple[int, int]) -> None:
+    """Add the engine steps since `before` (a _thread_stats) to res.steps / res.fewer_threads."""
+    after = _thread_stats(engine)
+    res.steps += after[0] - before[0]
+    res.fewer_threads += after[1] - before[1]
+
+
 def _tokens(llm: LLM, n: int, rng) -> list[int]:
     ids = rng.integers(0, llm.n_vocab, size=n).tolist()
     if llm.tokenizer.add_bos and llm.tokenizer.bos_id is not None and n:
@@ -154,9 +161,7 @@ def run(model, *, n_prompt: int = 512, n_gen: int = 128, threads=(None,), reps: 
                         s.close()
                     if rep:
                         res.samples.append(n / dt)
-                        after = _thread_stats(engine)
-                        res.steps += after[0] - before[0]
-                        res.fewer_threads += after[1] - before[1]
+                        _count_steps(res, engine, before)
                 if kind == "tg":
                     res.read_loop_gbps = read_loop_gbps(llm, n_threads)
                 results.append(res)
@@ -264,9 +269,7 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
             if rep:
                 res.t_pp.append(t1 - t0)
                 res.t_tg.append(t2 - t1)
-                after = _thread_stats(engine)
-                res.steps += after[0] - before[0]
-                res.fewer_threads += after[1] - before[1]
+                _count_steps(res, engine, before)
         out.append(res)
         if progress:
             progress(res)
@@ -288,8 +291,9 @@ def busy_note(results) -> str:
     if not busy:
         return ""
     n, of = sum(r.fewer_threads for r in busy), sum(r.steps for r in busy)
-    return (f"\n\n{n} of {of} engine steps in {len(busy)} of these tests ran on fewer threads than asked: other "
-            "programs kept the cores busy (EDGELLM_FIXED_THREADS=1 keeps every thread).")
+    return (f"\n\n{n} of {of} engine steps in {len(busy)} of these tests ran on fewer threads than asked: the pool "
+            "saw one thread wait long for another, as when other programs keep the cores busy "
+            "(EDGELLM_FIXED_THREADS=1 keeps every thread).")
 
 
 def peak_rss_bytes() -> int:
