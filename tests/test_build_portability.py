@@ -47,14 +47,12 @@ def _compile(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_clang_x86_64_builds_without_warnings(clang, tmp_path):
-    objects = []
-    for src in SOURCES:
-        obj = tmp_path / (src.stem + ".o")
-        r = _compile([clang, "--target=x86_64-linux-gnu", *neon_build.compile_args(), "-fPIC", f"-I{CSRC}",
-                      "-c", str(src), "-o", str(obj)])
+    objects = [str(tmp_path / (src.stem + ".o")) for src in SOURCES]
+    runs = neon_build.compile_each([[clang, "--target=x86_64-linux-gnu", *neon_build.compile_args(), "-fPIC",
+                                     f"-I{CSRC}", "-c", str(src), "-o", obj] for src, obj in zip(SOURCES, objects)])
+    for src, r in zip(SOURCES, runs):
         assert r.returncode == 0, f"{src.name} does not compile with clang:\n{r.stderr}"
         assert r.stderr == "", f"{src.name}: clang warnings:\n{r.stderr}"
-        objects.append(str(obj))
     r = _compile([clang, "--target=x86_64-linux-gnu", "-shared", "-Wl,--no-undefined", *objects,
                   "-o", str(tmp_path / "kernels.so"), "-lm", "-lpthread"])
     assert r.returncode == 0, f"the clang objects do not link into a library:\n{r.stderr}"
