@@ -58,6 +58,37 @@ def built(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def evals():
+    """What several tests compute of one model on one path, computed once: the batch evaluation
+    of the teacher-forced ids (log-probs at the reference's columns, argmax, logits of the top two
+    per row) and the greedy steps where the engine differs from llama.cpp (_greedy_steps_differing)."""
+    memo = {}
+
+    def get(kind, name, path, compute):
+        if (kind, name, path) not in memo:
+            memo[kind, name, path] = compute()
+        return memo[kind, name, path]
+
+    return get
+
+
+def _batch_eval(evals, llm, name, path):
+    tf = REFS[name]["teacher_forced"]
+
+    def compute():
+        z = llm.session()._feed(tf["ids"], logits=LOGITS_ALL)
+        lp, best = _log_probs_at(z, np.array(tf["top_ids"]))
+        return lp, best, np.sort(np.partition(np.asarray(z), -2, -1)[:, -2:], -1).astype(np.float64)
+
+    return evals("batch", name, path, compute)
+
+
+def _differing(evals, llm, name, path):
+    g = REFS[name]["greedy"]
+    return evals("greedy", name, path, lambda: _greedy_steps_differing(llm, g["prompt_ids"], g["ids"]))
+
+
 def _log_probs_at(z, cols) -> tuple[np.ndarray, np.ndarray]:
     """The float64 log-softmax of each row of logits z at that row's columns cols, and each row's
     argmax; a block of rows at a time, since the whole matrix for a 152k-token vocabulary is 390 MB."""
@@ -102,14 +133,14 @@ def _greedy(llm, prompt, n):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", RUNS)
-def test_engine_matches_llama_cpp(built, monkeypatch, request, name, path):
+def test_engine_matches_llama_cpp(built, evals, monkeypatch, request, name, path):
     if (name, path) in BELOW_TOP1 | OVER_BAR_ON:
         request.applymarker(pytest.mark.xfail(strict=True, reason="below the bar (BELOW_TOP1, OVER_BAR_ON)"))
     ref = REFS[name]
     tf, g = ref["teacher_forced"], ref["greedy"]
     llm = _llm(built, name, path, monkeypatch)
     top = np.array(tf["top_ids"])
-    lp, best = _log_probs_at(llm.session()._feed(tf["ids"], logits=LOGITS_ALL), top)
+    lp, best, _ = _batch_eval(evals, llm, name, path)
     diff = np.abs(lp - np.array(tf["top_logprobs"]))
     top1 = float(np.mean(best == top[:, 0]))
     detail = f"{name} on {path}: top-1 {top1:.4f}, mean |Δ| {diff.mean():.4f} over {len(tf['ids'])} positions"
@@ -119,7 +150,7 @@ def test_engine_matches_llama_cpp(built, monkeypatch, request, name, path):
     # llama.cpp's 32 greedy tokens, every one; the one known exception is a tie at llama.cpp's own
     # rounding (llama-bias-ropefreqs, step 27: llama.cpp's top two are 0.0018 apart), which may go
     # either way on a path - any other step, or another model, fails
-    differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])
+    differ = _differing(evals, llm, name, path)
     assert [d[0] for d in differ] in ([], KNOWN_TIES.get(name, [])), (name, differ)
 
 
@@ -127,17 +158,17 @@ def test_engine_matches_llama_cpp(built, monkeypatch, request, name, path):
                    "0.0118 (qwen2moe) vs llama.cpp on avx2, which is 0.014 / 0.015 / 0.014 / 0.012 from itself "
                    "token by token on these tiny models")
 @pytest.mark.parametrize("name", sorted(OVER_BAR))
-def test_mean_bar_on_the_sensitive_models(built, monkeypatch, name):
+def test_mean_bar_on_the_sensitive_models(built, evals, monkeypatch, name):
     tf = REFS[name]["teacher_forced"]
-    lp, _ = _log_probs_at(_llm(built, name, PATHS[-2] if len(PATHS) > 1 else PATHS[0], monkeypatch)
-                          .session()._feed(tf["ids"], logits=LOGITS_ALL), np.array(tf["top_ids"]))
+    path = PATHS[-2] if len(PATHS) > 1 else PATHS[0]
+    lp, _, _ = _batch_eval(evals, _llm(built, name, path, monkeypatch), name, path)
     diff = np.abs(lp - np.array(tf["top_logprobs"]))
     assert diff.mean() < 0.01
 
 
 @pytest.mark.parametrize("path", LEAN_PATHS)
 @pytest.mark.parametrize("name", RUNS)
-def test_token_by_token_within_llama_cpps_envelope(built, monkeypatch, name, path):
+def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, name, path):
     """The 320 tokens one at a time against all at once, as llama.cpp measured itself: mean |Δ| of
     the top-8 log-probabilities no worse than llama.cpp's; every position whose top-1 differs a
     near-tie: its top two closer (in the batch evaluation) than llama.cpp's own largest token-by-token
@@ -148,15 +179,12 @@ def test_token_by_token_within_llama_cpps_envelope(built, monkeypatch, name, pat
     ref = REFS[name]
     ids, top = ref["teacher_forced"]["ids"], np.array(ref["teacher_forced"]["top_ids"])
     llm = _llm(built, name, path, monkeypatch)
-    full = llm.session()._feed(ids, logits=LOGITS_ALL).copy()
-    batch, batch_best = _log_probs_at(full, top)
+    batch, batch_best, top2 = _batch_eval(evals, llm, name, path)
     s = llm.session()
     one, one_best = _log_probs_at(np.stack([np.array(s._feed([t])) for t in ids]), top)
     d = np.abs(one - batch)
     flips = np.nonzero(one_best != batch_best)[0]
-    top2 = np.sort(full[flips].astype(np.float64), -1)[:, -2:]  # a log-prob difference is the logits'
-
-    margins = top2[:, 1] - top2[:, 0]
+    margins = top2[flips, 1] - top2[flips, 0]  # a log-prob difference is the logits'
     env = ref["batch_envelope"]
     assert d.mean() <= env["mean_abs"], (d.mean(), env)
     assert float(np.mean(one_best == top[:, 0])) >= 0.99
@@ -165,7 +193,7 @@ def test_token_by_token_within_llama_cpps_envelope(built, monkeypatch, name, pat
 
 @pytest.mark.parametrize("path", LEAN_PATHS)
 @pytest.mark.parametrize("name", RUNS)
-def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
+def test_batched_engine_same_greedy_tokens(built, evals, monkeypatch, name, path):
     """llama.cpp's greedy prompt beside three other sequences in one BatchEngine (the
     batch-invariant path): llama.cpp's 32 tokens, and every sequence the tokens it gets alone."""
     g = REFS[name]["greedy"]
@@ -181,7 +209,7 @@ def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
         return [r.generated for r in reqs]
 
     together = run(prompts)
-    differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])  # ties: test_engine_matches_llama_cpp
+    differ = _differing(evals, llm, name, path)  # ties: test_engine_matches_llama_cpp
     k = differ[0][0] if differ else len(g["ids"])
     assert together[0][:k] == g["ids"][:k]
     assert together == [run([p])[0] for p in prompts]
