@@ -194,3 +194,12 @@ def test_written_calls_parse_back(fmt):
         back = parse(f, write_calls(f, some))[1]
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in back] == \
             [(c["name"], c["arguments"]) for c in some]
+
+
+@pytest.mark.parametrize("calls", ["get_weather", ["get_weather"], [{"id": "c1"}], [{"function": {"name": ""}}],
+                                   [{"id": ["c1"], "function": {"name": "f"}}], [{"function": {"name": "f", "arguments": 3}}]])
+def test_malformed_tool_calls_are_clear_errors(calls):
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": calls}]
+    for t in (chatml(), chatml(args="", calls="[]")):  # rendered as calls, or as text
+        with pytest.raises(TemplateError, match=r"message 1: tool_calls"):
+            prepare_turn(t, msgs, TOOLS)

@@ -105,18 +105,37 @@ def _assumed_caps(fmt: ToolFormat) -> ToolCaps:
                     supports_parallel_tool_calls=fmt.native, supports_tool_responses=True)
 
 
+def _check_calls(messages: list) -> None:
+    """Each message's tool_calls as OpenAI sends them: a list of {"id": text, "type": "function",
+    "function": {"name": text, "arguments": JSON text or an object}}."""
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if calls is None:
+            continue
+        shape = "a list of {'id': ..., 'type': 'function', 'function': {'name': ..., 'arguments': ...}}"
+        if not isinstance(calls, list):
+            raise TemplateError(f"message {i}: tool_calls must be {shape}, got {type(calls).__name__}")
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if (not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]
+                    or not isinstance(c.get("id"), (str, type(None)))
+                    or not isinstance(fn.get("arguments"), (str, dict, type(None)))):
+                raise TemplateError(f"message {i}: tool_calls[{j}] must be {shape[len('a list of '):]} with a "
+                                    f"name and text or object arguments, got {c!r:.80}")
+
+
 def _parsed_calls(calls: list) -> list[dict]:
     """(name, arguments as an object) of each call; arguments that are not JSON are an error."""
     out = []
     for c in calls:
-        fn = (c.get("function") if isinstance(c, dict) else None) or {}
+        fn = c["function"]
         args = fn.get("arguments")
         if isinstance(args, str):
             try:
                 args = json.loads(args)
             except json.JSONDecodeError:
                 raise TemplateError(f"tool call {fn.get('name')!r}: arguments are not JSON: {args!r:.80}") from None
-        out.append({"name": fn.get("name"), "arguments": {} if args is None else args})
+        out.append({"name": fn["name"], "arguments": {} if args is None else args})
     return out
 
 
@@ -150,7 +169,7 @@ def _text(content) -> str | None:
 
 
 def _result_text(m: dict, names: dict) -> str:
-    call_id = m.get("tool_call_id")
+    call_id = m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None
     name = m.get("name") or names.get(call_id)
     said = ", ".join(x for x in (name and f"tool {name}", call_id and f"call {call_id}") if x)
     return f"Tool result{f' ({said})' if said else ''}:\n{_text(m.get('content'))}"
@@ -189,6 +208,7 @@ def prepare_messages(messages: list[dict], fmt: ToolFormat, caps: ToolCaps | Non
     model writes them in `fmt`; role "tool" results that the template drops turned into a user
     message naming the tool and call (one for consecutive results, joined with the user message
     after them)."""
+    _check_calls(messages)
     caps = caps or _assumed_caps(fmt)
     if caps.supports_tool_calls and not caps.supports_parallel_tool_calls:
         messages = _one_call_at_a_time(messages)
@@ -209,11 +229,11 @@ def prepare_messages(messages: list[dict], fmt: ToolFormat, caps: ToolCaps | Non
         calls = m.get("tool_calls")
         if calls:
             parsed = _parsed_calls(calls)
-            names.update((c.get("id"), p["name"]) for c, p in zip(calls, parsed) if isinstance(c, dict))
+            names.update((c.get("id"), p["name"]) for c, p in zip(calls, parsed))
             if caps.supports_tool_calls:
                 fixed = []
                 for c, p in zip(calls, parsed):
-                    fn = dict(c.get("function") or {})
+                    fn = dict(c["function"])
                     if caps.object_arguments:
                         fn["arguments"] = p["arguments"]
                     elif not isinstance(fn.get("arguments"), str):
