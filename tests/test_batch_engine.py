@@ -330,7 +330,7 @@ def test_bad_submissions(model_dir):
         eng.submit([1, 6])
 
 
-def test_generate_batch_and_chat_batch(model_dir):
+def test_generate_batch_and_chat_batch(model_dir, monkeypatch):
     llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
     texts = llm.generate_batch(["hello world", "the cat sat", "a dog"], max_tokens=6, temperature=0)
     assert texts == [llm.generate_batch([p], max_tokens=6, temperature=0)[0] for p in
@@ -339,6 +339,15 @@ def test_generate_batch_and_chat_batch(model_dir):
     assert len(seeded_texts) == 2
     replies = llm.chat_batch([[{"role": "user", "content": "hello"}]] * 2, max_tokens=4, temperature=0)
     assert replies[0] == replies[1]
+    # a conversation with a tool call is rendered as chat() renders it (the built-in template
+    # has no tool calls: the call goes into the assistant's text)
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=256, n_batch=32, n_threads=2)
+    prompts, tokens = [], llm.chat_tokens
+    monkeypatch.setattr(llm, "chat_tokens", lambda text: prompts.append(text) or tokens(text))
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}
+    llm.chat_batch([[{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]], max_tokens=1, temperature=0)
+    assert '"name": "get_weather", "arguments": {"city": "Lyon"}' in prompts[0]
 
 
 def test_threads_share_one_llm(model_dir):
