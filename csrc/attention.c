@@ -26,7 +26,7 @@
 #include <stdatomic.h>
 #include "engine_internal.h"
 
-#define CT 8           /* tiles of weights made at a time for p.v */
+#define CT 32          /* tiles of weights made at a time for p.v (8 per lane set of a one-token step) */
 #define NHB 8          /* query rows (x heads) per p.v pass */
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
 #define PF_TILES 2     /* key / value tiles prefetched ahead (a sequence's blocks are scattered, and
