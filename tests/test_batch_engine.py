@@ -185,6 +185,45 @@ def test_more_sequences_than_the_pool_holds(model_dir, monkeypatch, backend):
     assert [r.generated for r in reqs] == alone
 
 
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("backend", [BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0], "numba"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_kv_memory_claimed_at_startup(model_dir, monkeypatch, backend, arch):
+    """claim_kv (the server's startup) makes the whole KV budget resident at once, so nothing
+    grows later while the prefix cache fills; the tokens are those of a lazily grown pool; and
+    a budget beyond the memory available is refused before anything is taken."""
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, arch, QType.Q8_0), n_ctx=128, n_batch=32, n_threads=2)
+    ps = prompts(6, seed=5, lo=20, hi=60)
+    lazy = run(llm, ps, params=[GREEDY] * 6, max_tokens=12, max_seqs=4, kv_tokens=40_000)[0]
+    llm.close()
+    llm = edgellm.LLM(model_path(model_dir, arch, QType.Q8_0), n_ctx=128, n_batch=32, n_threads=2)
+    eng = BatchEngine(llm, max_seqs=4, kv_tokens=40_000)
+    pool = llm._pool
+    monkeypatch.setattr("edgellm.scheduler.mem_available", lambda: 4096)
+    with pytest.raises(edgellm.errors.EdgeLLMError, match=r"needs \d+ MiB and 0 MiB of memory is available"):
+        eng.claim_kv()
+    assert pool.groups[0].size < 40_000 // BLOCK  # nothing taken
+    monkeypatch.undo()
+    use_engine_path(monkeypatch, backend)
+    before = _rss_bytes()
+    need = eng.claim_kv()
+    assert _rss_bytes() - before >= 0.9 * need
+    claimed = [grp.size for grp in pool.groups]
+    assert claimed[0] >= 40_000 // BLOCK
+    if arch == "gemma3":
+        assert claimed[1] >= 4 * 2  # the windows of 4 sequences
+    reqs = [eng.submit(p, max_tokens=12, sampling=GREEDY) for p in ps]
+    eng.run_until_done(reqs)
+    assert [r.generated for r in reqs] == lazy
+    assert [grp.size for grp in pool.groups] == claimed  # nothing grew
+    pool.check()
+
+
 def test_cancel_returns_the_blocks(model_dir, monkeypatch):
     use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
     llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q8_0), n_ctx=128, n_batch=32, n_threads=2)
@@ -291,7 +330,7 @@ def test_bad_submissions(model_dir):
         eng.submit([1, 6])
 
 
-def test_generate_batch_and_chat_batch(model_dir):
+def test_generate_batch_and_chat_batch(model_dir, monkeypatch):
     llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
     texts = llm.generate_batch(["hello world", "the cat sat", "a dog"], max_tokens=6, temperature=0)
     assert texts == [llm.generate_batch([p], max_tokens=6, temperature=0)[0] for p in
@@ -300,6 +339,15 @@ def test_generate_batch_and_chat_batch(model_dir):
     assert len(seeded_texts) == 2
     replies = llm.chat_batch([[{"role": "user", "content": "hello"}]] * 2, max_tokens=4, temperature=0)
     assert replies[0] == replies[1]
+    # a conversation with a tool call is rendered as chat() renders it (the built-in template
+    # has no tool calls: the call goes into the assistant's text)
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=256, n_batch=32, n_threads=2)
+    prompts, tokens = [], llm.chat_tokens
+    monkeypatch.setattr(llm, "chat_tokens", lambda text: prompts.append(text) or tokens(text))
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}
+    llm.chat_batch([[{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]], max_tokens=1, temperature=0)
+    assert '"name": "get_weather", "arguments": {"city": "Lyon"}' in prompts[0]
 
 
 def test_threads_share_one_llm(model_dir):

@@ -543,8 +543,10 @@ class LLM:
         """Reply to every conversation (rendered with the chat template), decoded together.
         response_format / json_schema / grammar / regex: one constraint every reply follows, as
         chat()."""
+        from .tool_calls import prepare_turn
+
         sampling["grammar"] = self._chat_grammar(response_format, json_schema, grammar, regex)
-        items = [(self.chat_tokens(self.template.render(m, add_generation_prompt=True)), self.template.stop_strings)
+        items = [(self.chat_tokens(prepare_turn(self.template, m).prompt), self.template.stop_strings)
                  for m in conversations]
         return self._batch(items, max_tokens, seed, stop, max_seqs, sampling)
 

@@ -12,6 +12,7 @@ from jinja2.exceptions import SecurityError
 
 from .chat_sandbox import SANDBOX, RaisedByTemplate, render
 from .errors import TemplateError, TokenizerError
+from .tool_caps import ToolCaps, probe
 
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
 # ones a template writes become its stop strings.
@@ -127,6 +128,7 @@ class ChatTemplate:
         self.add_eos = add_eos
         self._template = _compile(template)
         self._supports_system: bool | None = None
+        self._tool_caps: ToolCaps | None = None
         stops = [m for m in END_OF_TURN_MARKERS if m in template]
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
@@ -186,6 +188,20 @@ class ChatTemplate:
                 out = ""
             self._supports_system = probe in out
         return self._supports_system
+
+    @property
+    def tool_caps(self) -> ToolCaps:
+        """What the template does with tools, tool calls and tool results (tool_caps.probe, run
+        once)."""
+        if self._tool_caps is None:
+            self._tool_caps = probe(self._probe_render)
+        return self._tool_caps
+
+    def _probe_render(self, messages: list[dict], tools: list | None, add_generation_prompt: bool) -> str | None:
+        try:
+            return self._render(messages, add_generation_prompt=add_generation_prompt, tools=tools, extra={})
+        except TemplateError:
+            return None
 
     def render(self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list | None = None,
                **extra) -> str:

@@ -381,7 +381,9 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @click.option("--max-queue", type=click.IntRange(0), default=128, show_default=True,
               help="Requests that may wait for a slot; more get 429 with Retry-After.")
 @click.option("--kv-tokens", type=click.IntRange(16), default=None,
-              help="KV cache tokens all sequences share (default: parallel x context; RAM is used as written).")
+              help="KV cache tokens all sequences share (default: parallel x context); their memory is taken at startup.")
+@click.option("--lazy-kv", is_flag=True,
+              help="Take the KV cache's memory as it is first written, not at startup (it grows as the prefix cache fills).")
 @click.option("--api-key", envvar="EDGELLM_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' (or set EDGELLM_API_KEY); /health stays open.")
 @click.option("--grace", type=click.IntRange(0), default=30, show_default=True,
@@ -392,8 +394,8 @@ def _constraint_options(grammar_file, json_schema, regex) -> dict:
 @_model_options
 @_speculative_options
 @_user_errors
-def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, chat_template_file, verbose, n_ctx,
-          n_threads, **kw):
+def serve(model, host, port, parallel, max_queue, kv_tokens, lazy_kv, api_key, grace, chat_template_file, verbose,
+          n_ctx, n_threads, **kw):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, ...)."""
     try:
         from .server.runner import serve as run_server
@@ -408,7 +410,7 @@ def serve(model, host, port, parallel, max_queue, kv_tokens, api_key, grace, cha
         with open(chat_template_file, encoding="utf-8") as f:
             chat_template = f.read()
     run_server(model or default_alias(), host=host, port=port, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads,
-               kv_tokens=kv_tokens, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
+               kv_tokens=kv_tokens, lazy_kv=lazy_kv, api_key=api_key, max_queue=max_queue, grace=grace, verbose=verbose,
                chat_template=chat_template, speculative=_speculative(None, kw), **_llm_options(kw))
 
 

@@ -192,6 +192,18 @@ class KVPool:
             grp.refs.append(0)
             heapq.heappush(grp.free, b)
 
+    def claim(self, blocks: tuple[int, int]) -> None:
+        """Take the memory of blocks[g] blocks of each group now (grown and written once), not
+        as sequences first write them: a server's memory then stays what it was at startup
+        while its prefix cache fills (as llama-server's, whose KV buffer is cleared at start).
+        Group 1 may still grow past its claim; group 0 is bounded by limit_blocks anyway."""
+        for g in range(GROUPS if self.has_swa else 1):
+            grp = self.groups[g]
+            before = grp.size
+            self._grow(g, blocks[g])
+            for b in range(before, grp.size):
+                self.engine.kv_clear_block(g, b)  # writes the block: its pages become resident
+
     def _alloc(self, g: int, *, clear: bool = True) -> int:
         """A block for a sequence to write: zeroed if another sequence wrote it before (the
         slots it has not written yet must hold finite values: el_kv_clear_block), unless the

@@ -39,11 +39,12 @@ import numpy as np
 
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .errors import ContextOverflowError, EdgeLLMError
-from .kv_cache import BLOCK, KVCacheFullError
+from .kv_cache import BLOCK, SWA_MARGIN, KVCacheFullError
 from .sampling import Sampler, SamplingParams, StopChecker
 from .speculative import SpecState, costs_for
 from .speculative import propose as propose_drafts
 from .speculative import resolve as resolve_speculative
+from .weights import mem_available
 
 _ENGINE_DEFAULT = object()  # submit(speculative=): the engine's setting
 DEFAULT_MAX_SEQS = 16
@@ -352,6 +353,25 @@ class BatchEngine:
     def idle(self) -> bool:
         with self._lock:
             return not self._running and not self._waiting
+
+    def claim_kv(self) -> int:
+        """Take the KV cache's memory now, all kv_tokens of it (and the sliding-window blocks
+        max_seqs sequences hold at once), instead of as it is first written; its bytes. Refused
+        with EdgeLLMError when that is more than the memory available, before touching it."""
+        pool, eng = self.llm._pool, self.llm._engine
+        g0 = pool.limit_blocks
+        g1 = 0
+        if pool.has_swa:  # a window, its rollback margin, a step's chunk and two partial blocks
+            g1 = min(g0, self.max_seqs * (-(-(pool.n_swa + SWA_MARGIN + self.step_tokens) // BLOCK) + 2))
+        need = g0 * eng.kv_block_bytes(0) + (g1 * eng.kv_block_bytes(1) if g1 else 0)
+        avail = mem_available()
+        if avail and need > avail:
+            raise EdgeLLMError(f"the KV cache of {self.kv_tokens} tokens needs {need / 2**20:.0f} MiB and "
+                               f"{avail / 2**20:.0f} MiB of memory is available: fewer parallel sequences, a "
+                               f"shorter context or fewer KV tokens would fit")
+        with self.llm._engine_lock:
+            pool.claim((g0, g1))
+        return need
 
     def start(self) -> "BatchEngine":
         """Step on a background thread while there is work."""

@@ -11,7 +11,10 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     functionary  >>>name\\n{...}                                               (Functionary v3.2)
     function_tag <function=name>{...}</function>                              (Functionary v3.1)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
-                 (any other template: the tools are described in the system message)
+                 (any other template: the system message says how to call a tool)
+
+What reaches the template follows what it renders (ChatTemplate.tool_caps, probed): tools it does
+not list are listed in the system message, calls and results it drops are written as text.
 
 Reasoning models' <think>...</think> is split off as `reasoning_content` (llama.cpp's
 --reasoning-format deepseek).
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TemplateError
+from .tool_caps import ToolCaps
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -33,7 +37,8 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 @dataclass(frozen=True)
 class ToolFormat:
     name: str
-    native: bool  # the template itself describes the tools (else they go into the system message)
+    native: bool  # the template's text has this format's own markers (what the prompt gets goes by
+    # the template's probed ChatTemplate.tool_caps; prepare_messages without them falls back on this)
 
 
 def detect_format(template_source: str) -> ToolFormat:
@@ -48,7 +53,10 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("function_tag", True)
     if "<|start_header_id|>" in src and ("tools" in src or "<|python_tag|>" in src):
         return ToolFormat("llama3", True)
-    return ToolFormat("generic", False)
+    return GENERIC
+
+
+GENERIC = ToolFormat("generic", False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,50 +96,182 @@ def chosen_tools(tools: list[dict], tool_choice) -> tuple[list[dict], bool]:
                         f'"function": {{"name": ...}}}}, got {tool_choice!r}')
 
 
-def prepare_messages(messages: list[dict], fmt: ToolFormat) -> list[dict]:
-    """Messages as the template expects them: tool-call arguments as objects (OpenAI sends JSON
-    text; most templates write them with tojson, as llama.cpp's func_args_not_string), except
-    Functionary's, which writes the text; for a template that knows no tool calls, an earlier
-    call written as the generic format's JSON."""
-    out = []
-    for m in messages:
+def _assumed_caps(fmt: ToolFormat) -> ToolCaps:
+    """What a format's markers suggest the template does, for a caller of prepare_messages that
+    has no probed ChatTemplate.tool_caps: a template with a format of its own renders calls (as
+    objects, but Functionary v3.2's text) and results; any other renders results only."""
+    return ToolCaps(supports_tools=fmt.native, supports_tool_calls=fmt.native,
+                    object_arguments=fmt.name != "functionary", requires_object_arguments=False,
+                    supports_parallel_tool_calls=fmt.native, supports_tool_responses=True)
+
+
+def _check_calls(messages: list) -> None:
+    """Each message's tool_calls as OpenAI sends them: a list of {"id": text, "type": "function",
+    "function": {"name": text, "arguments": JSON text or an object}}."""
+    for i, m in enumerate(messages):
         calls = m.get("tool_calls") if isinstance(m, dict) else None
-        if calls and fmt.name == "functionary":
-            out.append(m)
+        if calls is None:
             continue
-        if calls:
-            fixed = []
-            for c in calls:
-                fn = dict(c.get("function") or {})
-                args = fn.get("arguments")
-                if isinstance(args, str):
-                    try:
-                        fn["arguments"] = json.loads(args)
-                    except json.JSONDecodeError:
-                        raise TemplateError(f"tool call {fn.get('name')!r}: arguments are not JSON: {args!r:.80}") from None
-                fixed.append({**c, "function": fn})
-            m = {**m, "tool_calls": fixed}
-            if not fmt.native:
-                text = json.dumps({"tool_call": {"name": fixed[0]["function"].get("name"),
-                                                 "arguments": fixed[0]["function"].get("arguments")}},
-                                  ensure_ascii=False)
-                m = {k: v for k, v in m.items() if k != "tool_calls"}
-                m["content"] = ((m.get("content") or "") + text).strip()
-        out.append(m)
+        shape = "a list of {'id': ..., 'type': 'function', 'function': {'name': ..., 'arguments': ...}}"
+        if not isinstance(calls, list):
+            raise TemplateError(f"message {i}: tool_calls must be {shape}, got {type(calls).__name__}")
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if (not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]
+                    or not isinstance(c.get("id"), (str, type(None)))
+                    or not isinstance(fn.get("arguments"), (str, dict, type(None)))):
+                raise TemplateError(f"message {i}: tool_calls[{j}] must be {shape[len('a list of '):]} with a "
+                                    f"name and text or object arguments, got {c!r:.80}")
+
+
+def _parsed_calls(calls: list) -> list[dict]:
+    """(name, arguments as an object) of each call; arguments that are not JSON are an error."""
+    out = []
+    for c in calls:
+        fn = c["function"]
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                raise TemplateError(f"tool call {fn.get('name')!r}: arguments are not JSON: {args!r:.80}") from None
+        out.append({"name": fn["name"], "arguments": {} if args is None else args})
     return out
 
 
-def describe_tools(tools: list[dict]) -> str:
-    """System-message text for a template that does not describe tools itself (generic format)."""
-    specs = json.dumps([t["function"] for t in tools], ensure_ascii=False)
-    return ("You can call these tools:\n" + specs + "\nTo call one, reply with only "
-            '{"tool_call": {"name": <tool name>, "arguments": <its arguments>}}; otherwise reply with '
-            '{"response": <your answer>}.')
+def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
+    """Calls ({"name", "arguments"}) as a model writes them in format `fmt` (what parse reads back)."""
+    dump = lambda v: json.dumps(v, ensure_ascii=False)  # noqa: E731
+    name = fmt.name
+    if name == "hermes":
+        return "\n".join(f"<tool_call>\n{dump(c)}\n</tool_call>" for c in calls)
+    if name == "llama3":
+        return "\n".join(dump({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
+    if name == "mistral":
+        return "[TOOL_CALLS]" + dump(calls)
+    if name == "mistral_args":
+        return "".join(f"[TOOL_CALLS]{c['name']}[ARGS]{dump(c['arguments'])}" for c in calls)
+    if name == "functionary":
+        return "".join(f">>>{c['name']}\n{dump(c['arguments'])}" for c in calls)
+    if name == "function_tag":
+        return "".join(f"<function={c['name']}>{dump(c['arguments'])}</function>" for c in calls)
+    return dump({"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls})
 
 
-def with_tool_description(messages: list[dict], tools: list[dict]) -> list[dict]:
-    text = describe_tools(tools)
-    if messages and messages[0].get("role") == "system":
+def _text(content) -> str | None:
+    """A message's content as text (a list of text parts joined with newlines), or None for
+    anything else (the template's render names the problem)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return "\n".join(p["text"] for p in content)
+    return None
+
+
+def _result_text(m: dict, names: dict) -> str:
+    call_id = m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None
+    name = m.get("name") or names.get(call_id)
+    said = ", ".join(x for x in (name and f"tool {name}", call_id and f"call {call_id}") if x)
+    return f"Tool result{f' ({said})' if said else ''}:\n{_text(m.get('content'))}"
+
+
+def _one_call_at_a_time(messages: list) -> list:
+    """An assistant message with several calls as one message per call, each followed by its
+    results (matched by tool_call_id, else in order): for a template that renders one call a
+    message (Llama 3.x refuses more, gpt-oss writes the first)."""
+    out, i = [], 0
+    while i < len(messages):
+        m = messages[i]
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        i += 1
+        if not calls or len(calls) < 2:
+            out.append(m)
+            continue
+        results = []
+        while i < len(messages) and isinstance(messages[i], dict) and messages[i].get("role") == "tool":
+            results.append(messages[i])
+            i += 1
+        ids = [c.get("id") if isinstance(c, dict) else None for c in calls]
+        by_id = None not in ids and len(set(ids)) == len(ids) and all(r.get("tool_call_id") in ids for r in results)
+        for k, c in enumerate(calls):
+            out.append({**m, "content": m.get("content") if k == 0 else "", "tool_calls": [c]})
+            out += [r for j, r in enumerate(results) if (r.get("tool_call_id") == ids[k] if by_id else j == k)]
+        out += [] if by_id else results[len(calls):]
+    return out
+
+
+def prepare_messages(messages: list[dict], fmt: ToolFormat, caps: ToolCaps | None = None) -> list[dict]:
+    """Messages as the template can take them (caps: its ChatTemplate.tool_caps; without them,
+    what `fmt` suggests). Tool-call arguments as objects or as JSON text, whichever the template
+    renders; several calls in one message, for a template that renders one, as one message per
+    call; an assistant's calls that the template cannot render written into its content as the
+    model writes them in `fmt`; role "tool" results that the template drops turned into a user
+    message naming the tool and call (one for consecutive results, joined with the user message
+    after them)."""
+    _check_calls(messages)
+    caps = caps or _assumed_caps(fmt)
+    if caps.supports_tool_calls and not caps.supports_parallel_tool_calls:
+        messages = _one_call_at_a_time(messages)
+    out: list[dict] = []
+    names: dict = {}  # call id -> tool name, for results that do not name their tool
+    pending: list[str] = []  # results of tools, turned into text, for the next user message
+    for m in messages:
+        if not isinstance(m, dict):  # (the template's render names the problem)
+            out.append(m)
+            continue
+        if pending and m.get("role") != "tool":
+            text = "\n\n".join(pending)
+            pending = []
+            if m.get("role") == "user" and _text(m.get("content")) is not None:
+                m = {**m, "content": text + "\n\n" + _text(m["content"])}
+            else:
+                out.append({"role": "user", "content": text})
+        calls = m.get("tool_calls")
+        if calls:
+            parsed = _parsed_calls(calls)
+            names.update((c.get("id"), p["name"]) for c, p in zip(calls, parsed))
+            if caps.supports_tool_calls:
+                fixed = []
+                for c, p in zip(calls, parsed):
+                    fn = dict(c["function"])
+                    if caps.object_arguments:
+                        fn["arguments"] = p["arguments"]
+                    elif not isinstance(fn.get("arguments"), str):
+                        fn["arguments"] = json.dumps(p["arguments"], ensure_ascii=False)
+                    fixed.append({**c, "function": fn})
+                m = {**m, "tool_calls": fixed}
+            else:
+                said = _text(m.get("content")) or ""
+                m = {k: v for k, v in m.items() if k != "tool_calls"}
+                m["content"] = "\n".join(x for x in (said.strip(), write_calls(fmt, parsed)) if x)
+        elif m.get("role") == "tool" and not caps.supports_tool_responses and _text(m.get("content")) is not None:
+            pending.append(_result_text(m, names))
+            continue
+        out.append(m)
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
+def describe_tools(tools: list[dict], fmt: ToolFormat = GENERIC, listed: bool = True) -> str:
+    """System-message text: the tools (unless the template lists them: listed=False) and how to
+    call one in format `fmt` (for the generic format, which the template does not teach)."""
+    specs = "You can call these tools:\n" + json.dumps([t["function"] for t in tools], ensure_ascii=False) + "\n"
+    if fmt.name == "generic":
+        how = ('To call a tool, reply with only {"tool_call": {"name": <tool name>, "arguments": <its arguments>}}; '
+               'otherwise reply with {"response": <your answer>}.')
+    else:
+        name = tools[0]["function"]["name"]
+        how = f"To call a tool, write the call in this form (here {name} with no arguments): " + \
+            write_calls(fmt, [{"name": name, "arguments": {}}])
+    return (specs if listed else "") + how
+
+
+def with_tool_description(messages: list[dict], tools: list[dict], fmt: ToolFormat = GENERIC,
+                          listed: bool = True) -> list[dict]:
+    """`messages` with describe_tools' text at the end of the system message (or in a new one)."""
+    text = describe_tools(tools, fmt, listed)
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
         return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}] + list(messages[1:])
     return [{"role": "system", "content": text}] + list(messages)
 
@@ -344,21 +484,26 @@ class ChatTurn:
 
 
 def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, parallel: bool = False) -> ChatTurn:
-    """Render `messages` (and `tools`, as transformers passes them) for the next assistant turn.
+    """Render `messages` (and `tools`, as transformers passes them) for the next assistant turn,
+    as far as the template can take them (its probed tool_caps): tools it does not list are
+    described in the system message, calls and results it cannot render become text.
     parallel: tool_choice "required" admits several calls where the format writes them."""
     fmt = detect_format(template.source)
     if tools is None:
         if tool_choice not in (None, "none", "auto"):
             raise TemplateError("tool_choice needs tools")
-        msgs = prepare_messages(messages, fmt) if any(isinstance(m, dict) and m.get("tool_calls") for m in messages) else messages
+        toolish = any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in messages)
+        msgs = prepare_messages(messages, fmt, template.tool_caps) if toolish else messages
         prompt = template.render(msgs, add_generation_prompt=True)
         return ChatTurn(prompt, fmt, None, _opens_think(prompt), False)
+    caps = template.tool_caps
     tools = check_tools(tools)
     usable, required = chosen_tools(tools, tool_choice)
-    msgs = prepare_messages(messages, fmt)
-    if usable and not fmt.native:
-        msgs = with_tool_description(msgs, usable)
-    prompt = template.render(msgs, add_generation_prompt=True, tools=usable or None)
+    msgs = prepare_messages(messages, fmt, caps)
+    if usable and (not caps.supports_tools or fmt.name == "generic"):
+        msgs = with_tool_description(msgs, usable, fmt, listed=not caps.supports_tools)
+    # a template that does not list tools gets none (some fail on them: llama-cpp-deepseek-r1)
+    prompt = template.render(msgs, add_generation_prompt=True, tools=(usable or None) if caps.supports_tools else None)
     grammar = call_grammar(fmt, usable, parallel and tool_choice == "required") if required else None
     return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable))
 

@@ -41,7 +41,8 @@ def _thp_available() -> bool:
     return "[always]" in mode or "[madvise]" in mode
 
 
-def _mem_available() -> int:
+def mem_available() -> int:
+    """Bytes of memory the kernel says are available (0: unknown)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -141,7 +142,7 @@ class WeightStore:
             return False
         start, end = span
         size = end - start
-        if size * 2 > _mem_available():
+        if size * 2 > mem_available():
             return False  # leave a big model to the page cache, which the kernel can reclaim
         try:
             anon = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

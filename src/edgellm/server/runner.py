@@ -83,9 +83,12 @@ class _Server(uvicorn.Server):
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 8, n_ctx: int = 4096,
           n_threads: int | None = None, kv_tokens: int | None = None, api_key: str | None = None,
           max_queue: int = 128, grace: int = 30, verbose: bool = False, chat_template: str | None = None,
-          cache_type_k: str = "f16", cache_type_v: str = "f16", mlock: bool = False, speculative=None) -> None:
+          cache_type_k: str = "f16", cache_type_v: str = "f16", mlock: bool = False, speculative=None,
+          lazy_kv: bool = False) -> None:
     """kv_tokens: KV cache tokens all sequences share (default: parallel x the context, so every
-    slot can fill its context; memory is taken only as it is written). chat_template: Jinja
+    slot can fill its context); its memory is taken at startup, refused there if it is not
+    available, unless lazy_kv (taken as it is first written: a server's memory then grows while
+    its prefix cache fills, up to the same size). chat_template: Jinja
     source used instead of the model's own. cache_type_k / _v: the KV cache types and mlock
     (LLM's). speculative: the requests' default speculative decoding (a speculative.Speculative;
     a draft model given by path is loaded beside the model and its vocabulary checked)."""
@@ -100,6 +103,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
                          f"not fit")
     engine = BatchEngine(llm, max_seqs=parallel, kv_tokens=kv_tokens or parallel * llm.n_ctx, prefix_cache=True,
                          max_queue=max_queue, speculative=speculative)
+    kv_mib = None if lazy_kv else engine.claim_kv() / 2**20
     engine.start()
     ctx = Context(llm=llm, engine=engine, model_id=model_id(llm, model), api_key=api_key, max_seqs=parallel,
                   max_queue=max_queue)
@@ -109,6 +113,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
         url = f"http://{'[' + h + ']' if ':' in h else h}:{p}"
         print(f"edgellm serve: {ctx.model_id} ({llm.config.arch}, {llm.backend}, {llm.n_threads} threads, "
               f"{parallel} parallel, context {llm.n_ctx}, KV cache {engine.kv_tokens} tokens"
+              f"{'' if kv_mib is None else f' ({kv_mib:.0f} MiB)'}"
               f"{', ' + engine.speculative.describe() if engine.speculative else ''}) at {url}/v1", flush=True)
         print(f"  try: {curl_example(url, ctx.model_id, api_key is not None)}", flush=True)
 
