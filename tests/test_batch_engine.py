@@ -249,11 +249,13 @@ def test_a_finished_request_is_freed_without_the_cycle_collector(model_dir):
         owner = Owner()
         owner.requests = [eng.submit(p, max_tokens=6, sampling=GREEDY, on_event=owner.on_event)
                           for p in prompts(3, seed=4)]
+        owner.requests += eng.submit(prompts(1, seed=5)[0], max_tokens=6, n=2, sampling=seeded(1),
+                                     on_event=owner.on_event)  # siblings of a fork name each other
         eng.run_until_done(owner.requests)
-        assert owner.events >= 3 * 7  # six tokens and the end, each
+        assert owner.events >= 5 * 7  # six tokens and the end, each
         alive = [weakref.ref(r) for r in owner.requests] + [weakref.ref(owner)]
         del owner
-        assert [w() for w in alive] == [None] * 4
+        assert [w() for w in alive] == [None] * 6
     finally:
         gc.enable()
 

@@ -735,6 +735,7 @@ class BatchEngine:
             for sib in req.group or []:
                 if sib.leader is req:
                     sib.leader = None  # the leader ended before its prompt was done: run alone
+            req.group = None  # siblings name each other: no cycle once each has ended
         self._release(req)
         if req.spec is not None:
             req.spec.close()
