@@ -191,7 +191,8 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
     if name in ("deepseek_r1", "deepseek_v3"):
         one = (lambda c: f"function{DS_SEP}{c['name']}\n```json\n{dump(c['arguments'])}\n```") if name == "deepseek_r1" \
             else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
-        return DS_CALLS_BEGIN + "\n".join(DS_CALL_BEGIN + one(c) + DS_CALL_END for c in calls) + DS_CALLS_END
+        between = "\n" if name == "deepseek_r1" else ""
+        return DS_CALLS_BEGIN + between.join(DS_CALL_BEGIN + one(c) + DS_CALL_END for c in calls) + DS_CALLS_END
     if name == "command_r7b":
         return CR_ACTION[0] + dump([{"tool_call_id": str(i), "tool_name": c["name"], "parameters": c["arguments"]}
                                     for i, c in enumerate(calls)]) + CR_ACTION[1]
@@ -418,7 +419,7 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
             call = per_tool(DS_CALL_BEGIN + "function" + DS_SEP, "\n```json\n", "\n```" + DS_CALL_END)
         else:
             call = per_tool(DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
-        more = f" ({_lit(chr(10))} one)*" if parallel else ""
+        more = (f" ({_lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
         return f"start: {_lit(DS_CALLS_BEGIN)} one{more} {_lit(DS_CALLS_END)}\none: {call}"
     if name in XML:
         call, rules = " | ".join(f"({_xml_call(name, t)})" for t in tools), _xml_terminals(name)
@@ -530,7 +531,7 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                 return _content(text, [m.span() for m in found]), calls
         elif name in ("deepseek_r1", "deepseek_v3"):
             i = text.find(DS_CALLS_BEGIN)
-            if i >= 0:
+            if i >= 0 and text.find(DS_CALLS_END, i) >= 0:
                 b, e = re.escape(DS_CALL_BEGIN), re.escape(DS_CALL_END)
                 pattern = (b + r"(?:function)?" + re.escape(DS_SEP) + r"([^\n]+)\n```(?:json)?\n(.*?)\n```\s*" + e
                            if name == "deepseek_r1" else b + r"(.*?)" + re.escape(DS_SEP) + r"(.*?)" + e)
