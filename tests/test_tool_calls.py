@@ -154,12 +154,12 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
-                              '42 < 43\n</parameter>\n<parameter=days>\n["mon", "tue"]\n</parameter>\n</function>\n</tool_call>',
+                              '42\n</parameter>\n<parameter=days>\n["mon", "tue"]\n</parameter>\n</function>\n</tool_call>',
                "glm": '<tool_call>set_alarm\n<arg_key>hour</arg_key>\n<arg_value>7</arg_value>\n<arg_key>label</arg_key>\n'
-                      '<arg_value>42 < 43</arg_value>\n<arg_key>days</arg_key>\n<arg_value>["mon", "tue"]</arg_value>\n'
+                      '<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n<arg_value>["mon", "tue"]</arg_value>\n'
                       '</tool_call>'}[fmt]
     calls = parse(f, written, ALARM)[1]
-    assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42 < 43", "days": ["mon", "tue"]}
+    assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
     assert accepts(written)
     assert not accepts(written.replace("7", '"seven"', 1))  # an integer, as JSON
@@ -182,6 +182,8 @@ def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     t = ChatTemplate(template(name), bos_token="<s>", eos_token="</s>")
     turn = prepare_turn(t, [{"role": "user", "content": "Weather in Paris?"}], TOOLS, "required")
     assert turn.fmt.name != "generic" and '{"tool_call"' not in turn.prompt and '"response"' not in turn.prompt
+    # how to call, in the format's own form, only where the template lists no tools (and so teaches no calls)
+    assert ("To call a tool" in turn.prompt) == (not t.tool_caps.supports_tools)
     assert turn.prompt.count('"get_weather"') + turn.prompt.count(">get_weather<") >= 1  # the tools are listed once
 
 
