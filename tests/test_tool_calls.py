@@ -47,6 +47,8 @@ def template(name: str) -> str:
     ("Qwen-Qwen3-0.6B", "hermes"),
     ("GLM-4.6", "glm"),
     ("poolside-Laguna-XS.2", "glm"),
+    ("Kimi-K2-Instruct", "kimi_k2"),
+    ("moonshotai-Kimi-K2", "kimi_k2"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -73,6 +75,8 @@ WRITTEN = {
                    '"tool_name": "get_weather", "parameters": {"city": "Paris"}}\n]<|END_ACTION|>',
     "qwen3_coder": 'Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n'
                    '</function>\n</tool_call>',
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+               '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
     "glm": '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>',
 }
 PROSE = {"hermes": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
@@ -94,7 +98,9 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
                       '{"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "CET"}}]<|END_ACTION|>',
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
-SEVERAL = ("hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
+    "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
+SEVERAL = ("kimi_k2", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -174,7 +180,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
 
 @pytest.mark.parametrize("name", ["ibm-granite-granite-3.3-2B-Instruct", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
-                                  "Qwen3-Coder", "GLM-4.6"])
+                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

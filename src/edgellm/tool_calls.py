@@ -21,6 +21,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
     glm          <tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
+    kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+                 (Kimi K2; the number counts the calls)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
                  (any other template: the system message says how to call a tool)
 
@@ -45,6 +47,8 @@ from .tool_caps import ToolCaps
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<|tool_calls_section_end|>")
 CR_ACTION = ("<|START_ACTION|>", "<|END_ACTION|>")
 CR_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
 # the XML formats: (call opening before the name, after it, argument before its key, between key
@@ -66,6 +70,8 @@ def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
     if DS_CALLS_BEGIN in src:
         return ToolFormat("deepseek_r1" if "```json" in src else "deepseek_v3", True)
+    if KIMI[0] in src:
+        return ToolFormat("kimi_k2", True)
     if "<|START_ACTION|>" in src:
         return ToolFormat("command_r7b", True)
     if "<|tool_call|>" in src:
@@ -193,6 +199,9 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
             else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
         between = "\n" if name == "deepseek_r1" else ""
         return DS_CALLS_BEGIN + between.join(DS_CALL_BEGIN + one(c) + DS_CALL_END for c in calls) + DS_CALLS_END
+    if name == "kimi_k2":
+        return KIMI[0] + "".join(f"{KIMI[1]}functions.{c['name']}:{i}{KIMI[2]}{dump(c['arguments'])}{KIMI[3]}"
+                                 for i, c in enumerate(calls)) + KIMI[4]
     if name == "command_r7b":
         return CR_ACTION[0] + dump([{"tool_call_id": str(i), "tool_name": c["name"], "parameters": c["arguments"]}
                                     for i, c in enumerate(calls)]) + CR_ACTION[1]
@@ -421,6 +430,11 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
             call = per_tool(DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
         more = (f" ({_lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
         return f"start: {_lit(DS_CALLS_BEGIN)} one{more} {_lit(DS_CALLS_END)}\none: {call}"
+    if name == "kimi_k2":  # the calls between KIMI[0] and KIMI[4], each numbered
+        call = " | ".join(f"({_lit(KIMI[1] + 'functions.' + t['function']['name'] + ':')} KIMI_INDEX {_lit(KIMI[2])} "
+                          f"{_json(_parameters(t))} {_lit(KIMI[3])})" for t in tools)
+        return (f"start: {_lit(KIMI[0])} one{' one*' if parallel else ''} {_lit(KIMI[4])}\none: {call}"
+                "\nKIMI_INDEX: /[0-9]+/")
     if name in XML:
         call, rules = " | ".join(f"({_xml_call(name, t)})" for t in tools), _xml_terminals(name)
     elif name == "hermes":
@@ -537,6 +551,14 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                            if name == "deepseek_r1" else b + r"(.*?)" + re.escape(DS_SEP) + r"(.*?)" + e)
                 calls = [_call(m.group(1).strip(), json.loads(m.group(2)))
                          for m in re.finditer(pattern, text[i:], re.S)]
+                if calls:
+                    return text[:i].strip(), calls
+        elif name == "kimi_k2":
+            i = text.find(KIMI[0])
+            if i >= 0 and text.find(KIMI[4], i) >= 0:
+                b, a, e = (re.escape(m) for m in KIMI[1:4])
+                calls = [_call(m.group(1).strip(), json.loads(m.group(2)))
+                         for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
                 if calls:
                     return text[:i].strip(), calls
         elif name == "granite":
