@@ -12,14 +12,14 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     functionary  >>>name\\n{...}                                               (Functionary v3.2)
     function_tag <function=name>{...}</function>                              (Functionary v3.1)
     granite      <|tool_call|>[{"name": ..., "arguments": {...}}]             (Granite 3.3)
-    deepseek_r1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+    deepseek_r1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\\n```json\\n{...}\\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
                  (DeepSeek R1 and its distills)
     deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>   (DeepSeek V3.1)
     command_r7b  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>
-                 (Command R7B, Command A; the answer between <|START_RESPONSE|> and <|END_RESPONSE|>)
-    qwen3_coder  <tool_call>\n<function=name>\n<parameter=key>\nvalue\n</parameter>\n</function>\n</tool_call>
+                 (Command R7B and Cohere's MoE template; the answer between <|START_RESPONSE|> and <|END_RESPONSE|>)
+    qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
-    glm          <tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>
+    glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
                  (Kimi K2; the number counts the calls)
