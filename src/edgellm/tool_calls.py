@@ -3,7 +3,7 @@ and grammars that make a model write one when it must (tool_choice "required" or
 function).
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder and glm, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss and glm, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -19,6 +19,7 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (Command R7B and Cohere's MoE template; the answer between <|START_RESPONSE|> and <|END_RESPONSE|>)
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
+    seed_oss     <seed:tool_call>\\n<function=name>\\n<parameter=key>value</parameter>\\n</function>\\n</seed:tool_call>   (Seed-OSS)
     glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
@@ -55,6 +56,8 @@ CR_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
 # and value, after the value, call end)
 XML = {
     "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n</tool_call>"),
+    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
+                 "</function>\n</seed:tool_call>"),
     "glm": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "</tool_call>"),
 }
 
@@ -76,6 +79,8 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("command_r7b", True)
     if "<|tool_call|>" in src:
         return ToolFormat("granite", True)
+    if "<seed:tool_call>" in src:
+        return ToolFormat("seed_oss", True)
     if "<tool_call>" in src and "<arg_key>" in src:
         return ToolFormat("glm", True)
     if "<tool_call>" in src and "<function=" in src and "<parameter=" in src:
@@ -362,7 +367,7 @@ def _lit(text: str) -> str:
 
 # formats that write several calls one after another, and the text between two of them (Mistral
 # Nemo writes them as one JSON array)
-PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": "", "qwen3_coder": "\n", "glm": "\n"}
+PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": "", "qwen3_coder": "\n", "seed_oss": "\n", "glm": "\n"}
 
 # an XML argument's key, and a text value with the text that ends it (one terminal: no "</" in
 # the text, so it ends exactly there, whitespace and all)
@@ -502,7 +507,7 @@ def split_reasoning(text: str, started: bool = False) -> tuple[str | None, str]:
 def _xml_args(name: str, body: str, tool: dict | None) -> dict:
     """An XML call's arguments: a value stays text where the tool's schema says string (or it is
     not JSON), else its JSON."""
-    pattern = (r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>" if name == "qwen3_coder"
+    pattern = (r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>" if name != "glm"
                else r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>")
     props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
     args = {}
@@ -536,7 +541,8 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
     try:
         if name in XML:
             by_name = {t["function"]["name"]: t for t in tools or []}
-            pattern = (r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>" if name == "qwen3_coder"
+            tag = "seed:tool_call" if name == "seed_oss" else "tool_call"
+            pattern = (rf"<{tag}>\s*<function=([^>\n]+)>(.*?)</function>\s*</{tag}>" if name != "glm"
                        else r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>")
             found = list(re.finditer(pattern, text, re.S))
             if found:
