@@ -26,7 +26,7 @@
 #include <stdatomic.h>
 #include "engine_internal.h"
 
-#define CT 8           /* tiles of weights made at a time for p.v */
+#define CT 32          /* tiles of weights made at a time for p.v (8 per lane set of a one-token step) */
 #define NHB 8          /* query rows (x heads) per p.v pass */
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
 #define PF_TILES 2     /* key / value tiles prefetched ahead (a sequence's blocks are scattered, and
@@ -54,11 +54,19 @@ struct att_state {
     atomic_int *next;    /* [n_layer] the next whole job of layer l */
 };
 
-/* per-thread scratch in floats: rounded queries, a score tile, weights of CT tiles, p.v lanes
- * (4 sets), f16 conversions, maxima and (double) sums */
+/* rows of a p.v pass: NHB, or with llama.cpp's four lane sets (a step of one token, whose job has
+ * G rows) NHB / 4 but at least G, so the values are read once for all the rows of a job */
+static int pv_pass_rows(int G, int sets) { return sets == 4 ? EL_MAX(NHB / 4, G) : NHB; }
+
+/* per-thread scratch in floats: rounded queries, a score tile, weights of CT tiles (a pass's
+ * rows), p.v lanes (a pass's rows x sets), f16 conversions, maxima and (double) sums */
+static size_t pv_weight_floats(int G) { return (size_t)EL_MAX(pv_pass_rows(G, 1), pv_pass_rows(G, 4)) * CT * KT; }
+static size_t pv_lane_floats(int G, int hv) {
+    return (size_t)EL_MAX(pv_pass_rows(G, 1), 4 * pv_pass_rows(G, 4)) * hv * KT;
+}
 static size_t scratch_floats(const el_engine *e, int G) {
     const int hk = e->d.head_dim_k, hv = e->d.head_dim_v, hmax = EL_MAX(EL_MAX(hk, hv), CT * KT);
-    return (size_t)QB * G * hk + (size_t)QB * G * KT + (size_t)NHB * CT * KT + (size_t)NHB * hv * KT + (size_t)hmax +
+    return (size_t)QB * G * hk + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, hv) + (size_t)hmax +
            (size_t)QB * G * 3 + 16;
 }
 
@@ -211,6 +219,23 @@ static void job_get(const el_engine *e, int g, int j, float *sc, job_t *J) {
 /* score row r of a job: query row r / G, head kvh * G + r % G */
 static int job_head(const el_engine *e, const job_t *J, int r) { return J->kvh * ((const struct att_state *)e->att)->G + r % ((const struct att_state *)e->att)->G; }
 
+typedef float f32x4 __attribute__((vector_size(16)));  /* GCC / clang vectors: SSE2, NEON */
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+/* dst[u] = src[u] * scale and lm[u] = dst[u] > lm[u] ? dst[u] : lm[u], for the KT slots of a tile */
+static inline void scale_max_tile(const float *src, float scale, float *dst, float *lm) {
+    for (int u = 0; u < KT; u += 4) {
+        f32x4 v, m;
+        memcpy(&v, src + u, sizeof v);
+        memcpy(&m, lm + u, sizeof m);
+        v = v * scale;
+        const i32x4 gt = v > m;
+        m = (f32x4)((gt & (i32x4)v) | (~gt & (i32x4)m));
+        memcpy(dst + u, &v, sizeof v);
+        memcpy(lm + u, &m, sizeof m);
+    }
+}
+
 /* Phase 1: scores of the job's rows against tiles [ta, tb), masked; mx[r] = their maximum. */
 static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, float *mx, float *scr) {
     const struct att_state *a = e->att;
@@ -221,7 +246,7 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     const int one = b->llama_order && e->plan.n == 1;
     float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
     float *tile = qr + (size_t)QB * G * hk;     /* [nh][KT] */
-    el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + (size_t)NHB * CT * KT + (size_t)NHB * d->head_dim_v * KT);
+    el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, d->head_dim_v));
     const el_type_traits *kt = &e->traits[e->type_k];
     const int qtype = kt->vec_dot_type;
     const size_t qrow = el_row_size(qtype, hk);  /* <= 4 hk bytes: fits a row of qr */
@@ -236,6 +261,10 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
             e->traits[qtype].from_float(q, (uint8_t *)qr + (size_t)r * qrow, hk);
         }
     }
+    const float scale = d->attn_scale, softcap = d->attn_softcap;
+    const int capped = softcap > 0;
+    float lmax[nh * KT];  /* per row and lane: the maximum of the tiles it sees whole */
+    for (int i = 0; i < nh * KT; i++) lmax[i] = -INFINITY;
     const size_t kbytes = e->k_head;
     for (int t = ta; t < EL_MIN(tb, ta + PF_TILES); t++)
         if (J->table[t] >= 0) prefetch(kv_k(e, l, J->table[t], J->kvh), kbytes);
@@ -274,11 +303,15 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
                 for (int u = 0; u < KT; u++) dst[u] = -INFINITY;
                 continue;
             }
+            if (cls[j] == 1 && !capped) {  /* all visible: lane-wise maxima */
+                scale_max_tile(src, scale, dst, lmax + (size_t)r * KT);
+                continue;
+            }
             for (int u = 0; u < KT; u++) {
                 float v = -INFINITY;
                 if (cls[j] == 1 || (u < nt && visible(ps[u], p, swa, d->n_swa))) {
-                    v = src[u] * d->attn_scale;
-                    if (d->attn_softcap > 0) v = d->attn_softcap * tanhf(v / d->attn_softcap);
+                    v = src[u] * scale;
+                    if (capped) v = softcap * tanhf(v / softcap);
                     m = v > m ? v : m;
                 }
                 dst[u] = v;
@@ -286,6 +319,10 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
             mx[r] = m;
         }
     }
+    /* The maximum of a set does not depend on the order it is taken in (no NaN is ever kept;
+     * of +0 and -0, whichever is kept gives the same exponentials x - max). */
+    for (int r = 0; r < nh; r++)
+        for (int u = 0; u < KT; u++) mx[r] = lmax[(size_t)r * KT + u] > mx[r] ? lmax[(size_t)r * KT + u] : mx[r];
 }
 
 /* Phase 3: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), given each
@@ -296,10 +333,10 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
     const int hk = d->head_dim_k, hv = d->head_dim_v, G = a->G, nd = d1 - d0;
     const int od = d->n_head * hv;
     const int qv = e->type_v != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
-    const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = NHB / sets;
+    const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = pv_pass_rows(G, sets);
     float *w = scr + (size_t)QB * G * hk + (size_t)QB * G * KT;  /* [nb][CT * KT] */
-    float *lanes = w + (size_t)NHB * CT * KT;                      /* [nb][sets][nd][KT] */
-    el_half *tmp = (el_half *)(lanes + (size_t)NHB * hv * KT);
+    float *lanes = w + pv_weight_floats(G);                        /* [nb][sets][nd][KT] */
+    el_half *tmp = (el_half *)(lanes + pv_lane_floats(G, hv));
     if (nd <= 0) return;
     const el_half *vt[CT];
     const uint8_t *vq[CT];

@@ -564,10 +564,83 @@ static inline int any16_avx2(const float *w) {
                                            _mm256_cmp_ps(_mm256_loadu_ps(w + 8), z, _CMP_NEQ_UQ))) != 0;
 }
 
+/* p.v with four lane sets, for up to 3 rows that all take every tile of list ts (tiles of one set,
+ * in order): per 2 dims, the rows' 12 accumulators stay in registers over the list and each value
+ * vector is converted once for all the rows (fma: the products are exact) */
+static inline __attribute__((always_inline)) void pv_set_rows_avx2(int nd, const el_half *const *vt, int nr,
+                                                                   const float *w, int ldw, float *acc, int lda,
+                                                                   const int *ts, int n) {
+    for (int d = 0; d < nd; d += 2) {
+        __m256 a[3][2][2];
+        for (int r = 0; r < nr; r++)
+            for (int i = 0; i < 2; i++)
+                for (int h = 0; h < 2; h++) a[r][i][h] = _mm256_loadu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h);
+        for (int k = 0; k < n; k++) {
+            const int t = ts[k];
+            const el_half *v = vt[t] + (size_t)d * 16;
+            const __m256 v00 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)v));
+            const __m256 v01 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8)));
+            const __m256 v10 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 16)));
+            const __m256 v11 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 24)));
+            for (int r = 0; r < nr; r++) {
+                const float *wt = w + (size_t)r * ldw + t * 16;
+                a[r][0][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), v00, a[r][0][0]);
+                a[r][0][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), v01, a[r][0][1]);
+                a[r][1][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), v10, a[r][1][0]);
+                a[r][1][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), v11, a[r][1][1]);
+            }
+        }
+        for (int r = 0; r < nr; r++)
+            for (int i = 0; i < 2; i++)
+                for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h, a[r][i][h]);
+    }
+}
+
+/* pv_tiles with four lane sets (nd even): per set, its tiles every row of a group of 3 takes go
+ * through pv_set_rows_avx2 together; when the rows of a group do not all take the same tiles (a
+ * row whose weights of a tile are all zero skips it), each row on its own */
+static void pv_tiles4_avx2(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                           int lda, int t0) {
+    int ts[64], tr[64];
+    for (int r0 = 0; r0 < nh; r0 += 3) {
+        const int nr = EL_MIN(3, nh - r0);
+        const float *wg = w + (size_t)r0 * ldw;
+        for (int s = 0; s < 4; s++) {
+            for (int c = 0; c < nt; c += 64) {  /* lists of at most 64 tiles */
+                const int ce = EL_MIN(nt, c + 64);
+                int n = 0, same = 1;
+                for (int t = c + ((s - t0 - c) & 3); t < ce; t += 4) {
+                    int need = 0;
+                    for (int r = 0; r < nr; r++) need |= any16_avx2(wg + (size_t)r * ldw + t * 16) << r;
+                    if (need) ts[n++] = t;
+                    same &= !need || need == (1 << nr) - 1;
+                }
+                float *ag = acc + (size_t)r0 * lda + (size_t)s * nd * 16;
+                if (same) {
+                    if (nr == 3) pv_set_rows_avx2(nd, vt, 3, wg, ldw, ag, lda, ts, n);
+                    else if (nr == 2) pv_set_rows_avx2(nd, vt, 2, wg, ldw, ag, lda, ts, n);
+                    else pv_set_rows_avx2(nd, vt, 1, wg, ldw, ag, lda, ts, n);
+                    continue;
+                }
+                for (int r = 0; r < nr; r++) {
+                    int m = 0;
+                    for (int k = 0; k < n; k++)
+                        if (any16_avx2(wg + (size_t)r * ldw + ts[k] * 16)) tr[m++] = ts[k];
+                    pv_set_rows_avx2(nd, vt, 1, wg + (size_t)r * ldw, ldw, ag + (size_t)r * lda, lda, tr, m);
+                }
+            }
+        }
+    }
+}
+
 /* The values of up to 8 tiles x 32 dims are converted once for every row; then per row, lane
  * set and 4 dims the accumulators stay in registers over the tiles (fma: the products are exact) */
 static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                           int lda, int sets, int t0) {
+    if (sets == 4 && nd % 2 == 0) {
+        pv_tiles4_avx2(nd, nt, vt, nh, w, ldw, acc, lda, t0);
+        return;
+    }
     float vf[8][32][16];
     for (int tb = 0; tb < nt; tb += 8) {
         const int ntb = EL_MIN(8, nt - tb);

@@ -224,6 +224,40 @@ def test_kv_memory_claimed_at_startup(model_dir, monkeypatch, backend, arch):
     pool.check()
 
 
+def test_a_finished_request_is_freed_without_the_cycle_collector(model_dir):
+    """The server's Submission holds its requests and is their on_event callback's owner: once a
+    request has finished, that must not be a cycle, or every finished request (its sampler, its
+    history) stays in memory until a full garbage collection (a soak's heap grew ~6 MiB a
+    minute)."""
+    import gc
+    import weakref
+
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=96, n_batch=32, n_threads=2)
+    eng = BatchEngine(llm, max_seqs=4)
+
+    class Owner:  # as server.bridge.Submission
+        def __init__(self):
+            self.requests = []
+            self.events = 0
+
+        def on_event(self, req, event):
+            self.events += 1
+
+    gc.collect()
+    gc.disable()
+    try:
+        owner = Owner()
+        owner.requests = [eng.submit(p, max_tokens=6, sampling=GREEDY, on_event=owner.on_event)
+                          for p in prompts(3, seed=4)]
+        eng.run_until_done(owner.requests)
+        assert owner.events >= 3 * 7  # six tokens and the end, each
+        alive = [weakref.ref(r) for r in owner.requests] + [weakref.ref(owner)]
+        del owner
+        assert [w() for w in alive] == [None] * 4
+    finally:
+        gc.enable()
+
+
 def test_cancel_returns_the_blocks(model_dir, monkeypatch):
     use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
     llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q8_0), n_ctx=128, n_batch=32, n_threads=2)

@@ -410,7 +410,9 @@ def test_usage_and_stats_report_drafts(model_dir):
     assert st.mean_accepted == st.accepted_tokens / st.verify_steps
     llm.generate(p, max_tokens=20, temperature=0)
     assert llm.last_stats.draft_tokens == 0
-    _, _, eng = engine_run(llm, [p], speculative="lookup", max_tokens=20)
+    # not adaptive: whether drafting pays depends on the step times measured (a loaded machine
+    # can make the adaptive controller draft nothing, which failed this check once)
+    _, _, eng = engine_run(llm, [p], speculative=Speculative("lookup", **EVERY_STEP), max_tokens=20)
     u = eng.stats()
     assert u["draft_tokens"] >= u["accepted_tokens"] > 0
 

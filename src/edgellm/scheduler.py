@@ -181,6 +181,10 @@ class Request:
         self.times.finished = time.monotonic()
         if self.on_event is not None:
             self.on_event(self, None)
+            # the callback's owner (the server's Submission) holds this request: without the
+            # cycle, a finished request is freed when its last user lets go, not by a full
+            # garbage collection much later (a soak grew the server's heap by ~6 MiB a minute)
+            self.on_event = None
         self._events.put(_DONE)
 
 

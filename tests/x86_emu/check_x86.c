@@ -6,7 +6,8 @@
  * For both levels and every quantized weight type: vec_dot (and vec_dot_small where a type has
  * one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
  * scales), against activations from the activation quantizers; every gemm tile bit-identical to
- * the level's vec_dot; the activation quantizers the level registers write the generic bytes.
+ * the level's vec_dot; the activation quantizers the level registers write the generic bytes;
+ * vops.pv_tiles writes the generic twin's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,9 +127,48 @@ static void test_act_quantizers(const el_type_traits *lvl, const char *level) {
         }
 }
 
+/* vops.pv_tiles (p.v over f16 value tiles) bit-identical to the generic twin, one lane set and
+ * llama.cpp's four: random tile counts, rows (the four-set kernel takes rows by threes), dims and
+ * first tile index, absent tiles, and (row, tile) pairs whose weights are all zero (skipped). */
+static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
+    enum { MT = 40, MR = 8, MD = 64 };
+    static el_half vals[MT][MD * 16];
+    static float w[MR * MT * 16], acc0[MR * (4 * MD * 16 + 16)], acc1[MR * (4 * MD * 16 + 16)];
+    for (int it = 0; it < 300; it++) {
+        const int nd = 8 * (1 + below(MD / 8)), nt = 1 + below(MT), nh = 1 + below(MR), t0 = below(7);
+        const int sets = below(2) ? 4 : 1, lda = sets * nd * 16 + 16 * below(2);
+        const el_half *vt[MT];
+        for (int t = 0; t < nt; t++) {
+            float x[MD * 16];
+            random_row(x, nd * 16);
+            for (int i = 0; i < nd * 16; i++) vals[t][i] = el_float_to_half(x[i]);
+            vt[t] = below(9) ? vals[t] : NULL;
+        }
+        for (int r = 0; r < nh; r++)
+            for (int t = 0; t < nt; t++) {
+                const int zero = !vt[t] || below(6) == 0;
+                for (int l = 0; l < 16; l++)
+                    w[(r * nt + t) * 16 + l] = zero || below(5) == 0 ? 0.0f : el_half_to_float(el_float_to_half(uniform()));
+            }
+        random_row(acc0, nh * lda);
+        memcpy(acc1, acc0, sizeof(float) * (size_t)(nh * lda));
+        gv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc0, lda, sets, t0);
+        lv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc1, lda, sets, t0);
+        checks++;
+        for (int i = 0; i < nh * lda; i++)
+            if (!same_bits(acc0[i], acc1[i])) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "%s pv_tiles nd=%d nt=%d rows=%d sets=%d t0=%d [%d]", level, nd, nt, nh, sets, t0, i);
+                fail(msg);
+                break;
+            }
+    }
+}
+
 int main(void) {
     el_set_isa(EL_ISA_GENERIC);  /* el_row_size reads el_traits */
     el_register_generic(gen);
+    const el_vec_ops gv = el_vops;  /* the portable float helpers */
     for (int level = 0; level < 2; level++) {
         const char *name = level ? "avx512" : "avxvnni";
         const int f0 = failures, c0 = checks;
@@ -155,6 +195,7 @@ int main(void) {
                         test_type(lvl, name, tc, blck == 32 ? q32[s] : k256[s], raw, small);
         }
         test_act_quantizers(lvl, name);
+        test_pv_tiles(&el_vops, &gv, name);  /* el_register_avx2 filled el_vops */
         printf("level %s: %d checks, %d failures\n", name, checks - c0, failures - f0);
     }
     printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);
