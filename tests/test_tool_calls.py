@@ -11,7 +11,8 @@ import pytest
 import template_cases as cases
 from edgellm.constrain import Grammar
 from edgellm.errors import TemplateError
-from edgellm.tool_calls import ToolFormat, call_grammar, detect_format, parse, prepare_messages, split_reasoning
+from edgellm.tool_calls import (ToolFormat, call_grammar, detect_format, parse, prepare_messages, split_reasoning,
+                                write_calls)
 from llamacpp_source import models_dir
 from test_constrain import llguidance_matcher
 
@@ -34,6 +35,21 @@ def template(name: str) -> str:
     ("meetkai-functionary-medium-v3.2", "functionary"),
     ("meetkai-functionary-medium-v3.1", "function_tag"),
     ("google-gemma-2-2b-it", "generic"),
+    ("ibm-granite-granite-3.3-2B-Instruct", "granite"),
+    ("ibm-granite-granite-4.0", "hermes"),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek_r1"),
+    ("llama-cpp-deepseek-r1", "deepseek_r1"),
+    ("deepseek-ai-DeepSeek-V3.1", "deepseek_v3"),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "command_r7b"),
+    ("Cohere2MoE", "command_r7b"),
+    ("Qwen3-Coder", "qwen3_coder"),
+    ("Qwen3.5-4B", "qwen3_coder"),
+    ("Qwen-Qwen3-0.6B", "hermes"),
+    ("GLM-4.6", "glm"),
+    ("poolside-Laguna-XS.2", "glm"),
+    ("Kimi-K2-Instruct", "kimi_k2"),
+    ("ByteDance-Seed-OSS", "seed_oss"),
+    ("moonshotai-Kimi-K2", "kimi_k2"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -48,7 +64,46 @@ WRITTEN = {
     "functionary": '>>>get_weather\n{"city": "Paris"}',
     "function_tag": '<function=get_weather>{"city": "Paris"}</function>',
     "generic": '{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}',
+    # as the templates write an assistant's call (ibm-granite-granite-3.3-2B-Instruct's instructions,
+    # deepseek-ai-DeepSeek-R1-Distill-Qwen-32B, deepseek-ai-DeepSeek-V3.1,
+    # CohereForAI-c4ai-command-r7b-12-2024-tool_use, Qwen3-Coder, GLM-4.6)
+    "granite": '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    "deepseek_r1": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+                   '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "deepseek_v3": 'Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}'
+                   '<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "command_r7b": '<|START_THINKING|>Let me check.<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
+                   '"tool_name": "get_weather", "parameters": {"city": "Paris"}}\n]<|END_ACTION|>',
+    "qwen3_coder": 'Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n'
+                   '</function>\n</tool_call>',
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+               '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+    "seed_oss": '<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>',
+    "glm": '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>',
 }
+PROSE = {"hermes": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+         "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
+# a call as call_grammar writes it, where the model may write it another way too
+FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+          "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+          "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+          "deepseek_v3": WRITTEN["deepseek_v3"][len("Let me check."):],
+          "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
+                         '<|END_ACTION|>',
+          "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):]}
+# two calls, where they are not the forced call twice one after another
+TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                  '{"name": "get_time", "arguments": {"zone": "CET"}}]',
+       "granite": '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                  '{"name": "get_time", "arguments": {"zone": "CET"}}]',
+       "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}, '
+                      '{"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "CET"}}]<|END_ACTION|>',
+       **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
+           "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
+TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
+    "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
+SEVERAL = ("kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+           "qwen3_coder", "glm")
 
 
 @pytest.mark.parametrize("fmt", sorted(WRITTEN))
@@ -57,7 +112,7 @@ def test_written_calls_parse_into_openai_tool_calls(fmt):
     assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
     assert calls[0]["function"]["name"] == "get_weather"
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
-    assert content == ("Let me check." if fmt == "hermes" else "")
+    assert content == PROSE.get(fmt, "")
 
 
 @pytest.mark.parametrize("fmt", sorted(WRITTEN))
@@ -73,9 +128,7 @@ def test_text_that_is_no_call_stays_content(fmt):
 def test_required_call_grammar_admits_exactly_a_call(fmt):
     f = ToolFormat(fmt, fmt != "generic")
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS)))
-    call = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-            "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-            "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'}.get(fmt, WRITTEN[fmt])
+    call = FORCED.get(fmt, WRITTEN[fmt])
     assert accepts(call)
     assert not accepts("It is sunny.")
     assert not accepts(call.replace("get_weather", "get_wether"))  # only the tools given
@@ -86,20 +139,62 @@ def test_required_call_grammar_admits_exactly_a_call(fmt):
 @pytest.mark.parametrize("fmt", sorted(WRITTEN))
 def test_parallel_call_grammar_admits_several_calls_where_the_format_writes_them(fmt):
     f = ToolFormat(fmt, fmt != "generic")
-    one = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-           "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}'}.get(fmt, WRITTEN[fmt])
-    two = {"hermes": one + "\n" + one.replace("Paris", "Rome"),
-           "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
-                      '{"name": "get_time", "arguments": {"zone": "CET"}}]'}.get(fmt, one + one.replace("Paris", "Rome"))
+    one = FORCED.get(fmt, WRITTEN[fmt])
+    sep = "\n" if fmt in ("hermes", "qwen3_coder", "seed_oss", "glm") else ""
+    two = TWO.get(fmt, one + sep + one.replace("Paris", "Rome"))
     single = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS)))
     several = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS, parallel=True)))
     assert not single(two)
-    assert several(two) == (fmt in ("hermes", "mistral", "mistral_args", "function_tag"))
+    assert several(two) == (fmt in SEVERAL)
     if fmt != "mistral":
         assert several(one)
     assert not several("It is sunny.")
     if fmt != "generic":  # and the calls parse back
         assert len(parse(f, two)[1]) == 2
+
+
+ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object", "properties": {
+    "hour": {"type": "integer"}, "label": {"type": "string"}, "days": {"type": "array", "items": {"type": "string"}}},
+    "required": ["hour"]}}}]
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm"])
+def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
+    f = ToolFormat(fmt, True)
+    written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
+                              '42\n</parameter>\n<parameter=days>\n["mon", "tue"]\n</parameter>\n</function>\n</tool_call>',
+               "seed_oss": '<seed:tool_call>\n<function=set_alarm>\n<parameter=hour>7</parameter>\n<parameter=label>42'
+                           '</parameter>\n<parameter=days>["mon", "tue"]</parameter>\n</function>\n</seed:tool_call>',
+               "glm": '<tool_call>set_alarm\n<arg_key>hour</arg_key>\n<arg_value>7</arg_value>\n<arg_key>label</arg_key>\n'
+                      '<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n<arg_value>["mon", "tue"]</arg_value>\n'
+                      '</tool_call>'}[fmt]
+    calls = parse(f, written, ALARM)[1]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
+    assert accepts(written)
+    assert not accepts(written.replace("7", '"seven"', 1))  # an integer, as JSON
+    assert accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"hour": 7}}]))
+    assert not accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x"}}]))  # hour is required
+
+
+def test_command_r7b_answer_is_the_text_of_its_response():
+    f = ToolFormat("command_r7b", True)
+    assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
+
+
+@pytest.mark.parametrize("name", ["ibm-granite-granite-3.3-2B-Instruct", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                                  "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS"])
+def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    t = ChatTemplate(template(name), bos_token="<s>", eos_token="</s>")
+    turn = prepare_turn(t, [{"role": "user", "content": "Weather in Paris?"}], TOOLS, "required")
+    assert turn.fmt.name != "generic" and '{"tool_call"' not in turn.prompt and '"response"' not in turn.prompt
+    # how to call, in the format's own form, only where the template lists no tools (and so teaches no calls)
+    assert ("To call a tool" in turn.prompt) == (not t.tool_caps.supports_tools)
+    assert "get_weather" in turn.prompt  # the tools are listed
 
 
 def test_reasoning_is_split_off():

@@ -186,7 +186,8 @@ def test_capabilities_are_probed_once(monkeypatch):
     assert t.tool_caps is first and len(renders) == probes + 1  # the prompt itself only
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "mistral_args", "functionary", "function_tag", "generic"])
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "mistral_args", "functionary", "function_tag", "generic",
+                                 "granite", "deepseek_r1", "deepseek_v3", "command_r7b", "qwen3_coder", "glm", "kimi_k2", "seed_oss"])
 def test_written_calls_parse_back(fmt):
     f = ToolFormat(fmt, fmt != "generic")
     calls = [{"name": "get_weather", "arguments": {"city": c}} for c in CITIES]

@@ -2,7 +2,8 @@
 and grammars that make a model write one when it must (tool_choice "required" or a named
 function).
 
-A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them:
+A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
+(the XML formats, qwen3_coder, seed_oss and glm, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -10,6 +11,19 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     mistral_args [TOOL_CALLS]name[ARGS]{...}                                  (Mistral Small 3.2, Devstral, Ministral 3)
     functionary  >>>name\\n{...}                                               (Functionary v3.2)
     function_tag <function=name>{...}</function>                              (Functionary v3.1)
+    granite      <|tool_call|>[{"name": ..., "arguments": {...}}]             (Granite 3.3)
+    deepseek_r1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\\n```json\\n{...}\\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+                 (DeepSeek R1 and its distills)
+    deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>   (DeepSeek V3.1)
+    command_r7b  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>
+                 (Command R7B and Cohere's MoE template; the answer between <|START_RESPONSE|> and <|END_RESPONSE|>)
+    qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
+                 (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
+    seed_oss     <seed:tool_call>\\n<function=name>\\n<parameter=key>value</parameter>\\n</function>\\n</seed:tool_call>   (Seed-OSS)
+    glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
+                 (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
+    kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+                 (Kimi K2; the number counts the calls)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
                  (any other template: the system message says how to call a tool)
 
@@ -32,6 +46,20 @@ from .errors import TemplateError
 from .tool_caps import ToolCaps
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<|tool_calls_section_end|>")
+CR_ACTION = ("<|START_ACTION|>", "<|END_ACTION|>")
+CR_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+# the XML formats: (call opening before the name, after it, argument before its key, between key
+# and value, after the value, call end)
+XML = {
+    "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n</tool_call>"),
+    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
+                 "</function>\n</seed:tool_call>"),
+    "glm": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "</tool_call>"),
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +71,20 @@ class ToolFormat:
 
 def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
+    if DS_CALLS_BEGIN in src:
+        return ToolFormat("deepseek_r1" if "```json" in src else "deepseek_v3", True)
+    if KIMI[0] in src:
+        return ToolFormat("kimi_k2", True)
+    if "<|START_ACTION|>" in src:
+        return ToolFormat("command_r7b", True)
+    if "<|tool_call|>" in src:
+        return ToolFormat("granite", True)
+    if "<seed:tool_call>" in src:
+        return ToolFormat("seed_oss", True)
+    if "<tool_call>" in src and "<arg_key>" in src:
+        return ToolFormat("glm", True)
+    if "<tool_call>" in src and "<function=" in src and "<parameter=" in src:
+        return ToolFormat("qwen3_coder", True)
     if "<tool_call>" in src:
         return ToolFormat("hermes", True)
     if "[TOOL_CALLS]" in src:
@@ -155,6 +197,24 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
         return "".join(f">>>{c['name']}\n{dump(c['arguments'])}" for c in calls)
     if name == "function_tag":
         return "".join(f"<function={c['name']}>{dump(c['arguments'])}</function>" for c in calls)
+    if name == "granite":
+        return "<|tool_call|>" + dump(calls)
+    if name in ("deepseek_r1", "deepseek_v3"):
+        one = (lambda c: f"function{DS_SEP}{c['name']}\n```json\n{dump(c['arguments'])}\n```") if name == "deepseek_r1" \
+            else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
+        between = "\n" if name == "deepseek_r1" else ""
+        return DS_CALLS_BEGIN + between.join(DS_CALL_BEGIN + one(c) + DS_CALL_END for c in calls) + DS_CALLS_END
+    if name == "kimi_k2":
+        return KIMI[0] + "".join(f"{KIMI[1]}functions.{c['name']}:{i}{KIMI[2]}{dump(c['arguments'])}{KIMI[3]}"
+                                 for i, c in enumerate(calls)) + KIMI[4]
+    if name == "command_r7b":
+        return CR_ACTION[0] + dump([{"tool_call_id": str(i), "tool_name": c["name"], "parameters": c["arguments"]}
+                                    for i, c in enumerate(calls)]) + CR_ACTION[1]
+    if name in XML:
+        o, n, k, kv, v, e = XML[name]
+        text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
+        return "\n".join(o + c["name"] + n + "".join(k + key + kv + text(val) + v for key, val in c["arguments"].items()) + e
+                         for c in calls)
     return dump({"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls})
 
 
@@ -307,7 +367,38 @@ def _lit(text: str) -> str:
 
 # formats that write several calls one after another, and the text between two of them (Mistral
 # Nemo writes them as one JSON array)
-PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": ""}
+PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": "", "qwen3_coder": "\n", "seed_oss": "\n", "glm": "\n"}
+
+# an XML argument's key, and a text value with the text that ends it (one terminal: no "</" in
+# the text, so it ends exactly there, whitespace and all)
+def _xml_terminals(name: str) -> str:
+    end = re.escape(XML[name][4]).replace("\n", "n").replace("/", "\\/")  # (re.escape: backslash, newline)
+    return f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /([^<]|<[^\\/])*{end}/"
+
+
+def _xml_value(name: str, schema) -> str:
+    """An XML argument's value and the text after it: text for a string (one of its enum), else JSON."""
+    if isinstance(schema, dict) and schema.get("type") == "string":
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+            return "(" + " | ".join(_lit(e + XML[name][4]) for e in enum) + ")"
+        return "XML_TEXT_END"
+    return f"{_json(schema if isinstance(schema, dict) else {})} {_lit(XML[name][4])}"
+
+
+def _xml_call(name: str, tool: dict) -> str:
+    """One call of `tool` in XML format `name`: its listed arguments in their order (those not
+    required may be left out), any others only where its schema allows them."""
+    o, n, k, kv, _, e = XML[name]
+    params = _parameters(tool)
+    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    required = set(params.get("required") or [])
+    parts = [_lit(o + tool["function"]["name"] + n)]
+    for key, schema in props.items():
+        parts.append(f"({_lit(k + key + kv)} {_xml_value(name, schema)})" + ("" if key in required else "?"))
+    if params.get("additionalProperties") is not False:
+        parts.append(f"({_lit(k)} XML_KEY {_lit(kv)} XML_TEXT_END)*")
+    return " ".join(parts + [_lit(e)])
 
 
 def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> str:
@@ -325,13 +416,36 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
         return " | ".join(f"({a})" for a in alts)
 
     rules = ""
-    if name == "hermes":
+    if name in ("mistral", "granite", "command_r7b"):  # the calls are one JSON array
+        limit = {} if parallel else {"maxItems": 1}
+        if name == "command_r7b":
+            items = {"anyOf": [{"type": "object", "properties": {
+                "tool_call_id": {"type": "string"}, "tool_name": {"const": t["function"]["name"]},
+                "parameters": _parameters(t)}, "required": ["tool_call_id", "tool_name", "parameters"],
+                "additionalProperties": False} for t in tools]}
+        else:
+            items = one_of()
+        array = _json({"type": "array", "items": items, "minItems": 1, **limit})
+        marks = {"mistral": ("[TOOL_CALLS]", ""), "granite": ("<|tool_call|>", ""), "command_r7b": CR_ACTION}[name]
+        return f"start: {_lit(marks[0])} {array}" + (f" {_lit(marks[1])}" if marks[1] else "")
+    if name in ("deepseek_r1", "deepseek_v3"):  # the calls between DS_CALLS_BEGIN and DS_CALLS_END
+        if name == "deepseek_r1":
+            call = per_tool(DS_CALL_BEGIN + "function" + DS_SEP, "\n```json\n", "\n```" + DS_CALL_END)
+        else:
+            call = per_tool(DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
+        more = (f" ({_lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
+        return f"start: {_lit(DS_CALLS_BEGIN)} one{more} {_lit(DS_CALLS_END)}\none: {call}"
+    if name == "kimi_k2":  # the calls between KIMI[0] and KIMI[4], each numbered
+        call = " | ".join(f"({_lit(KIMI[1] + 'functions.' + t['function']['name'] + ':')} KIMI_INDEX {_lit(KIMI[2])} "
+                          f"{_json(_parameters(t))} {_lit(KIMI[3])})" for t in tools)
+        return (f"start: {_lit(KIMI[0])} one{' one*' if parallel else ''} {_lit(KIMI[4])}\none: {call}"
+                "\nKIMI_INDEX: /[0-9]+/")
+    if name in XML:
+        call, rules = " | ".join(f"({_xml_call(name, t)})" for t in tools), _xml_terminals(name)
+    elif name == "hermes":
         call, rules = f"{_lit('<tool_call>' + chr(10))} call {_lit(chr(10) + '</tool_call>')}", f"\ncall: {_json(one_of())}"
     elif name == "llama3":
         call = _json(one_of("parameters"))
-    elif name == "mistral":  # the calls are one JSON array
-        limit = {} if parallel else {"maxItems": 1}
-        return f"start: {_lit('[TOOL_CALLS]')} {_json({'type': 'array', 'items': one_of(), 'minItems': 1, **limit})}"
     elif name == "mistral_args":
         call = per_tool("[TOOL_CALLS]", "[ARGS]")
     elif name == "functionary":
@@ -390,12 +504,83 @@ def split_reasoning(text: str, started: bool = False) -> tuple[str | None, str]:
     return body[:end].strip(), body[end + len(THINK_CLOSE):].lstrip()
 
 
-def parse(fmt: ToolFormat, text: str) -> tuple[str, list[dict]]:
+def _xml_args(name: str, body: str, tool: dict | None) -> dict:
+    """An XML call's arguments: a value stays text where the tool's schema says string (or it is
+    not JSON), else its JSON."""
+    pattern = (r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>" if name != "glm"
+               else r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>")
+    props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
+    args = {}
+    for m in re.finditer(pattern, body, re.S):
+        key, raw = m.group(1).strip(), m.group(2)
+        schema = props.get(key) if isinstance(props, dict) else None
+        if isinstance(schema, dict) and schema.get("type") == "string":
+            args[key] = raw
+            continue
+        try:
+            args[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            args[key] = raw
+    return args
+
+
+def _content(text: str, calls_at: list[tuple[int, int]]) -> str:
+    """text without the spans of its calls, stripped of the whitespace around them."""
+    pieces, last = [], 0
+    for a, b in calls_at:
+        pieces.append(text[last:a].strip())
+        last = b
+    pieces.append(text[last:].strip())
+    return "\n".join(p for p in pieces if p)
+
+
+def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[str, list[dict]]:
     """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
-    stays content."""
+    stays content. tools: the request's, which say which XML argument values are text."""
     name = fmt.name
     try:
-        if name == "hermes":
+        if name in XML:
+            by_name = {t["function"]["name"]: t for t in tools or []}
+            tag = "seed:tool_call" if name == "seed_oss" else "tool_call"
+            pattern = (rf"<{tag}>\s*<function=([^>\n]+)>(.*?)</function>\s*</{tag}>" if name != "glm"
+                       else r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>")
+            found = list(re.finditer(pattern, text, re.S))
+            if found:
+                calls = [_call(m.group(1).strip(), _xml_args(name, m.group(2), by_name.get(m.group(1).strip())))
+                         for m in found]
+                return _content(text, [m.span() for m in found]), calls
+        elif name in ("deepseek_r1", "deepseek_v3"):
+            i = text.find(DS_CALLS_BEGIN)
+            if i >= 0 and text.find(DS_CALLS_END, i) >= 0:
+                b, e = re.escape(DS_CALL_BEGIN), re.escape(DS_CALL_END)
+                pattern = (b + r"(?:function)?" + re.escape(DS_SEP) + r"([^\n]+)\n```(?:json)?\n(.*?)\n```\s*" + e
+                           if name == "deepseek_r1" else b + r"(.*?)" + re.escape(DS_SEP) + r"(.*?)" + e)
+                calls = [_call(m.group(1).strip(), json.loads(m.group(2)))
+                         for m in re.finditer(pattern, text[i:], re.S)]
+                if calls:
+                    return text[:i].strip(), calls
+        elif name == "kimi_k2":
+            i = text.find(KIMI[0])
+            if i >= 0 and text.find(KIMI[4], i) >= 0:
+                b, a, e = (re.escape(m) for m in KIMI[1:4])
+                calls = [_call(m.group(1).strip(), json.loads(m.group(2)))
+                         for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
+                if calls:
+                    return text[:i].strip(), calls
+        elif name == "granite":
+            i = text.find("<|tool_call|>")
+            if i >= 0:
+                items = json.loads(text[i + len("<|tool_call|>"):].strip())
+                return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+        elif name == "command_r7b":
+            answer = text.replace(CR_RESPONSE[0], "").replace(CR_RESPONSE[1], "")
+            i = answer.find(CR_ACTION[0])
+            j = answer.find(CR_ACTION[1], i)
+            if i >= 0 and j >= 0:
+                items = json.loads(answer[i + len(CR_ACTION[0]):j])
+                return answer[:i].strip(), [_call(v["tool_name"], v.get("parameters", {})) for v in items]
+            return answer.strip(), []
+        elif name == "hermes":
             calls = []
             for m in re.finditer(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.S):
                 obj = json.loads(m.group(1))
@@ -469,11 +654,12 @@ class ChatTurn:
     grammar: str | None  # Lark for a required call, else None
     thinking: bool  # the prompt opened a <think> block the reply continues
     tools: bool
+    usable: tuple = ()  # the tools a call may use (their schemas type XML arguments)
 
     def message(self, text: str, stop_reason: str) -> tuple[dict, str]:
         """(OpenAI-style assistant message, finish_reason) for the reply `text`."""
         reasoning, rest = split_reasoning(text, self.thinking)
-        content, calls = parse(self.fmt, rest) if self.tools else (rest.strip(), [])
+        content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (rest.strip(), [])
         msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
         if calls:
             msg["tool_calls"] = calls
@@ -505,7 +691,7 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, p
     # a template that does not list tools gets none (some fail on them: llama-cpp-deepseek-r1)
     prompt = template.render(msgs, add_generation_prompt=True, tools=(usable or None) if caps.supports_tools else None)
     grammar = call_grammar(fmt, usable, parallel and tool_choice == "required") if required else None
-    return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable))
+    return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable), tuple(usable))
 
 
 def _opens_think(prompt: str) -> bool:

@@ -17,6 +17,9 @@ decided) is held back until it is decided; text that turns out not to be a call 
 Arguments are the model's own JSON text (as OpenAI returns them), not re-serialised; a call cut
 short (max_tokens) keeps the arguments written so far, and finish_reason says "length".
 
+A format FORMATS does not list (tool_calls.py's DeepSeek, Command R7B and XML ones) is read once
+the reply is complete, by tool_calls.parse: its content and calls come in the last deltas.
+
 Without tools (fmt None) the content is the model's text as written, less a leading think
 block; with tools, content is stripped of the whitespace around it and around calls, as
 tool_calls.parse strips it.
@@ -28,7 +31,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat
+from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat, parse
 
 # How each format writes a call, as tool_calls.parse reads it:
 #   open        the text that starts a call (None: calls are JSON at the very start of the reply)
@@ -42,6 +45,7 @@ from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat
 FORMATS = {
     "hermes": dict(open="<tool_call>", name_end=None, args=("arguments",), close="</tool_call>", shape="object"),
     "mistral": dict(open="[TOOL_CALLS]", name_end=None, args=("arguments",), close=None, shape="array"),
+    "granite": dict(open="<|tool_call|>", name_end=None, args=("arguments",), close=None, shape="array"),
     "mistral_args": dict(open="[TOOL_CALLS]", name_end="[ARGS]", args=(), close=None, shape="value"),
     "functionary": dict(open=">>>", name_end="\n", args=(), close=None, shape="value"),
     "function_tag": dict(open="<function=", name_end=">", args=(), close="</function>", shape="value"),
@@ -225,12 +229,14 @@ class Reply:
     when the request has no tools; thinking: the prompt opened a <think> block; json_answer: the
     answer is constrained JSON (the generic format's {"response": ...} is then an answer like any
     other); parallel: more than one call allowed (OpenAI's parallel_tool_calls; later calls are
-    dropped)."""
+    dropped); tools: the request's (they type the XML formats' arguments)."""
 
     def __init__(self, fmt: ToolFormat | None, *, thinking: bool = False, json_answer: bool = False,
-                 parallel: bool = True):
+                 parallel: bool = True, tools=()):
         self.fmt = fmt.name if fmt is not None else None
         self.spec = None if fmt is None else FORMATS.get(fmt.name, FORMATS["generic"])
+        self.whole = fmt if fmt is not None and fmt.name not in FORMATS and fmt.name != "generic" else None
+        self.tools = list(tools)
         self.json_answer = json_answer
         self.parallel = parallel
         # before the body: a think block, or the text that may still open one
@@ -384,6 +390,16 @@ class Reply:
         if self.spec is None:  # no tools: all content
             self._content_text(self.text[self.pos:])
             self.pos = len(self.text)
+            return
+        if self.whole is not None:  # read when complete
+            if final:
+                content, calls = parse(self.whole, self.text[self.pos:], self.tools)
+                self._content_text(content)
+                for c in calls:
+                    call = _Call(name=c["function"]["name"])
+                    self._show(call)
+                    self._arguments(call, c["function"]["arguments"])
+                self.pos = len(self.text)
             return
         while self._step(final):
             pass

@@ -39,7 +39,7 @@ class ChatPlan:
     def reply(self) -> Reply:
         """A reader for one choice's reply."""
         return Reply(self.turn.fmt if self.turn.tools else None, thinking=self.turn.thinking,
-                     json_answer=self.json_answer, parallel=self.parallel)
+                     json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
 
 
 def _schema(out: Output):
