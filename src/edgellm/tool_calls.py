@@ -534,6 +534,16 @@ def _content(text: str, calls_at: list[tuple[int, int]]) -> str:
     return "\n".join(p for p in pieces if p)
 
 
+def _marked_array(text: str, marker: str) -> tuple[str, list[dict]] | None:
+    """(content before marker, calls) where marker is followed by a JSON array of {"name": ...,
+    "arguments": ...} (Mistral's [TOOL_CALLS], Granite's <|tool_call|>); None without the marker."""
+    i = text.find(marker)
+    if i < 0:
+        return None
+    items = json.loads(text[i + len(marker):].strip())
+    return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+
+
 def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[str, list[dict]]:
     """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
     stays content. tools: the request's, which say which XML argument values are text."""
@@ -568,10 +578,9 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                 if calls:
                     return text[:i].strip(), calls
         elif name == "granite":
-            i = text.find("<|tool_call|>")
-            if i >= 0:
-                items = json.loads(text[i + len("<|tool_call|>"):].strip())
-                return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+            found = _marked_array(text, "<|tool_call|>")
+            if found is not None:
+                return found
         elif name == "command_r7b":
             answer = text.replace(CR_RESPONSE[0], "").replace(CR_RESPONSE[1], "")
             i = answer.find(CR_ACTION[0])
@@ -596,10 +605,9 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                 if values and all(isinstance(v, dict) and "name" in v for v in values):
                     return "", [_call(v["name"], v.get("parameters", v.get("arguments", {}))) for v in values]
         elif name == "mistral":
-            i = text.find("[TOOL_CALLS]")
-            if i >= 0:
-                items = json.loads(text[i + len("[TOOL_CALLS]"):].strip())
-                return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+            found = _marked_array(text, "[TOOL_CALLS]")
+            if found is not None:
+                return found
         elif name == "mistral_args":
             i = text.find("[TOOL_CALLS]")
             if i >= 0:
