@@ -17,7 +17,6 @@ are always broken by position, never by sort internals, so a seed fixes the outc
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
