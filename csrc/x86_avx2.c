@@ -290,13 +290,11 @@ static inline __attribute__((always_inline)) void float_tile(const int type, int
         }
 }
 
+#define FLOAT_TILE(T, RR, CC) float_tile(T, n, w, ldw, RR, a, lda, CC, out, ldo)
 #define FLOAT_KERNELS(tname, TYPE)                                                                 \
     static void tname##_tile_avx2(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        if (R == 2 && C == 2) float_tile(TYPE, n, w, ldw, 2, a, lda, 2, out, ldo);                 \
-        else if (R == 2 && C == 1) float_tile(TYPE, n, w, ldw, 2, a, lda, 1, out, ldo);            \
-        else if (R == 1 && C == 2) float_tile(TYPE, n, w, ldw, 1, a, lda, 2, out, ldo);            \
-        else float_tile(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                                  \
+        TILE_SHAPES(FLOAT_TILE, TYPE, 2, 2, 2, R, C);                                              \
     }                                                                                              \
     static void tname##_gemm_avx2(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
@@ -310,6 +308,7 @@ FLOAT_KERNELS(f32, EL_F32)
 FLOAT_KERNELS(f16, EL_F16)
 FLOAT_KERNELS(bf16, EL_BF16)
 #undef FLOAT_KERNELS
+#undef FLOAT_TILE
 
 /* ------------------------------------------------------------------------------------------ */
 /* activation quantizers: the same bytes as the generic quantize_row_q8_0 / q8_1 (x * 127/max,

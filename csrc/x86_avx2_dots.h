@@ -257,13 +257,11 @@ static inline __attribute__((always_inline)) void KFN(legacy_gemm)(
     }
 }
 
+#define LG_TILE(T, RR, CC) KFN(legacy_tile)(T, n, w, ldw, RR, a, lda, CC, out, ldo)
 #define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1, GR, GC)                                           \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        if (R == RT && C == CT) KFN(legacy_tile)(TYPE, n, w, ldw, RT, a, lda, CT, out, ldo);       \
-        else if (R == 1 && C == CT) KFN(legacy_tile)(TYPE, n, w, ldw, 1, a, lda, CT, out, ldo);    \
-        else if (R == RT1 && C == 1) KFN(legacy_tile)(TYPE, n, w, ldw, RT1, a, lda, 1, out, ldo);  \
-        else KFN(legacy_tile)(TYPE, n, w, ldw, 1, a, lda, 1, out, ldo);                            \
+        TILE_SHAPES(LG_TILE, TYPE, RT, CT, RT1, R, C);                                             \
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
@@ -280,6 +278,7 @@ LEGACY_KERNELS(q5_0, EL_Q5_0, 2, 4, 4, 4, 2)
 LEGACY_KERNELS(q5_1, EL_Q5_1, 2, 4, 4, 4, 2)
 LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4, 4, 2)
 #undef LEGACY_KERNELS
+#undef LG_TILE
 
 /* ------------------------------------------------------------------------------------------
  * K-quants (256-value super-blocks) against Q8_K. Per super-block and (row, column) the
@@ -626,13 +625,11 @@ static inline __attribute__((always_inline)) void KFN(kquant_gemm)(const int typ
     }
 }
 
+#define KQ_TILE(X, RR, CC) KFN(kquant_tile)(EL_UNPAREN X, n, w, ldw, RR, a, lda, CC, out, ldo)
 #define KQUANT_KERNELS(tname, TYPE, SMALL, RT, CT, RT1)                                            \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        if (R == RT && C == CT) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, RT, a, lda, CT, out, ldo); \
-        else if (R == 1 && C == CT) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, 1, a, lda, CT, out, ldo); \
-        else if (R == RT1 && C == 1) KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, RT1, a, lda, 1, out, ldo); \
-        else KFN(kquant_tile)(TYPE, SMALL, n, w, ldw, 1, a, lda, 1, out, ldo);                     \
+        TILE_SHAPES(KQ_TILE, (TYPE, SMALL), RT, CT, RT1, R, C);                                    \
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
@@ -652,6 +649,7 @@ KQUANT_KERNELS(q5_K, EL_Q5_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q6_K, EL_Q6_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q6_K_small, EL_Q6_K, 1, 2, 2, 2)
 #undef KQUANT_KERNELS
+#undef KQ_TILE
 
 static void KFN(register)(el_type_traits *t) {
 #define SET(id, name) t[id].vec_dot = KFN(name##_vec_dot), t[id].gemm = KFN(name##_gemm)

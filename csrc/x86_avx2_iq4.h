@@ -139,13 +139,11 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(int n, cons
         for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = hsum256(acc[r][c]);
 }
 
+#define IQ4_TILE(T, RR, CC) KFN(T)(n, w, ldw, RR, a, lda, CC, out, ldo)
 #define IQ4_KERNELS(tname, TILE, RT, CT, RT1)                                                      \
     static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        if (R == RT && C == CT) KFN(TILE)(n, w, ldw, RT, a, lda, CT, out, ldo);                    \
-        else if (R == 1 && C == CT) KFN(TILE)(n, w, ldw, 1, a, lda, CT, out, ldo);                 \
-        else if (R == RT1 && C == 1) KFN(TILE)(n, w, ldw, RT1, a, lda, 1, out, ldo);               \
-        else KFN(TILE)(n, w, ldw, 1, a, lda, 1, out, ldo);                                         \
+        TILE_SHAPES(IQ4_TILE, TILE, RT, CT, RT1, R, C);                                            \
     }                                                                                              \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
@@ -158,6 +156,7 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(int n, cons
 IQ4_KERNELS(iq4_nl, iq4_nl_kernel, 4, 4, 8)
 IQ4_KERNELS(iq4_xs, iq4_xs_kernel, 2, 2, 2)
 #undef IQ4_KERNELS
+#undef IQ4_TILE
 
 static void KFN(register_iq4)(el_type_traits *t) {
     t[EL_IQ4_NL].vec_dot = KFN(iq4_nl_vec_dot), t[EL_IQ4_NL].gemm = KFN(iq4_nl_gemm);

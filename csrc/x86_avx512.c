@@ -184,9 +184,10 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
         }
 }
 
-/* Legacy gemm: columns in groups of CT, each group prepared once into `buf` (when given: it
- * holds CT * nb columns) and shared by all its row tiles; leftover columns one by one,
- * unprepared. Prepared or not, the same values enter the same operations. */
+/* Legacy gemm: columns in groups of CT (the last group holds what is left), each group of two or
+ * more prepared once into `buf` (when given: it holds CT * nb columns) and shared by all its row
+ * tiles; a single column goes unprepared, RT1 rows at a time. Prepared or not, the same values
+ * enter the same operations. */
 typedef void (*ltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
                          const lcol *cols, int C, float *out, size_t ldo);
 
@@ -197,36 +198,31 @@ static inline __attribute__((always_inline)) void legacy_gemm(const int type, lt
     const uint8_t *W = w, *A = a;
     const int nb = n / 32;
     const size_t ab = type == EL_Q4_1 || type == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    int c = 0;
-    for (; c + CT <= nc; c += CT) {
-        if (buf)
-            for (int j = 0; j < CT; j++)
+    for (int c = 0; c < nc; c += CT) {
+        const int C = EL_MIN(CT, nc - c), R = C == 1 ? RT1 : RT;
+        const lcol *cols = C > 1 ? buf : NULL;
+        if (cols)
+            for (int j = 0; j < C; j++)
                 for (int b = 0; b < nb; b++) legacy_col(type, A + (size_t)(c + j) * lda + (size_t)b * ab, &buf[j * nb + b]);
         int r = 0;
-        for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, buf, CT, out + c * ldo + r, ldo);
-    }
-    for (; c < nc; c++) {
-        int r = 0;
-        for (; r + RT1 <= nr; r += RT1) tile(n, W + r * ldw, ldw, RT1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, NULL, 1, out + c * ldo + r, ldo);
+        for (; r + R <= nr; r += R) tile(n, W + r * ldw, ldw, R, A + c * lda, lda, cols, C, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, cols, C, out + c * ldo + r, ldo);
     }
 }
 
 #define LEGACY_PREP_BYTES 65536  /* stack for prepared columns; beyond it columns go unprepared */
 
+/* single columns come unprepared (cols NULL) */
+#define LG_TILE(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, (CC) > 1 ? cols : NULL, CC, out, ldo)
 #define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
                                     size_t lda, const lcol *cols, int C, float *out, size_t ldo) { \
-        if (R == RT && C == CT) legacy_tile(TYPE, n, w, ldw, RT, a, lda, cols, CT, out, ldo);      \
-        else if (R == 1 && C == CT) legacy_tile(TYPE, n, w, ldw, 1, a, lda, cols, CT, out, ldo);   \
-        else if (R == RT1 && C == 1) legacy_tile(TYPE, n, w, ldw, RT1, a, lda, NULL, 1, out, ldo); \
-        else legacy_tile(TYPE, n, w, ldw, 1, a, lda, NULL, 1, out, ldo);                           \
+        TILE_SHAPES(LG_TILE, TYPE, RT, CT, RT1, R, C);                                             \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
         const size_t need = (size_t)CT * (n / 32);                                                 \
-        const int prep = nc >= CT && need * sizeof(lcol) <= LEGACY_PREP_BYTES;                     \
+        const int prep = nc >= 2 && need * sizeof(lcol) <= LEGACY_PREP_BYTES;                      \
         lcol buf[prep ? need : 1];                                                                 \
         legacy_gemm(TYPE, tname##_tile_avx512, RT, CT, RT1, prep ? buf : NULL, n, w, ldw, nr, a, lda, nc, out, ldo); \
     }                                                                                              \
@@ -240,6 +236,7 @@ LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 4, 4)
 LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 4, 4)
 LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4, 4)
 #undef LEGACY_KERNELS
+#undef LG_TILE
 
 /* ------------------------------------------------------------------------------------------
  * K-quants, a quarter super-block (64 values) per step. Per (row, column) and super-block the
@@ -514,13 +511,11 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
 /* ------------------------------------------------------------------------------------------ */
 /* tiling: gemm_tiles in x86_common.h */
 
+#define KQ_TILE(X, RR, CC) kquant_tile(EL_UNPAREN X, n, w, ldw, RR, a, lda, CC, out, ldo)
 #define KERNELS(tname, TYPE, SMALL, RT, CT, RT1)                                                   \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
                                     size_t lda, int C, float *out, size_t ldo) {                   \
-        if (R == RT && C == CT) kquant_tile(TYPE, SMALL, n, w, ldw, RT, a, lda, CT, out, ldo);     \
-        else if (R == 1 && C == CT) kquant_tile(TYPE, SMALL, n, w, ldw, 1, a, lda, CT, out, ldo);  \
-        else if (R == RT1 && C == 1) kquant_tile(TYPE, SMALL, n, w, ldw, RT1, a, lda, 1, out, ldo); \
-        else kquant_tile(TYPE, SMALL, n, w, ldw, 1, a, lda, 1, out, ldo);                          \
+        TILE_SHAPES(KQ_TILE, (TYPE, SMALL), RT, CT, RT1, R, C);                                    \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
@@ -538,6 +533,7 @@ KERNELS(q5_K, EL_Q5_K, 0, 2, 4, 2)
 KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
+#undef KQ_TILE
 
 #include "x86_avx512_iq4.h"
 

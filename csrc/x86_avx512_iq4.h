@@ -144,13 +144,11 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(int n, const uin
         for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = hsum8_avx(acc[r][c]);
 }
 
+#define IQ4_TILE(K, RR, CC) K(n, w, ldw, RR, a, lda, CC, out, ldo)
 #define IQ4_KERNELS(tname, KERNEL, RT, CT, RT1)                                                    \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
                                     size_t lda, int C, float *out, size_t ldo) {                   \
-        if (R == RT && C == CT) KERNEL(n, w, ldw, RT, a, lda, CT, out, ldo);                       \
-        else if (R == 1 && C == CT) KERNEL(n, w, ldw, 1, a, lda, CT, out, ldo);                    \
-        else if (R == RT1 && C == 1) KERNEL(n, w, ldw, RT1, a, lda, 1, out, ldo);                  \
-        else KERNEL(n, w, ldw, 1, a, lda, 1, out, ldo);                                            \
+        TILE_SHAPES(IQ4_TILE, KERNEL, RT, CT, RT1, R, C);                                          \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
@@ -163,3 +161,4 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(int n, const uin
 IQ4_KERNELS(iq4_nl, iq4_nl_kernel, 8, 4, 8)
 IQ4_KERNELS(iq4_xs, iq4_xs_kernel, 2, 4, 2)
 #undef IQ4_KERNELS
+#undef IQ4_TILE

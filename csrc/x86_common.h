@@ -70,28 +70,41 @@ static inline void pf_step(pf_cursor *p, int R, size_t ldw, size_t bytes) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* tiling: gemm splits its rows x columns into tiles of RT x CT (then 1 x CT for leftover rows,
- * RT1 x 1 and 1 x 1 for leftover columns); the tile kernels do the same work per (row, column)
- * whatever the tile size */
+/* tiling: gemm splits its rows x columns into tiles of RT x CT (then 1 x CT for leftover rows);
+ * the leftover columns (fewer than CT) form one more group, RT x C and 1 x C, or RT1 x 1 and 1 x 1
+ * when a single column is left, so a batch of 2 or 3 rows reads and unpacks each weight block once,
+ * not once per row. The tile kernels do the same work per (row, column) whatever the tile size. */
 
 typedef void (*tile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
                         int C, float *out, size_t ldo);
+
+/* The body of a tile function: a specialised copy of CALL(X, R, C) for each shape gemm_tiles asks
+ * for (R in RT or 1, C in 1..CT; RT1 or 1 rows for a single column). X is passed through (the
+ * kernel's type, or a parenthesised list opened with EL_UNPAREN); CT is at most 4. */
+#define EL_UNPAREN(...) __VA_ARGS__
+#define TILE_SHAPES(CALL, X, RT, CT, RT1, R, C)                               \
+    do {                                                                      \
+        if ((C) == (CT)) {                                                    \
+            if ((R) == (RT)) CALL(X, RT, CT); else CALL(X, 1, CT);            \
+        } else if ((CT) > 3 && (C) == 3) {                                    \
+            if ((R) == (RT)) CALL(X, RT, 3); else CALL(X, 1, 3);              \
+        } else if ((CT) > 2 && (C) == 2) {                                    \
+            if ((R) == (RT)) CALL(X, RT, 2); else CALL(X, 1, 2);              \
+        } else {                                                              \
+            if ((R) == (RT1)) CALL(X, RT1, 1); else CALL(X, 1, 1);            \
+        }                                                                     \
+    } while (0)
 
 static inline __attribute__((always_inline)) void gemm_tiles(tile_fn tile, const int RT, const int CT,
                                                              const int RT1, int n, const void *w, size_t ldw,
                                                              int nr, const void *a, size_t lda, int nc,
                                                              float *out, size_t ldo) {
     const uint8_t *W = w, *A = a;
-    int c = 0;
-    for (; c + CT <= nc; c += CT) {
+    for (int c = 0; c < nc; c += CT) {
+        const int C = EL_MIN(CT, nc - c), R = C == 1 ? RT1 : RT;
         int r = 0;
-        for (; r + RT <= nr; r += RT) tile(n, W + r * ldw, ldw, RT, A + c * lda, lda, CT, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, CT, out + c * ldo + r, ldo);
-    }
-    for (; c < nc; c++) {
-        int r = 0;
-        for (; r + RT1 <= nr; r += RT1) tile(n, W + r * ldw, ldw, RT1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, 1, out + c * ldo + r, ldo);
+        for (; r + R <= nr; r += R) tile(n, W + r * ldw, ldw, R, A + c * lda, lda, C, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, C, out + c * ldo + r, ldo);
     }
 }
 
