@@ -423,17 +423,19 @@ def test_stop_checker_rejects_bad_stops():
     assert StopChecker([]).feed("anything") == ("anything", False)
 
 
-@pytest.mark.parametrize("n_allowed", [7, 300])
-def test_masked_logits_are_filtered_and_drawn_as_the_tokens_left(n_allowed):
+@pytest.mark.parametrize("n_allowed, top_k, top_p",
+                         [(7, 40, 0.9), (300, 40, 0.9), (4997, 40, 0.9), (4997, 0, 0.9), (4990, 4995, 1.0)])
+def test_masked_logits_are_filtered_and_drawn_as_the_tokens_left(n_allowed, top_k, top_p):
     """Logits with -inf for all but some tokens (a grammar's mask) give the candidates and the
     seeded draws those tokens' logits alone give (the sampler drops the -inf ones first: selecting
-    among 262k equal values was 9 ms a token)."""
+    among 262k equal values was 9 ms a token). With a few tokens banned (a logit_bias) and at
+    least top_k left, top-k runs over all the logits instead: the same tokens in the same order."""
     rng = np.random.default_rng(4)
     x = (rng.standard_normal(5000) * 3).astype(np.float32)
     allowed = np.sort(rng.choice(5000, n_allowed, replace=False))
     masked = np.full_like(x, -np.inf)
     masked[allowed] = x[allowed]
-    params = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=3)
+    params = SamplingParams(temperature=0.8, top_k=top_k, top_p=top_p, min_p=0.0, seed=3)
     full, alone = Sampler(params, 5000), Sampler(params, n_allowed)
     c, ref = full.candidates(masked, []), alone.candidates(x[allowed], [])
     np.testing.assert_array_equal(c.ids, allowed[ref.ids])

@@ -347,15 +347,26 @@ class Sampler:
             raise ValueError("every logit is -inf: no token can be chosen")
         return x
 
+    def _top_k_skips_masked(self, x: np.ndarray) -> bool:
+        """Whether top-k over all of ``x`` keeps exactly what it keeps over the tokens not at
+        -inf: when at least k tokens are live, the k best are all live, in the same order. Only
+        taken when few are masked (a logit_bias banning some tokens), where gathering the live
+        ones (two 262k-entry copies on Gemma) costs more than the whole filter chain."""
+        k, n = self.params.top_k, x.shape[0]
+        if k <= 0:
+            return False
+        masked = int(np.count_nonzero(x == -np.inf))
+        return 2 * masked < n and n - masked >= k
+
     def _filtered(self, x: np.ndarray) -> Candidates:
         p = self.params
         if x.max() == np.inf:  # +inf tokens take all the probability, shared equally
             x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
         c = all_candidates(x, self._ids)
-        if x.min() == -np.inf:
-            # masked logits (a grammar's mask, a -inf bias): the filters run on the tokens left.
-            # The draw is the same (a -inf token weighs 0), and np.partition over a vocabulary of
-            # equal -inf values is ~16x slower (9 ms instead of 0.6 on Gemma's 262k).
+        if x.min() == -np.inf and not self._top_k_skips_masked(x):
+            # masked logits (a grammar's mask): the filters run on the tokens left. The draw is
+            # the same (a -inf token weighs 0), and np.partition over a vocabulary of equal -inf
+            # values is ~16x slower (9 ms instead of 0.6 on Gemma's 262k).
             live = np.flatnonzero(x != -np.inf)
             c = Candidates(c.ids[live], x[live])
         c = top_k(c, p.top_k)
