@@ -6,6 +6,7 @@
     python scripts/bench_serve.py smollm2-135m-instruct --soak 10 -c 8 -t 2 --parallel 8
     python scripts/bench_serve.py --url http://127.0.0.1:8080 -c 8      # a server already running
     python scripts/bench_serve.py -c 1,8 --json-schema scripts/bench_serve_schema.json --llama-server ...
+    python scripts/bench_serve.py gemma3-270m --vs-generate 4 -r 3     # one client against `edgellm generate`
 
 Each client holds one keep-alive connection and sends streaming chat completions back to back:
 a shared system prompt, a user message of its own, 128 tokens each (end-of-generation tokens
@@ -19,6 +20,9 @@ errors; and the ratios edgellm / llama-server. --json-schema FILE sends every re
 response_format json_schema (both servers constrain it; replies end where the schema does, so
 their lengths vary and tok/s counts usage.completion_tokens). --soak MINUTES keeps -c clients busy that long and
 prints each minute's throughput (content events streamed within it) and the server's resident memory.
+--vs-generate PROMPTS sends one client's streaming /v1/completions of plain prompts and runs
+`edgellm generate -v` on the same prompts with the same sampling and seeds, taking turns: first-token
+time and decode tok/s side by side (replies end at the end-of-text token on both sides).
 
 The client is a small asyncio HTTP/1.1 reader of server-sent events (no client library), so it
 costs little CPU next to the servers on a 2-core machine. Only loopback addresses are used.
@@ -30,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -144,8 +149,10 @@ class Connection:
         return status, other
 
 
-async def one_request(conn: Connection, body: dict, headers: dict, on_token=None) -> Result:
-    """One streaming request; on_token() is called for every content event as it arrives."""
+async def one_request(conn: Connection, body: dict, headers: dict, on_token=None,
+                      path: str = "/v1/chat/completions") -> Result:
+    """One streaming request (chat, or /v1/completions); on_token() is called for every content
+    event as it arrives."""
     res = Result(ok=False, start=time.perf_counter())
     counted = [0, None]  # content events, usage.completion_tokens
 
@@ -157,7 +164,7 @@ async def one_request(conn: Connection, body: dict, headers: dict, on_token=None
             res.error = str(ev["error"].get("message", ev["error"]))[:200]
             return
         for ch in ev.get("choices") or []:
-            if (ch.get("delta") or {}).get("content"):
+            if (ch.get("delta") or {}).get("content") or ch.get("text"):
                 if counted[0] == 0:
                     res.ttft = time.perf_counter() - res.start
                 counted[0] += 1
@@ -167,7 +174,7 @@ async def one_request(conn: Connection, body: dict, headers: dict, on_token=None
             counted[1] = ev["usage"].get("completion_tokens")
 
     try:
-        status, other = await conn.stream("/v1/chat/completions", body, headers, on_data)
+        status, other = await conn.stream(path, body, headers, on_data)
     except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
         conn.close()
         res.error = f"{type(exc).__name__}: {exc}"
@@ -406,6 +413,62 @@ async def soak(server: Server, clients: int, minutes: float, args, fields) -> li
     return per_minute
 
 
+def completion_prompt(i: int) -> str:
+    """The question first, so that no two prompts share a prefix (the server's prefix cache
+    would take the shared part's prefill out of its first-token time, generate's keeps it)."""
+    return f"Question {i}: how do I deal with {TOPICS[i % len(TOPICS)]}?\n\n{SYSTEM_PROMPT}\n\nAnswer:"
+
+
+_STATS = re.compile(r"\[prompt: (\d+) tok, ([\d.]+) tok/s \| answer: (\d+) tok, ([\d.]+) tok/s")
+
+
+def generate_cli(path: Path, prompt: str, seed: int, args) -> dict:
+    """`edgellm generate -v` on one prompt: its first-token time (prompt tokens / prompt speed,
+    the model load left out) and decode speed, from the speed line it prints."""
+    cmd = [sys.executable, "-m", "edgellm", "generate", str(path), "-p", prompt, "-n", str(args.n_tokens), "-v",
+           "-t", str(args.threads), "-c", str(args.seq_ctx), "--seed", str(seed), "--temp", str(SAMPLING["temperature"]),
+           "--top-k", str(SAMPLING["top_k"]), "--top-p", str(SAMPLING["top_p"]), "--min-p", str(SAMPLING["min_p"])]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
+    m = _STATS.search(r.stderr)
+    if r.returncode != 0 or m is None:
+        sys.exit(f"edgellm generate failed ({r.returncode}): {r.stderr[-400:]}")
+    n_prompt, pps, n_out, dps = int(m[1]), float(m[2]), int(m[3]), float(m[4])
+    return {"ttft": n_prompt / pps, "stream_tps": dps, "tokens": n_out}
+
+
+async def server_completion(server: Server, prompt: str, seed: int, args) -> dict:
+    body = {"model": server.model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": args.n_tokens, "seed": seed, **SAMPLING}
+    conn = Connection(server.host, server.port)
+    try:
+        r = await one_request(conn, body, server.headers, path="/v1/completions")
+    finally:
+        conn.close()
+    if not r.ok:
+        sys.exit(f"{server.name}: /v1/completions failed: {r.error}")
+    return {"ttft": r.ttft, "stream_tps": (r.tokens - 1) / (r.e2e - r.ttft) if r.tokens > 1 else float("nan"),
+            "tokens": r.tokens}
+
+
+def vs_generate(server: Server, path: Path, prompts: int, args) -> str:
+    """One client against `edgellm generate` on the same prompts (plain completions, the same
+    sampling and seed), taking turns prompt by prompt for --rounds rounds: medians and ratios."""
+    got: dict[str, list[dict]] = {"edgellm serve": [], "edgellm generate": []}
+    for r in range(args.rounds):
+        for i in range(prompts):
+            seed = r * prompts + i  # a new prompt each time: nothing for the prefix cache to reuse
+            got["edgellm serve"].append(asyncio.run(server_completion(server, completion_prompt(seed), seed, args)))
+            got["edgellm generate"].append(generate_cli(path, completion_prompt(seed), seed, args))
+        print(f"  one client vs generate: round {r + 1} done", file=sys.stderr, flush=True)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in ("ttft", "stream_tps", "tokens")} for k, v in got.items()}
+    a, b = med["edgellm serve"], med["edgellm generate"]
+    lines = ["| one client | first token s | decode tok/s | tokens |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | {v['ttft']:.3f} | {v['stream_tps']:.1f} | {v['tokens']:.0f} |" for k, v in med.items()]
+    lines.append(f"| serve / generate | {a['ttft'] / b['ttft']:.2f}x | {a['stream_tps'] / b['stream_tps']:.2f}x | |")
+    return "\n".join(lines) + (f"\n\nmedians of {len(got['edgellm serve'])} requests each; the server's first-token "
+                               "time is the client's (HTTP, tokenizing and prefill), generate's its prompt evaluation")
+
+
 def soak_report(rows: list[dict]) -> str:
     full = rows  # whole minutes only (requests still running at the end are not counted)
     tps = [r["tok_s"] for r in full]
@@ -439,6 +502,8 @@ def main() -> None:
     ap.add_argument("--api-key", default=os.environ.get("EDGELLM_API_KEY"), help="for --url servers that need one")
     ap.add_argument("--soak", type=float, metavar="MINUTES", help="run the first -c level this long; per minute")
     ap.add_argument("--json-schema", metavar="FILE", help="constrain every reply to this JSON schema (response_format)")
+    ap.add_argument("--vs-generate", type=int, metavar="PROMPTS",
+                    help="one client's completions against `edgellm generate` on the same PROMPTS prompts instead")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     levels = [int(x) for x in args.clients.split(",")]
@@ -485,7 +550,12 @@ def main() -> None:
                                     requests_each=1))
         figures: dict = {"model": str(path), "threads": args.threads, "parallel": args.parallel,
                          "n_tokens": args.n_tokens, "json_schema": args.json_schema}
-        if args.soak:
+        if args.vs_generate:
+            srv = next(s for s in servers if s.name == "edgellm")
+            report = vs_generate(srv, Path(path), args.vs_generate, args)
+            figures["vs_generate"] = report
+            print(f"\n### one client, {Path(path).name}, {args.threads} threads\n\n{report}")
+        elif args.soak:
             for s in servers:
                 print(f"soak: {s.name}, {levels[0]} clients, {args.soak} minutes", file=sys.stderr)
                 rows = asyncio.run(soak(s, levels[0], args.soak, args, fields))
