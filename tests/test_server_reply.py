@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from edgellm.server.reply import JSONSpans, Reply
+from edgellm.server.reply import JSONSpans, Reply, open_reply
 from edgellm.tool_calls import ToolFormat, parse
 from test_tool_calls import WRITTEN
 
@@ -29,6 +29,10 @@ MORE = {
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
                     "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
+    "gpt_oss": ["<|channel|>analysis<|message|>hmm <|end|>\n<|start|>assistant<|channel|>commentary<|message|>A<|end|>"
+                "<|start|>assistant<|channel|>analysis<|message|> more<|end|><|start|>assistant<|channel|>final<|message|>"
+                " Sunny. ", "It is sunny.", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
+                '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": [1, "}"]}<|call|>'],
     "generic": ['{"response": "It is \\"sunny\\"."}', '{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}',
                 '{"x": 2}'],
 }
@@ -36,7 +40,7 @@ CASES = [(fmt, text) for fmt in sorted(WRITTEN) for text in [WRITTEN[fmt]] + MOR
 
 
 def read(fmt: str | None, pieces, **kw):
-    reply = Reply(None if fmt is None else ToolFormat(fmt, fmt != "generic"), **kw)
+    reply = open_reply(None if fmt is None else ToolFormat(fmt, fmt != "generic"), calls=fmt is not None, **kw)
     deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
     return reply, deltas
 
@@ -145,6 +149,22 @@ def test_a_json_answer_is_content_in_the_generic_format():
     answer = '{"response": "yes", "score": 3}'
     assert read("generic", [answer], json_answer=True)[0].message()["content"] == answer
     assert read("generic", [answer])[0].message()["content"] == "yes"
+
+
+def test_gpt_oss_streams_its_analysis_then_its_call():
+    reply = open_reply(ToolFormat("gpt_oss", True), calls=True)
+    assert reply.feed("<|channel|>analysis<|mess") == []  # a header is held until it ends
+    assert reply.feed("age|>The user wants") == [{"reasoning_content": "The user wants"}]
+    assert reply.feed(" weather.<|e") == [{"reasoning_content": " weather."}]  # <|end|>'s start waits
+    head = reply.feed('nd|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"ci')
+    assert head[0]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert head[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}
+    assert reply.feed('ty": "Paris"}') == [{"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Paris"}'}}]}]
+    assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
+    assert reply.message()["reasoning_content"] == "The user wants weather." and reply.message()["content"] is None
+    plain = open_reply(ToolFormat("gpt_oss", True), calls=False)  # no tools: the channels are read all the same
+    deltas = plain.feed("<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Sunny")
+    assert deltas == [{"reasoning_content": "hmm"}, {"content": "Sunny"}]
 
 
 def test_json_spans_follow_members_by_path():

@@ -50,6 +50,7 @@ def template(name: str) -> str:
     ("Kimi-K2-Instruct", "kimi_k2"),
     ("ByteDance-Seed-OSS", "seed_oss"),
     ("moonshotai-Kimi-K2", "kimi_k2"),
+    ("openai-gpt-oss-120b", "gpt_oss"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -80,6 +81,9 @@ WRITTEN = {
                '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
     "seed_oss": '<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>',
     "glm": '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>',
+    # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
+    "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
+               'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
 PROSE = {"hermes": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
@@ -90,7 +94,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "deepseek_v3": WRITTEN["deepseek_v3"][len("Let me check."):],
           "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
                          '<|END_ACTION|>',
-          "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):]}
+          "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):],
+          "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -100,6 +105,7 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
                       '{"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "CET"}}]<|END_ACTION|>',
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
+TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
 SEVERAL = ("kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
@@ -184,7 +190,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
 
 @pytest.mark.parametrize("name", ["ibm-granite-granite-3.3-2B-Instruct", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
-                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS"])
+                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
+                                  "openai-gpt-oss-120b"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -195,6 +202,61 @@ def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     # how to call, in the format's own form, only where the template lists no tools (and so teaches no calls)
     assert ("To call a tool" in turn.prompt) == (not t.tool_caps.supports_tools)
     assert "get_weather" in turn.prompt  # the tools are listed
+
+
+GPT_OSS = ToolFormat("gpt_oss", True)
+
+
+def test_gpt_oss_messages_are_read_by_their_channel():
+    from edgellm.tool_calls import ChatTurn
+
+    turn = ChatTurn("", GPT_OSS, None, False, True, tuple(TOOLS))
+    said = ("<|channel|>analysis<|message|>The user wants weather.<|end|><|start|>assistant<|channel|>commentary<|message|>"
+            "Checking.<|end|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}")
+    msg, finish = turn.message(said, "stop")  # the call's recipient in the role header, as the template writes it
+    assert (msg["reasoning_content"], msg["content"], finish) == ("The user wants weather.", "Checking.", "tool_calls")
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]] == [("get_time", '{"zone": "CET"}')]
+    answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
+    assert turn.message(answer, "stop") == ({"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."},
+                                            "stop")
+    no_tools = ChatTurn("", GPT_OSS, None, False, False)  # without tools the channels are still read, calls dropped
+    assert no_tools.message(answer, "stop")[0]["content"] == "It is sunny."
+    assert no_tools.message(said, "stop")[0] == {"role": "assistant", "content": "Checking.",
+                                                 "reasoning_content": "The user wants weather."}
+    builtin = "<|channel|>analysis<|message|>Search.<|end|><|start|>assistant<|channel|>commentary to=browser.search json<|message|>{}"
+    assert parse(GPT_OSS, builtin) == ("", [])  # a built-in tool's call is no call of the request's tools
+    # not harmony, or a header that never ends: content as written
+    for text in ("Sunny <|channel|> and warm", "<|channel|>final" + "x" * 300, "<|channel|>analysis<|message|>hmm"):
+        assert parse(GPT_OSS, text)[1] == []
+    assert parse(GPT_OSS, "Sunny <|channel|> and warm") == ("Sunny <|channel|> and warm", [])
+    assert turn.message("<|channel|>analysis<|message|>still thinking", "length") == (
+        {"role": "assistant", "content": "", "reasoning_content": "still thinking"}, "length")
+    bad = '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"zone": CET}'
+    assert parse(GPT_OSS, bad) == (bad, [])  # arguments that are not JSON: no call
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(GPT_OSS, TOOLS)))
+    assert accepts(WRITTEN["gpt_oss"])  # the required call may come after an analysis
+    assert not accepts(WRITTEN["gpt_oss"].replace("Let me check.", "<|start|>"))
+
+
+def test_gpt_oss_history_renders_as_its_template_writes_it():
+    """A reply read back (reasoning, call) and its tool's result, rendered for the next turn: the
+    call's analysis, the call to functions.NAME and the result from it, as the template writes them."""
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import ChatTurn, prepare_turn
+
+    t = ChatTemplate(template("openai-gpt-oss-120b"))
+    assert "<|end|>" not in t.stop_strings  # it ends one message of the reply, not the turn
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    turn = prepare_turn(t, ask, TOOLS, "required")
+    assert turn.fmt == GPT_OSS and turn.prompt.endswith("<|start|>assistant") and "type get_weather" in turn.prompt
+    msg, _ = turn.message(WRITTEN["gpt_oss"], "stop")
+    history = ask + [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "Sunny"}]
+    prompt = prepare_turn(t, history, TOOLS).prompt
+    assert prompt.endswith("<|start|>user<|message|>Weather in Paris?<|end|>"
+                           "<|start|>assistant<|channel|>analysis<|message|>Let me check.<|end|>"
+                           '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+                           '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"Sunny"<|end|>'
+                           "<|start|>assistant")
 
 
 def test_reasoning_is_split_off():

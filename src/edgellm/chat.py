@@ -10,6 +10,7 @@ from typing import Any
 import jinja2
 from jinja2.exceptions import SecurityError
 
+from . import harmony
 from .chat_sandbox import SANDBOX, RaisedByTemplate, render
 from .errors import TemplateError, TokenizerError
 from .tool_caps import ToolCaps, probe
@@ -130,6 +131,8 @@ class ChatTemplate:
         self._supports_system: bool | None = None
         self._tool_caps: ToolCaps | None = None
         stops = [m for m in END_OF_TURN_MARKERS if m in template]
+        if harmony.CHANNEL in template:  # gpt-oss: <|end|> ends one message of the reply, <|return|> / <|call|> the turn
+            stops = [m for m in stops if m != harmony.END] + list(harmony.STOPS)
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_strings: list[str] = stops

@@ -24,6 +24,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
                  (Kimi K2; the number counts the calls)
+    gpt_oss      <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}
+                 (gpt-oss: OpenAI's harmony messages, harmony.py; analysis is reasoning_content)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
                  (any other template: the system message says how to call a tool)
 
@@ -42,6 +44,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from . import harmony
 from .errors import TemplateError
 from .tool_caps import ToolCaps
 
@@ -71,6 +74,8 @@ class ToolFormat:
 
 def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
+    if harmony.CHANNEL in src:
+        return ToolFormat("gpt_oss", True)
     if DS_CALLS_BEGIN in src:
         return ToolFormat("deepseek_r1" if "```json" in src else "deepseek_v3", True)
     if KIMI[0] in src:
@@ -207,6 +212,8 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
     if name == "kimi_k2":
         return KIMI[0] + "".join(f"{KIMI[1]}functions.{c['name']}:{i}{KIMI[2]}{dump(c['arguments'])}{KIMI[3]}"
                                  for i, c in enumerate(calls)) + KIMI[4]
+    if name == "gpt_oss":
+        return harmony.write_calls(calls)
     if name == "command_r7b":
         return CR_ACTION[0] + dump([{"tool_call_id": str(i), "tool_name": c["name"], "parameters": c["arguments"]}
                                     for i, c in enumerate(calls)]) + CR_ACTION[1]
@@ -270,6 +277,8 @@ def prepare_messages(messages: list[dict], fmt: ToolFormat, caps: ToolCaps | Non
     after them)."""
     _check_calls(messages)
     caps = caps or _assumed_caps(fmt)
+    if fmt.name == "gpt_oss":
+        messages = harmony.with_thinking(messages)
     if caps.supports_tool_calls and not caps.supports_parallel_tool_calls:
         messages = _one_call_at_a_time(messages)
     out: list[dict] = []
@@ -435,6 +444,11 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
             call = per_tool(DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
         more = (f" ({_lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
         return f"start: {_lit(DS_CALLS_BEGIN)} one{more} {_lit(DS_CALLS_END)}\none: {call}"
+    if name == "gpt_oss":  # one call, maybe after an analysis message (a call ends the reply)
+        return (f"start: (HARMONY_ANALYSIS {_lit(harmony.START + 'assistant')})? call\n"
+                f"call: {per_tool(harmony.CALL_HEAD[0], harmony.CALL_HEAD[1])}\n"
+                f"HARMONY_ANALYSIS: /{re.escape(harmony.ANALYSIS).replace('/', chr(92) + '/')}([^<]|<[^|])*"
+                f"{re.escape(harmony.END)}/")
     if name == "kimi_k2":  # the calls between KIMI[0] and KIMI[4], each numbered
         call = " | ".join(f"({_lit(KIMI[1] + 'functions.' + t['function']['name'] + ':')} KIMI_INDEX {_lit(KIMI[2])} "
                           f"{_json(_parameters(t))} {_lit(KIMI[3])})" for t in tools)
@@ -548,6 +562,9 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
     """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
     stays content. tools: the request's, which say which XML argument values are text."""
     name = fmt.name
+    if name == "gpt_oss":
+        _, content, found = harmony.parse_reply(text, True)
+        return content, [_call(n, args) for n, args in found]
     try:
         if name in XML:
             by_name = {t["function"]["name"]: t for t in tools or []}
@@ -666,8 +683,12 @@ class ChatTurn:
 
     def message(self, text: str, stop_reason: str) -> tuple[dict, str]:
         """(OpenAI-style assistant message, finish_reason) for the reply `text`."""
-        reasoning, rest = split_reasoning(text, self.thinking)
-        content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (rest.strip(), [])
+        if self.fmt.name == "gpt_oss":  # (its reasoning is a message of its own)
+            reasoning, content, found = harmony.parse_reply(text, self.tools)
+            calls = [_call(n, args) for n, args in found]
+        else:
+            reasoning, rest = split_reasoning(text, self.thinking)
+            content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (rest.strip(), [])
         msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
         if calls:
             msg["tool_calls"] = calls

@@ -4,7 +4,7 @@
 name is written, then its arguments in fragments as they are written - and the rest is
 `content`.
 
-    reply = Reply(fmt, thinking=turn.thinking)
+    reply = open_reply(fmt, calls=turn.tools, thinking=turn.thinking)
     for text in pieces:                 # the engine's text, in any pieces
         deltas = reply.feed(text)       # [{"content": ...} | {"reasoning_content": ...} | {"tool_calls": [...]}]
     deltas = reply.close()              # what was held back
@@ -19,6 +19,8 @@ short (max_tokens) keeps the arguments written so far, and finish_reason says "l
 
 A format FORMATS does not list (tool_calls.py's DeepSeek, Command R7B and XML ones) is read once
 the reply is complete, by tool_calls.parse: its content and calls come in the last deltas.
+gpt-oss's harmony messages (harmony.py) are read as they stream, with or without tools (its
+analysis is reasoning_content): HarmonyReply.
 
 Without tools (fmt None) the content is the model's text as written, less a leading think
 block; with tools, content is stripped of the whitespace around it and around calls, as
@@ -31,6 +33,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
+from ..harmony import Split
 from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat, parse
 
 # How each format writes a call, as tool_calls.parse reads it:
@@ -565,3 +568,52 @@ class Reply:
         self._section()
         self._state = "content" if spec["open"] is not None else "plain"
         return True
+
+
+class HarmonyReply(Reply):
+    """A gpt-oss reply (harmony.py): each message's body streamed as what its header says -
+    reasoning_content, content, or a call's arguments as written (its id and name sent when
+    its header ends) - messages of one kind joined by a newline. calls: the request has tools."""
+
+    def __init__(self, fmt: ToolFormat, *, calls: bool, parallel: bool = True, **_):
+        super().__init__(fmt, parallel=parallel)
+        self._split = Split(calls)
+        self._kind: str | None = None
+        self._said = {"content": False, "reasoning_content": False}  # a message of the kind had text
+
+    def feed(self, text: str) -> list[dict]:
+        self._events(self._split.feed(text))
+        return self._take()
+
+    def close(self) -> list[dict]:
+        self._events(self._split.close())
+        return self._take()
+
+    def _events(self, events: list[tuple]) -> None:
+        for ev in events:
+            if ev[0] == "open":
+                self._section()
+                self._kind = {"reasoning": "reasoning_content", "content": "content"}.get(ev[1], ev[1])
+                if ev[1] == "call":
+                    self._call = _Call(name=ev[2])
+                    self._show(self._call)
+            elif ev[0] == "text" and self._kind == "call":
+                self._arguments(self._call, ev[2])
+            elif ev[0] == "text" and self._kind in self._said:
+                text = ev[2]
+                if self._lead:  # a message's first text: after a newline if one of its kind came before
+                    text = text.lstrip()
+                    if not text:
+                        continue
+                    self._lead = False
+                    text = ("\n" if self._said[self._kind] else "") + text
+                    self._said[self._kind] = True
+                self._send(self._kind, text, strip=True)
+
+
+def open_reply(fmt: ToolFormat | None, *, calls: bool, **kw) -> Reply:
+    """The reader for a reply in format fmt (None: the template has none); calls: the request
+    has tools. kw: Reply's."""
+    if fmt is not None and fmt.name == "gpt_oss":
+        return HarmonyReply(fmt, calls=calls, **kw)
+    return Reply(fmt if calls else None, **kw)

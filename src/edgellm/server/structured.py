@@ -24,7 +24,7 @@ from ..constrain import Grammar, lltokenizer
 from ..errors import GrammarError, TemplateError
 from ..tool_calls import ChatTurn, call_or_json_grammar, chosen_tools, prepare_turn
 from .errors import invalid
-from .reply import Reply
+from .reply import Reply, open_reply
 from .schemas import Generation, Output
 
 
@@ -38,8 +38,8 @@ class ChatPlan:
 
     def reply(self) -> Reply:
         """A reader for one choice's reply."""
-        return Reply(self.turn.fmt if self.turn.tools else None, thinking=self.turn.thinking,
-                     json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
+        return open_reply(self.turn.fmt, calls=self.turn.tools, thinking=self.turn.thinking,
+                          json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
 
 
 def _schema(out: Output):
