@@ -9,7 +9,7 @@ import json
 import pytest
 
 from edgellm.server.reply import JSONSpans, Reply, open_reply
-from edgellm.tool_calls import ToolFormat, parse
+from edgellm.tool_calls import ToolFormat, parse, reasoning_tags, split_reasoning
 from test_tool_calls import WRITTEN
 
 # more replies per format: calls after text, several calls, keys in another order, no call at all
@@ -25,7 +25,7 @@ MORE = {
     "deepseek_r1": ["<think>hmm</think>Sunny.", "A<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>a\n```json\n"
                     '{"k": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n{}\n```'
                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"],
-    "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>"],
+    "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>", "<|START_THINKING|>hmm<|END_THINKING|><|START_RESPONSE|>Sunny."],
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
                     "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
@@ -95,8 +95,8 @@ def test_streamed_in_any_pieces_adds_up_to_the_whole(fmt, text):
 @pytest.mark.parametrize("fmt, text", [c for c in CASES if not c[1].endswith('{"na')],
                          ids=[f"{f}-{i}" for i, (f, t) in enumerate(CASES) if not t.endswith('{"na')])
 def test_the_whole_reply_reads_as_tool_calls_parse_reads_it(fmt, text):
-    reasoning, rest = text.split("</think>")[-1], text.split("</think>")[-1]
-    content, calls = parse(ToolFormat(fmt, fmt != "generic"), rest)
+    f = ToolFormat(fmt, fmt != "generic")
+    content, calls = parse(f, split_reasoning(text, tags=reasoning_tags(f))[1])
     msg = read(fmt, [text])[0].message()
     assert (msg["content"] or "") == content
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])] == \
@@ -165,6 +165,19 @@ def test_gpt_oss_streams_its_analysis_then_its_call():
     plain = open_reply(ToolFormat("gpt_oss", True), calls=False)  # no tools: the channels are read all the same
     deltas = plain.feed("<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Sunny")
     assert deltas == [{"reasoning_content": "hmm"}, {"content": "Sunny"}]
+
+
+def test_command_r7b_thinking_streams_as_reasoning_with_or_without_tools():
+    text = "<|START_THINKING|>The user wants weather.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>"
+    for calls in (True, False):
+        for pieces in splits(text):
+            reply = open_reply(ToolFormat("command_r7b", True), calls=calls)
+            deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
+            assert reply.message() == {"role": "assistant", "content": "It is sunny.",
+                                       "reasoning_content": "The user wants weather."}, pieces
+            assert norm(assemble(deltas)) == norm(reply.message())
+    opened = open_reply(ToolFormat("command_r7b", True), calls=False, thinking=True)  # the prompt opened the block
+    assert opened.feed("hmm<|END_THI") == [{"reasoning_content": "hmm"}]
 
 
 def test_json_spans_follow_members_by_path():

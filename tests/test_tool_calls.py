@@ -259,6 +259,29 @@ def test_gpt_oss_history_renders_as_its_template_writes_it():
                            "<|start|>assistant")
 
 
+def test_command_r7b_thinking_is_reasoning_content():
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import ChatTurn, prepare_turn
+
+    cr = ToolFormat("command_r7b", True)
+    acting, _ = ChatTurn("", cr, None, False, True, tuple(TOOLS)).message(WRITTEN["command_r7b"], "stop")
+    assert acting["reasoning_content"] == "Let me check." and acting["content"] is None
+    assert json.loads(acting["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    answer = "<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>"
+    for tools in (True, False):
+        msg, _ = ChatTurn("", cr, None, False, tools, tuple(TOOLS)).message(answer, "stop")
+        assert msg == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
+    opened = ChatTurn("", cr, None, True, False).message("Easy.<|END_THINKING|><|START_TEXT|>Sunny.<|END_TEXT|>", "stop")[0]
+    assert (opened["reasoning_content"], opened["content"]) == ("Easy.", "Sunny.")  # Cohere2 MoE's answer markers
+    # the reasoning goes back in as the template writes it before a call
+    t = ChatTemplate(template("CohereForAI-c4ai-command-r7b-12-2024-tool_use"))
+    turn = prepare_turn(t, [{"role": "user", "content": "Weather?"}], TOOLS)
+    assert not turn.thinking  # the prompt ends with an empty thinking block
+    history = [{"role": "user", "content": "Weather?"}, acting,
+               {"role": "tool", "tool_call_id": acting["tool_calls"][0]["id"], "content": "Sunny"}]
+    assert "<|START_THINKING|>Let me check.<|END_THINKING|><|START_ACTION|>" in prepare_turn(t, history, TOOLS).prompt
+
+
 def test_reasoning_is_split_off():
     assert split_reasoning("<think>\nhmm, Paris\n</think>\n\nIt is sunny.") == ("hmm, Paris", "It is sunny.")
     assert split_reasoning("hmm</think>Sunny", started=True) == ("hmm", "Sunny")

@@ -32,8 +32,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
 What reaches the template follows what it renders (ChatTemplate.tool_caps, probed): tools it does
 not list are listed in the system message, calls and results it drops are written as text.
 
-Reasoning models' <think>...</think> is split off as `reasoning_content` (llama.cpp's
---reasoning-format deepseek).
+Reasoning models' <think>...</think> (Command R7B's <|START_THINKING|>...<|END_THINKING|>:
+REASONING_TAGS) is split off as `reasoning_content` (llama.cpp's --reasoning-format deepseek).
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁
 KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<|tool_calls_section_end|>")
 CR_ACTION = ("<|START_ACTION|>", "<|END_ACTION|>")
-CR_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+# the markers around a reasoning block, where a format has its own (others: THINK_OPEN, THINK_CLOSE)
+REASONING_TAGS = {"command_r7b": ("<|START_THINKING|>", "<|END_THINKING|>")}
+# the markers around the answer, dropped from the content (Command R7B's, Cohere2 MoE's)
+ANSWER_MARKS = {"command_r7b": ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")}
 # the XML formats: (call opening before the name, after it, argument before its key, between key
 # and value, after the value, call end)
 XML = {
@@ -504,18 +507,31 @@ def _json_values(text: str) -> list[Any]:
     return out
 
 
-def split_reasoning(text: str, started: bool = False) -> tuple[str | None, str]:
-    """(reasoning, rest): the text of a leading <think>...</think> (or, when the prompt already
-    opened one, of everything up to </think>)."""
+def reasoning_tags(fmt: ToolFormat | None) -> tuple[str, str]:
+    return REASONING_TAGS.get(fmt.name if fmt is not None else "", (THINK_OPEN, THINK_CLOSE))
+
+
+def unmarked(fmt: ToolFormat, text: str) -> str:
+    """text without the markers format `fmt` writes around its answer (ANSWER_MARKS)."""
+    for m in ANSWER_MARKS.get(fmt.name, ()):
+        text = text.replace(m, "")
+    return text
+
+
+def split_reasoning(text: str, started: bool = False, tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
+                    ) -> tuple[str | None, str]:
+    """(reasoning, rest): the text of a leading <think>...</think> (tags: another format's
+    markers), or, when the prompt already opened one, of everything up to </think>."""
+    opening, closing = tags
     body = text.lstrip()
     if not started:
-        if not body.startswith(THINK_OPEN):
+        if not body.startswith(opening):
             return None, text
-        body = body[len(THINK_OPEN):]
-    end = body.find(THINK_CLOSE)
+        body = body[len(opening):]
+    end = body.find(closing)
     if end < 0:
         return body.strip(), ""  # cut off while still thinking
-    return body[:end].strip(), body[end + len(THINK_CLOSE):].lstrip()
+    return body[:end].strip(), body[end + len(closing):].lstrip()
 
 
 def _xml_args(name: str, body: str, tool: dict | None) -> dict:
@@ -599,7 +615,7 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
             if found is not None:
                 return found
         elif name == "command_r7b":
-            answer = text.replace(CR_RESPONSE[0], "").replace(CR_RESPONSE[1], "")
+            answer = unmarked(fmt, text)
             i = answer.find(CR_ACTION[0])
             j = answer.find(CR_ACTION[1], i)
             if i >= 0 and j >= 0:
@@ -677,7 +693,7 @@ class ChatTurn:
     prompt: str
     fmt: ToolFormat
     grammar: str | None  # Lark for a required call, else None
-    thinking: bool  # the prompt opened a <think> block the reply continues
+    thinking: bool  # the prompt opened a reasoning block (<think>) the reply continues
     tools: bool
     usable: tuple = ()  # the tools a call may use (their schemas type XML arguments)
 
@@ -687,8 +703,8 @@ class ChatTurn:
             reasoning, content, found = harmony.parse_reply(text, self.tools)
             calls = [_call(n, args) for n, args in found]
         else:
-            reasoning, rest = split_reasoning(text, self.thinking)
-            content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (rest.strip(), [])
+            reasoning, rest = split_reasoning(text, self.thinking, reasoning_tags(self.fmt))
+            content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (unmarked(self.fmt, rest).strip(), [])
         msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
         if calls:
             msg["tool_calls"] = calls
@@ -710,7 +726,7 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, p
         toolish = any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in messages)
         msgs = prepare_messages(messages, fmt, template.tool_caps) if toolish else messages
         prompt = template.render(msgs, add_generation_prompt=True)
-        return ChatTurn(prompt, fmt, None, _opens_think(prompt), False)
+        return ChatTurn(prompt, fmt, None, _opens_think(prompt, fmt), False)
     caps = template.tool_caps
     tools = check_tools(tools)
     usable, required = chosen_tools(tools, tool_choice)
@@ -720,9 +736,8 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, p
     # a template that does not list tools gets none (some fail on them: llama-cpp-deepseek-r1)
     prompt = template.render(msgs, add_generation_prompt=True, tools=(usable or None) if caps.supports_tools else None)
     grammar = call_grammar(fmt, usable, parallel and tool_choice == "required") if required else None
-    return ChatTurn(prompt, fmt, grammar, _opens_think(prompt), bool(usable), tuple(usable))
+    return ChatTurn(prompt, fmt, grammar, _opens_think(prompt, fmt), bool(usable), tuple(usable))
 
 
-def _opens_think(prompt: str) -> bool:
-    tail = prompt.rstrip()
-    return tail.endswith(THINK_OPEN)
+def _opens_think(prompt: str, fmt: ToolFormat) -> bool:
+    return prompt.rstrip().endswith(reasoning_tags(fmt)[0])

@@ -1,4 +1,5 @@
-"""An assistant reply read as it streams: a leading <think>...</think> becomes `reasoning_content`
+"""An assistant reply read as it streams: a leading <think>...</think> (Command R7B's
+<|START_THINKING|>...<|END_THINKING|>) becomes `reasoning_content`
 (llama.cpp's --reasoning-format deepseek), tool calls written in the chat template's format
 (tool_calls.py lists them) become OpenAI's `tool_calls` - the call's id and name as soon as the
 name is written, then its arguments in fragments as they are written - and the rest is
@@ -34,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..harmony import Split
-from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat, parse
+from ..tool_calls import ANSWER_MARKS, ToolFormat, parse, reasoning_tags
 
 # How each format writes a call, as tool_calls.parse reads it:
 #   open        the text that starts a call (None: calls are JSON at the very start of the reply)
@@ -232,11 +233,14 @@ class Reply:
     when the request has no tools; thinking: the prompt opened a <think> block; json_answer: the
     answer is constrained JSON (the generic format's {"response": ...} is then an answer like any
     other); parallel: more than one call allowed (OpenAI's parallel_tool_calls; later calls are
-    dropped); tools: the request's (they type the XML formats' arguments)."""
+    dropped); tools: the request's (they type the XML formats' arguments); template: the
+    template's format when fmt is None (its reasoning markers and answer markers still apply)."""
 
     def __init__(self, fmt: ToolFormat | None, *, thinking: bool = False, json_answer: bool = False,
-                 parallel: bool = True, tools=()):
+                 parallel: bool = True, tools=(), template: ToolFormat | None = None):
         self.fmt = fmt.name if fmt is not None else None
+        self._tags = reasoning_tags(fmt or template)
+        self._marks = ANSWER_MARKS.get((fmt or template).name, ()) if (fmt or template) is not None else ()
         self.spec = None if fmt is None else FORMATS.get(fmt.name, FORMATS["generic"])
         self.whole = fmt if fmt is not None and fmt.name not in FORMATS and fmt.name != "generic" else None
         self.tools = list(tools)
@@ -360,21 +364,22 @@ class Reply:
     # -- <think> --
 
     def _think(self, final: bool) -> None:
+        opening, closing = self._tags
         if self._phase == "start":
             head = self._head.lstrip()
-            if head.startswith(THINK_OPEN):
-                self._head, self._phase, self._thought = head[len(THINK_OPEN):], "reasoning", True
-            elif THINK_OPEN.startswith(head) and not final:
+            if head.startswith(opening):
+                self._head, self._phase, self._thought = head[len(opening):], "reasoning", True
+            elif opening.startswith(head) and not final:
                 return  # maybe a think block: wait
             else:
                 self._enter_body(self._head, lead=self.spec is not None)
                 return
-        end = self._head.find(THINK_CLOSE)
+        end = self._head.find(closing)
         if end >= 0:
             self._send("reasoning_content", self._head[:end], strip=True)
-            self._enter_body(self._head[end + len(THINK_CLOSE):], lead=True)
+            self._enter_body(self._head[end + len(closing):], lead=True)
             return
-        keep = 0 if final else _held(self._head, THINK_CLOSE)
+        keep = 0 if final else _held(self._head, closing)
         self._send("reasoning_content", self._head[:len(self._head) - keep], strip=True)
         self._head = self._head[len(self._head) - keep:]
         if final:
@@ -390,9 +395,14 @@ class Reply:
     def _body(self, final: bool) -> None:
         if self._phase != "body":
             return
-        if self.spec is None:  # no tools: all content
-            self._content_text(self.text[self.pos:])
-            self.pos = len(self.text)
+        if self.spec is None:  # no tools: all content, less the markers around the answer
+            rest = self.text[self.pos:]
+            keep = 0 if final else max((_held(rest, m) for m in self._marks), default=0)
+            piece = rest[:len(rest) - keep]
+            for m in self._marks:
+                piece = piece.replace(m, "")
+            self._content_text(piece)
+            self.pos = len(self.text) - keep
             return
         if self.whole is not None:  # read when complete
             if final:
@@ -616,4 +626,4 @@ def open_reply(fmt: ToolFormat | None, *, calls: bool, **kw) -> Reply:
     has tools. kw: Reply's."""
     if fmt is not None and fmt.name == "gpt_oss":
         return HarmonyReply(fmt, calls=calls, **kw)
-    return Reply(fmt if calls else None, **kw)
+    return Reply(fmt if calls else None, template=fmt, **kw)
