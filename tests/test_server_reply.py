@@ -29,6 +29,11 @@ MORE = {
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
                     "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
+    "apertus": ["<|inner_prefix|>hmm<|inner_suffix|>Sunny.", '<|inner_prefix|>hmm<|inner_suffix|><|tools_prefix|>[{"a": {"k": 1}}, '
+                '{"b": {}}]<|tools_suffix|>'],
+    "nemotron_v2": ['Sure. <TOOLCALL>[{"name": "a", "arguments": {"k": 1}}, {"name": "b", "arguments": {}}]</TOOLCALL> Done.'],
+    "apriel": ['<tool_calls>[{"name": "a", "arguments": {"k": "v"}}]</tool_calls>', "Sunny.[END FINAL RESPONSE]"],
+    "minimax_m1": ['A\n<tool_calls>\n{"name": "a", "arguments": {"k": 1}}\n{"name": "b", "arguments": {}}\n</tool_calls>'],
     "gpt_oss": ["<|channel|>analysis<|message|>hmm <|end|>\n<|start|>assistant<|channel|>commentary<|message|>A<|end|>"
                 "<|start|>assistant<|channel|>analysis<|message|> more<|end|><|start|>assistant<|channel|>final<|message|>"
                 " Sunny. ", "It is sunny.", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
@@ -115,6 +120,12 @@ def test_arguments_stream_as_they_are_written():
     assert reply.feed('ty": "Paris"}}\n</tool_call>') == [{"tool_calls": [{"index": 0, "function": {
         "arguments": 'ty": "Paris"}'}}]}]
     assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "mistral", "granite", "nemotron_v2", "gpt_oss"])
+def test_a_call_streams_before_the_reply_ends(fmt):
+    reply = open_reply(ToolFormat(fmt, True), calls=True)
+    assert any("tool_calls" in d for d in reply.feed(WRITTEN[fmt][:-5]))
 
 
 def test_a_call_cut_short_keeps_what_was_written_and_says_length():

@@ -51,6 +51,11 @@ def template(name: str) -> str:
     ("ByteDance-Seed-OSS", "seed_oss"),
     ("moonshotai-Kimi-K2", "kimi_k2"),
     ("openai-gpt-oss-120b", "gpt_oss"),
+    ("Apertus-8B-Instruct", "apertus"),
+    ("NVIDIA-Nemotron-Nano-v2", "nemotron_v2"),
+    ("Apriel-1.6-15b-Thinker-fixed", "apriel"),
+    ("unsloth-Apriel-1.5", "apriel"),
+    ("MiniMax-M1", "minimax_m1"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -81,11 +86,15 @@ WRITTEN = {
                '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
     "seed_oss": '<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>',
     "glm": '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>',
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+    "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
+    "apriel": 'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
+    "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
     # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "apriel": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -95,7 +104,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
                          '<|END_ACTION|>',
           "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):],
-          "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1]}
+          "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1],
+          "apriel": WRITTEN["apriel"][len("Let me check.\n"):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -105,10 +115,18 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
                       '{"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "CET"}}]<|END_ACTION|>',
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
+TWO.update({
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"zone": "CET"}}]<|tools_suffix|>',
+    "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                   '{"name": "get_time", "arguments": {"zone": "CET"}}]</TOOLCALL>',
+    "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+              '{"name": "get_time", "arguments": {"zone": "CET"}}]</tool_calls>',
+    "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                  '{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_calls>'})
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -191,7 +209,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
 @pytest.mark.parametrize("name", ["ibm-granite-granite-3.3-2B-Instruct", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
-                                  "openai-gpt-oss-120b"])
+                                  "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
+                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -280,6 +299,20 @@ def test_command_r7b_thinking_is_reasoning_content():
     history = [{"role": "user", "content": "Weather?"}, acting,
                {"role": "tool", "tool_call_id": acting["tool_calls"][0]["id"], "content": "Sunny"}]
     assert "<|START_THINKING|>Let me check.<|END_THINKING|><|START_ACTION|>" in prepare_turn(t, history, TOOLS).prompt
+
+
+@pytest.mark.parametrize("name, reply", [
+    ("Apertus-8B-Instruct", "<|inner_prefix|>Easy.<|inner_suffix|>It is sunny."),
+    ("Apriel-1.6-15b-Thinker-fixed", "Easy.\n[BEGIN FINAL RESPONSE]\nIt is sunny.[END FINAL RESPONSE]"),  # the prompt opened it
+])
+def test_a_formats_own_reasoning_markers(name, reply):
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    t = ChatTemplate(template(name))
+    for tools in (TOOLS, None):
+        turn = prepare_turn(t, [{"role": "user", "content": "Weather?"}], tools)
+        assert turn.message(reply, "stop")[0] == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
 
 
 def test_reasoning_is_split_off():

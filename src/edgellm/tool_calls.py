@@ -17,6 +17,11 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>   (DeepSeek V3.1)
     command_r7b  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>
                  (Command R7B and Cohere's MoE template; the answer between <|START_RESPONSE|> and <|END_RESPONSE|>)
+    apertus      <|tools_prefix|>[{name: {...}}]<|tools_suffix|>              (Apertus; its reasoning between
+                 <|inner_prefix|> and <|inner_suffix|>)
+    nemotron_v2  <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>     (Nemotron Nano v2)
+    apriel       <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls> (Apriel 1.6)
+    minimax_m1   <tool_calls>\\n{"name": ..., "arguments": {...}}\\n...</tool_calls>   (MiniMax-M1: a call a line)
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
     seed_oss     <seed:tool_call>\\n<function=name>\\n<parameter=key>value</parameter>\\n</function>\\n</seed:tool_call>   (Seed-OSS)
@@ -53,11 +58,25 @@ DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<|tool_calls_section_end|>")
-CR_ACTION = ("<|START_ACTION|>", "<|END_ACTION|>")
+# the formats whose calls are JSON after a marker (and before an end marker, if any):
+# (opening, closing, layout: "array" - one JSON array - or "lines" - an object a line -, a call's
+# (name key, arguments key, numbering key or None), or None where a call is {name: arguments})
+MARKED = {
+    "mistral": ("[TOOL_CALLS]", "", "array", ("name", "arguments", None)),
+    "granite": ("<|tool_call|>", "", "array", ("name", "arguments", None)),
+    "command_r7b": ("<|START_ACTION|>", "<|END_ACTION|>", "array", ("tool_name", "parameters", "tool_call_id")),
+    "nemotron_v2": ("<TOOLCALL>", "</TOOLCALL>", "array", ("name", "arguments", None)),
+    "apriel": ("<tool_calls>", "</tool_calls>", "array", ("name", "arguments", None)),
+    "minimax_m1": ("<tool_calls>\n", "\n</tool_calls>", "lines", ("name", "arguments", None)),
+    "apertus": ("<|tools_prefix|>", "<|tools_suffix|>", "array", None),
+}
 # the markers around a reasoning block, where a format has its own (others: THINK_OPEN, THINK_CLOSE)
-REASONING_TAGS = {"command_r7b": ("<|START_THINKING|>", "<|END_THINKING|>")}
-# the markers around the answer, dropped from the content (Command R7B's, Cohere2 MoE's)
-ANSWER_MARKS = {"command_r7b": ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")}
+# (Apriel 1.6's prompt opens its reasoning)
+REASONING_TAGS = {"command_r7b": ("<|START_THINKING|>", "<|END_THINKING|>"), "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),
+                  "apriel": ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]")}
+# the markers around the answer, dropped from the content (Command R7B's, Cohere2 MoE's, Apriel's)
+ANSWER_MARKS = {"command_r7b": ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
+                "apriel": ("[END FINAL RESPONSE]",)}
 # the XML formats: (call opening before the name, after it, argument before its key, between key
 # and value, after the value, call end)
 XML = {
@@ -85,6 +104,12 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("kimi_k2", True)
     if "<|START_ACTION|>" in src:
         return ToolFormat("command_r7b", True)
+    if "<|tools_prefix|>" in src:
+        return ToolFormat("apertus", True)
+    if "<TOOLCALL>" in src:
+        return ToolFormat("nemotron_v2", True)
+    if "<tool_calls>" in src:
+        return ToolFormat("apriel" if "<tool_calls>[" in src else "minimax_m1", True)
     if "<|tool_call|>" in src:
         return ToolFormat("granite", True)
     if "<seed:tool_call>" in src:
@@ -197,16 +222,16 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
         return "\n".join(f"<tool_call>\n{dump(c)}\n</tool_call>" for c in calls)
     if name == "llama3":
         return "\n".join(dump({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
-    if name == "mistral":
-        return "[TOOL_CALLS]" + dump(calls)
+    if name in MARKED:
+        opening, closing, layout, _ = MARKED[name]
+        items = [dump(_marked_item(name, i, c)) for i, c in enumerate(calls)]
+        return opening + ("[" + ", ".join(items) + "]" if layout == "array" else "\n".join(items)) + closing
     if name == "mistral_args":
         return "".join(f"[TOOL_CALLS]{c['name']}[ARGS]{dump(c['arguments'])}" for c in calls)
     if name == "functionary":
         return "".join(f">>>{c['name']}\n{dump(c['arguments'])}" for c in calls)
     if name == "function_tag":
         return "".join(f"<function={c['name']}>{dump(c['arguments'])}</function>" for c in calls)
-    if name == "granite":
-        return "<|tool_call|>" + dump(calls)
     if name in ("deepseek_r1", "deepseek_v3"):
         one = (lambda c: f"function{DS_SEP}{c['name']}\n```json\n{dump(c['arguments'])}\n```") if name == "deepseek_r1" \
             else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
@@ -217,9 +242,6 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
                                  for i, c in enumerate(calls)) + KIMI[4]
     if name == "gpt_oss":
         return harmony.write_calls(calls)
-    if name == "command_r7b":
-        return CR_ACTION[0] + dump([{"tool_call_id": str(i), "tool_name": c["name"], "parameters": c["arguments"]}
-                                    for i, c in enumerate(calls)]) + CR_ACTION[1]
     if name in XML:
         o, n, k, kv, v, e = XML[name]
         text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
@@ -362,6 +384,25 @@ def _parameters(tool: dict) -> dict:
     return params
 
 
+def _marked_item(name: str, i: int, call: dict) -> dict:
+    """Call number i ({"name", "arguments"}) as format `name` of MARKED writes it."""
+    keys = MARKED[name][3]
+    if keys is None:
+        return {call["name"]: call["arguments"]}
+    name_key, args_key, number_key = keys
+    return {**({number_key: str(i)} if number_key else {}), name_key: call["name"], args_key: call["arguments"]}
+
+
+def _marked_schema(name: str, tool: dict) -> dict:
+    """The JSON schema of a call of `tool` in format `name` of MARKED."""
+    keys, fn = MARKED[name][3], tool["function"]["name"]
+    if keys is None:
+        return {"type": "object", "properties": {fn: _parameters(tool)}, "required": [fn], "additionalProperties": False}
+    name_key, args_key, number_key = keys
+    props = {**({number_key: {"type": "string"}} if number_key else {}), name_key: {"const": fn}, args_key: _parameters(tool)}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
 def _call_schema(tool: dict, args_key: str = "arguments") -> dict:
     return {"type": "object", "properties": {"name": {"const": tool["function"]["name"]}, args_key: _parameters(tool)},
             "required": ["name", args_key], "additionalProperties": False}
@@ -428,18 +469,15 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
         return " | ".join(f"({a})" for a in alts)
 
     rules = ""
-    if name in ("mistral", "granite", "command_r7b"):  # the calls are one JSON array
-        limit = {} if parallel else {"maxItems": 1}
-        if name == "command_r7b":
-            items = {"anyOf": [{"type": "object", "properties": {
-                "tool_call_id": {"type": "string"}, "tool_name": {"const": t["function"]["name"]},
-                "parameters": _parameters(t)}, "required": ["tool_call_id", "tool_name", "parameters"],
-                "additionalProperties": False} for t in tools]}
-        else:
-            items = one_of()
-        array = _json({"type": "array", "items": items, "minItems": 1, **limit})
-        marks = {"mistral": ("[TOOL_CALLS]", ""), "granite": ("<|tool_call|>", ""), "command_r7b": CR_ACTION}[name]
-        return f"start: {_lit(marks[0])} {array}" + (f" {_lit(marks[1])}" if marks[1] else "")
+    if name in MARKED:  # the calls as JSON between the format's markers
+        opening, closing, layout, _ = MARKED[name]
+        items = {"anyOf": [_marked_schema(name, t) for t in tools]}
+        end = f" {_lit(closing)}" if closing else ""
+        if layout == "lines":
+            more = f" ({_lit(chr(10))} one)*" if parallel else ""
+            return f"start: {_lit(opening)} one{more}{end}\none: {_json(items)}"
+        array = _json({"type": "array", "items": items, "minItems": 1, **({} if parallel else {"maxItems": 1})})
+        return f"start: {_lit(opening)} {array}{end}"
     if name in ("deepseek_r1", "deepseek_v3"):  # the calls between DS_CALLS_BEGIN and DS_CALLS_END
         if name == "deepseek_r1":
             call = per_tool(DS_CALL_BEGIN + "function" + DS_SEP, "\n```json\n", "\n```" + DS_CALL_END)
@@ -564,14 +602,23 @@ def _content(text: str, calls_at: list[tuple[int, int]]) -> str:
     return "\n".join(p for p in pieces if p)
 
 
-def _marked_array(text: str, marker: str) -> tuple[str, list[dict]] | None:
-    """(content before marker, calls) where marker is followed by a JSON array of {"name": ...,
-    "arguments": ...} (Mistral's [TOOL_CALLS], Granite's <|tool_call|>); None without the marker."""
-    i = text.find(marker)
-    if i < 0:
+def _marked(name: str, text: str) -> tuple[str, list[dict]] | None:
+    """(content, calls) of a reply in format `name` of MARKED; None without its markers (a JSON
+    error or a call of another shape raises)."""
+    opening, closing, layout, keys = MARKED[name]
+    i = text.find(opening)
+    j = text.find(closing, i + len(opening)) if closing else len(text)
+    if i < 0 or j < 0:
         return None
-    items = json.loads(text[i + len(marker):].strip())
-    return text[:i].strip(), [_call(v["name"], v.get("arguments", {})) for v in items]
+    body = text[i + len(opening):j]
+    items = json.loads(body) if layout == "array" else _json_values(body)
+    if keys is None:  # {name: arguments}
+        if not all(isinstance(v, dict) and len(v) == 1 for v in items):
+            raise TypeError("a call is one name")
+        calls = [_call(*next(iter(v.items()))) for v in items]
+    else:
+        calls = [_call(v[keys[0]], v.get(keys[1], {})) for v in items]
+    return text[:i].strip() + text[j + len(closing):].strip(), calls  # (as the server streams it)
 
 
 def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[str, list[dict]]:
@@ -610,17 +657,11 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                          for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
                 if calls:
                     return text[:i].strip(), calls
-        elif name == "granite":
-            found = _marked_array(text, "<|tool_call|>")
+        elif name in MARKED:
+            answer = unmarked(fmt, text)
+            found = _marked(name, answer)
             if found is not None:
                 return found
-        elif name == "command_r7b":
-            answer = unmarked(fmt, text)
-            i = answer.find(CR_ACTION[0])
-            j = answer.find(CR_ACTION[1], i)
-            if i >= 0 and j >= 0:
-                items = json.loads(answer[i + len(CR_ACTION[0]):j])
-                return answer[:i].strip(), [_call(v["tool_name"], v.get("parameters", {})) for v in items]
             return answer.strip(), []
         elif name == "hermes":
             calls = []
@@ -637,10 +678,6 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                 values = _json_values(body)
                 if values and all(isinstance(v, dict) and "name" in v for v in values):
                     return "", [_call(v["name"], v.get("parameters", v.get("arguments", {}))) for v in values]
-        elif name == "mistral":
-            found = _marked_array(text, "[TOOL_CALLS]")
-            if found is not None:
-                return found
         elif name == "mistral_args":
             i = text.find("[TOOL_CALLS]")
             if i >= 0:

@@ -50,6 +50,7 @@ FORMATS = {
     "hermes": dict(open="<tool_call>", name_end=None, args=("arguments",), close="</tool_call>", shape="object"),
     "mistral": dict(open="[TOOL_CALLS]", name_end=None, args=("arguments",), close=None, shape="array"),
     "granite": dict(open="<|tool_call|>", name_end=None, args=("arguments",), close=None, shape="array"),
+    "nemotron_v2": dict(open="<TOOLCALL>", name_end=None, args=("arguments",), close="</TOOLCALL>", shape="array"),
     "mistral_args": dict(open="[TOOL_CALLS]", name_end="[ARGS]", args=(), close=None, shape="value"),
     "functionary": dict(open=">>>", name_end="\n", args=(), close=None, shape="value"),
     "function_tag": dict(open="<function=", name_end=">", args=(), close="</function>", shape="value"),
