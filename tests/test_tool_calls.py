@@ -56,6 +56,7 @@ def template(name: str) -> str:
     ("Apriel-1.6-15b-Thinker-fixed", "apriel"),
     ("unsloth-Apriel-1.5", "apriel"),
     ("MiniMax-M1", "minimax_m1"),
+    ("MiniMax-M2", "minimax_m2"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -90,11 +91,13 @@ WRITTEN = {
     "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
     "apriel": 'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
     "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
+    "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                  '</invoke>\n</minimax:tool_call>',
     # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "apriel": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -105,7 +108,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
                          '<|END_ACTION|>',
           "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):],
           "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1],
-          "apriel": WRITTEN["apriel"][len("Let me check.\n"):]}
+          "apriel": WRITTEN["apriel"][len("Let me check.\n"):],
+          "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -116,6 +120,8 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+                  '<invoke name="get_time">\n<parameter name="zone">CET</parameter>\n</invoke>\n</minimax:tool_call>',
     "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"zone": "CET"}}]<|tools_suffix|>',
     "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                    '{"name": "get_time", "arguments": {"zone": "CET"}}]</TOOLCALL>',
@@ -126,7 +132,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -182,7 +188,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -191,7 +197,10 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                            '</parameter>\n<parameter=days>["mon", "tue"]</parameter>\n</function>\n</seed:tool_call>',
                "glm": '<tool_call>set_alarm\n<arg_key>hour</arg_key>\n<arg_value>7</arg_value>\n<arg_key>label</arg_key>\n'
                       '<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n<arg_value>["mon", "tue"]</arg_value>\n'
-                      '</tool_call>'}[fmt]
+                      '</tool_call>',
+               "minimax_m2": '<minimax:tool_call>\n<invoke name="set_alarm">\n<parameter name="hour">7</parameter>\n'
+                             '<parameter name="label">42</parameter>\n<parameter name="days">["mon", "tue"]</parameter>\n'
+                             '</invoke>\n</minimax:tool_call>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -210,7 +219,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
-                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1"])
+                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

@@ -3,7 +3,7 @@ and grammars that make a model write one when it must (tool_choice "required" or
 function).
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder, seed_oss and glm, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss, glm and minimax_m2, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -27,6 +27,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     seed_oss     <seed:tool_call>\\n<function=name>\\n<parameter=key>value</parameter>\\n</function>\\n</seed:tool_call>   (Seed-OSS)
     glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
+    minimax_m2   <minimax:tool_call>\\n<invoke name="name">\\n<parameter name="key">value</parameter>\\n</invoke>\\n</minimax:tool_call>
+                 (MiniMax-M2; one block may hold several invokes)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
                  (Kimi K2; the number counts the calls)
     gpt_oss      <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}
@@ -84,6 +86,17 @@ XML = {
     "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
                  "</function>\n</seed:tool_call>"),
     "glm": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "</tool_call>"),
+    "minimax_m2": ('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>\n", "</invoke>\n"),
+}
+# the block around an XML format's calls, where one holds them all
+XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>")}
+# how parse finds them: (a call - its name and body -, an argument - its key and value)
+_QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
+XML_READ = {
+    "qwen3_coder": (r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", _QWEN_ARG),
+    "seed_oss": (r"<seed:tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</seed:tool_call>", _QWEN_ARG),
+    "glm": (r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>", r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"),
+    "minimax_m2": (r'<invoke name="([^"]+)">(.*?)</invoke>', r'<parameter name="([^"]+)">(.*?)</parameter>'),
 }
 
 
@@ -112,6 +125,8 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("apriel" if "<tool_calls>[" in src else "minimax_m1", True)
     if "<|tool_call|>" in src:
         return ToolFormat("granite", True)
+    if "<minimax:tool_call>" in src:
+        return ToolFormat("minimax_m2", True)
     if "<seed:tool_call>" in src:
         return ToolFormat("seed_oss", True)
     if "<tool_call>" in src and "<arg_key>" in src:
@@ -245,8 +260,11 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
     if name in XML:
         o, n, k, kv, v, e = XML[name]
         text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
-        return "\n".join(o + c["name"] + n + "".join(k + key + kv + text(val) + v for key, val in c["arguments"].items()) + e
-                         for c in calls)
+        one = [o + c["name"] + n + "".join(k + key + kv + text(val) + v for key, val in c["arguments"].items()) + e
+               for c in calls]
+        if name in XML_BLOCK:
+            return XML_BLOCK[name][0] + "".join(one) + XML_BLOCK[name][1]
+        return "\n".join(one)
     return dump({"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls})
 
 
@@ -495,6 +513,10 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
                           f"{_json(_parameters(t))} {_lit(KIMI[3])})" for t in tools)
         return (f"start: {_lit(KIMI[0])} one{' one*' if parallel else ''} {_lit(KIMI[4])}\none: {call}"
                 "\nKIMI_INDEX: /[0-9]+/")
+    if name in XML_BLOCK:  # the calls in one block
+        calls = " | ".join(f"({_xml_call(name, t)})" for t in tools)
+        return (f"start: {_lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {_lit(XML_BLOCK[name][1])}\n"
+                f"one: {calls}{_xml_terminals(name)}")
     if name in XML:
         call, rules = " | ".join(f"({_xml_call(name, t)})" for t in tools), _xml_terminals(name)
     elif name == "hermes":
@@ -575,8 +597,7 @@ def split_reasoning(text: str, started: bool = False, tags: tuple[str, str] = (T
 def _xml_args(name: str, body: str, tool: dict | None) -> dict:
     """An XML call's arguments: a value stays text where the tool's schema says string (or it is
     not JSON), else its JSON."""
-    pattern = (r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>" if name != "glm"
-               else r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>")
+    pattern = XML_READ[name][1]
     props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
     args = {}
     for m in re.finditer(pattern, body, re.S):
@@ -631,14 +652,15 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
     try:
         if name in XML:
             by_name = {t["function"]["name"]: t for t in tools or []}
-            tag = "seed:tool_call" if name == "seed_oss" else "tool_call"
-            pattern = (rf"<{tag}>\s*<function=([^>\n]+)>(.*?)</function>\s*</{tag}>" if name != "glm"
-                       else r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>")
-            found = list(re.finditer(pattern, text, re.S))
+            pattern = XML_READ[name][0]
+            block = XML_BLOCK.get(name)
+            spans = list(re.finditer(re.escape(block[0].strip()) + "(.*?)" + re.escape(block[1]) if block else pattern,
+                                     text, re.S))
+            found = [m for b in spans for m in re.finditer(pattern, b.group(1), re.S)] if block else spans
             if found:
                 calls = [_call(m.group(1).strip(), _xml_args(name, m.group(2), by_name.get(m.group(1).strip())))
                          for m in found]
-                return _content(text, [m.span() for m in found]), calls
+                return _content(text, [m.span() for m in spans]), calls
         elif name in ("deepseek_r1", "deepseek_v3"):
             i = text.find(DS_CALLS_BEGIN)
             if i >= 0 and text.find(DS_CALLS_END, i) >= 0:
