@@ -57,6 +57,9 @@ def template(name: str) -> str:
     ("unsloth-Apriel-1.5", "apriel"),
     ("MiniMax-M1", "minimax_m1"),
     ("MiniMax-M2", "minimax_m2"),
+    ("LFM2-8B-A1B", "lfm2"),
+    ("LFM2.5-8B-A1B", "lfm2"),
+    ("LFM2.5-Instruct", "lfm2"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -91,13 +94,14 @@ WRITTEN = {
     "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
     "apriel": 'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
     "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
+    "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
                   '</invoke>\n</minimax:tool_call>',
     # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -109,7 +113,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):],
           "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1],
           "apriel": WRITTEN["apriel"][len("Let me check.\n"):],
-          "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):]}
+          "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):],
+          "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -120,6 +125,7 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "lfm2": '<|tool_call_start|>[get_weather(city="Paris"), get_time(zone="CET")]<|tool_call_end|>',
     "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
                   '<invoke name="get_time">\n<parameter name="zone">CET</parameter>\n</invoke>\n</minimax:tool_call>',
     "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"zone": "CET"}}]<|tools_suffix|>',
@@ -132,7 +138,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -210,6 +216,37 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     assert not accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x"}}]))  # hour is required
 
 
+def test_lfm2_calls_are_read_as_python_literals_never_run():
+    f = ToolFormat("lfm2", True)
+    text = "<|tool_call_start|>[set_alarm(hour=7, label='wake \\'up\\'', days=[\"mon\", 'tue'], loud=true, note=None)]<|tool_call_end|>"
+    (call,) = parse(f, text)[1]
+    assert json.loads(call["function"]["arguments"]) == {"hour": 7, "label": "wake 'up'", "days": ["mon", "tue"],
+                                                         "loud": True, "note": None}
+    for bad in ("[set_alarm(__import__('os').getcwd())]", "[set_alarm(hour=__import__('os').getcwd())]", "[set_alarm(7)]",
+                "set_alarm(hour=7)", "[os.system(hour=7)]", "[" * 10000):
+        text = f"<|tool_call_start|>{bad}<|tool_call_end|>"
+        assert parse(f, text) == (text, [])
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
+    assert accepts('<|tool_call_start|>[set_alarm(hour=7, days=["mon"])]<|tool_call_end|>')
+    assert accepts('<|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>')
+    assert not accepts('<|tool_call_start|>[set_alarm(label="x")]<|tool_call_end|>')  # hour is required
+    assert not accepts('<|tool_call_start|>[set_alarm(hour=7, hour=8)]<|tool_call_end|>')
+    loose = llguidance_matcher(Grammar.from_lark(call_grammar(f, [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}}])))
+    assert all(loose(f"<|tool_call_start|>[f({a})]<|tool_call_end|>") for a in ("", "a=1", 'b="x"', 'a=1, b="x"'))
+    assert not loose('<|tool_call_start|>[f(, b="x")]<|tool_call_end|>')
+    # the reasoning before a call goes back as the template's `thinking`
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "set_alarm", "arguments": '{"hour": 7}'}}
+    history = [{"role": "user", "content": "Wake me at 7"},
+               {"role": "assistant", "content": "", "reasoning_content": "An alarm.", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "c1", "content": "set"}]
+    prompt = prepare_turn(ChatTemplate(template("LFM2.5-8B-A1B")), history, ALARM).prompt
+    assert "<think>An alarm.</think><|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>" in prompt
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
@@ -219,7 +256,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
-                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2"])
+                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

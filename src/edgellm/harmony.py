@@ -160,17 +160,3 @@ def write_calls(calls: list[dict]) -> str:
     """Calls ({"name", "arguments"}) as the model writes them, each its own message."""
     return (STOPS[1] + START + "assistant").join(
         CALL_HEAD[0] + c["name"] + CALL_HEAD[1] + json.dumps(c["arguments"], ensure_ascii=False) for c in calls)
-
-
-def with_thinking(messages: list) -> list:
-    """An assistant message's reasoning_content as the template's `thinking` (it writes that as
-    the analysis before the message's call); with calls, the content goes (the template takes
-    one or the other, as llama.cpp passes it)."""
-    out = []
-    for m in messages:
-        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("reasoning_content"), str):
-            m = {**m, "thinking": m["reasoning_content"]}
-            if m.get("tool_calls"):
-                m.pop("content", None)
-        out.append(m)
-    return out

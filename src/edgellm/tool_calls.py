@@ -21,6 +21,7 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  <|inner_prefix|> and <|inner_suffix|>)
     nemotron_v2  <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>     (Nemotron Nano v2)
     apriel       <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls> (Apriel 1.6)
+    lfm2         <|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>   (LFM2, LFM2.5: Python calls, pythonic.py)
     minimax_m1   <tool_calls>\\n{"name": ..., "arguments": {...}}\\n...</tool_calls>   (MiniMax-M1: a call a line)
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
@@ -51,9 +52,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from . import harmony
+from . import harmony, pythonic
 from .errors import TemplateError
 from .tool_caps import ToolCaps
+from .tool_grammar import json_rule as _json
+from .tool_grammar import lit as _lit
+from .tool_grammar import parameters as _parameters
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -76,6 +80,10 @@ MARKED = {
 # (Apriel 1.6's prompt opens its reasoning)
 REASONING_TAGS = {"command_r7b": ("<|START_THINKING|>", "<|END_THINKING|>"), "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),
                   "apriel": ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]")}
+# the formats whose templates write an assistant's reasoning from its `thinking` (as llama.cpp
+# passes reasoning_content to them), and whether a message with calls then loses its content (the
+# gpt-oss template takes one or the other)
+THINKING_FIELD = {"gpt_oss": True, "lfm2": False}
 # the markers around the answer, dropped from the content (Command R7B's, Cohere2 MoE's, Apriel's)
 ANSWER_MARKS = {"command_r7b": ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
                 "apriel": ("[END FINAL RESPONSE]",)}
@@ -117,6 +125,8 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("kimi_k2", True)
     if "<|START_ACTION|>" in src:
         return ToolFormat("command_r7b", True)
+    if pythonic.OPEN in src or "<|tool_list_start|>" in src or "List of tools: [" in src:
+        return ToolFormat("lfm2", True)
     if "<|tools_prefix|>" in src:
         return ToolFormat("apertus", True)
     if "<TOOLCALL>" in src:
@@ -257,6 +267,8 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
                                  for i, c in enumerate(calls)) + KIMI[4]
     if name == "gpt_oss":
         return harmony.write_calls(calls)
+    if name == "lfm2":
+        return pythonic.write(calls)
     if name in XML:
         o, n, k, kv, v, e = XML[name]
         text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
@@ -283,6 +295,18 @@ def _result_text(m: dict, names: dict) -> str:
     name = m.get("name") or names.get(call_id)
     said = ", ".join(x for x in (name and f"tool {name}", call_id and f"call {call_id}") if x)
     return f"Tool result{f' ({said})' if said else ''}:\n{_text(m.get('content'))}"
+
+
+def _with_thinking(messages: list, calls_drop_content: bool) -> list:
+    """An assistant message's reasoning_content as the template's `thinking` (THINKING_FIELD)."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("reasoning_content"), str):
+            m = {**m, "thinking": m["reasoning_content"]}
+            if calls_drop_content and m.get("tool_calls"):
+                m.pop("content", None)
+        out.append(m)
+    return out
 
 
 def _one_call_at_a_time(messages: list) -> list:
@@ -320,8 +344,8 @@ def prepare_messages(messages: list[dict], fmt: ToolFormat, caps: ToolCaps | Non
     after them)."""
     _check_calls(messages)
     caps = caps or _assumed_caps(fmt)
-    if fmt.name == "gpt_oss":
-        messages = harmony.with_thinking(messages)
+    if fmt.name in THINKING_FIELD:
+        messages = _with_thinking(messages, THINKING_FIELD[fmt.name])
     if caps.supports_tool_calls and not caps.supports_parallel_tool_calls:
         messages = _one_call_at_a_time(messages)
     out: list[dict] = []
@@ -392,16 +416,6 @@ def with_tool_description(messages: list[dict], tools: list[dict], fmt: ToolForm
 # grammars that force a call
 
 
-def _parameters(tool: dict) -> dict:
-    """A tool's parameter schema; properties it does not list are not allowed unless it says so
-    (llama.cpp's json-schema-to-grammar default, OpenAI's strict mode): a model may not invent
-    arguments."""
-    params = tool["function"].get("parameters") or {"type": "object"}
-    if isinstance(params.get("properties"), dict) and "additionalProperties" not in params:
-        params = {**params, "additionalProperties": False}
-    return params
-
-
 def _marked_item(name: str, i: int, call: dict) -> dict:
     """Call number i ({"name", "arguments"}) as format `name` of MARKED writes it."""
     keys = MARKED[name][3]
@@ -424,16 +438,6 @@ def _marked_schema(name: str, tool: dict) -> dict:
 def _call_schema(tool: dict, args_key: str = "arguments") -> dict:
     return {"type": "object", "properties": {"name": {"const": tool["function"]["name"]}, args_key: _parameters(tool)},
             "required": ["name", args_key], "additionalProperties": False}
-
-
-def _json(schema: dict) -> str:
-    from .constrain import JSON_OPTIONS
-
-    return "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
-
-
-def _lit(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 # formats that write several calls one after another, and the text between two of them (Mistral
@@ -503,6 +507,8 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
             call = per_tool(DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
         more = (f" ({_lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
         return f"start: {_lit(DS_CALLS_BEGIN)} one{more} {_lit(DS_CALLS_END)}\none: {call}"
+    if name == "lfm2":
+        return pythonic.grammar(tools, parallel)
     if name == "gpt_oss":  # one call, maybe after an analysis message (a call ends the reply)
         return (f"start: (HARMONY_ANALYSIS {_lit(harmony.START + 'assistant')})? call\n"
                 f"call: {per_tool(harmony.CALL_HEAD[0], harmony.CALL_HEAD[1])}\n"
@@ -679,6 +685,12 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                          for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
                 if calls:
                     return text[:i].strip(), calls
+        elif name == "lfm2":
+            i = text.find(pythonic.OPEN)
+            j = text.find(pythonic.CLOSE, i)
+            if i >= 0 and j >= 0:
+                calls = [_call(n, args) for n, args in pythonic.read(text[i + len(pythonic.OPEN):j])]
+                return text[:i].strip() + text[j + len(pythonic.CLOSE):].strip(), calls
         elif name in MARKED:
             answer = unmarked(fmt, text)
             found = _marked(name, answer)
@@ -736,7 +748,7 @@ def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[
                 if "response" in obj:
                     r = obj["response"]
                     return r if isinstance(r, str) else json.dumps(r, ensure_ascii=False), []
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # (json.JSONDecodeError is a ValueError)
         pass
     return text.strip(), []
 
