@@ -60,6 +60,8 @@ def template(name: str) -> str:
     ("LFM2-8B-A1B", "lfm2"),
     ("LFM2.5-8B-A1B", "lfm2"),
     ("LFM2.5-Instruct", "lfm2"),
+    ("CohereForAI-c4ai-command-r-plus-tool_use", "command_r_plus"),
+    ("fireworks-ai-llama-3-firefunction-v2", "firefunction_v2"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -94,6 +96,9 @@ WRITTEN = {
     "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
     "apriel": 'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
     "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
+    "command_r_plus": 'Let me check.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": '
+                      '{\n            "city": "Paris"\n        }\n    }\n]```',
+    "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
                   '</invoke>\n</minimax:tool_call>',
@@ -101,7 +106,7 @@ WRITTEN = {
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -114,7 +119,9 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1],
           "apriel": WRITTEN["apriel"][len("Let me check.\n"):],
           "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):],
-          "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'}
+          "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
+          "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]```',
+          "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]'}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -125,6 +132,10 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}, '
+                      '{"tool_name": "get_time", "parameters": {"zone": "CET"}}]```',
+    "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                       '{"name": "get_time", "arguments": {"zone": "CET"}}]',
     "lfm2": '<|tool_call_start|>[get_weather(city="Paris"), get_time(zone="CET")]<|tool_call_end|>',
     "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
                   '<invoke name="get_time">\n<parameter name="zone">CET</parameter>\n</invoke>\n</minimax:tool_call>',
@@ -138,7 +149,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -256,7 +267,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
-                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B"])
+                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
+                                  "fireworks-ai-llama-3-firefunction-v2"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

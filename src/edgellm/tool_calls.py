@@ -22,6 +22,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     nemotron_v2  <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>     (Nemotron Nano v2)
     apriel       <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls> (Apriel 1.6)
     lfm2         <|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>   (LFM2, LFM2.5: Python calls, pythonic.py)
+    command_r_plus  Action:\\n```json\\n[{"tool_name": ..., "parameters": {...}}]```   (Command R+)
+    firefunction_v2  functools[{"name": ..., "arguments": {...}}]              (FireFunction v2)
     minimax_m1   <tool_calls>\\n{"name": ..., "arguments": {...}}\\n...</tool_calls>   (MiniMax-M1: a call a line)
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
@@ -75,6 +77,8 @@ MARKED = {
     "apriel": ("<tool_calls>", "</tool_calls>", "array", ("name", "arguments", None)),
     "minimax_m1": ("<tool_calls>\n", "\n</tool_calls>", "lines", ("name", "arguments", None)),
     "apertus": ("<|tools_prefix|>", "<|tools_suffix|>", "array", None),
+    "firefunction_v2": ("functools", "", "array", ("name", "arguments", None)),
+    "command_r_plus": ("Action:\n```json\n", "```", "array", ("tool_name", "parameters", None)),
 }
 # the markers around a reasoning block, where a format has its own (others: THINK_OPEN, THINK_CLOSE)
 # (Apriel 1.6's prompt opens its reasoning)
@@ -127,6 +131,10 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("command_r7b", True)
     if pythonic.OPEN in src or "<|tool_list_start|>" in src or "List of tools: [" in src:
         return ToolFormat("lfm2", True)
+    if "<|START_OF_TURN_TOKEN|>" in src and "Action:" in src and "```json" in src:
+        return ToolFormat("command_r_plus", True)
+    if "functools[" in src:
+        return ToolFormat("firefunction_v2", True)
     if "<|tools_prefix|>" in src:
         return ToolFormat("apertus", True)
     if "<TOOLCALL>" in src:
@@ -796,7 +804,7 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, p
             raise TemplateError("tool_choice needs tools")
         toolish = any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in messages)
         msgs = prepare_messages(messages, fmt, template.tool_caps) if toolish else messages
-        prompt = template.render(msgs, add_generation_prompt=True)
+        prompt = template.render(msgs, add_generation_prompt=True, **template.tool_context(None))
         return ChatTurn(prompt, fmt, None, _opens_think(prompt, fmt), False)
     caps = template.tool_caps
     tools = check_tools(tools)
@@ -805,7 +813,8 @@ def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, p
     if usable and (not caps.supports_tools or fmt.name == "generic"):
         msgs = with_tool_description(msgs, usable, fmt, listed=not caps.supports_tools)
     # a template that does not list tools gets none (some fail on them: llama-cpp-deepseek-r1)
-    prompt = template.render(msgs, add_generation_prompt=True, tools=(usable or None) if caps.supports_tools else None)
+    listed = (usable or None) if caps.supports_tools else None
+    prompt = template.render(msgs, add_generation_prompt=True, tools=listed, **template.tool_context(listed))
     grammar = call_grammar(fmt, usable, parallel and tool_choice == "required") if required else None
     return ChatTurn(prompt, fmt, grammar, _opens_think(prompt, fmt), bool(usable), tuple(usable))
 
