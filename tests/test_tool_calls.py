@@ -62,6 +62,9 @@ def template(name: str) -> str:
     ("LFM2.5-Instruct", "lfm2"),
     ("CohereForAI-c4ai-command-r-plus-tool_use", "command_r_plus"),
     ("fireworks-ai-llama-3-firefunction-v2", "firefunction_v2"),
+    ("deepseek-ai-DeepSeek-V3.2", "deepseek_v32"),
+    ("deepseek-ai-DeepSeek-V4", "deepseek_v4"),
+    ("deepseek-ai-DeepSeek-V4-Flash-0731", "deepseek_v4"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -98,6 +101,10 @@ WRITTEN = {
     "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
     "command_r_plus": 'Let me check.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": '
                       '{\n            "city": "Paris"\n        }\n    }\n]```',
+    "deepseek_v32": 'Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                    'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
+                   '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -106,7 +113,7 @@ WRITTEN = {
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -121,7 +128,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):],
           "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
           "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]```',
-          "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]'}
+          "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+          "deepseek_v32": WRITTEN["deepseek_v32"][len("Let me check.\n\n"):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -132,6 +140,9 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    **{ds: FORCED.get(ds, WRITTEN[ds]).replace(f"</｜DSML｜{block}>", "") + '<｜DSML｜invoke name="get_time">\n'
+           f'<｜DSML｜parameter name="zone" string="true">CET</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{block}>'
+       for ds, block in (("deepseek_v32", "function_calls"), ("deepseek_v4", "tool_calls"))},
     "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}, '
                       '{"tool_name": "get_time", "parameters": {"zone": "CET"}}]```',
     "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
@@ -149,7 +160,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -205,7 +216,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -217,7 +228,11 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                       '</tool_call>',
                "minimax_m2": '<minimax:tool_call>\n<invoke name="set_alarm">\n<parameter name="hour">7</parameter>\n'
                              '<parameter name="label">42</parameter>\n<parameter name="days">["mon", "tue"]</parameter>\n'
-                             '</invoke>\n</minimax:tool_call>'}[fmt]
+                             '</invoke>\n</minimax:tool_call>',
+               "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="set_alarm">\n<｜DSML｜parameter name="hour" string="false">7'
+                              '</｜DSML｜parameter>\n<｜DSML｜parameter name="label" string="true">42</｜DSML｜parameter>\n'
+                              '<｜DSML｜parameter name="days" string="false">["mon", "tue"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                              '</｜DSML｜tool_calls>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -258,6 +273,13 @@ def test_lfm2_calls_are_read_as_python_literals_never_run():
     assert "<think>An alarm.</think><|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>" in prompt
 
 
+def test_deepseek_dsml_string_flag_says_which_values_are_text():
+    f = ToolFormat("deepseek_v4", True)
+    text = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">42</｜DSML｜parameter>\n'
+            '<｜DSML｜parameter name="b" string="false">42</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')
+    assert json.loads(parse(f, text)[1][0]["function"]["arguments"]) == {"a": "42", "b": 42}  # no tools to say
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
@@ -268,7 +290,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
-                                  "fireworks-ai-llama-3-firefunction-v2"])
+                                  "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

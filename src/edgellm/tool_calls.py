@@ -3,7 +3,7 @@ and grammars that make a model write one when it must (tool_choice "required" or
 function).
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder, seed_oss, glm and minimax_m2, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2 and deepseek_v32 / v4, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -28,6 +28,9 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
                  (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
     seed_oss     <seed:tool_call>\\n<function=name>\\n<parameter=key>value</parameter>\\n</function>\\n</seed:tool_call>   (Seed-OSS)
+    deepseek_v32 <｜DSML｜function_calls>\\n<｜DSML｜invoke name="name">\\n<｜DSML｜parameter name="key" string="true">value</｜DSML｜parameter>\\n
+                 </｜DSML｜invoke>\\n</｜DSML｜function_calls>   (DeepSeek V3.2; string="false" for a JSON value)
+    deepseek_v4  the same in <｜DSML｜tool_calls>                                 (DeepSeek V4)
     glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     minimax_m2   <minimax:tool_call>\\n<invoke name="name">\\n<parameter name="key">value</parameter>\\n</invoke>\\n</minimax:tool_call>
@@ -64,6 +67,7 @@ from .tool_grammar import parameters as _parameters
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's XML markers' prefix
 KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<|tool_calls_section_end|>")
 # the formats whose calls are JSON after a marker (and before an end marker, if any):
@@ -92,23 +96,30 @@ THINKING_FIELD = {"gpt_oss": True, "lfm2": False}
 ANSWER_MARKS = {"command_r7b": ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
                 "apriel": ("[END FINAL RESPONSE]",)}
 # the XML formats: (call opening before the name, after it, argument before its key, between key
-# and value, after the value, call end)
+# and value - or (for a text value, for a JSON one) where they differ -, after the value, call end)
 XML = {
     "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n</tool_call>"),
     "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
                  "</function>\n</seed:tool_call>"),
     "glm": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "</tool_call>"),
     "minimax_m2": ('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>\n", "</invoke>\n"),
+    **{ds: (f'<{DSML}invoke name="', '">\n', f'<{DSML}parameter name="', ('" string="true">', '" string="false">'),
+            f"</{DSML}parameter>\n", f"</{DSML}invoke>\n") for ds in ("deepseek_v32", "deepseek_v4")},
 }
 # the block around an XML format's calls, where one holds them all
-XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>")}
-# how parse finds them: (a call - its name and body -, an argument - its key and value)
+XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
+             "deepseek_v32": (f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
+             "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>")}
+# how parse finds them: (a call - its name and body -, an argument - its key, then its value, or
+# whether it is text and its value)
 _QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
 XML_READ = {
     "qwen3_coder": (r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", _QWEN_ARG),
     "seed_oss": (r"<seed:tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</seed:tool_call>", _QWEN_ARG),
     "glm": (r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>", r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"),
     "minimax_m2": (r'<invoke name="([^"]+)">(.*?)</invoke>', r'<parameter name="([^"]+)">(.*?)</parameter>'),
+    **{ds: (rf'<{DSML}invoke name="([^"]+)">(.*?)</{DSML}invoke>',
+            rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
 }
 
 
@@ -123,6 +134,8 @@ def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
     if harmony.CHANNEL in src:
         return ToolFormat("gpt_oss", True)
+    if DSML in src:
+        return ToolFormat("deepseek_v32" if "function_calls>" in src else "deepseek_v4", True)
     if DS_CALLS_BEGIN in src:
         return ToolFormat("deepseek_r1" if "```json" in src else "deepseek_v3", True)
     if KIMI[0] in src:
@@ -280,8 +293,8 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
     if name in XML:
         o, n, k, kv, v, e = XML[name]
         text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
-        one = [o + c["name"] + n + "".join(k + key + kv + text(val) + v for key, val in c["arguments"].items()) + e
-               for c in calls]
+        one = [o + c["name"] + n + "".join(k + key + _kv(name, isinstance(val, str)) + text(val) + v
+                                           for key, val in c["arguments"].items()) + e for c in calls]
         if name in XML_BLOCK:
             return XML_BLOCK[name][0] + "".join(one) + XML_BLOCK[name][1]
         return "\n".join(one)
@@ -461,7 +474,7 @@ def _xml_terminals(name: str) -> str:
 
 def _xml_value(name: str, schema) -> str:
     """An XML argument's value and the text after it: text for a string (one of its enum), else JSON."""
-    if isinstance(schema, dict) and schema.get("type") == "string":
+    if _is_text(schema):
         enum = schema.get("enum")
         if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
             return "(" + " | ".join(_lit(e + XML[name][4]) for e in enum) + ")"
@@ -469,18 +482,29 @@ def _xml_value(name: str, schema) -> str:
     return f"{_json(schema if isinstance(schema, dict) else {})} {_lit(XML[name][4])}"
 
 
+def _kv(name: str, text: bool) -> str:
+    """What XML format `name` writes between an argument's key and its value (text or JSON)."""
+    kv = XML[name][3]
+    return kv if isinstance(kv, str) else kv[0 if text else 1]
+
+
+def _is_text(schema) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "string"
+
+
 def _xml_call(name: str, tool: dict) -> str:
     """One call of `tool` in XML format `name`: its listed arguments in their order (those not
     required may be left out), any others only where its schema allows them."""
-    o, n, k, kv, _, e = XML[name]
+    o, n, k, _, _, e = XML[name]
     params = _parameters(tool)
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = set(params.get("required") or [])
     parts = [_lit(o + tool["function"]["name"] + n)]
     for key, schema in props.items():
-        parts.append(f"({_lit(k + key + kv)} {_xml_value(name, schema)})" + ("" if key in required else "?"))
+        parts.append(f"({_lit(k + key + _kv(name, _is_text(schema)))} {_xml_value(name, schema)})"
+                     + ("" if key in required else "?"))
     if params.get("additionalProperties") is not False:
-        parts.append(f"({_lit(k)} XML_KEY {_lit(kv)} XML_TEXT_END)*")
+        parts.append(f"({_lit(k)} XML_KEY {_lit(_kv(name, True))} XML_TEXT_END)*")
     return " ".join(parts + [_lit(e)])
 
 
@@ -609,15 +633,15 @@ def split_reasoning(text: str, started: bool = False, tags: tuple[str, str] = (T
 
 
 def _xml_args(name: str, body: str, tool: dict | None) -> dict:
-    """An XML call's arguments: a value stays text where the tool's schema says string (or it is
-    not JSON), else its JSON."""
+    """An XML call's arguments: a value stays text where the format says so (DeepSeek's
+    string="true") or the tool's schema says string (or it is not JSON), else its JSON."""
     pattern = XML_READ[name][1]
     props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
     args = {}
     for m in re.finditer(pattern, body, re.S):
-        key, raw = m.group(1).strip(), m.group(2)
+        key, raw = m.group(1).strip(), m.group(m.lastindex)
         schema = props.get(key) if isinstance(props, dict) else None
-        if isinstance(schema, dict) and schema.get("type") == "string":
+        if _is_text(schema) or (m.lastindex == 3 and m.group(2) == "true"):
             args[key] = raw
             continue
         try:
