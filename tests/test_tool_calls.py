@@ -65,6 +65,9 @@ def template(name: str) -> str:
     ("deepseek-ai-DeepSeek-V3.2", "deepseek_v32"),
     ("deepseek-ai-DeepSeek-V4", "deepseek_v4"),
     ("deepseek-ai-DeepSeek-V4-Flash-0731", "deepseek_v4"),
+    ("tencent-Hy3", "hy3"),
+    ("GigaChat3-10B-A1.8B", "gigachat_v3"),
+    ("GigaChat3.1-10B-A1.8B", "gigachat_v31"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -105,6 +108,10 @@ WRITTEN = {
                     'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
     "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
                    '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    "hy3": '<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city'
+           '</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>',
+    "gigachat_v3": 'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "gigachat_v31": 'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -113,7 +120,7 @@ WRITTEN = {
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "gigachat_v3": "Let me check.", "gigachat_v31": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -129,7 +136,9 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
           "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]```',
           "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
-          "deepseek_v32": WRITTEN["deepseek_v32"][len("Let me check.\n\n"):]}
+          "deepseek_v32": WRITTEN["deepseek_v32"][len("Let me check.\n\n"):],
+          "gigachat_v3": WRITTEN["gigachat_v3"][len("Let me check."):],
+          "gigachat_v31": WRITTEN["gigachat_v31"][len("Let me check."):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -140,6 +149,9 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "hy3": WRITTEN["hy3"].replace("</tool_calls:opensource>", "") + '<tool_call:opensource>get_time<tool_sep:opensource>\n'
+           '<arg_key:opensource>zone</arg_key:opensource>\n<arg_value:opensource>CET</arg_value:opensource>\n</tool_call:opensource>\n'
+           '</tool_calls:opensource>',
     **{ds: FORCED.get(ds, WRITTEN[ds]).replace(f"</｜DSML｜{block}>", "") + '<｜DSML｜invoke name="get_time">\n'
            f'<｜DSML｜parameter name="zone" string="true">CET</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{block}>'
        for ds, block in (("deepseek_v32", "function_calls"), ("deepseek_v4", "tool_calls"))},
@@ -160,7 +172,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -216,7 +228,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -232,7 +244,12 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="set_alarm">\n<｜DSML｜parameter name="hour" string="false">7'
                               '</｜DSML｜parameter>\n<｜DSML｜parameter name="label" string="true">42</｜DSML｜parameter>\n'
                               '<｜DSML｜parameter name="days" string="false">["mon", "tue"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
-                              '</｜DSML｜tool_calls>'}[fmt]
+                              '</｜DSML｜tool_calls>',
+               "hy3": '<tool_calls:opensource>\n<tool_call:opensource>set_alarm<tool_sep:opensource>\n<arg_key:opensource>hour'
+                      '</arg_key:opensource>\n<arg_value:opensource>7</arg_value:opensource>\n<arg_key:opensource>label'
+                      '</arg_key:opensource>\n<arg_value:opensource>42</arg_value:opensource>\n<arg_key:opensource>days'
+                      '</arg_key:opensource>\n<arg_value:opensource>["mon", "tue"]</arg_value:opensource>\n</tool_call:opensource>\n'
+                      '</tool_calls:opensource>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -280,6 +297,14 @@ def test_deepseek_dsml_string_flag_says_which_values_are_text():
     assert json.loads(parse(f, text)[1][0]["function"]["arguments"]) == {"a": "42", "b": 42}  # no tools to say
 
 
+@pytest.mark.parametrize("fmt", ["gigachat_v3", "gigachat_v31"])
+def test_gigachat_writes_one_call_even_when_several_are_allowed(fmt):
+    f = ToolFormat(fmt, True)
+    several = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS, parallel=True)))
+    assert several(FORCED[fmt])
+    assert not several(FORCED[fmt] + '\n{"name": "get_time", "arguments": {"zone": "CET"}}')
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
@@ -290,7 +315,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
-                                  "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4"])
+                                  "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
+                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -384,6 +410,7 @@ def test_command_r7b_thinking_is_reasoning_content():
 @pytest.mark.parametrize("name, reply", [
     ("Apertus-8B-Instruct", "<|inner_prefix|>Easy.<|inner_suffix|>It is sunny."),
     ("Apriel-1.6-15b-Thinker-fixed", "Easy.\n[BEGIN FINAL RESPONSE]\nIt is sunny.[END FINAL RESPONSE]"),  # the prompt opened it
+    ("tencent-Hy3", "<think:opensource>Easy.</think:opensource>It is sunny."),
 ])
 def test_a_formats_own_reasoning_markers(name, reply):
     from edgellm.chat import ChatTemplate

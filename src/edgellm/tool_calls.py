@@ -3,7 +3,7 @@ and grammars that make a model write one when it must (tool_choice "required" or
 function).
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2 and deepseek_v32 / v4, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2, deepseek_v32 / v4 and hy3, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -23,6 +23,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     apriel       <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls> (Apriel 1.6)
     lfm2         <|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>   (LFM2, LFM2.5: Python calls, pythonic.py)
     command_r_plus  Action:\\n```json\\n[{"tool_name": ..., "parameters": {...}}]```   (Command R+)
+    gigachat_v3  <|message_sep|>\\n\\nfunction call<|role_sep|>\\n{"name": ..., "arguments": {...}}   (GigaChat 3: one call)
+    gigachat_v31 <|function_call|>{"name": ..., "arguments": {...}}            (GigaChat 3.1: one call)
     firefunction_v2  functools[{"name": ..., "arguments": {...}}]              (FireFunction v2)
     minimax_m1   <tool_calls>\\n{"name": ..., "arguments": {...}}\\n...</tool_calls>   (MiniMax-M1: a call a line)
     qwen3_coder  <tool_call>\\n<function=name>\\n<parameter=key>\\nvalue\\n</parameter>\\n</function>\\n</tool_call>
@@ -31,6 +33,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
     deepseek_v32 <｜DSML｜function_calls>\\n<｜DSML｜invoke name="name">\\n<｜DSML｜parameter name="key" string="true">value</｜DSML｜parameter>\\n
                  </｜DSML｜invoke>\\n</｜DSML｜function_calls>   (DeepSeek V3.2; string="false" for a JSON value)
     deepseek_v4  the same in <｜DSML｜tool_calls>                                 (DeepSeek V4)
+    hy3          <tool_calls:opensource>\\n<tool_call:opensource>name<tool_sep:opensource>\\n<arg_key:opensource>key</arg_key:opensource>\\n
+                 <arg_value:opensource>value</arg_value:opensource>\\n</tool_call:opensource>\\n</tool_calls:opensource>   (Hunyuan 3)
     glm          <tool_call>name\\n<arg_key>key</arg_key>\\n<arg_value>value</arg_value>\\n</tool_call>
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     minimax_m2   <minimax:tool_call>\\n<invoke name="name">\\n<parameter name="key">value</parameter>\\n</invoke>\\n</minimax:tool_call>
@@ -68,10 +72,12 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's XML markers' prefix
+HY = ":opensource"  # Hunyuan 3's markers' suffix
 KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<|tool_calls_section_end|>")
 # the formats whose calls are JSON after a marker (and before an end marker, if any):
-# (opening, closing, layout: "array" - one JSON array - or "lines" - an object a line -, a call's
+# (opening, closing, layout: "array" - one JSON array -, "lines" - an object a line - or "one" - one
+# call, each after its own opening -, a call's
 # (name key, arguments key, numbering key or None), or None where a call is {name: arguments})
 MARKED = {
     "mistral": ("[TOOL_CALLS]", "", "array", ("name", "arguments", None)),
@@ -83,11 +89,13 @@ MARKED = {
     "apertus": ("<|tools_prefix|>", "<|tools_suffix|>", "array", None),
     "firefunction_v2": ("functools", "", "array", ("name", "arguments", None)),
     "command_r_plus": ("Action:\n```json\n", "```", "array", ("tool_name", "parameters", None)),
+    "gigachat_v3": ("<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments", None)),
+    "gigachat_v31": ("<|function_call|>", "", "one", ("name", "arguments", None)),
 }
 # the markers around a reasoning block, where a format has its own (others: THINK_OPEN, THINK_CLOSE)
 # (Apriel 1.6's prompt opens its reasoning)
 REASONING_TAGS = {"command_r7b": ("<|START_THINKING|>", "<|END_THINKING|>"), "apertus": ("<|inner_prefix|>", "<|inner_suffix|>"),
-                  "apriel": ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]")}
+                  "apriel": ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"), "hy3": (f"<think{HY}>", f"</think{HY}>")}
 # the formats whose templates write an assistant's reasoning from its `thinking` (as llama.cpp
 # passes reasoning_content to them), and whether a message with calls then loses its content (the
 # gpt-oss template takes one or the other)
@@ -105,11 +113,14 @@ XML = {
     "minimax_m2": ('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>\n", "</invoke>\n"),
     **{ds: (f'<{DSML}invoke name="', '">\n', f'<{DSML}parameter name="', ('" string="true">', '" string="false">'),
             f"</{DSML}parameter>\n", f"</{DSML}invoke>\n") for ds in ("deepseek_v32", "deepseek_v4")},
+    "hy3": (f"<tool_call{HY}>", f"<tool_sep{HY}>\n", f"<arg_key{HY}>", f"</arg_key{HY}>\n<arg_value{HY}>", f"</arg_value{HY}>\n",
+            f"</tool_call{HY}>\n"),
 }
 # the block around an XML format's calls, where one holds them all
 XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
              "deepseek_v32": (f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
-             "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>")}
+             "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>"),
+             "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>")}
 # how parse finds them: (a call - its name and body -, an argument - its key, then its value, or
 # whether it is text and its value)
 _QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
@@ -120,6 +131,7 @@ XML_READ = {
     "minimax_m2": (r'<invoke name="([^"]+)">(.*?)</invoke>', r'<parameter name="([^"]+)">(.*?)</parameter>'),
     **{ds: (rf'<{DSML}invoke name="([^"]+)">(.*?)</{DSML}invoke>',
             rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
+    "hy3": (rf"<tool_call{HY}>(.*?)<tool_sep{HY}>(.*?)</tool_call{HY}>", rf"<arg_key{HY}>(.*?)</arg_key{HY}>\s*<arg_value{HY}>(.*?)</arg_value{HY}>"),
 }
 
 
@@ -134,6 +146,8 @@ def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
     if harmony.CHANNEL in src:
         return ToolFormat("gpt_oss", True)
+    if "<tool_sep{}>" in src and HY in src:
+        return ToolFormat("hy3", True)
     if DSML in src:
         return ToolFormat("deepseek_v32" if "function_calls>" in src else "deepseek_v4", True)
     if DS_CALLS_BEGIN in src:
@@ -148,6 +162,8 @@ def detect_format(template_source: str) -> ToolFormat:
         return ToolFormat("command_r_plus", True)
     if "functools[" in src:
         return ToolFormat("firefunction_v2", True)
+    if "<|role_sep|>" in src and "<|message_sep|>" in src:
+        return ToolFormat("gigachat_v31" if "<|function_call|>" in src else "gigachat_v3", True)
     if "<|tools_prefix|>" in src:
         return ToolFormat("apertus", True)
     if "<TOOLCALL>" in src:
@@ -271,6 +287,8 @@ def write_calls(fmt: ToolFormat, calls: list[dict]) -> str:
     if name in MARKED:
         opening, closing, layout, _ = MARKED[name]
         items = [dump(_marked_item(name, i, c)) for i, c in enumerate(calls)]
+        if layout == "one":
+            return "".join(opening + item + closing for item in items)
         return opening + ("[" + ", ".join(items) + "]" if layout == "array" else "\n".join(items)) + closing
     if name == "mistral_args":
         return "".join(f"[TOOL_CALLS]{c['name']}[ARGS]{dump(c['arguments'])}" for c in calls)
@@ -527,8 +545,8 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
         opening, closing, layout, _ = MARKED[name]
         items = {"anyOf": [_marked_schema(name, t) for t in tools]}
         end = f" {_lit(closing)}" if closing else ""
-        if layout == "lines":
-            more = f" ({_lit(chr(10))} one)*" if parallel else ""
+        if layout in ("lines", "one"):
+            more = f" ({_lit(chr(10))} one)*" if parallel and layout == "lines" else ""
             return f"start: {_lit(opening)} one{more}{end}\none: {_json(items)}"
         array = _json({"type": "array", "items": items, "minItems": 1, **({} if parallel else {"maxItems": 1})})
         return f"start: {_lit(opening)} {array}{end}"
@@ -670,7 +688,10 @@ def _marked(name: str, text: str) -> tuple[str, list[dict]] | None:
     if i < 0 or j < 0:
         return None
     body = text[i + len(opening):j]
-    items = json.loads(body) if layout == "array" else _json_values(body)
+    if layout == "one":  # (each call after its opening)
+        items = [json.loads(part) for part in body.split(opening)]
+    else:
+        items = json.loads(body) if layout == "array" else _json_values(body)
     if keys is None:  # {name: arguments}
         if not all(isinstance(v, dict) and len(v) == 1 for v in items):
             raise TypeError("a call is one name")
