@@ -13,9 +13,9 @@ import jinja2
 from jinja2 import meta
 from jinja2.exceptions import SecurityError
 
-from . import harmony
 from .chat_sandbox import SANDBOX, RaisedByTemplate, render
 from .errors import TemplateError, TokenizerError
+from .tool_calls import harmony
 from .tool_caps import ToolCaps, probe
 
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the

@@ -1,7 +1,7 @@
 """An assistant reply read as it streams: a leading <think>...</think> (Command R7B's
 <|START_THINKING|>...<|END_THINKING|>) becomes `reasoning_content`
 (llama.cpp's --reasoning-format deepseek), tool calls written in the chat template's format
-(tool_calls.py lists them) become OpenAI's `tool_calls` - the call's id and name as soon as the
+(the tool_calls package lists them) become OpenAI's `tool_calls` - the call's id and name as soon as the
 name is written, then its arguments in fragments as they are written - and the rest is
 `content`.
 
@@ -18,9 +18,9 @@ decided) is held back until it is decided; text that turns out not to be a call 
 Arguments are the model's own JSON text (as OpenAI returns them), not re-serialised; a call cut
 short (max_tokens) keeps the arguments written so far, and finish_reason says "length".
 
-A format FORMATS does not list (tool_calls.py's DeepSeek, Command R7B and XML ones) is read once
+A format FORMATS does not list (most of the tool_calls package's: DeepSeek, Command R7B, the XML ones, ...) is read once
 the reply is complete, by tool_calls.parse: its content and calls come in the last deltas.
-gpt-oss's harmony messages (harmony.py) are read as they stream, with or without tools (its
+gpt-oss's harmony messages (tool_calls/harmony.py) are read as they stream, with or without tools (its
 analysis is reasoning_content): HarmonyReply.
 
 Without tools (fmt None) the content is the model's text as written, less a leading think
@@ -34,8 +34,9 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from ..harmony import Split
-from ..tool_calls import ANSWER_MARKS, ToolFormat, parse, reasoning_tags
+from ..tool_calls import ToolFormat, answer_marks, parse, reasoning_tags
+from ..tool_calls.harmony import Split
+from ..tool_calls.json_calls import FUNCTIONARY_TEXT, PYTHON_TAG
 
 # How each format writes a call, as tool_calls.parse reads it:
 #   open        the text that starts a call (None: calls are JSON at the very start of the reply)
@@ -57,8 +58,6 @@ FORMATS = {
     "llama3": dict(open=None, name_end=None, args=("parameters", "arguments"), close=None, shape="objects"),
     "generic": dict(open=None, name_end=None, args=("arguments",), close=None, shape="wrapped"),
 }
-PYTHON_TAG = "<|python_tag|>"  # Llama 3.x may open its JSON call with it
-FUNCTIONARY_TEXT = "all"  # Functionary's ">>>all\n" introduces text, not a call
 
 
 def _held(text: str, marker: str) -> int:
@@ -241,7 +240,7 @@ class Reply:
                  parallel: bool = True, tools=(), template: ToolFormat | None = None):
         self.fmt = fmt.name if fmt is not None else None
         self._tags = reasoning_tags(fmt or template)
-        self._marks = ANSWER_MARKS.get((fmt or template).name, ()) if (fmt or template) is not None else ()
+        self._marks = answer_marks(fmt or template)
         self.spec = None if fmt is None else FORMATS.get(fmt.name, FORMATS["generic"])
         self.whole = fmt if fmt is not None and fmt.name not in FORMATS and fmt.name != "generic" else None
         self.tools = list(tools)
@@ -582,7 +581,7 @@ class Reply:
 
 
 class HarmonyReply(Reply):
-    """A gpt-oss reply (harmony.py): each message's body streamed as what its header says -
+    """A gpt-oss reply (tool_calls/harmony.py): each message's body streamed as what its header says -
     reasoning_content, content, or a call's arguments as written (its id and name sent when
     its header ends) - messages of one kind joined by a newline. calls: the request has tools."""
 

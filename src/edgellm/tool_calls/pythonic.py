@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 
-from .tool_grammar import json_rule, lit, parameters
+from .common import json_rule, lit, make_call, parameters
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
@@ -48,7 +48,17 @@ def read(body: str) -> list[tuple[str, dict]]:
         raise ValueError(f"not a list of calls: {exc}") from None
 
 
-def write(calls: list[dict]) -> str:
+def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
+    """(content, calls) of a reply; None without the markers."""
+    i = text.find(OPEN)
+    j = text.find(CLOSE, i)
+    if i < 0 or j < 0:
+        return None
+    calls = [make_call(n, args) for n, args in read(text[i + len(OPEN):j])]
+    return text[:i].strip() + text[j + len(CLOSE):].strip(), calls
+
+
+def write(name: str, calls: list[dict]) -> str:
     """Calls ({"name", "arguments"}) as the model writes them (values as JSON, as the grammar has them)."""
     one = [c["name"] + "(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in c["arguments"].items()) + ")"
            for c in calls]
@@ -78,7 +88,7 @@ def _arguments(tool: dict) -> str:
     return f" ({alts})" + ("" if any(req for _, req in items) else "?")
 
 
-def grammar(tools: list[dict], parallel: bool) -> str:
+def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     """A Lark grammar admitting one call of `tools` (several with `parallel`)."""
     one = " | ".join(f"({lit(t['function']['name'] + '(')}{_arguments(t)} {lit(')')})" for t in tools)
     more = f" ({lit(', ')} one)*" if parallel else ""

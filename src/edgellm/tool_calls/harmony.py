@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import re
 
+from .common import dump, lit, make_call, per_tool
+
 START, END, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|constrain|>"
 STOPS = ("<|return|>", "<|call|>")
 FUNCTIONS = "functions."
@@ -156,7 +158,18 @@ def parse_reply(text: str, calls: bool) -> tuple[str | None, str, list[tuple[str
     return ("\n".join(reasoning) if reasoning else None), "\n".join(content), found
 
 
-def write_calls(calls: list[dict]) -> str:
+def write(name: str, calls: list[dict]) -> str:
     """Calls ({"name", "arguments"}) as the model writes them, each its own message."""
-    return (STOPS[1] + START + "assistant").join(
-        CALL_HEAD[0] + c["name"] + CALL_HEAD[1] + json.dumps(c["arguments"], ensure_ascii=False) for c in calls)
+    return (STOPS[1] + START + "assistant").join(CALL_HEAD[0] + c["name"] + CALL_HEAD[1] + dump(c["arguments"]) for c in calls)
+
+
+def grammar(name: str, tools: list[dict], parallel: bool) -> str:
+    """One call, maybe after an analysis message (a call ends the reply: never several)."""
+    analysis = re.escape(ANALYSIS).replace("/", "\\/") + "([^<]|<[^|])*" + re.escape(END)
+    return (f"start: (HARMONY_ANALYSIS {lit(START + 'assistant')})? call\n"
+            f"call: {per_tool(tools, *CALL_HEAD)}\nHARMONY_ANALYSIS: /{analysis}/")
+
+
+def parse(name: str, text: str, tools) -> tuple[str, list[dict]]:
+    _, content, found = parse_reply(text, True)
+    return content, [make_call(n, args) for n, args in found]
