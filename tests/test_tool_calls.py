@@ -68,6 +68,7 @@ def template(name: str) -> str:
     ("tencent-Hy3", "hy3"),
     ("GigaChat3-10B-A1.8B", "gigachat_v3"),
     ("GigaChat3.1-10B-A1.8B", "gigachat_v31"),
+    ("upstage-Solar-Open-100B", "solar_open"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -112,6 +113,8 @@ WRITTEN = {
            '</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>',
     "gigachat_v3": 'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',
     "gigachat_v31": 'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "solar_open": '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}'
+                  '<|tool_call:end|>',  # (<|calls|>, which would follow, ends generation)
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -149,6 +152,8 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "solar_open": WRITTEN["solar_open"] + '<|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_time<|tool_call:args|>'
+                                          '{"zone": "CET"}<|tool_call:end|>',
     "hy3": WRITTEN["hy3"].replace("</tool_calls:opensource>", "") + '<tool_call:opensource>get_time<tool_sep:opensource>\n'
            '<arg_key:opensource>zone</arg_key:opensource>\n<arg_value:opensource>CET</arg_value:opensource>\n</tool_call:opensource>\n'
            '</tool_calls:opensource>',
@@ -172,7 +177,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -316,7 +321,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
                                   "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
-                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B"])
+                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -411,12 +416,15 @@ def test_command_r7b_thinking_is_reasoning_content():
     ("Apertus-8B-Instruct", "<|inner_prefix|>Easy.<|inner_suffix|>It is sunny."),
     ("Apriel-1.6-15b-Thinker-fixed", "Easy.\n[BEGIN FINAL RESPONSE]\nIt is sunny.[END FINAL RESPONSE]"),  # the prompt opened it
     ("tencent-Hy3", "<think:opensource>Easy.</think:opensource>It is sunny."),
+    ("upstage-Solar-Open-100B", "<|think|>Easy.<|end|><|begin|>assistant<|content|>It is sunny."),
 ])
 def test_a_formats_own_reasoning_markers(name, reply):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
 
     t = ChatTemplate(template(name))
+    if name == "upstage-Solar-Open-100B":
+        assert "<|end|>" not in t.stop_strings  # it ends the reasoning, not the turn
     for tools in (TOOLS, None):
         turn = prepare_turn(t, [{"role": "user", "content": "Weather?"}], tools)
         assert turn.message(reply, "stop")[0] == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}

@@ -209,7 +209,8 @@ def test_capabilities_are_probed_once(monkeypatch):
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "mistral_args", "functionary", "function_tag", "generic",
                                  "granite", "deepseek_r1", "deepseek_v3", "command_r7b", "qwen3_coder", "glm", "kimi_k2", "seed_oss",
                                  "gpt_oss", "apertus", "nemotron_v2", "apriel", "minimax_m1", "minimax_m2", "lfm2", "command_r_plus", "firefunction_v2",
-                                 "deepseek_v32", "deepseek_v4", "hy3", "gigachat_v3", "gigachat_v31"])
+                                 "deepseek_v32", "deepseek_v4", "hy3", "gigachat_v3", "gigachat_v31",
+                                 "solar_open"])
 def test_written_calls_parse_back(fmt):
     f = ToolFormat(fmt, fmt != "generic")
     calls = [{"name": "get_weather", "arguments": {"city": c}} for c in CITIES]

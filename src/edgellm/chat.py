@@ -15,12 +15,14 @@ from jinja2.exceptions import SecurityError
 
 from .chat_sandbox import SANDBOX, RaisedByTemplate, render
 from .errors import TemplateError, TokenizerError
-from .tool_calls import harmony
 from .tool_caps import ToolCaps, probe
 
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
 # ones a template writes become its stop strings.
 END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# gpt-oss and Solar Open: <|end|> ends one message of a reply, and these end the turn (llama.cpp's
+# vocabulary rule: where a model has <|call|> or <|calls|>, <|end|> does not end generation)
+MESSAGE_END, TURN_ENDS = "<|end|>", ("<|return|>", "<|call|>", "<|calls|>", "<|flush|>")
 
 # Built-in templates, used when the GGUF file has none. They write no BOS: the tokenizer adds it
 # when the model's metadata asks for one.
@@ -135,8 +137,8 @@ class ChatTemplate:
         self._supports_system: bool | None = None
         self._tool_caps: ToolCaps | None = None
         stops = [m for m in END_OF_TURN_MARKERS if m in template]
-        if harmony.CHANNEL in template:  # gpt-oss: <|end|> ends one message of the reply, <|return|> / <|call|> the turn
-            stops = [m for m in stops if m != harmony.END] + list(harmony.STOPS)
+        if "<|call|>" in template or "<|calls|>" in template:
+            stops = [m for m in stops if m != MESSAGE_END] + [m for m in TURN_ENDS if m in template]
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_strings: list[str] = stops

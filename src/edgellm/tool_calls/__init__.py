@@ -44,6 +44,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (MiniMax-M2; one block may hold several invokes)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
                  (Kimi K2; the number counts the calls)
+    solar_open   <|tool_calls|><|tool_call:begin|>id<|tool_call:name|>name<|tool_call:args|>{...}<|tool_call:end|>...
+                 (Solar Open; reasoning between <|think|> and <|end|>, the answer after <|content|>)
     gpt_oss      <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}
                  (gpt-oss: OpenAI's harmony messages, harmony.py; analysis is reasoning_content)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}

@@ -43,6 +43,8 @@ FORMATS: dict[str, Format] = {
                    thinking_field=False),
     "command_r_plus": Format(marked, _has("<|START_OF_TURN_TOKEN|>", "Action:", "```json")),
     "firefunction_v2": Format(marked, _has("functools[")),
+    "solar_open": Format(_JSON, _has(json_calls.SOLAR[1], "<|think|>"), reasoning=("<|think|>", "<|end|>"),
+                         answer_marks=("<|begin|>assistant", "<|content|>", "<|end|>")),
     "gigachat_v31": Format(marked, _has("<|role_sep|>", "<|message_sep|>", "<|function_call|>")),
     "gigachat_v3": Format(marked, _has("<|role_sep|>", "<|message_sep|>")),
     "apertus": Format(marked, _has("<|tools_prefix|>"), reasoning=("<|inner_prefix|>", "<|inner_suffix|>")),

@@ -1,6 +1,6 @@
 """The formats that write each call's arguments as JSON with the format's own markers around the
 call: Hermes' <tool_call>, Llama 3's bare JSON, Mistral's [TOOL_CALLS]name[ARGS], Functionary's,
-DeepSeek R1 / V3.1's and Kimi K2's call sections, and the generic {"tool_call": ...}."""
+DeepSeek R1 / V3.1's, Kimi K2's and Solar Open's call sections, and the generic {"tool_call": ...}."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
         "<|tool_calls_section_end|>")
+# Solar Open: the section's opening, then each call: opening, its id, before its name, before its arguments, end
+SOLAR = ("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>")
 PYTHON_TAG = "<|python_tag|>"  # Llama 3.x may open its JSON call with it
 FUNCTIONARY_TEXT = "all"  # Functionary's ">>>all\n" introduces text, not a call
 # the formats here that write several calls one after another, and the text between two of them
@@ -35,6 +37,9 @@ def write(name: str, calls: list[dict]) -> str:
             else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
         between = "\n" if name == "deepseek_r1" else ""
         return DS_CALLS_BEGIN + between.join(DS_CALL_BEGIN + one(c) + DS_CALL_END for c in calls) + DS_CALLS_END
+    if name == "solar_open":  # (the ids: ten lowercase letters and digits, as the template asks)
+        return SOLAR[0] + "".join(f"{SOLAR[1]}{i:010d}{SOLAR[2]}{c['name']}{SOLAR[3]}{dump(c['arguments'])}{SOLAR[4]}"
+                                  for i, c in enumerate(calls))
     if name == "kimi_k2":
         return KIMI[0] + "".join(f"{KIMI[1]}functions.{c['name']}:{i}{KIMI[2]}{dump(c['arguments'])}{KIMI[3]}"
                                  for i, c in enumerate(calls)) + KIMI[4]
@@ -52,6 +57,10 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
             call = per_tool(tools, DS_CALL_BEGIN, DS_SEP, DS_CALL_END)
         more = (f" ({lit(chr(10))} one)*" if name == "deepseek_r1" else " one*") if parallel else ""
         return f"start: {lit(DS_CALLS_BEGIN)} one{more} {lit(DS_CALLS_END)}\none: {call}"
+    if name == "solar_open":  # each call with its id (<|calls|>, which ends them, ends generation)
+        call = " | ".join(f"({lit(SOLAR[1])} SOLAR_ID {lit(SOLAR[2] + t['function']['name'] + SOLAR[3])} "
+                          f"{json_rule(parameters(t))} {lit(SOLAR[4])})" for t in tools)
+        return f"start: {lit(SOLAR[0])} one{' one*' if parallel else ''}\none: {call}\nSOLAR_ID: /[a-z0-9]{{10}}/"
     if name == "kimi_k2":  # the calls between KIMI[0] and KIMI[4], each numbered
         call = " | ".join(f"({lit(KIMI[1] + 'functions.' + t['function']['name'] + ':')} KIMI_INDEX {lit(KIMI[2])} "
                           f"{json_rule(parameters(t))} {lit(KIMI[3])})" for t in tools)
@@ -94,6 +103,14 @@ def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
             b, a, e = (re.escape(m) for m in KIMI[1:4])
             calls = [make_call(m.group(1).strip(), json.loads(m.group(2)))
                      for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
+            if calls:
+                return text[:i].strip(), calls
+    elif name == "solar_open":
+        i = text.find(SOLAR[0])
+        if i >= 0:
+            b, n, a, e = (re.escape(m) for m in SOLAR[1:])
+            calls = [make_call(m.group(1).strip(), json.loads(m.group(2)))
+                     for m in re.finditer(b + r"[^<]*" + n + r"(.*?)" + a + r"(.*?)" + e, text[i:], re.S)]
             if calls:
                 return text[:i].strip(), calls
     elif name == "hermes":
