@@ -34,6 +34,8 @@ MORE = {
     "lfm2": ["<think>hmm</think>Sure. <|tool_call_start|>[a(k='v', n=true, xs=[1, 2]), b()]<|tool_call_end|> Done."],
     "solar_open": ["<|think|>hmm<|end|><|begin|>assistant<|content|>Sunny.", "<|think|>hmm<|end|><|begin|>assistant"
                    '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>a<|tool_call:args|>{"k": 1}<|tool_call:end|>'],
+    "gemma4": ['<|channel>thought\nhmm<channel|>A <|tool_call>call:a{k:<|"|>v<|"|>,n:[1,2]}<tool_call|><|tool_call>call:b{}'
+               '<tool_call|> B'],
     "nemotron_v2": ['Sure. <TOOLCALL>[{"name": "a", "arguments": {"k": 1}}, {"name": "b", "arguments": {}}]</TOOLCALL> Done.'],
     "apriel": ['<tool_calls>[{"name": "a", "arguments": {"k": "v"}}]</tool_calls>', "Sunny.[END FINAL RESPONSE]"],
     "minimax_m1": ['A\n<tool_calls>\n{"name": "a", "arguments": {"k": 1}}\n{"name": "b", "arguments": {}}\n</tool_calls>'],

@@ -69,6 +69,8 @@ def template(name: str) -> str:
     ("GigaChat3-10B-A1.8B", "gigachat_v3"),
     ("GigaChat3.1-10B-A1.8B", "gigachat_v31"),
     ("upstage-Solar-Open-100B", "solar_open"),
+    ("google-gemma-4-31B-it", "gemma4"),
+    ("google-gemma-4-31B-it-interleaved", "gemma4"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -115,6 +117,7 @@ WRITTEN = {
     "gigachat_v31": 'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
     "solar_open": '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}'
                   '<|tool_call:end|>',  # (<|calls|>, which would follow, ends generation)
+    "gemma4": 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -123,7 +126,7 @@ WRITTEN = {
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "gigachat_v3": "Let me check.", "gigachat_v31": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "gemma4": "Let me check.", "gigachat_v3": "Let me check.", "gigachat_v31": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -141,7 +144,8 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
           "deepseek_v32": WRITTEN["deepseek_v32"][len("Let me check.\n\n"):],
           "gigachat_v3": WRITTEN["gigachat_v3"][len("Let me check."):],
-          "gigachat_v31": WRITTEN["gigachat_v31"][len("Let me check."):]}
+          "gigachat_v31": WRITTEN["gigachat_v31"][len("Let me check."):],
+          "gemma4": WRITTEN["gemma4"][len("Let me check."):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -152,6 +156,8 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:get_time{zone:<|"|>CET<|"|>}'
+              '<tool_call|>',
     "solar_open": WRITTEN["solar_open"] + '<|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_time<|tool_call:args|>'
                                           '{"zone": "CET"}<|tool_call:end|>',
     "hy3": WRITTEN["hy3"].replace("</tool_calls:opensource>", "") + '<tool_call:opensource>get_time<tool_sep:opensource>\n'
@@ -177,7 +183,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -310,6 +316,25 @@ def test_gigachat_writes_one_call_even_when_several_are_allowed(fmt):
     assert not several(FORCED[fmt] + '\n{"name": "get_time", "arguments": {"zone": "CET"}}')
 
 
+def test_gemma4_values_in_its_own_notation():
+    f = ToolFormat("gemma4", True)
+    # as the template writes them: the names sorted, text in <|"|>, the rest bare
+    text = ('<|tool_call>call:set_alarm{days:[<|"|>mon<|"|>,<|"|>tue<|"|>],hour:7,label:<|"|>42, "quoted"<|"|>,'
+            'opts:{loud:true,note:null}}<tool_call|>')
+    calls = parse(f, text, ALARM)[1]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"days": ["mon", "tue"], "hour": 7, "label": '42, "quoted"',
+                                                             "opts": {"loud": True, "note": None}}
+    for bad in ('<|tool_call>call:set_alarm{hour:7<tool_call|>', '<|tool_call>call:set_alarm{hour:seven}<tool_call|>',
+                '<|tool_call>call:set_alarm{hour:7}'):
+        assert parse(f, bad) == (bad, [])
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
+    assert accepts('<|tool_call>call:set_alarm{days:[<|"|>mon<|"|>],hour:7}<tool_call|>')
+    assert accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x", "hour": 7}}]))  # (sorted)
+    assert not accepts('<|tool_call>call:set_alarm{hour:<|"|>7<|"|>}<tool_call|>')  # an integer
+    assert not accepts('<|tool_call>call:set_alarm{label:<|"|>x<|"|>}<tool_call|>')  # hour is required
+    assert not accepts('<|tool_call>call:set_alarm{label:<|"|>x<|"|>,hour:7}<tool_call|>')  # not in name order
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
@@ -321,7 +346,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
                                   "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
-                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B"])
+                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B",
+                                  "google-gemma-4-31B-it"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -417,6 +443,7 @@ def test_command_r7b_thinking_is_reasoning_content():
     ("Apriel-1.6-15b-Thinker-fixed", "Easy.\n[BEGIN FINAL RESPONSE]\nIt is sunny.[END FINAL RESPONSE]"),  # the prompt opened it
     ("tencent-Hy3", "<think:opensource>Easy.</think:opensource>It is sunny."),
     ("upstage-Solar-Open-100B", "<|think|>Easy.<|end|><|begin|>assistant<|content|>It is sunny."),
+    ("google-gemma-4-31B-it", "<|channel>thought\nEasy.<channel|>It is sunny."),
 ])
 def test_a_formats_own_reasoning_markers(name, reply):
     from edgellm.chat import ChatTemplate

@@ -2,7 +2,7 @@
 and grammars that make a model write one when it must (tool_choice "required" or a named
 function). formats.py holds the one table of formats (how each is detected, its family module,
 its reasoning markers); the families: json_calls.py (JSON with a format's own markers around each
-call), marked.py (JSON between a marker and an end marker), xml.py, pythonic.py (LFM2),
+call), marked.py (JSON between a marker and an end marker), xml.py, pythonic.py (LFM2), gemma4.py,
 harmony.py (gpt-oss); turn.py renders a turn and reads its reply.
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
@@ -24,6 +24,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  <|inner_prefix|> and <|inner_suffix|>)
     nemotron_v2  <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>     (Nemotron Nano v2)
     apriel       <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls> (Apriel 1.6)
+    gemma4       <|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>   (Gemma 4: its own notation, gemma4.py;
+                 reasoning between <|channel>thought and <channel|>)
     lfm2         <|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>   (LFM2, LFM2.5: Python calls, pythonic.py)
     command_r_plus  Action:\\n```json\\n[{"tool_name": ..., "parameters": {...}}]```   (Command R+)
     gigachat_v3  <|message_sep|>\\n\\nfunction call<|role_sep|>\\n{"name": ..., "arguments": {...}}   (GigaChat 3: one call)

@@ -84,6 +84,30 @@ def call_schema(tool: dict, args_key: str = "arguments") -> dict:
             "required": ["name", args_key], "additionalProperties": False}
 
 
+def keyword_arguments(tool: dict, key_end: str, sep: str, value, order=None) -> str:
+    """A call's named arguments (Lark, with a leading space; "" for none): each of the tool's
+    properties as its name, key_end, then value(its schema); those not required may be left out,
+    sep between those written. order: sorts the names (else the schema's order)."""
+    params = parameters(tool)
+    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    required = set(params.get("required") or [])
+    names = order(props) if order else list(props)
+    items = [(f"{lit(key + key_end)} {value(props[key])}", key in required) for key in names]
+
+    def after(i: int) -> str:  # what may follow once an argument is written
+        return "".join(f" ({lit(sep)} {it})" + ("" if req else "?") for it, req in items[i:])
+
+    starts = []  # the first argument written is each one up to the first required
+    for k, (it, req) in enumerate(items):
+        starts.append(f"{it}{after(k + 1)}")
+        if req:
+            break
+    if not starts:
+        return ""
+    alts = " | ".join(f"({a})" for a in starts)
+    return f" ({alts})" + ("" if any(req for _, req in items) else "?")
+
+
 def per_tool(tools: list[dict], prefix: str, between: str, suffix: str = "") -> str:
     """One call of one of `tools`: prefix, its name, between, its arguments as JSON, suffix."""
     alts = [f"{lit(prefix + t['function']['name'] + between)} {json_rule(parameters(t))}"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import harmony, json_calls, marked, pythonic, xml
+from . import gemma4, harmony, json_calls, marked, pythonic, xml
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat, json_rule
 
 
@@ -39,6 +39,7 @@ FORMATS: dict[str, Format] = {
     "kimi_k2": Format(_JSON, _has(json_calls.KIMI[0])),
     "command_r7b": Format(marked, _has("<|START_ACTION|>"), reasoning=("<|START_THINKING|>", "<|END_THINKING|>"),
                           answer_marks=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")),
+    "gemma4": Format(gemma4, _has(gemma4.OPEN), reasoning=("<|channel>thought", "<channel|>")),
     "lfm2": Format(pythonic, lambda src: any(m in src for m in (pythonic.OPEN, "<|tool_list_start|>", "List of tools: [")),
                    thinking_field=False),
     "command_r_plus": Format(marked, _has("<|START_OF_TURN_TOKEN|>", "Action:", "```json")),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 
-from .common import json_rule, lit, make_call, parameters
+from .common import json_rule, keyword_arguments, lit, make_call
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
@@ -65,31 +65,13 @@ def write(name: str, calls: list[dict]) -> str:
     return OPEN + "[" + ", ".join(one) + "]" + CLOSE
 
 
-def _arguments(tool: dict) -> str:
-    """A call's keyword arguments: the tool's properties in their order, those not required may
-    be left out, ", " between those written."""
-    params = parameters(tool)
-    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
-    required = set(params.get("required") or [])
-    items = [(f"{lit(key + '=')} {json_rule(schema if isinstance(schema, dict) else {})}", key in required)
-             for key, schema in props.items()]
-
-    def after(i: int) -> str:  # what may follow once an argument is written
-        return "".join(f" ({lit(', ')} {it})" + ("" if req else "?") for it, req in items[i:])
-
-    starts = []  # the first argument written is each one up to the first required
-    for k, (it, req) in enumerate(items):
-        starts.append(f"{it}{after(k + 1)}")
-        if req:
-            break
-    if not starts:
-        return ""
-    alts = " | ".join(f"({a})" for a in starts)
-    return f" ({alts})" + ("" if any(req for _, req in items) else "?")
+def _json_value(schema) -> str:
+    return json_rule(schema if isinstance(schema, dict) else {})
 
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     """A Lark grammar admitting one call of `tools` (several with `parallel`)."""
-    one = " | ".join(f"({lit(t['function']['name'] + '(')}{_arguments(t)} {lit(')')})" for t in tools)
+    one = " | ".join(f"({lit(t['function']['name'] + '(')}{keyword_arguments(t, '=', ', ', _json_value)} {lit(')')})"
+                     for t in tools)
     more = f" ({lit(', ')} one)*" if parallel else ""
     return f"start: {lit(OPEN + '[')} one{more} {lit(']' + CLOSE)}\none: {one}"
