@@ -71,6 +71,7 @@ def template(name: str) -> str:
     ("upstage-Solar-Open-100B", "solar_open"),
     ("google-gemma-4-31B-it", "gemma4"),
     ("google-gemma-4-31B-it-interleaved", "gemma4"),
+    ("openbmb-MiniCPM5-1B", "minicpm5"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -118,6 +119,7 @@ WRITTEN = {
     "solar_open": '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}'
                   '<|tool_call:end|>',  # (<|calls|>, which would follow, ends generation)
     "gemma4": 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
+    "minicpm5": '<function name="get_weather"><param name="city">Paris</param></function>',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -156,6 +158,7 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "minicpm5": WRITTEN["minicpm5"] + '\n<function name="get_time"><param name="zone">CET</param></function>',
     "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:get_time{zone:<|"|>CET<|"|>}'
               '<tool_call|>',
     "solar_open": WRITTEN["solar_open"] + '<|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_time<|tool_call:args|>'
@@ -183,7 +186,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -239,7 +242,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3", "minicpm5"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -260,7 +263,9 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                       '</arg_key:opensource>\n<arg_value:opensource>7</arg_value:opensource>\n<arg_key:opensource>label'
                       '</arg_key:opensource>\n<arg_value:opensource>42</arg_value:opensource>\n<arg_key:opensource>days'
                       '</arg_key:opensource>\n<arg_value:opensource>["mon", "tue"]</arg_value:opensource>\n</tool_call:opensource>\n'
-                      '</tool_calls:opensource>'}[fmt]
+                      '</tool_calls:opensource>',
+               "minicpm5": '<function name="set_alarm"><param name="hour">7</param><param name="label">42</param>'
+                           '<param name="days">["mon", "tue"]</param></function>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -316,6 +321,12 @@ def test_gigachat_writes_one_call_even_when_several_are_allowed(fmt):
     assert not several(FORCED[fmt] + '\n{"name": "get_time", "arguments": {"zone": "CET"}}')
 
 
+def test_minicpm5_text_in_cdata_is_read_as_written():
+    text = '<function name="set_alarm"><param name="hour">7</param><param name="label"><![CDATA[a <b> & c\n]]></param></function>'
+    call = parse(ToolFormat("minicpm5", True), text, ALARM)[1][0]
+    assert json.loads(call["function"]["arguments"]) == {"hour": 7, "label": "a <b> & c\n"}
+
+
 def test_gemma4_values_in_its_own_notation():
     f = ToolFormat("gemma4", True)
     # as the template writes them: the names sorted, text in <|"|>, the rest bare
@@ -347,7 +358,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
                                   "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
                                   "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B",
-                                  "google-gemma-4-31B-it"])
+                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn

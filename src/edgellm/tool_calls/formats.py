@@ -56,6 +56,7 @@ FORMATS: dict[str, Format] = {
     "minimax_m1": Format(marked, _has("<tool_calls>")),
     "granite": Format(marked, _has("<|tool_call|>")),
     "minimax_m2": Format(xml, _has("<minimax:tool_call>")),
+    "minicpm5": Format(xml, _has('<function name="', '<param name="')),
     "seed_oss": Format(xml, _has("<seed:tool_call>")),
     "glm": Format(xml, _has("<tool_call>", "<arg_key>")),
     "qwen3_coder": Format(xml, _has("<tool_call>", "<function=", "<parameter=")),

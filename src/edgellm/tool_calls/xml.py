@@ -22,6 +22,7 @@ XML = {
             f"</{DSML}parameter>\n", f"</{DSML}invoke>\n") for ds in ("deepseek_v32", "deepseek_v4")},
     "hy3": (f"<tool_call{HY}>", f"<tool_sep{HY}>\n", f"<arg_key{HY}>", f"</arg_key{HY}>\n<arg_value{HY}>", f"</arg_value{HY}>\n",
             f"</tool_call{HY}>\n"),
+    "minicpm5": ('<function name="', '">', '<param name="', '">', "</param>", "</function>"),
 }
 # the block around a format's calls, where one holds them all (the others write calls one after
 # another, a newline between)
@@ -40,7 +41,9 @@ XML_READ = {
     **{ds: (rf'<{DSML}invoke name="([^"]+)">(.*?)</{DSML}invoke>',
             rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
     "hy3": (rf"<tool_call{HY}>(.*?)<tool_sep{HY}>(.*?)</tool_call{HY}>", rf"<arg_key{HY}>(.*?)</arg_key{HY}>\s*<arg_value{HY}>(.*?)</arg_value{HY}>"),
+    "minicpm5": (r'<function name="([^"]+)">(.*?)</function>', r'<param name="([^"]+)">(.*?)</param>'),
 }
+CDATA = ("<![CDATA[", "]]>")  # around a value with <, & or a newline (MiniCPM5 writes them so)
 
 
 def _kv(name: str, text: bool) -> str:
@@ -112,6 +115,9 @@ def _args(name: str, body: str, tool: dict | None) -> dict:
     args = {}
     for m in re.finditer(pattern, body, re.S):
         key, raw = m.group(1).strip(), m.group(m.lastindex)
+        if raw.startswith(CDATA[0]) and raw.endswith(CDATA[1]):
+            args[key] = raw[len(CDATA[0]):-len(CDATA[1])]
+            continue
         schema = props.get(key) if isinstance(props, dict) else None
         if _is_text(schema) or (m.lastindex == 3 and m.group(2) == "true"):
             args[key] = raw
