@@ -259,6 +259,20 @@ def test_gpt_oss_channels_stream_as_reasoning_and_content(harmony):
     assert (msg["reasoning_content"], msg["content"]) == (thought, c.message.content) and reasons == [c.finish_reason]
 
 
+def test_gpt_oss_json_answer_is_its_final_message(harmony):
+    """The answer is forced as the final channel's message (SmolLM2 may think past max_tokens first)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMAS["person"]}}
+    kws = [dict(model=MODEL, messages=ask("Who are you?"), max_tokens=200, seed=s, response_format=fmt, logprobs=True)
+           for s in range(4)]
+    done = [(kw, c) for kw in kws if (c := harmony.chat.completions.create(**kw).choices[0]).finish_reason == "stop"]
+    assert done
+    for kw, c in done:
+        jsonschema.validate(json.loads(c.message.content), SCHEMAS["person"])
+        assert "<|channel|>final<|message|>{" in "".join(t.token for t in c.logprobs.content)  # what the model wrote
+    msg, _ = streamed(harmony, **done[0][0])
+    assert msg["content"] == done[0][1].message.content
+
+
 def test_second_real_model(gemma):
     schema = SCHEMAS["person"]
     r = gemma.chat.completions.create(model="gemma3-270m", n=2, seed=3, temperature=1.0, max_tokens=60,

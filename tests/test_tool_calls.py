@@ -405,6 +405,20 @@ def test_gpt_oss_messages_are_read_by_their_channel():
     assert not accepts(WRITTEN["gpt_oss"].replace("Let me check.", "<|start|>"))
 
 
+def test_gpt_oss_json_answer_is_its_final_message():
+    from edgellm.tool_calls import answer_grammar, call_or_json_grammar
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    answer = llguidance_matcher(Grammar.from_lark(answer_grammar(GPT_OSS, schema)))
+    final = '<|channel|>final<|message|>{"a": 1}'
+    assert answer(final) and answer("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant" + final)
+    assert not answer('{"a": 1}') and not answer('<|channel|>final<|message|>{"a": "x"}')
+    either = llguidance_matcher(Grammar.from_lark(call_or_json_grammar(GPT_OSS, TOOLS, schema)))
+    assert either(final) and either(FORCED["gpt_oss"]) and not either("It is sunny.")
+    assert answer_grammar(ToolFormat("hermes", True), schema) is None  # the answer is the JSON alone
+    assert parse(GPT_OSS, final) == ('{"a": 1}', [])
+
+
 def test_gpt_oss_history_renders_as_its_template_writes_it():
     """A reply read back (reasoning, call) and its tool's result, rendered for the next turn: the
     call's analysis, the call to functions.NAME and the result from it, as the template writes them."""
@@ -521,6 +535,24 @@ def test_required_tool_call_then_its_result_continues_the_conversation(llms, fam
                for seed in range(2, 5)]
     assert all(r["role"] == "assistant" and "tool_calls" not in r for r in replies)
     assert any(r["content"] for r in replies)  # (a 135M model may also end its turn at once)
+
+
+@pytest.mark.real
+def test_gpt_oss_template_on_a_real_model_a_json_answer_and_a_required_call(smollm2_path):
+    """SmolLM2 with gpt-oss's template: the grammar writes its channels, the reply reads back."""
+    import edgellm
+
+    llm = edgellm.LLM(smollm2_path, n_ctx=2048, chat_template=template("openai-gpt-oss-120b"))
+    ask = [{"role": "user", "content": "Give me a number."}]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"schema": schema}}
+    raw = llm.chat(ask, max_tokens=200, seed=0, response_format=fmt)
+    assert "<|channel|>final<|message|>{" in raw  # the answer is the final message
+    assert set(json.loads(llm.chat_message(ask, max_tokens=200, seed=0, response_format=fmt)["content"])) == {"n"}
+    calls = [llm.create_chat_completion(ask, tools=TOOLS, tool_choice="required", max_tokens=120, seed=s)["choices"][0]
+             for s in range(3)]
+    done = [c for c in calls if c["finish_reason"] == "tool_calls"]  # (or a 135M model thinks until max_tokens)
+    assert done and all(c["message"]["tool_calls"][0]["function"]["name"] in ("get_weather", "get_time") for c in done)
 
 
 @pytest.mark.real

@@ -64,12 +64,12 @@ Reasoning models' <think>...</think> (or a format's own markers: Command R7B's
 """
 
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat
-from .formats import (FORMATS, answer_marks, call_grammar, call_or_json_grammar, detect_format, parse, reasoning_tags,
-                      split_reasoning, unmarked, write_calls)
+from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, parse,
+                      in_answer, reasoning_tags, split_reasoning, unmarked, write_calls)
 from .turn import (ChatTurn, check_tools, chosen_tools, describe_tools, prepare_messages, prepare_turn,
                    with_tool_description)
 
-__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "ToolFormat", "answer_marks", "call_grammar",
-           "call_or_json_grammar", "check_tools", "chosen_tools", "describe_tools", "detect_format", "parse",
-           "prepare_messages", "prepare_turn", "reasoning_tags", "split_reasoning", "unmarked", "with_tool_description",
-           "write_calls"]
+__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "ToolFormat", "answer_grammar", "answer_marks",
+           "call_grammar", "call_or_json_grammar", "check_tools", "chosen_tools", "describe_tools", "detect_format",
+           "in_answer", "parse", "prepare_messages", "prepare_turn", "reasoning_tags", "split_reasoning", "unmarked",
+           "with_tool_description", "write_calls"]

@@ -126,9 +126,28 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], parallel: bool = False) -> 
     return _spec(fmt).family.grammar(fmt.name, tools, parallel)
 
 
+def answer_grammar(fmt: ToolFormat | None, schema: dict) -> str | None:
+    """A Lark grammar for an answer that is JSON of `schema`, where the format writes its answer
+    in a message of its own (gpt-oss: the final channel); None where the answer is the JSON alone."""
+    return harmony.answer_grammar(schema) if fmt is not None and fmt.name == "gpt_oss" else None
+
+
+def in_answer(fmt: ToolFormat | None, grammar):
+    """A constrain.Grammar for the reply, where it is the answer's: a JSON schema's in the message
+    the format writes its answer in (answer_grammar), anything else as it is."""
+    text = answer_grammar(fmt, grammar.schema) if grammar is not None and grammar.kind == "json_schema" else None
+    if text is None:
+        return grammar
+    from ..constrain import Grammar
+
+    return Grammar.from_lark(text)
+
+
 def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> str:
     """A Lark grammar admitting one call of `tools` (as call_grammar) or JSON following `schema`:
     tool_choice "auto" with a JSON response_format (the answer, when it is not a call, is that JSON)."""
+    if fmt.name == "gpt_oss":
+        return harmony.call_or_answer_grammar(tools, schema)
     call = call_grammar(fmt, tools)
     return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {json_rule(schema)}"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import dump, lit, make_call, per_tool
+from .common import dump, json_rule, lit, make_call, per_tool
 
 START, END, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|constrain|>"
 STOPS = ("<|return|>", "<|call|>")
@@ -31,6 +31,7 @@ FUNCTIONS = "functions."
 # what the model writes for a call (the grammar that forces one writes it so), before the arguments
 CALL_HEAD = (CHANNEL + "commentary to=" + FUNCTIONS, " " + CONSTRAIN + "json" + MESSAGE)
 ANALYSIS = CHANNEL + "analysis" + MESSAGE
+FINAL = CHANNEL + "final" + MESSAGE  # the answer's message
 _BODY_ENDS = (END,) + STOPS  # (what ends a message)
 _HEADER = re.compile(r"\s*(?:<\|start\|>)?\s*(?:assistant)?\s*(?:to=(?P<r1>[^\s<]+))?\s*<\|channel\|>(?P<channel>[\w-]+)"
                      r"\s*(?:to=(?P<r2>[^\s<]+))?\s*(?:<\|constrain\|>)?\s*[\w-]*\s*", re.S)
@@ -163,11 +164,25 @@ def write(name: str, calls: list[dict]) -> str:
     return (STOPS[1] + START + "assistant").join(CALL_HEAD[0] + c["name"] + CALL_HEAD[1] + dump(c["arguments"]) for c in calls)
 
 
+def _after_analysis(body: str, tools: list[dict] | None = None) -> str:
+    """A Lark grammar: maybe an analysis message, then body (with `call`: a call of one of tools)."""
+    analysis = re.escape(ANALYSIS).replace("/", "\\/") + "([^<]|<[^|])*" + re.escape(END)
+    call = f"\ncall: {per_tool(tools, *CALL_HEAD)}" if tools else ""
+    return f"start: (HARMONY_ANALYSIS {lit(START + 'assistant')})? {body}{call}\nHARMONY_ANALYSIS: /{analysis}/"
+
+
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     """One call, maybe after an analysis message (a call ends the reply: never several)."""
-    analysis = re.escape(ANALYSIS).replace("/", "\\/") + "([^<]|<[^|])*" + re.escape(END)
-    return (f"start: (HARMONY_ANALYSIS {lit(START + 'assistant')})? call\n"
-            f"call: {per_tool(tools, *CALL_HEAD)}\nHARMONY_ANALYSIS: /{analysis}/")
+    return _after_analysis("call", tools)
+
+
+def answer_grammar(schema: dict) -> str:
+    """The answer as JSON of `schema`, in the final channel (maybe after an analysis)."""
+    return _after_analysis(f"{lit(FINAL)} {json_rule(schema)}")
+
+
+def call_or_answer_grammar(tools: list[dict], schema: dict) -> str:
+    return _after_analysis(f"(call | {lit(FINAL)} {json_rule(schema)})", tools)
 
 
 def parse(name: str, text: str, tools) -> tuple[str, list[dict]]:
