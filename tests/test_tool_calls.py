@@ -548,6 +548,7 @@ def test_gpt_oss_template_on_a_real_model_a_json_answer_and_a_required_call(smol
     fmt = {"type": "json_schema", "json_schema": {"schema": schema}}
     raw = llm.chat(ask, max_tokens=200, seed=0, response_format=fmt)
     assert "<|channel|>final<|message|>{" in raw  # the answer is the final message
+    assert "<|channel|>final<|message|>{" in llm.chat_batch([ask], max_tokens=200, seed=0, response_format=fmt)[0]
     assert set(json.loads(llm.chat_message(ask, max_tokens=200, seed=0, response_format=fmt)["content"])) == {"n"}
     calls = [llm.create_chat_completion(ask, tools=TOOLS, tool_choice="required", max_tokens=120, seed=s)["choices"][0]
              for s in range(3)]
