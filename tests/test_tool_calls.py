@@ -72,6 +72,7 @@ def template(name: str) -> str:
     ("google-gemma-4-31B-it", "gemma4"),
     ("google-gemma-4-31B-it-interleaved", "gemma4"),
     ("openbmb-MiniCPM5-1B", "minicpm5"),
+    ("Kimi-K3", "kimi_k3"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -120,6 +121,8 @@ WRITTEN = {
                   '<|tool_call:end|>',  # (<|calls|>, which would follow, ends generation)
     "gemma4": 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
     "minicpm5": '<function name="get_weather"><param name="city">Paris</param></function>',
+    "kimi_k3": ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"'
+                '<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'),
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
     "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
     "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -158,6 +161,8 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
 TWO.update({
+    "kimi_k3": WRITTEN["kimi_k3"].replace("<|close|>tools<|sep|>", "") + '<|open|>call tool="get_time" index="2"<|sep|>'
+               '<|open|>argument key="zone" type="string"<|sep|>CET<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>',
     "minicpm5": WRITTEN["minicpm5"] + '\n<function name="get_time"><param name="zone">CET</param></function>',
     "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:get_time{zone:<|"|>CET<|"|>}'
               '<tool_call|>',
@@ -186,7 +191,7 @@ TWO.update({
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("kimi_k3", "minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -242,7 +247,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3", "minicpm5"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3", "minicpm5", "kimi_k3"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -265,7 +270,11 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                       '</arg_key:opensource>\n<arg_value:opensource>["mon", "tue"]</arg_value:opensource>\n</tool_call:opensource>\n'
                       '</tool_calls:opensource>',
                "minicpm5": '<function name="set_alarm"><param name="hour">7</param><param name="label">42</param>'
-                           '<param name="days">["mon", "tue"]</param></function>'}[fmt]
+                           '<param name="days">["mon", "tue"]</param></function>',
+               "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="set_alarm" index="1"<|sep|><|open|>argument key="hour" '
+                          'type="number"<|sep|>7<|close|>argument<|sep|><|open|>argument key="label" type="string"<|sep|>42'
+                          '<|close|>argument<|sep|><|open|>argument key="days" type="array"<|sep|>["mon", "tue"]<|close|>argument'
+                          '<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -306,11 +315,15 @@ def test_lfm2_calls_are_read_as_python_literals_never_run():
     assert "<think>An alarm.</think><|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>" in prompt
 
 
-def test_deepseek_dsml_string_flag_says_which_values_are_text():
-    f = ToolFormat("deepseek_v4", True)
-    text = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">42</｜DSML｜parameter>\n'
-            '<｜DSML｜parameter name="b" string="false">42</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')
-    assert json.loads(parse(f, text)[1][0]["function"]["arguments"]) == {"a": "42", "b": 42}  # no tools to say
+@pytest.mark.parametrize("fmt, text", [
+    ("deepseek_v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">42</｜DSML｜parameter>\n'
+                    '<｜DSML｜parameter name="b" string="false">42</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>'),
+    ("kimi_k3", '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>42'
+                '<|close|>argument<|sep|><|open|>argument key="b" type="number"<|sep|>42<|close|>argument<|sep|><|close|>call<|sep|>'
+                '<|close|>tools<|sep|>'),
+])
+def test_a_formats_own_type_attribute_says_which_values_are_text(fmt, text):
+    assert json.loads(parse(ToolFormat(fmt, True), text)[1][0]["function"]["arguments"]) == {"a": "42", "b": 42}  # no tools
 
 
 @pytest.mark.parametrize("fmt", ["gigachat_v3", "gigachat_v31"])
@@ -358,7 +371,7 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
                                   "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
                                   "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B",
-                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B"])
+                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Kimi-K3"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -469,6 +482,7 @@ def test_command_r7b_thinking_is_reasoning_content():
     ("tencent-Hy3", "<think:opensource>Easy.</think:opensource>It is sunny."),
     ("upstage-Solar-Open-100B", "<|think|>Easy.<|end|><|begin|>assistant<|content|>It is sunny."),
     ("google-gemma-4-31B-it", "<|channel>thought\nEasy.<channel|>It is sunny."),
+    ("Kimi-K3", "Easy.<|close|>think<|sep|><|open|>response<|sep|>It is sunny.<|close|>response<|sep|><|close|>message<|sep|>"),
 ])
 def test_a_formats_own_reasoning_markers(name, reply):
     from edgellm.chat import ChatTemplate

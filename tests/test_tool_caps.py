@@ -210,7 +210,7 @@ def test_capabilities_are_probed_once(monkeypatch):
                                  "granite", "deepseek_r1", "deepseek_v3", "command_r7b", "qwen3_coder", "glm", "kimi_k2", "seed_oss",
                                  "gpt_oss", "apertus", "nemotron_v2", "apriel", "minimax_m1", "minimax_m2", "lfm2", "command_r_plus", "firefunction_v2",
                                  "deepseek_v32", "deepseek_v4", "hy3", "gigachat_v3", "gigachat_v31",
-                                 "solar_open", "gemma4", "minicpm5"])
+                                 "solar_open", "gemma4", "minicpm5", "kimi_k3"])
 def test_written_calls_parse_back(fmt):
     f = ToolFormat(fmt, fmt != "generic")
     calls = [{"name": "get_weather", "arguments": {"city": c}} for c in CITIES]

@@ -6,7 +6,7 @@ call), marked.py (JSON between a marker and an end marker), xml.py, pythonic.py 
 harmony.py (gpt-oss); turn.py renders a turn and reads its reply.
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2, deepseek_v32 / v4, hy3 and minicpm5, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2, deepseek_v32 / v4, hy3, minicpm5 and kimi_k3, write a text argument as it is and any other as JSON):
 
     hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
@@ -44,6 +44,8 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (GLM-4.5 to 4.7, Ling 3, Laguna, Spark)
     minicpm5     <function name="name"><param name="key">value</param></function>   (MiniCPM 5; text with <, & or a
                  newline in <![CDATA[...]]>)
+    kimi_k3      <|open|>tools<|sep|><|open|>call tool="name" index="1"<|sep|><|open|>argument key="key" type="string"<|sep|>
+                 value<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>   (Kimi K3; reasoning in its think section)
     minimax_m2   <minimax:tool_call>\\n<invoke name="name">\\n<parameter name="key">value</parameter>\\n</invoke>\\n</minimax:tool_call>
                  (MiniMax-M2; one block may hold several invokes)
     kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>

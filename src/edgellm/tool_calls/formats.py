@@ -37,6 +37,10 @@ FORMATS: dict[str, Format] = {
     "deepseek_r1": Format(_JSON, _has(json_calls.DS_CALLS_BEGIN, "```json")),
     "deepseek_v3": Format(_JSON, _has(json_calls.DS_CALLS_BEGIN)),
     "kimi_k2": Format(_JSON, _has(json_calls.KIMI[0])),
+    # (its prompt opens the think section, or the response one)
+    "kimi_k3": Format(xml, _has("<|open|>", "<|close|>", "<|end_of_msg|>"), reasoning=("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+                      answer_marks=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>",
+                                    "<|end_of_msg|>")),
     "command_r7b": Format(marked, _has("<|START_ACTION|>"), reasoning=("<|START_THINKING|>", "<|END_THINKING|>"),
                           answer_marks=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")),
     "gemma4": Format(gemma4, _has(gemma4.OPEN), reasoning=("<|channel>thought", "<channel|>")),

@@ -10,8 +10,9 @@ from .common import dump, json_rule, lit, make_call, parameters, without
 
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's markers' prefix
 HY = ":opensource"  # Hunyuan 3's markers' suffix
-# name -> (call opening before the name, after it, argument before its key, between key and value
-# - or (for a text value, for a JSON one) where they differ -, after the value, call end)
+# name -> (call opening before the name, after it - or (before, after) the call's number, from 1 -,
+# argument before its key, between key and value - or (for a text value, for a JSON one) where they
+# differ, or a function of the value's JSON type -, after the value, call end)
 XML = {
     "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n</tool_call>"),
     "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
@@ -23,13 +24,16 @@ XML = {
     "hy3": (f"<tool_call{HY}>", f"<tool_sep{HY}>\n", f"<arg_key{HY}>", f"</arg_key{HY}>\n<arg_value{HY}>", f"</arg_value{HY}>\n",
             f"</tool_call{HY}>\n"),
     "minicpm5": ('<function name="', '">', '<param name="', '">', "</param>", "</function>"),
+    "kimi_k3": ('<|open|>call tool="', ('" index="', '"<|sep|>'), '<|open|>argument key="', lambda kind: f'" type="{kind}"<|sep|>',
+                "<|close|>argument<|sep|>", "<|close|>call<|sep|>"),
 }
 # the block around a format's calls, where one holds them all (the others write calls one after
 # another, a newline between)
 XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
              "deepseek_v32": (f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
              "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>"),
-             "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>")}
+             "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>"),
+             "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>")}
 # how parse finds them: (a call - its name and body -, an argument - its key, then its value, or
 # whether it is text and its value)
 _QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
@@ -42,14 +46,31 @@ XML_READ = {
             rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
     "hy3": (rf"<tool_call{HY}>(.*?)<tool_sep{HY}>(.*?)</tool_call{HY}>", rf"<arg_key{HY}>(.*?)</arg_key{HY}>\s*<arg_value{HY}>(.*?)</arg_value{HY}>"),
     "minicpm5": (r'<function name="([^"]+)">(.*?)</function>', r'<param name="([^"]+)">(.*?)</param>'),
+    "kimi_k3": (r'<\|open\|>call tool="([^"]+)"[^<]*<\|sep\|>(.*?)<\|close\|>call<\|sep\|>',
+                r'<\|open\|>argument key="([^"]+)" type="([a-z]+)"<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>'),
 }
+# the JSON type of a value (Kimi K3 names it), and of a schema
+_KIND = ((bool, "boolean"), (type(None), "null"), ((int, float), "number"), (str, "string"), (dict, "object"), (list, "array"))
+_SCHEMA_KIND = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null",
+                "object": "object", "array": "array"}
 CDATA = ("<![CDATA[", "]]>")  # around a value with <, & or a newline (MiniCPM5 writes them so)
 
 
-def _kv(name: str, text: bool) -> str:
-    """What format `name` writes between an argument's key and its value (text or JSON)."""
+def _kv(name: str, kind: str) -> str:
+    """What format `name` writes between an argument's key and a value of JSON type `kind`."""
     kv = XML[name][3]
-    return kv if isinstance(kv, str) else kv[0 if text else 1]
+    if callable(kv):
+        return kv(kind)
+    return kv if isinstance(kv, str) else kv[0 if kind == "string" else 1]
+
+
+def _kind_of(value) -> str:
+    return next(k for t, k in _KIND if isinstance(value, t))
+
+
+def _after_name(name: str, i: int) -> str:
+    n = XML[name][1]
+    return n if isinstance(n, str) else f"{n[0]}{i + 1}{n[1]}"
 
 
 def _is_text(schema) -> bool:
@@ -57,20 +78,24 @@ def _is_text(schema) -> bool:
 
 
 def write(name: str, calls: list[dict]) -> str:
-    o, n, k, _, v, e = XML[name]
+    o, _, k, _, v, e = XML[name]
     text = lambda x: x if isinstance(x, str) else dump(x)  # noqa: E731
-    one = [o + c["name"] + n + "".join(k + key + _kv(name, isinstance(val, str)) + text(val) + v
-                                       for key, val in c["arguments"].items()) + e for c in calls]
+    one = [o + c["name"] + _after_name(name, i) + "".join(k + key + _kv(name, _kind_of(val)) + text(val) + v
+                                                          for key, val in c["arguments"].items()) + e
+           for i, c in enumerate(calls)]
     if name in XML_BLOCK:
         return XML_BLOCK[name][0] + "".join(one) + XML_BLOCK[name][1]
     return "\n".join(one)
 
 
-# an argument's key, and a text value with the text that ends it (one terminal: no "</" in the
-# text, so it ends exactly there, whitespace and all)
+# an argument's key, a text value with the text that ends it (one terminal: the text has no "<"
+# followed by the character that follows it in the end - "</", "<|" -, so it ends exactly there,
+# whitespace and all) and a call's number
 def _terminals(name: str) -> str:
-    end = re.escape(XML[name][4]).replace("\n", "n").replace("/", "\\/")  # (re.escape: backslash, newline)
-    return f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /([^<]|<[^\\/])*{end}/"
+    value_end = XML[name][4]
+    after = value_end[value_end.index("<") + 1]
+    end, after = (re.escape(x).replace("\n", "n").replace("/", "\\/") for x in (value_end, after))  # (re.escape: backslash, newline)
+    return f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /([^<]|<[^{after}])*{end}/\nXML_INDEX: /[1-9][0-9]*/"
 
 
 def _value(name: str, schema) -> str:
@@ -88,14 +113,17 @@ def _call(name: str, tool: dict) -> str:
     out), any others only where its schema allows them."""
     o, n, k, _, _, e = XML[name]
     params = parameters(tool)
+    named = lit(o + tool["function"]["name"] + n) if isinstance(n, str) else \
+        f"{lit(o + tool['function']['name'] + n[0])} XML_INDEX {lit(n[1])}"
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = set(params.get("required") or [])
-    parts = [lit(o + tool["function"]["name"] + n)]
+    parts = [named]
     for key, schema in props.items():
-        parts.append(f"({lit(k + key + _kv(name, _is_text(schema)))} {_value(name, schema)})"
+        kind = _SCHEMA_KIND.get(schema.get("type"), "object") if isinstance(schema, dict) else "object"
+        parts.append(f"({lit(k + key + _kv(name, kind))} {_value(name, schema)})"
                      + ("" if key in required else "?"))
     if params.get("additionalProperties") is not False:
-        parts.append(f"({lit(k)} XML_KEY {lit(_kv(name, True))} XML_TEXT_END)*")
+        parts.append(f"({lit(k)} XML_KEY {lit(_kv(name, 'string'))} XML_TEXT_END)*")
     return " ".join(parts + [lit(e)])
 
 
@@ -108,7 +136,8 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
 
 
 def _args(name: str, body: str, tool: dict | None) -> dict:
-    """A call's arguments: a value stays text where the format says so (DeepSeek's string="true")
+    """A call's arguments: a value stays text where the format says so (DeepSeek's string="true",
+    Kimi K3's type="string")
     or the tool's schema says string (or it is not JSON), else its JSON."""
     pattern = XML_READ[name][1]
     props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
@@ -119,7 +148,7 @@ def _args(name: str, body: str, tool: dict | None) -> dict:
             args[key] = raw[len(CDATA[0]):-len(CDATA[1])]
             continue
         schema = props.get(key) if isinstance(props, dict) else None
-        if _is_text(schema) or (m.lastindex == 3 and m.group(2) == "true"):
+        if _is_text(schema) or (m.lastindex == 3 and m.group(2) in ("true", "string")):
             args[key] = raw
             continue
         try:
