@@ -359,6 +359,21 @@ def test_gemma4_values_in_its_own_notation():
     assert not accepts('<|tool_call>call:set_alarm{label:<|"|>x<|"|>,hour:7}<tool_call|>')  # not in name order
 
 
+def test_gemma4_markers_are_text_in_gemma4s_vocabulary():
+    """The engine's text holds Gemma 4's call and reasoning markers (user-defined tokens there, not
+    control ones it would leave out), so its reply parses as written."""
+    from edgellm.gguf_file import GGUFFile
+    from edgellm.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_metadata(dict(GGUFFile(models_dir() / "ggml-vocab-gemma-4.gguf").metadata))
+    said = '<|channel>thought\nEasy.<channel|>' + WRITTEN["gemma4"]
+    ids = tok.encode(said, add_bos=False, special=True)
+    assert tok.decode(ids) == said  # (control tokens would be left out of the text)
+    assert all(len(tok.encode(m, add_bos=False, special=True)) == 1 for m in ("<|channel>", "<channel|>", "<|tool_call>",
+                                                                              "<tool_call|>", '<|"|>'))
+    assert parse(ToolFormat("gemma4", True), tok.decode(ids).split("<channel|>")[1])[1][0]["function"]["name"] == "get_weather"
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
