@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from edgellm.server.reply import JSONSpans, Reply
-from edgellm.tool_calls import ToolFormat, parse
+from edgellm.server.reply import FORMATS, JSONSpans, Reply, open_reply
+from edgellm.tool_calls import ToolFormat, parse, reasoning_tags, split_reasoning
 from test_tool_calls import WRITTEN
 
 # more replies per format: calls after text, several calls, keys in another order, no call at all
@@ -25,10 +25,24 @@ MORE = {
     "deepseek_r1": ["<think>hmm</think>Sunny.", "A<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>a\n```json\n"
                     '{"k": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n{}\n```'
                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"],
-    "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>"],
+    "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>", "<|START_THINKING|>hmm<|END_THINKING|><|START_RESPONSE|>Sunny."],
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
                     "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
+    "apertus": ["<|inner_prefix|>hmm<|inner_suffix|>Sunny.", '<|inner_prefix|>hmm<|inner_suffix|><|tools_prefix|>[{"a": {"k": 1}}, '
+                '{"b": {}}]<|tools_suffix|>'],
+    "lfm2": ["<think>hmm</think>Sure. <|tool_call_start|>[a(k='v', n=true, xs=[1, 2]), b()]<|tool_call_end|> Done."],
+    "solar_open": ["<|think|>hmm<|end|><|begin|>assistant<|content|>Sunny.", "<|think|>hmm<|end|><|begin|>assistant"
+                   '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>a<|tool_call:args|>{"k": 1}<|tool_call:end|>'],
+    "gemma4": ['<|channel>thought\nhmm<channel|>A <|tool_call>call:a{k:<|"|>v<|"|>,n:[1,2]}<tool_call|><|tool_call>call:b{}'
+               '<tool_call|> B'],
+    "nemotron_v2": ['Sure. <TOOLCALL>[{"name": "a", "arguments": {"k": 1}}, {"name": "b", "arguments": {}}]</TOOLCALL> Done.'],
+    "apriel": ['<tool_calls>[{"name": "a", "arguments": {"k": "v"}}]</tool_calls>', "Sunny.[END FINAL RESPONSE]"],
+    "minimax_m1": ['A\n<tool_calls>\n{"name": "a", "arguments": {"k": 1}}\n{"name": "b", "arguments": {}}\n</tool_calls>'],
+    "gpt_oss": ["<|channel|>analysis<|message|>hmm <|end|>\n<|start|>assistant<|channel|>commentary<|message|>A<|end|>"
+                "<|start|>assistant<|channel|>analysis<|message|> more<|end|><|start|>assistant<|channel|>final<|message|>"
+                " Sunny. ", "It is sunny.", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
+                '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": [1, "}"]}<|call|>'],
     "generic": ['{"response": "It is \\"sunny\\"."}', '{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}',
                 '{"x": 2}'],
 }
@@ -36,7 +50,7 @@ CASES = [(fmt, text) for fmt in sorted(WRITTEN) for text in [WRITTEN[fmt]] + MOR
 
 
 def read(fmt: str | None, pieces, **kw):
-    reply = Reply(None if fmt is None else ToolFormat(fmt, fmt != "generic"), **kw)
+    reply = open_reply(None if fmt is None else ToolFormat(fmt, fmt != "generic"), calls=fmt is not None, **kw)
     deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
     return reply, deltas
 
@@ -91,13 +105,13 @@ def test_streamed_in_any_pieces_adds_up_to_the_whole(fmt, text):
 @pytest.mark.parametrize("fmt, text", [c for c in CASES if not c[1].endswith('{"na')],
                          ids=[f"{f}-{i}" for i, (f, t) in enumerate(CASES) if not t.endswith('{"na')])
 def test_the_whole_reply_reads_as_tool_calls_parse_reads_it(fmt, text):
-    reasoning, rest = text.split("</think>")[-1], text.split("</think>")[-1]
-    content, calls = parse(ToolFormat(fmt, fmt != "generic"), rest)
+    f = ToolFormat(fmt, fmt != "generic")
+    content, calls = parse(f, split_reasoning(text, tags=reasoning_tags(f))[1])
     msg = read(fmt, [text])[0].message()
     assert (msg["content"] or "") == content
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])] == \
            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
-    if calls and fmt not in ("qwen3_coder", "seed_oss", "glm"):  # the arguments as the model wrote them (XML ones: as JSON)
+    if calls and (fmt in FORMATS or fmt == "gpt_oss"):  # the arguments as the model wrote them, where streamed
         for c in msg["tool_calls"]:
             assert c["function"]["arguments"] in text and c["id"].startswith("call_")
 
@@ -111,6 +125,12 @@ def test_arguments_stream_as_they_are_written():
     assert reply.feed('ty": "Paris"}}\n</tool_call>') == [{"tool_calls": [{"index": 0, "function": {
         "arguments": 'ty": "Paris"}'}}]}]
     assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "mistral", "granite", "nemotron_v2", "gpt_oss"])
+def test_a_call_streams_before_the_reply_ends(fmt):
+    reply = open_reply(ToolFormat(fmt, True), calls=True)
+    assert any("tool_calls" in d for d in reply.feed(WRITTEN[fmt][:-5]))
 
 
 def test_a_call_cut_short_keeps_what_was_written_and_says_length():
@@ -145,6 +165,35 @@ def test_a_json_answer_is_content_in_the_generic_format():
     answer = '{"response": "yes", "score": 3}'
     assert read("generic", [answer], json_answer=True)[0].message()["content"] == answer
     assert read("generic", [answer])[0].message()["content"] == "yes"
+
+
+def test_gpt_oss_streams_its_analysis_then_its_call():
+    reply = open_reply(ToolFormat("gpt_oss", True), calls=True)
+    assert reply.feed("<|channel|>analysis<|mess") == []  # a header is held until it ends
+    assert reply.feed("age|>The user wants") == [{"reasoning_content": "The user wants"}]
+    assert reply.feed(" weather.<|e") == [{"reasoning_content": " weather."}]  # <|end|>'s start waits
+    head = reply.feed('nd|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"ci')
+    assert head[0]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert head[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}
+    assert reply.feed('ty": "Paris"}') == [{"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Paris"}'}}]}]
+    assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
+    assert reply.message()["reasoning_content"] == "The user wants weather." and reply.message()["content"] is None
+    plain = open_reply(ToolFormat("gpt_oss", True), calls=False)  # no tools: the channels are read all the same
+    deltas = plain.feed("<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Sunny")
+    assert deltas == [{"reasoning_content": "hmm"}, {"content": "Sunny"}]
+
+
+def test_command_r7b_thinking_streams_as_reasoning_with_or_without_tools():
+    text = "<|START_THINKING|>The user wants weather.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>"
+    for calls in (True, False):
+        for pieces in splits(text):
+            reply = open_reply(ToolFormat("command_r7b", True), calls=calls)
+            deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
+            assert reply.message() == {"role": "assistant", "content": "It is sunny.",
+                                       "reasoning_content": "The user wants weather."}, pieces
+            assert norm(assemble(deltas)) == norm(reply.message())
+    opened = open_reply(ToolFormat("command_r7b", True), calls=False, thinking=True)  # the prompt opened the block
+    assert opened.feed("hmm<|END_THI") == [{"reasoning_content": "hmm"}]
 
 
 def test_json_spans_follow_members_by_path():

@@ -3,7 +3,8 @@ real server processes running SmolLM2: response_format json_object / json_schema
 `grammar` and `json_schema` fields, tools with tool_choice required / named / auto / none, tool
 calls streamed as OpenAI streams them, and a tool result that continues the conversation. One
 server uses SmolLM2's own ChatML template (no tools: the generic format), one Qwen 2.5's
-(Hermes <tool_call>, parallel calls); Gemma 3 (its own template, no system role) checks a schema
+(Hermes <tool_call>, parallel calls), one gpt-oss's (harmony channels: reasoning_content, a call
+to functions.NAME); Gemma 3 (its own template, no system role) checks a schema
 and a required call on the second real model."""
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def qwen(smollm2_path):
 
 
 @pytest.fixture(scope="module")
+def harmony(smollm2_path):
+    srv = _server("--chat-template-file", str(models_dir() / "templates" / "openai-gpt-oss-120b.jinja"))
+    yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
 def gemma(gemma3_path):
     srv = _server(model="gemma3-270m")
     yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
@@ -75,7 +83,7 @@ def ask(text: str) -> list[dict]:
 def streamed(client, **kw) -> tuple[dict, list[str]]:
     """The message the client assembles from a stream (as the openai package's helpers do) and the
     finish reasons; checks each chunk carries what OpenAI's do."""
-    msg: dict = {"content": None, "tool_calls": {}, "logprobs": []}
+    msg: dict = {"content": None, "reasoning_content": None, "tool_calls": {}, "logprobs": []}
     reasons = []
     chunks = list(client.chat.completions.create(stream=True, **kw))
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -85,6 +93,8 @@ def streamed(client, **kw) -> tuple[dict, list[str]]:
             msg["logprobs"] += [t.token for t in ch.choices[0].logprobs.content]
         if d.content:
             msg["content"] = (msg["content"] or "") + d.content
+        if (d.model_extra or {}).get("reasoning_content"):
+            msg["reasoning_content"] = (msg["reasoning_content"] or "") + d.model_extra["reasoning_content"]
         for tc in d.tool_calls or []:
             if tc.index not in msg["tool_calls"]:  # first: id, type and name, empty arguments
                 assert tc.id and tc.type == "function" and tc.function.name and tc.function.arguments == ""
@@ -161,7 +171,7 @@ def test_bad_schema_is_a_400_through_the_client(own):
 # -- tools ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("server", ["own", "qwen"])
+@pytest.mark.parametrize("server", ["own", "qwen", "harmony"])
 def test_required_tool_call_streamed_as_openai_streams_it(request, server):
     client = request.getfixturevalue(server)
     kw = dict(model=MODEL, messages=ask("What is the weather in Paris?"), tools=TOOLS, tool_choice="required",
@@ -176,6 +186,7 @@ def test_required_tool_call_streamed_as_openai_streams_it(request, server):
     msg, reasons = streamed(client, **kw)
     assert reasons == ["tool_calls"] and msg["content"] is None
     assert msg["tool_calls"] == calls_of(c.message)
+    assert msg["reasoning_content"] == (c.message.model_extra or {}).get("reasoning_content")
     assert msg["logprobs"] == [t.token for t in c.logprobs.content]
 
 
@@ -233,6 +244,33 @@ def test_auto_with_a_json_answer_is_a_call_or_that_json(own):
         else:
             assert c.finish_reason == "stop" and not c.message.tool_calls
             jsonschema.validate(json.loads(c.message.content), answer)
+
+
+def test_gpt_oss_channels_stream_as_reasoning_and_content(harmony):
+    """Without tools, a gpt-oss reply's analysis is reasoning_content and its final message the content, streamed
+    or not (SmolLM2 writes the channels as text: the grammar makes it write an analysis, then the final message)."""
+    grammar = ('root ::= "<|channel|>analysis<|message|>" [a-z ]{1,30} "<|end|><|start|>assistant<|channel|>final'
+               '<|message|>" [A-Za-z ]{1,30} "."')
+    kw = dict(model=MODEL, messages=ask("What is the weather in Paris?"), max_tokens=60, seed=0, extra_body={"grammar": grammar})
+    c = harmony.chat.completions.create(**kw).choices[0]
+    thought = c.message.model_extra["reasoning_content"]
+    assert thought and c.message.content.endswith(".") and "<|" not in thought + c.message.content
+    msg, reasons = streamed(harmony, **kw)
+    assert (msg["reasoning_content"], msg["content"]) == (thought, c.message.content) and reasons == [c.finish_reason]
+
+
+def test_gpt_oss_json_answer_is_its_final_message(harmony):
+    """The answer is forced as the final channel's message (SmolLM2 may think past max_tokens first)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMAS["person"]}}
+    kws = [dict(model=MODEL, messages=ask("Who are you?"), max_tokens=200, seed=s, response_format=fmt, logprobs=True)
+           for s in range(4)]
+    done = [(kw, c) for kw in kws if (c := harmony.chat.completions.create(**kw).choices[0]).finish_reason == "stop"]
+    assert done
+    for kw, c in done:
+        jsonschema.validate(json.loads(c.message.content), SCHEMAS["person"])
+        assert "<|channel|>final<|message|>{" in "".join(t.token for t in c.logprobs.content)  # what the model wrote
+    msg, _ = streamed(harmony, **done[0][0])
+    assert msg["content"] == done[0][1].message.content
 
 
 def test_second_real_model(gemma):

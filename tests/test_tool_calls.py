@@ -50,6 +50,29 @@ def template(name: str) -> str:
     ("Kimi-K2-Instruct", "kimi_k2"),
     ("ByteDance-Seed-OSS", "seed_oss"),
     ("moonshotai-Kimi-K2", "kimi_k2"),
+    ("openai-gpt-oss-120b", "gpt_oss"),
+    ("Apertus-8B-Instruct", "apertus"),
+    ("NVIDIA-Nemotron-Nano-v2", "nemotron_v2"),
+    ("Apriel-1.6-15b-Thinker-fixed", "apriel"),
+    ("unsloth-Apriel-1.5", "apriel"),
+    ("MiniMax-M1", "minimax_m1"),
+    ("MiniMax-M2", "minimax_m2"),
+    ("LFM2-8B-A1B", "lfm2"),
+    ("LFM2.5-8B-A1B", "lfm2"),
+    ("LFM2.5-Instruct", "lfm2"),
+    ("CohereForAI-c4ai-command-r-plus-tool_use", "command_r_plus"),
+    ("fireworks-ai-llama-3-firefunction-v2", "firefunction_v2"),
+    ("deepseek-ai-DeepSeek-V3.2", "deepseek_v32"),
+    ("deepseek-ai-DeepSeek-V4", "deepseek_v4"),
+    ("deepseek-ai-DeepSeek-V4-Flash-0731", "deepseek_v4"),
+    ("tencent-Hy3", "hy3"),
+    ("GigaChat3-10B-A1.8B", "gigachat_v3"),
+    ("GigaChat3.1-10B-A1.8B", "gigachat_v31"),
+    ("upstage-Solar-Open-100B", "solar_open"),
+    ("google-gemma-4-31B-it", "gemma4"),
+    ("google-gemma-4-31B-it-interleaved", "gemma4"),
+    ("openbmb-MiniCPM5-1B", "minicpm5"),
+    ("Kimi-K3", "kimi_k3"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -80,8 +103,35 @@ WRITTEN = {
                '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
     "seed_oss": '<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>',
     "glm": '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>',
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+    "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
+    "apriel": 'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
+    "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calls>',
+    "command_r_plus": 'Let me check.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": '
+                      '{\n            "city": "Paris"\n        }\n    }\n]```',
+    "deepseek_v32": 'Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                    'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
+                   '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    "hy3": '<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city'
+           '</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>',
+    "gigachat_v3": 'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "gigachat_v31": 'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "solar_open": '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}'
+                  '<|tool_call:end|>',  # (<|calls|>, which would follow, ends generation)
+    "gemma4": 'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
+    "minicpm5": '<function name="get_weather"><param name="city">Paris</param></function>',
+    "kimi_k3": ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"'
+                '<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'),
+    "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    "lfm2": "Let me check.<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>",  # (as LFM2.5-8B-A1B writes it)
+    "minimax_m2": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                  '</invoke>\n</minimax:tool_call>',
+    # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
+    "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
+               'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
 }
-PROSE = {"hermes": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
+PROSE = {"hermes": "Let me check.", "gemma4": "Let me check.", "gigachat_v3": "Let me check.", "gigachat_v31": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
 # a call as call_grammar writes it, where the model may write it another way too
 FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -90,7 +140,17 @@ FORCED = {"hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": 
           "deepseek_v3": WRITTEN["deepseek_v3"][len("Let me check."):],
           "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
                          '<|END_ACTION|>',
-          "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):]}
+          "qwen3_coder": WRITTEN["qwen3_coder"][len("Let me check.\n"):],
+          "gpt_oss": WRITTEN["gpt_oss"].split("<|start|>assistant")[1],
+          "apriel": WRITTEN["apriel"][len("Let me check.\n"):],
+          "minimax_m2": WRITTEN["minimax_m2"][len("Let me check.\n"):],
+          "lfm2": '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
+          "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]```',
+          "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+          "deepseek_v32": WRITTEN["deepseek_v32"][len("Let me check.\n\n"):],
+          "gigachat_v3": WRITTEN["gigachat_v3"][len("Let me check."):],
+          "gigachat_v31": WRITTEN["gigachat_v31"][len("Let me check."):],
+          "gemma4": WRITTEN["gemma4"][len("Let me check."):]}
 # two calls, where they are not the forced call twice one after another
 TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                   '{"name": "get_time", "arguments": {"zone": "CET"}}]',
@@ -100,9 +160,38 @@ TWO = {"mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "P
                       '{"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "CET"}}]<|END_ACTION|>',
        **{ds: FORCED.get(ds, WRITTEN[ds]).replace("<｜tool▁calls▁end｜>", sep) + FORCED.get(ds, WRITTEN[ds]).replace(
            "Paris", "Rome").replace("<｜tool▁calls▁begin｜>", "") for ds, sep in (("deepseek_r1", "\n"), ("deepseek_v3", ""))}}
+TWO.update({
+    "kimi_k3": WRITTEN["kimi_k3"].replace("<|close|>tools<|sep|>", "") + '<|open|>call tool="get_time" index="2"<|sep|>'
+               '<|open|>argument key="zone" type="string"<|sep|>CET<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>',
+    "minicpm5": WRITTEN["minicpm5"] + '\n<function name="get_time"><param name="zone">CET</param></function>',
+    "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:get_time{zone:<|"|>CET<|"|>}'
+              '<tool_call|>',
+    "solar_open": WRITTEN["solar_open"] + '<|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_time<|tool_call:args|>'
+                                          '{"zone": "CET"}<|tool_call:end|>',
+    "hy3": WRITTEN["hy3"].replace("</tool_calls:opensource>", "") + '<tool_call:opensource>get_time<tool_sep:opensource>\n'
+           '<arg_key:opensource>zone</arg_key:opensource>\n<arg_value:opensource>CET</arg_value:opensource>\n</tool_call:opensource>\n'
+           '</tool_calls:opensource>',
+    **{ds: FORCED.get(ds, WRITTEN[ds]).replace(f"</｜DSML｜{block}>", "") + '<｜DSML｜invoke name="get_time">\n'
+           f'<｜DSML｜parameter name="zone" string="true">CET</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{block}>'
+       for ds, block in (("deepseek_v32", "function_calls"), ("deepseek_v4", "tool_calls"))},
+    "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}, '
+                      '{"tool_name": "get_time", "parameters": {"zone": "CET"}}]```',
+    "firefunction_v2": 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                       '{"name": "get_time", "arguments": {"zone": "CET"}}]',
+    "lfm2": '<|tool_call_start|>[get_weather(city="Paris"), get_time(zone="CET")]<|tool_call_end|>',
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+                  '<invoke name="get_time">\n<parameter name="zone">CET</parameter>\n</invoke>\n</minimax:tool_call>',
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"zone": "CET"}}]<|tools_suffix|>',
+    "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                   '{"name": "get_time", "arguments": {"zone": "CET"}}]</TOOLCALL>',
+    "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+              '{"name": "get_time", "arguments": {"zone": "CET"}}]</tool_calls>',
+    "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                  '{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_calls>'})
+TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("kimi_k3", "minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -158,7 +247,7 @@ ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"
     "required": ["hour"]}}}]
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v4", "hy3", "minicpm5", "kimi_k3"])
 def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     f = ToolFormat(fmt, True)
     written = {"qwen3_coder": '<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<parameter=label>\n'
@@ -167,7 +256,25 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
                            '</parameter>\n<parameter=days>["mon", "tue"]</parameter>\n</function>\n</seed:tool_call>',
                "glm": '<tool_call>set_alarm\n<arg_key>hour</arg_key>\n<arg_value>7</arg_value>\n<arg_key>label</arg_key>\n'
                       '<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n<arg_value>["mon", "tue"]</arg_value>\n'
-                      '</tool_call>'}[fmt]
+                      '</tool_call>',
+               "minimax_m2": '<minimax:tool_call>\n<invoke name="set_alarm">\n<parameter name="hour">7</parameter>\n'
+                             '<parameter name="label">42</parameter>\n<parameter name="days">["mon", "tue"]</parameter>\n'
+                             '</invoke>\n</minimax:tool_call>',
+               "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="set_alarm">\n<｜DSML｜parameter name="hour" string="false">7'
+                              '</｜DSML｜parameter>\n<｜DSML｜parameter name="label" string="true">42</｜DSML｜parameter>\n'
+                              '<｜DSML｜parameter name="days" string="false">["mon", "tue"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                              '</｜DSML｜tool_calls>',
+               "hy3": '<tool_calls:opensource>\n<tool_call:opensource>set_alarm<tool_sep:opensource>\n<arg_key:opensource>hour'
+                      '</arg_key:opensource>\n<arg_value:opensource>7</arg_value:opensource>\n<arg_key:opensource>label'
+                      '</arg_key:opensource>\n<arg_value:opensource>42</arg_value:opensource>\n<arg_key:opensource>days'
+                      '</arg_key:opensource>\n<arg_value:opensource>["mon", "tue"]</arg_value:opensource>\n</tool_call:opensource>\n'
+                      '</tool_calls:opensource>',
+               "minicpm5": '<function name="set_alarm"><param name="hour">7</param><param name="label">42</param>'
+                           '<param name="days">["mon", "tue"]</param></function>',
+               "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="set_alarm" index="1"<|sep|><|open|>argument key="hour" '
+                          'type="number"<|sep|>7<|close|>argument<|sep|><|open|>argument key="label" type="string"<|sep|>42'
+                          '<|close|>argument<|sep|><|open|>argument key="days" type="array"<|sep|>["mon", "tue"]<|close|>argument'
+                          '<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'}[fmt]
     calls = parse(f, written, ALARM)[1]
     assert json.loads(calls[0]["function"]["arguments"]) == {"hour": 7, "label": "42", "days": ["mon", "tue"]}
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
@@ -177,6 +284,96 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     assert not accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x"}}]))  # hour is required
 
 
+def test_lfm2_calls_are_read_as_python_literals_never_run():
+    f = ToolFormat("lfm2", True)
+    text = "<|tool_call_start|>[set_alarm(hour=7, label='wake \\'up\\'', days=[\"mon\", 'tue'], loud=true, note=None)]<|tool_call_end|>"
+    (call,) = parse(f, text)[1]
+    assert json.loads(call["function"]["arguments"]) == {"hour": 7, "label": "wake 'up'", "days": ["mon", "tue"],
+                                                         "loud": True, "note": None}
+    for bad in ("[set_alarm(__import__('os').getcwd())]", "[set_alarm(hour=__import__('os').getcwd())]", "[set_alarm(7)]",
+                "set_alarm(hour=7)", "[os.system(hour=7)]", "[" * 10000):
+        text = f"<|tool_call_start|>{bad}<|tool_call_end|>"
+        assert parse(f, text) == (text, [])
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
+    assert accepts('<|tool_call_start|>[set_alarm(hour=7, days=["mon"])]<|tool_call_end|>')
+    assert accepts('<|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>')
+    assert not accepts('<|tool_call_start|>[set_alarm(label="x")]<|tool_call_end|>')  # hour is required
+    assert not accepts('<|tool_call_start|>[set_alarm(hour=7, hour=8)]<|tool_call_end|>')
+    loose = llguidance_matcher(Grammar.from_lark(call_grammar(f, [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}}])))
+    assert all(loose(f"<|tool_call_start|>[f({a})]<|tool_call_end|>") for a in ("", "a=1", 'b="x"', 'a=1, b="x"'))
+    assert not loose('<|tool_call_start|>[f(, b="x")]<|tool_call_end|>')
+    # the reasoning before a call goes back as the template's `thinking`
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "set_alarm", "arguments": '{"hour": 7}'}}
+    history = [{"role": "user", "content": "Wake me at 7"},
+               {"role": "assistant", "content": "", "reasoning_content": "An alarm.", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "c1", "content": "set"}]
+    prompt = prepare_turn(ChatTemplate(template("LFM2.5-8B-A1B")), history, ALARM).prompt
+    assert "<think>An alarm.</think><|tool_call_start|>[set_alarm(hour=7)]<|tool_call_end|>" in prompt
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("deepseek_v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">42</｜DSML｜parameter>\n'
+                    '<｜DSML｜parameter name="b" string="false">42</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>'),
+    ("kimi_k3", '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>42'
+                '<|close|>argument<|sep|><|open|>argument key="b" type="number"<|sep|>42<|close|>argument<|sep|><|close|>call<|sep|>'
+                '<|close|>tools<|sep|>'),
+])
+def test_a_formats_own_type_attribute_says_which_values_are_text(fmt, text):
+    assert json.loads(parse(ToolFormat(fmt, True), text)[1][0]["function"]["arguments"]) == {"a": "42", "b": 42}  # no tools
+
+
+@pytest.mark.parametrize("fmt", ["gigachat_v3", "gigachat_v31"])
+def test_gigachat_writes_one_call_even_when_several_are_allowed(fmt):
+    f = ToolFormat(fmt, True)
+    several = llguidance_matcher(Grammar.from_lark(call_grammar(f, TOOLS, parallel=True)))
+    assert several(FORCED[fmt])
+    assert not several(FORCED[fmt] + '\n{"name": "get_time", "arguments": {"zone": "CET"}}')
+
+
+def test_minicpm5_text_in_cdata_is_read_as_written():
+    text = '<function name="set_alarm"><param name="hour">7</param><param name="label"><![CDATA[a <b> & c\n]]></param></function>'
+    call = parse(ToolFormat("minicpm5", True), text, ALARM)[1][0]
+    assert json.loads(call["function"]["arguments"]) == {"hour": 7, "label": "a <b> & c\n"}
+
+
+def test_gemma4_values_in_its_own_notation():
+    f = ToolFormat("gemma4", True)
+    # as the template writes them: the names sorted, text in <|"|>, the rest bare
+    text = ('<|tool_call>call:set_alarm{days:[<|"|>mon<|"|>,<|"|>tue<|"|>],hour:7,label:<|"|>42, "quoted"<|"|>,'
+            'opts:{loud:true,note:null}}<tool_call|>')
+    calls = parse(f, text, ALARM)[1]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"days": ["mon", "tue"], "hour": 7, "label": '42, "quoted"',
+                                                             "opts": {"loud": True, "note": None}}
+    for bad in ('<|tool_call>call:set_alarm{hour:7<tool_call|>', '<|tool_call>call:set_alarm{hour:seven}<tool_call|>',
+                '<|tool_call>call:set_alarm{hour:7}'):
+        assert parse(f, bad) == (bad, [])
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, ALARM)))
+    assert accepts('<|tool_call>call:set_alarm{days:[<|"|>mon<|"|>],hour:7}<tool_call|>')
+    assert accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x", "hour": 7}}]))  # (sorted)
+    assert not accepts('<|tool_call>call:set_alarm{hour:<|"|>7<|"|>}<tool_call|>')  # an integer
+    assert not accepts('<|tool_call>call:set_alarm{label:<|"|>x<|"|>}<tool_call|>')  # hour is required
+    assert not accepts('<|tool_call>call:set_alarm{label:<|"|>x<|"|>,hour:7}<tool_call|>')  # not in name order
+
+
+def test_gemma4_markers_are_text_in_gemma4s_vocabulary():
+    """The engine's text holds Gemma 4's call and reasoning markers (user-defined tokens there, not
+    control ones it would leave out), so its reply parses as written."""
+    from edgellm.gguf_file import GGUFFile
+    from edgellm.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_metadata(dict(GGUFFile(models_dir() / "ggml-vocab-gemma-4.gguf").metadata))
+    said = '<|channel>thought\nEasy.<channel|>' + WRITTEN["gemma4"]
+    ids = tok.encode(said, add_bos=False, special=True)
+    assert tok.decode(ids) == said  # (control tokens would be left out of the text)
+    assert all(len(tok.encode(m, add_bos=False, special=True)) == 1 for m in ("<|channel>", "<channel|>", "<|tool_call>",
+                                                                              "<tool_call|>", '<|"|>'))
+    assert parse(ToolFormat("gemma4", True), tok.decode(ids).split("<channel|>")[1])[1][0]["function"]["name"] == "get_weather"
+
+
 def test_command_r7b_answer_is_the_text_of_its_response():
     f = ToolFormat("command_r7b", True)
     assert parse(f, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>") == ("It is sunny.", [])
@@ -184,7 +381,12 @@ def test_command_r7b_answer_is_the_text_of_its_response():
 
 @pytest.mark.parametrize("name", ["ibm-granite-granite-3.3-2B-Instruct", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                                   "deepseek-ai-DeepSeek-V3.1", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
-                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS"])
+                                  "Qwen3-Coder", "GLM-4.6", "Kimi-K2-Instruct", "ByteDance-Seed-OSS",
+                                  "openai-gpt-oss-120b", "Apertus-8B-Instruct", "NVIDIA-Nemotron-Nano-v2",
+                                  "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
+                                  "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
+                                  "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B",
+                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Kimi-K3"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -195,6 +397,118 @@ def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     # how to call, in the format's own form, only where the template lists no tools (and so teaches no calls)
     assert ("To call a tool" in turn.prompt) == (not t.tool_caps.supports_tools)
     assert "get_weather" in turn.prompt  # the tools are listed
+
+
+GPT_OSS = ToolFormat("gpt_oss", True)
+
+
+def test_gpt_oss_messages_are_read_by_their_channel():
+    from edgellm.tool_calls import ChatTurn
+
+    turn = ChatTurn("", GPT_OSS, None, False, True, tuple(TOOLS))
+    said = ("<|channel|>analysis<|message|>The user wants weather.<|end|><|start|>assistant<|channel|>commentary<|message|>"
+            "Checking.<|end|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}")
+    msg, finish = turn.message(said, "stop")  # the call's recipient in the role header, as the template writes it
+    assert (msg["reasoning_content"], msg["content"], finish) == ("The user wants weather.", "Checking.", "tool_calls")
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]] == [("get_time", '{"zone": "CET"}')]
+    answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
+    assert turn.message(answer, "stop") == ({"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."},
+                                            "stop")
+    no_tools = ChatTurn("", GPT_OSS, None, False, False)  # without tools the channels are still read, calls dropped
+    assert no_tools.message(answer, "stop")[0]["content"] == "It is sunny."
+    assert no_tools.message(said, "stop")[0] == {"role": "assistant", "content": "Checking.",
+                                                 "reasoning_content": "The user wants weather."}
+    builtin = "<|channel|>analysis<|message|>Search.<|end|><|start|>assistant<|channel|>commentary to=browser.search json<|message|>{}"
+    assert parse(GPT_OSS, builtin) == ("", [])  # a built-in tool's call is no call of the request's tools
+    # not harmony, or a header that never ends: content as written
+    for text in ("Sunny <|channel|> and warm", "<|channel|>final" + "x" * 300, "<|channel|>analysis<|message|>hmm"):
+        assert parse(GPT_OSS, text)[1] == []
+    assert parse(GPT_OSS, "Sunny <|channel|> and warm") == ("Sunny <|channel|> and warm", [])
+    assert turn.message("<|channel|>analysis<|message|>still thinking", "length") == (
+        {"role": "assistant", "content": "", "reasoning_content": "still thinking"}, "length")
+    bad = '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"zone": CET}'
+    assert parse(GPT_OSS, bad) == (bad, [])  # arguments that are not JSON: no call
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(GPT_OSS, TOOLS)))
+    assert accepts(WRITTEN["gpt_oss"])  # the required call may come after an analysis
+    assert not accepts(WRITTEN["gpt_oss"].replace("Let me check.", "<|start|>"))
+
+
+def test_gpt_oss_json_answer_is_its_final_message():
+    from edgellm.tool_calls import answer_grammar, call_or_json_grammar
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    answer = llguidance_matcher(Grammar.from_lark(answer_grammar(GPT_OSS, schema)))
+    final = '<|channel|>final<|message|>{"a": 1}'
+    assert answer(final) and answer("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant" + final)
+    assert not answer('{"a": 1}') and not answer('<|channel|>final<|message|>{"a": "x"}')
+    either = llguidance_matcher(Grammar.from_lark(call_or_json_grammar(GPT_OSS, TOOLS, schema)))
+    assert either(final) and either(FORCED["gpt_oss"]) and not either("It is sunny.")
+    assert answer_grammar(ToolFormat("hermes", True), schema) is None  # the answer is the JSON alone
+    assert parse(GPT_OSS, final) == ('{"a": 1}', [])
+
+
+def test_gpt_oss_history_renders_as_its_template_writes_it():
+    """A reply read back (reasoning, call) and its tool's result, rendered for the next turn: the
+    call's analysis, the call to functions.NAME and the result from it, as the template writes them."""
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import ChatTurn, prepare_turn
+
+    t = ChatTemplate(template("openai-gpt-oss-120b"))
+    assert "<|end|>" not in t.stop_strings  # it ends one message of the reply, not the turn
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    turn = prepare_turn(t, ask, TOOLS, "required")
+    assert turn.fmt == GPT_OSS and turn.prompt.endswith("<|start|>assistant") and "type get_weather" in turn.prompt
+    msg, _ = turn.message(WRITTEN["gpt_oss"], "stop")
+    history = ask + [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "Sunny"}]
+    prompt = prepare_turn(t, history, TOOLS).prompt
+    assert prompt.endswith("<|start|>user<|message|>Weather in Paris?<|end|>"
+                           "<|start|>assistant<|channel|>analysis<|message|>Let me check.<|end|>"
+                           '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+                           '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"Sunny"<|end|>'
+                           "<|start|>assistant")
+
+
+def test_command_r7b_thinking_is_reasoning_content():
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import ChatTurn, prepare_turn
+
+    cr = ToolFormat("command_r7b", True)
+    acting, _ = ChatTurn("", cr, None, False, True, tuple(TOOLS)).message(WRITTEN["command_r7b"], "stop")
+    assert acting["reasoning_content"] == "Let me check." and acting["content"] is None
+    assert json.loads(acting["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    answer = "<|START_THINKING|>Easy.<|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|>"
+    for tools in (True, False):
+        msg, _ = ChatTurn("", cr, None, False, tools, tuple(TOOLS)).message(answer, "stop")
+        assert msg == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
+    opened = ChatTurn("", cr, None, True, False).message("Easy.<|END_THINKING|><|START_TEXT|>Sunny.<|END_TEXT|>", "stop")[0]
+    assert (opened["reasoning_content"], opened["content"]) == ("Easy.", "Sunny.")  # Cohere2 MoE's answer markers
+    # the reasoning goes back in as the template writes it before a call
+    t = ChatTemplate(template("CohereForAI-c4ai-command-r7b-12-2024-tool_use"))
+    turn = prepare_turn(t, [{"role": "user", "content": "Weather?"}], TOOLS)
+    assert not turn.thinking  # the prompt ends with an empty thinking block
+    history = [{"role": "user", "content": "Weather?"}, acting,
+               {"role": "tool", "tool_call_id": acting["tool_calls"][0]["id"], "content": "Sunny"}]
+    assert "<|START_THINKING|>Let me check.<|END_THINKING|><|START_ACTION|>" in prepare_turn(t, history, TOOLS).prompt
+
+
+@pytest.mark.parametrize("name, reply", [
+    ("Apertus-8B-Instruct", "<|inner_prefix|>Easy.<|inner_suffix|>It is sunny."),
+    ("Apriel-1.6-15b-Thinker-fixed", "Easy.\n[BEGIN FINAL RESPONSE]\nIt is sunny.[END FINAL RESPONSE]"),  # the prompt opened it
+    ("tencent-Hy3", "<think:opensource>Easy.</think:opensource>It is sunny."),
+    ("upstage-Solar-Open-100B", "<|think|>Easy.<|end|><|begin|>assistant<|content|>It is sunny."),
+    ("google-gemma-4-31B-it", "<|channel>thought\nEasy.<channel|>It is sunny."),
+    ("Kimi-K3", "Easy.<|close|>think<|sep|><|open|>response<|sep|>It is sunny.<|close|>response<|sep|><|close|>message<|sep|>"),
+])
+def test_a_formats_own_reasoning_markers(name, reply):
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    t = ChatTemplate(template(name))
+    if name == "upstage-Solar-Open-100B":
+        assert "<|end|>" not in t.stop_strings  # it ends the reasoning, not the turn
+    for tools in (TOOLS, None):
+        turn = prepare_turn(t, [{"role": "user", "content": "Weather?"}], tools)
+        assert turn.message(reply, "stop")[0] == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
 
 
 def test_reasoning_is_split_off():
@@ -250,6 +564,25 @@ def test_required_tool_call_then_its_result_continues_the_conversation(llms, fam
                for seed in range(2, 5)]
     assert all(r["role"] == "assistant" and "tool_calls" not in r for r in replies)
     assert any(r["content"] for r in replies)  # (a 135M model may also end its turn at once)
+
+
+@pytest.mark.real
+def test_gpt_oss_template_on_a_real_model_a_json_answer_and_a_required_call(smollm2_path):
+    """SmolLM2 with gpt-oss's template: the grammar writes its channels, the reply reads back."""
+    import edgellm
+
+    llm = edgellm.LLM(smollm2_path, n_ctx=2048, chat_template=template("openai-gpt-oss-120b"))
+    ask = [{"role": "user", "content": "Give me a number."}]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"schema": schema}}
+    raw = llm.chat(ask, max_tokens=200, seed=0, response_format=fmt)
+    assert "<|channel|>final<|message|>{" in raw  # the answer is the final message
+    assert "<|channel|>final<|message|>{" in llm.chat_batch([ask], max_tokens=200, seed=0, response_format=fmt)[0]
+    assert set(json.loads(llm.chat_message(ask, max_tokens=200, seed=0, response_format=fmt)["content"])) == {"n"}
+    calls = [llm.create_chat_completion(ask, tools=TOOLS, tool_choice="required", max_tokens=120, seed=s)["choices"][0]
+             for s in range(3)]
+    done = [c for c in calls if c["finish_reason"] == "tool_calls"]  # (or a 135M model thinks until max_tokens)
+    assert done and all(c["message"]["tool_calls"][0]["function"]["name"] in ("get_weather", "get_time") for c in done)
 
 
 @pytest.mark.real

@@ -36,8 +36,8 @@ def conversation(n_calls: int) -> list[dict]:
 
 # templates no conversation with OpenAI's tools renders through, and why
 CANNOT = {
-    "CohereForAI-c4ai-command-r-plus-tool_use": "reads Cohere's own tool shape (parameter_definitions) and needs tools",
-    "fireworks-ai-llama-3-firefunction-v2": "needs a `functions` variable besides the messages",
+    # (as transformers renders it: tools whose parameters all have a description do render, see below)
+    "CohereForAI-c4ai-command-r-plus-tool_use": "prints each parameter's description, and get_weather's city has none",
 }
 NAMES = sorted(p.stem for p in (models_dir() / "templates").glob("*.jinja"))
 
@@ -68,6 +68,26 @@ def test_every_template_keeps_tools_calls_and_results(name):
             assert after.index(CITIES[i]) < after.index(RESULTS[i])  # a result after its call
         # listed by the template, or else once in the system message; never both
         assert prompt.count(DESCRIPTION) == max(own_listing(t), 1), n_calls
+
+
+def test_templates_that_read_more_than_transformers_gives_them():
+    def load(name):
+        return ChatTemplate((models_dir() / "templates" / f"{name}.jinja").read_text(encoding="utf-8"))
+
+    # FireFunction v2 reads `functions` (the tools as JSON) and `datetime`, which llama.cpp passes it
+    fire = load("fireworks-ai-llama-3-firefunction-v2")
+    prompt = prepare_turn(fire, conversation(2), TOOLS).prompt
+    assert prompt.count(DESCRIPTION) == 1 and "\nToday is " in prompt
+    assert ' functools[{"name": "get_weather", "arguments": {"city": "Lyon"}}, ' in prompt and RESULTS[1] in prompt
+    assert "Available functions as JSON spec:\n\nToday is" in prepare_turn(fire, [{"role": "user", "content": "hi"}]).prompt
+    # Command R+ prints each parameter's description (so does the probe tool): with one, everything renders
+    command = load("CohereForAI-c4ai-command-r-plus-tool_use")
+    described = [{"type": "function", "function": {**TOOLS[0]["function"], "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "description": "The city"}}, "required": ["city"]}}}]
+    after = prepare_turn(command, conversation(2), described).prompt.split(QUESTION)[1]
+    assert all(x in after for x in CITIES + RESULTS) and '"tool_name": "get_weather"' in after
+    with pytest.raises(TemplateError, match="description"):
+        prepare_turn(command, conversation(1), TOOLS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,7 +207,10 @@ def test_capabilities_are_probed_once(monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "mistral_args", "functionary", "function_tag", "generic",
-                                 "granite", "deepseek_r1", "deepseek_v3", "command_r7b", "qwen3_coder", "glm", "kimi_k2", "seed_oss"])
+                                 "granite", "deepseek_r1", "deepseek_v3", "command_r7b", "qwen3_coder", "glm", "kimi_k2", "seed_oss",
+                                 "gpt_oss", "apertus", "nemotron_v2", "apriel", "minimax_m1", "minimax_m2", "lfm2", "command_r_plus", "firefunction_v2",
+                                 "deepseek_v32", "deepseek_v4", "hy3", "gigachat_v3", "gigachat_v31",
+                                 "solar_open", "gemma4", "minicpm5", "kimi_k3"])
 def test_written_calls_parse_back(fmt):
     f = ToolFormat(fmt, fmt != "generic")
     calls = [{"name": "get_weather", "arguments": {"city": c}} for c in CITIES]

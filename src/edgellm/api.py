@@ -488,12 +488,12 @@ class LLM:
 
     def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
               json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, speculative=None, **sampling):
-        from .tool_calls import prepare_turn
+        from .tool_calls import in_answer, prepare_turn
 
         turn = prepare_turn(self.template, messages, tools, tool_choice)
         ids = self.chat_tokens(turn.prompt)
         params = self._sampling(sampling, seed)
-        g = self._chat_grammar(response_format, json_schema, grammar, regex, turn.grammar)
+        g = in_answer(turn.fmt, self._chat_grammar(response_format, json_schema, grammar, regex, turn.grammar))
         constraint = None if g is None else g.constraint(self.tokenizer)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint,
@@ -543,9 +543,10 @@ class LLM:
         """Reply to every conversation (rendered with the chat template), decoded together.
         response_format / json_schema / grammar / regex: one constraint every reply follows, as
         chat()."""
-        from .tool_calls import prepare_turn
+        from .tool_calls import detect_format, in_answer, prepare_turn
 
-        sampling["grammar"] = self._chat_grammar(response_format, json_schema, grammar, regex)
+        sampling["grammar"] = in_answer(detect_format(self.template.source),
+                                        self._chat_grammar(response_format, json_schema, grammar, regex))
         items = [(self.chat_tokens(prepare_turn(self.template, m).prompt), self.template.stop_strings)
                  for m in conversations]
         return self._batch(items, max_tokens, seed, stop, max_seqs, sampling)

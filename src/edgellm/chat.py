@@ -4,10 +4,13 @@ one render may do), with a built-in fallback for models that carry none."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import jinja2
+from jinja2 import meta
 from jinja2.exceptions import SecurityError
 
 from .chat_sandbox import SANDBOX, RaisedByTemplate, render
@@ -17,6 +20,9 @@ from .tool_caps import ToolCaps, probe
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
 # ones a template writes become its stop strings.
 END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# gpt-oss and Solar Open: <|end|> ends one message of a reply, and these end the turn (llama.cpp's
+# vocabulary rule: where a model has <|call|> or <|calls|>, <|end|> does not end generation)
+MESSAGE_END, TURN_ENDS = "<|end|>", ("<|return|>", "<|call|>", "<|calls|>", "<|flush|>")
 
 # Built-in templates, used when the GGUF file has none. They write no BOS: the tokenizer adds it
 # when the model's metadata asks for one.
@@ -127,9 +133,12 @@ class ChatTemplate:
         self.add_bos = add_bos
         self.add_eos = add_eos
         self._template = _compile(template)
+        self._reads = meta.find_undeclared_variables(SANDBOX.parse(template))
         self._supports_system: bool | None = None
         self._tool_caps: ToolCaps | None = None
         stops = [m for m in END_OF_TURN_MARKERS if m in template]
+        if "<|call|>" in template or "<|calls|>" in template:
+            stops = [m for m in stops if m != MESSAGE_END] + [m for m in TURN_ENDS if m in template]
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_strings: list[str] = stops
@@ -197,9 +206,21 @@ class ChatTemplate:
             self._tool_caps = probe(self._probe_render)
         return self._tool_caps
 
+    def tool_context(self, tools: list | None) -> dict:
+        """Variables the template reads beside messages and tools, which transformers leaves to
+        the caller, as llama.cpp gives them: firefunction-v2's `functions` (the tools as JSON)
+        and `datetime` (today's date)."""
+        out = {}
+        if "functions" in self._reads:
+            out["functions"] = json.dumps(tools, indent=2, ensure_ascii=False) if tools else ""
+        if "datetime" in self._reads:
+            out["datetime"] = datetime.now().strftime("%b %d %Y")
+        return out
+
     def _probe_render(self, messages: list[dict], tools: list | None, add_generation_prompt: bool) -> str | None:
         try:
-            return self._render(messages, add_generation_prompt=add_generation_prompt, tools=tools, extra={})
+            return self._render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                                extra=self.tool_context(tools))
         except TemplateError:
             return None
 

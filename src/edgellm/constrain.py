@@ -137,9 +137,10 @@ class Grammar:
     """A compiled constraint, shareable by any number of sequences. Build with a from_* method;
     each raises GrammarError naming what is wrong with the schema, grammar or regex."""
 
-    def __init__(self, llg_grammar: str, kind: str):
+    def __init__(self, llg_grammar: str, kind: str, schema: dict | None = None):
         self._grammar = llg_grammar
         self.kind = kind  # "json_schema" | "gbnf" | "lark" | "regex"
+        self.schema = schema  # the JSON schema, for kind "json_schema"
         err = _llguidance().LLMatcher.validate_grammar(llg_grammar)
         if err and not err.startswith("WARNING"):
             raise GrammarError(f"invalid {_KIND_NAMES[kind]}: {_one_line(err)}")
@@ -161,7 +162,7 @@ class Grammar:
             g = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=JSON_OPTIONS)
         except (ValueError, TypeError) as e:
             raise GrammarError(f"invalid JSON schema: {e}") from None
-        return cls(g, "json_schema")
+        return cls(g, "json_schema", schema)
 
     @classmethod
     def json_object(cls) -> Grammar:

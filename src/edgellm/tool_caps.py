@@ -34,7 +34,9 @@ _ARG_NEEDLES = ("needle_arg_7f3a", "needle_arg_9c2e")
 _RESULT = "needle_result_5b1d"
 _PROBE_TOOL = {"type": "function", "function": {
     "name": _TOOL, "description": "A probe tool",
-    "parameters": {"type": "object", "properties": {_ARG: {"type": "string"}}, "required": [_ARG]}}}
+    # (a parameter's description too: some templates print it, and fail without one - Command R+'s)
+    "parameters": {"type": "object", "properties": {_ARG: {"type": "string", "description": "A probe argument"}},
+                   "required": [_ARG]}}}
 _USER = {"role": "user", "content": "Probe question"}
 
 

@@ -1,10 +1,11 @@
-"""An assistant reply read as it streams: a leading <think>...</think> becomes `reasoning_content`
+"""An assistant reply read as it streams: a leading <think>...</think> (Command R7B's
+<|START_THINKING|>...<|END_THINKING|>) becomes `reasoning_content`
 (llama.cpp's --reasoning-format deepseek), tool calls written in the chat template's format
-(tool_calls.py lists them) become OpenAI's `tool_calls` - the call's id and name as soon as the
+(the tool_calls package lists them) become OpenAI's `tool_calls` - the call's id and name as soon as the
 name is written, then its arguments in fragments as they are written - and the rest is
 `content`.
 
-    reply = Reply(fmt, thinking=turn.thinking)
+    reply = open_reply(fmt, calls=turn.tools, thinking=turn.thinking)
     for text in pieces:                 # the engine's text, in any pieces
         deltas = reply.feed(text)       # [{"content": ...} | {"reasoning_content": ...} | {"tool_calls": [...]}]
     deltas = reply.close()              # what was held back
@@ -17,8 +18,10 @@ decided) is held back until it is decided; text that turns out not to be a call 
 Arguments are the model's own JSON text (as OpenAI returns them), not re-serialised; a call cut
 short (max_tokens) keeps the arguments written so far, and finish_reason says "length".
 
-A format FORMATS does not list (tool_calls.py's DeepSeek, Command R7B and XML ones) is read once
+A format FORMATS does not list (most of the tool_calls package's: DeepSeek, Command R7B, the XML ones, ...) is read once
 the reply is complete, by tool_calls.parse: its content and calls come in the last deltas.
+gpt-oss's harmony messages (tool_calls/harmony.py) are read as they stream, with or without tools (its
+analysis is reasoning_content): HarmonyReply.
 
 Without tools (fmt None) the content is the model's text as written, less a leading think
 block; with tools, content is stripped of the whitespace around it and around calls, as
@@ -31,7 +34,9 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from ..tool_calls import THINK_CLOSE, THINK_OPEN, ToolFormat, parse
+from ..tool_calls import ToolFormat, answer_marks, parse, reasoning_tags
+from ..tool_calls.harmony import Split
+from ..tool_calls.json_calls import FUNCTIONARY_TEXT, PYTHON_TAG
 
 # How each format writes a call, as tool_calls.parse reads it:
 #   open        the text that starts a call (None: calls are JSON at the very start of the reply)
@@ -46,14 +51,13 @@ FORMATS = {
     "hermes": dict(open="<tool_call>", name_end=None, args=("arguments",), close="</tool_call>", shape="object"),
     "mistral": dict(open="[TOOL_CALLS]", name_end=None, args=("arguments",), close=None, shape="array"),
     "granite": dict(open="<|tool_call|>", name_end=None, args=("arguments",), close=None, shape="array"),
+    "nemotron_v2": dict(open="<TOOLCALL>", name_end=None, args=("arguments",), close="</TOOLCALL>", shape="array"),
     "mistral_args": dict(open="[TOOL_CALLS]", name_end="[ARGS]", args=(), close=None, shape="value"),
     "functionary": dict(open=">>>", name_end="\n", args=(), close=None, shape="value"),
     "function_tag": dict(open="<function=", name_end=">", args=(), close="</function>", shape="value"),
     "llama3": dict(open=None, name_end=None, args=("parameters", "arguments"), close=None, shape="objects"),
     "generic": dict(open=None, name_end=None, args=("arguments",), close=None, shape="wrapped"),
 }
-PYTHON_TAG = "<|python_tag|>"  # Llama 3.x may open its JSON call with it
-FUNCTIONARY_TEXT = "all"  # Functionary's ">>>all\n" introduces text, not a call
 
 
 def _held(text: str, marker: str) -> int:
@@ -229,11 +233,14 @@ class Reply:
     when the request has no tools; thinking: the prompt opened a <think> block; json_answer: the
     answer is constrained JSON (the generic format's {"response": ...} is then an answer like any
     other); parallel: more than one call allowed (OpenAI's parallel_tool_calls; later calls are
-    dropped); tools: the request's (they type the XML formats' arguments)."""
+    dropped); tools: the request's (they type the XML formats' arguments); template: the
+    template's format when fmt is None (its reasoning markers and answer markers still apply)."""
 
     def __init__(self, fmt: ToolFormat | None, *, thinking: bool = False, json_answer: bool = False,
-                 parallel: bool = True, tools=()):
+                 parallel: bool = True, tools=(), template: ToolFormat | None = None):
         self.fmt = fmt.name if fmt is not None else None
+        self._tags = reasoning_tags(fmt or template)
+        self._marks = answer_marks(fmt or template)
         self.spec = None if fmt is None else FORMATS.get(fmt.name, FORMATS["generic"])
         self.whole = fmt if fmt is not None and fmt.name not in FORMATS and fmt.name != "generic" else None
         self.tools = list(tools)
@@ -357,21 +364,22 @@ class Reply:
     # -- <think> --
 
     def _think(self, final: bool) -> None:
+        opening, closing = self._tags
         if self._phase == "start":
             head = self._head.lstrip()
-            if head.startswith(THINK_OPEN):
-                self._head, self._phase, self._thought = head[len(THINK_OPEN):], "reasoning", True
-            elif THINK_OPEN.startswith(head) and not final:
+            if head.startswith(opening):
+                self._head, self._phase, self._thought = head[len(opening):], "reasoning", True
+            elif opening.startswith(head) and not final:
                 return  # maybe a think block: wait
             else:
                 self._enter_body(self._head, lead=self.spec is not None)
                 return
-        end = self._head.find(THINK_CLOSE)
+        end = self._head.find(closing)
         if end >= 0:
             self._send("reasoning_content", self._head[:end], strip=True)
-            self._enter_body(self._head[end + len(THINK_CLOSE):], lead=True)
+            self._enter_body(self._head[end + len(closing):], lead=True)
             return
-        keep = 0 if final else _held(self._head, THINK_CLOSE)
+        keep = 0 if final else _held(self._head, closing)
         self._send("reasoning_content", self._head[:len(self._head) - keep], strip=True)
         self._head = self._head[len(self._head) - keep:]
         if final:
@@ -387,9 +395,14 @@ class Reply:
     def _body(self, final: bool) -> None:
         if self._phase != "body":
             return
-        if self.spec is None:  # no tools: all content
-            self._content_text(self.text[self.pos:])
-            self.pos = len(self.text)
+        if self.spec is None:  # no tools: all content, less the markers around the answer
+            rest = self.text[self.pos:]
+            keep = 0 if final else max((_held(rest, m) for m in self._marks), default=0)
+            piece = rest[:len(rest) - keep]
+            for m in self._marks:
+                piece = piece.replace(m, "")
+            self._content_text(piece)
+            self.pos = len(self.text) - keep
             return
         if self.whole is not None:  # read when complete
             if final:
@@ -565,3 +578,52 @@ class Reply:
         self._section()
         self._state = "content" if spec["open"] is not None else "plain"
         return True
+
+
+class HarmonyReply(Reply):
+    """A gpt-oss reply (tool_calls/harmony.py): each message's body streamed as what its header says -
+    reasoning_content, content, or a call's arguments as written (its id and name sent when
+    its header ends) - messages of one kind joined by a newline. calls: the request has tools."""
+
+    def __init__(self, fmt: ToolFormat, *, calls: bool, parallel: bool = True, **_):
+        super().__init__(fmt, parallel=parallel)
+        self._split = Split(calls)
+        self._kind: str | None = None
+        self._said = {"content": False, "reasoning_content": False}  # a message of the kind had text
+
+    def feed(self, text: str) -> list[dict]:
+        self._events(self._split.feed(text))
+        return self._take()
+
+    def close(self) -> list[dict]:
+        self._events(self._split.close())
+        return self._take()
+
+    def _events(self, events: list[tuple]) -> None:
+        for ev in events:
+            if ev[0] == "open":
+                self._section()
+                self._kind = {"reasoning": "reasoning_content", "content": "content"}.get(ev[1], ev[1])
+                if ev[1] == "call":
+                    self._call = _Call(name=ev[2])
+                    self._show(self._call)
+            elif ev[0] == "text" and self._kind == "call":
+                self._arguments(self._call, ev[2])
+            elif ev[0] == "text" and self._kind in self._said:
+                text = ev[2]
+                if self._lead:  # a message's first text: after a newline if one of its kind came before
+                    text = text.lstrip()
+                    if not text:
+                        continue
+                    self._lead = False
+                    text = ("\n" if self._said[self._kind] else "") + text
+                    self._said[self._kind] = True
+                self._send(self._kind, text, strip=True)
+
+
+def open_reply(fmt: ToolFormat | None, *, calls: bool, **kw) -> Reply:
+    """The reader for a reply in format fmt (None: the template has none); calls: the request
+    has tools. kw: Reply's."""
+    if fmt is not None and fmt.name == "gpt_oss":
+        return HarmonyReply(fmt, calls=calls, **kw)
+    return Reply(fmt if calls else None, template=fmt, **kw)

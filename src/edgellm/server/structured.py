@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from ..constrain import Grammar, lltokenizer
 from ..errors import GrammarError, TemplateError
-from ..tool_calls import ChatTurn, call_or_json_grammar, chosen_tools, prepare_turn
+from ..tool_calls import ChatTurn, call_or_json_grammar, chosen_tools, in_answer, prepare_turn
 from .errors import invalid
-from .reply import Reply
+from .reply import Reply, open_reply
 from .schemas import Generation, Output
 
 
@@ -38,8 +38,8 @@ class ChatPlan:
 
     def reply(self) -> Reply:
         """A reader for one choice's reply."""
-        return Reply(self.turn.fmt if self.turn.tools else None, thinking=self.turn.thinking,
-                     json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
+        return open_reply(self.turn.fmt, calls=self.turn.tools, thinking=self.turn.thinking,
+                          json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
 
 
 def _schema(out: Output):
@@ -109,7 +109,7 @@ def chat_plan(llm, gen: Generation) -> ChatPlan:
         grammar = _tools_grammar(turn.grammar, chosen_tools(tools, choice)[0], tools)
         json_answer = False
     else:
-        grammar = _output_grammar(out)
+        grammar = in_answer(turn.fmt, _output_grammar(out))
         schema = _schema(out)
         json_answer = schema is not None
         if turn.tools and schema is not None:  # auto: a call, or the answer in its format
