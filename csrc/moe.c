@@ -22,6 +22,7 @@
 #include "engine_internal.h"
 
 #define MAX_EXPERT 512  /* llama.cpp's LLAMA_MAX_EXPERTS */
+#define ONE_THREAD_PAIRS 64  /* steps of up to this many (token, expert) pairs are routed by one thread */
 
 struct moe_state {
     float *logits;         /* [n_batch][n_expert] router logits, then probabilities */
@@ -153,6 +154,16 @@ static void route(const el_model_desc *d, float *p, int32_t *sel, float *wt) {
         for (int k = 0; k < K; k++) wt[k] *= d->moe_w_scale;
 }
 
+/* token m's routing: its expert choice, and its shared expert gate's sigmoid */
+static void route_token(const el_model_desc *d, struct moe_state *M, int m) {
+    const int X = d->n_expert, K = d->n_expert_used;
+    route(d, M->logits + (size_t)m * X, M->sel + (size_t)m * K, M->wt + (size_t)m * K);
+    if (d->shexp_gate) {  /* llama.cpp's sigmoid here: silu(x) / x, silu by expf (0 at x = 0: the limit) */
+        const float x = M->sgate[m];
+        M->sgate[m] = x == 0.0f ? 0.5f : x / (1.0f + expf(-x)) / x;
+    }
+}
+
 /* The step's pairs grouped by expert, tokens in order within each (one thread). */
 static void group(const el_model_desc *d, struct moe_state *M, int n) {
     const int X = d->n_expert, K = d->n_expert_used;
@@ -170,6 +181,19 @@ static void group(const el_model_desc *d, struct moe_state *M, int n) {
             M->row_tok[row] = m;
             M->pair_row[m * K + k] = row;
         }
+}
+
+/* gathered rows r0, r0 + step, ... below P: their token's input quantized for the gate and up matmuls */
+static void quantize_pairs(const el_engine *c, const el_layer *L, int r0, int P, int step) {
+    const struct moe_state *M = c->moe;
+    const el_type_traits *tr = c->traits;
+    const int E = c->d.n_embd, vu = tr[L->w_up_exps.type].vec_dot_type, vg = tr[L->w_gate_exps.type].vec_dot_type;
+    const size_t rs_u = el_row_size(vu, E), rs_g = el_row_size(vg, E);
+    for (int r = r0; r < P; r += step) {
+        const float *x = c->tmp + (size_t)M->row_tok[r] * E;
+        tr[vu].from_float(x, M->act_up + (size_t)r * rs_u, E);
+        if (M->act_gate != M->act_up) tr[vg].from_float(x, M->act_gate + (size_t)r * rs_g, E);
+    }
 }
 
 /* this thread's share of expert e's matmul (w holds n_expert stacked matrices of `rows` rows)
@@ -192,39 +216,36 @@ void el_moe_ffn(el_engine *c, act_state *st, int l, int ith, int nth) {
     el_task_matmul(c, st, &L->w_gate_inp, c->tmp, n, E, M->logits, X, ith, nth);
     if (d->shexp_gate) el_task_matmul(c, st, &L->w_gate_inp_shexp, c->tmp, n, E, M->sgate, 1, ith, nth);
     el_task_sync(c, st);
-    for (int m = ith; m < n; m += nth) {
-        route(d, M->logits + (size_t)m * X, M->sel + (size_t)m * K, M->wt + (size_t)m * K);
-        if (d->shexp_gate) {  /* llama.cpp's sigmoid here: silu(x) / x, silu by expf (0 at x = 0: the limit) */
-            const float x = M->sgate[m];
-            M->sgate[m] = x == 0.0f ? 0.5f : x / (1.0f + expf(-x)) / x;
+    /* each token routed, the pairs grouped by expert, their input rows quantized: a step of few
+     * pairs by one thread in one phase (two barriers fewer), a larger one by all threads */
+    if (P <= ONE_THREAD_PAIRS) {
+        if (ith == 0) {
+            for (int m = 0; m < n; m++) route_token(d, M, m);
+            group(d, M, n);
+            quantize_pairs(c, L, 0, P, 1);
         }
+    } else {
+        for (int m = ith; m < n; m += nth) route_token(d, M, m);
+        el_task_sync(c, st);
+        if (ith == 0) group(d, M, n);
+        el_task_sync(c, st);
+        quantize_pairs(c, L, ith, P, nth);
     }
     el_task_sync(c, st);
-    if (ith == 0) group(d, M, n);
-    el_task_sync(c, st);
-    /* each pair's input row, quantized for the gate and up matmuls */
-    const int vu = tr[L->w_up_exps.type].vec_dot_type, vg = tr[L->w_gate_exps.type].vec_dot_type;
-    const size_t rs_u = el_row_size(vu, E), rs_g = el_row_size(vg, E);
-    for (int r = ith; r < P; r += nth) {
-        const float *x = c->tmp + (size_t)M->row_tok[r] * E;
-        tr[vu].from_float(x, M->act_up + (size_t)r * rs_u, E);
-        if (M->act_gate != M->act_up) tr[vg].from_float(x, M->act_gate + (size_t)r * rs_g, E);
-    }
-    el_task_sync(c, st);
+    const size_t rs_u = el_row_size(tr[L->w_up_exps.type].vec_dot_type, E);
+    const size_t rs_g = el_row_size(tr[L->w_gate_exps.type].vec_dot_type, E);
     for (int e = 0; e < X; e++) {
         expert_matmul(c, M, &L->w_gate_exps, e, F, M->act_gate, rs_g, M->g, ith, nth);
         expert_matmul(c, M, &L->w_up_exps, e, F, M->act_up, rs_u, M->u, ith, nth);
     }
     el_task_sync(c, st);
-    {
-        int64_t r0, r1;
-        el_split((int64_t)P * F, ith, nth, 64, &r0, &r1);
-        c->vops.silu_mul(r1 - r0, M->g + r0, M->u + r0);
-    }
-    el_task_sync(c, st);
+    /* per pair row: SiLU(gate) * up, quantized for the down matmul */
     const int vd = tr[L->w_down_exps.type].vec_dot_type;
     const size_t rs_d = el_row_size(vd, F);
-    for (int r = ith; r < P; r += nth) tr[vd].from_float(M->g + (size_t)r * F, M->act_down + (size_t)r * rs_d, F);
+    for (int r = ith; r < P; r += nth) {
+        c->vops.silu_mul(F, M->g + (size_t)r * F, M->u + (size_t)r * F);
+        tr[vd].from_float(M->g + (size_t)r * F, M->act_down + (size_t)r * rs_d, F);
+    }
     el_task_sync(c, st);
     for (int e = 0; e < X; e++) expert_matmul(c, M, &L->w_down_exps, e, E, M->act_down, rs_d, M->o, ith, nth);
     el_task_sync(c, st);

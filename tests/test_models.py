@@ -136,3 +136,20 @@ def test_bad_rope_scaling_factor_is_refused(tmp_path, factor):
     path = write_gguf(tmp_path / "x.gguf", md, {"token_embd.weight": np.zeros((8, 32), np.float32)})
     with pytest.raises(GGUFError, match="rope scaling factor must be a positive number"):
         models.load_config(GGUFFile(path))
+
+
+@pytest.mark.parametrize("name", ["qwen3moe", "qwen2moe"])
+def test_decode_bytes_count_the_chosen_experts(tmp_path, name):
+    """bench's bytes per decode step take n_expert_used of n_expert experts from each stacked
+    expert tensor (a step reads only the chosen ones), all of every other layer tensor."""
+    from edgellm import LLM
+    from edgellm.bench import weight_bytes_per_token
+
+    llm = LLM(tiny_archs.build(name, tmp_path))
+    ts, moe = llm.gguf.tensors, llm.config.moe
+    want = sum(t.nbytes * moe.n_expert_used // moe.n_expert if "_exps." in n else t.nbytes
+               for n, t in ts.items() if n.startswith("blk."))
+    embd = ts["token_embd.weight"].nbytes
+    want += ts["output_norm.weight"].nbytes + (ts["output.weight"].nbytes + embd // llm.n_vocab
+                                               if "output.weight" in ts else embd)
+    assert weight_bytes_per_token(llm) == want

@@ -34,11 +34,28 @@ from gguf.quants import quantize
 import llamacpp_source
 from edgellm.gguf_file import GGUFFile, StringArray
 
-N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 4, 64, 4, 2, 16, 128
-N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 8, 2, 32, 64
+N_FF_EXP = 32  # the experts' width unless a spec sets its own
 # attention and FFN outputs this many times larger than N(0, 1/fan_in) weights give, so the layers
 # move the residual stream away from the token's own embedding (else a tied output just repeats it)
 RESIDUAL_GAIN = 3.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes every architecture's file shares (the tiny ones by default; scripts/bench_moe.py
+    writes a real model's)."""
+    n_layer: int = 4
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    n_ff: int = 128
+    n_expert: int = 8
+    n_expert_used: int = 2
+    n_ff_shexp: int = 64
+
+
+TINY = Shape()
 
 
 @dataclass(frozen=True)
@@ -93,7 +110,7 @@ SPECS: dict[str, Spec] = {
                     keys={"logit_scale": _f32(2.5), "residual_scale": _f32(0.22), "embedding_scale": _f32(6.0),
                           "attention.scale": _f32(0.0625)}),
     "granitemoe": Spec("granitemoe", "refact", 14, template="ibm-granite-granite-3.3-2B-Instruct", output=False,
-                       ffn="moe", shared_expert="plain", n_ff_exp=N_FF,
+                       ffn="moe", shared_expert="plain", n_ff_exp=TINY.n_ff,
                        keys={"logit_scale": _f32(2.5), "residual_scale": _f32(0.22), "embedding_scale": _f32(6.0),
                              "attention.scale": _f32(0.0625)}),
     "olmo2": Spec("olmo2", "gpt-2", 9, template="Qwen-Qwen2.5-7B-Instruct", qk_norm="all", pre_norms=False,
@@ -107,7 +124,7 @@ SPECS: dict[str, Spec] = {
     # Mixtral (and Mistral's MoE GGUFs): llama with experts n_ff wide, softmax over all experts, the
     # top 2 renormalised; no shared expert (llama.cpp's llama loader reads none)
     "llama-moe": Spec("llama", "llama-spm", 15, template="mistralai-Mistral-Nemo-Instruct-2407", ffn="moe",
-                      n_ff_exp=N_FF, keys={"rope.freq_base": _f32(1e6)}),
+                      n_ff_exp=TINY.n_ff, keys={"rope.freq_base": _f32(1e6)}),
     # llama features no real model above exercises
     "llama-bias-ropefreqs": Spec("llama", "llama-spm", 11, template="mistralai-Mistral-Nemo-Instruct-2407",
                                  qkv_bias=True, out_bias=True, rope_freqs=True),
@@ -200,7 +217,7 @@ def _tokenizer_fields(vocab: str):
         return out
 
 
-class _Rand:
+class Rand:
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
 
@@ -220,9 +237,12 @@ class _Rand:
         return (scale * self.rng.standard_normal(n)).astype(np.float32)
 
 
-def tensors(spec: Spec, n_vocab: int) -> dict:
-    r = _Rand(spec.seed)
-    E, F, qd, kd = N_EMBD, N_FF, N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = None) -> dict:
+    """Every tensor of spec at shape: {name: float32 / float16 array, or (type, quantized bytes)},
+    the weights drawn by rand (default Rand(spec.seed))."""
+    r = rand or Rand(spec.seed)
+    E, F, hd = shape.n_embd, shape.n_ff, shape.head_dim
+    qd, kd, X, FS = shape.n_head * hd, shape.n_head_kv * hd, shape.n_expert, shape.n_ff_shexp
     t = {"token_embd.weight": r.matrix(E, n_vocab, scale=spec.embd_init, qtype=GT.Q4_0),
          "output_norm.weight": r.norm(E)}
     if spec.output:
@@ -230,11 +250,11 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
     if spec.output_bias:
         t["output.bias"] = r.bias(n_vocab, 1.0)
     if spec.rope_freqs:  # Llama 3's shape: 1 on high frequencies, rising to 8 on low ones
-        t["rope_freqs.weight"] = np.geomspace(1.0, 8.0, HEAD_DIM // 2).astype(np.float32)
+        t["rope_freqs.weight"] = np.geomspace(1.0, 8.0, hd // 2).astype(np.float32)
     if spec.longrope:
-        t["rope_factors_long.weight"] = np.geomspace(1.0, 6.0, HEAD_DIM // 2).astype(np.float32)
-        t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, HEAD_DIM // 2).astype(np.float32)
-    for i in range(N_LAYER):
+        t["rope_factors_long.weight"] = np.geomspace(1.0, 6.0, hd // 2).astype(np.float32)
+        t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, hd // 2).astype(np.float32)
+    for i in range(shape.n_layer):
         p = f"blk.{i}."
         if spec.pre_norms:
             t[p + "attn_norm.weight"] = r.norm(E)
@@ -247,8 +267,8 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
         if spec.qkv_bias:
             t[p + "attn_q.bias"], t[p + "attn_k.bias"], t[p + "attn_v.bias"] = r.bias(qd), r.bias(kd), r.bias(kd)
         if spec.qk_norm:
-            t[p + "attn_q_norm.weight"] = r.norm(HEAD_DIM if spec.qk_norm == "head" else qd)
-            t[p + "attn_k_norm.weight"] = r.norm(HEAD_DIM if spec.qk_norm == "head" else kd)
+            t[p + "attn_q_norm.weight"] = r.norm(hd if spec.qk_norm == "head" else qd)
+            t[p + "attn_k_norm.weight"] = r.norm(hd if spec.qk_norm == "head" else kd)
         t[p + "attn_output.weight"] = r.matrix(qd, E, scale=RESIDUAL_GAIN * qd ** -0.5)
         if spec.out_bias:
             t[p + "attn_output.bias"] = r.bias(E)
@@ -258,16 +278,16 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
             t[p + "ffn_norm.weight"] = r.norm(E)
         if spec.ffn == "moe":
             FX = spec.n_ff_exp
-            t[p + "ffn_gate_inp.weight"] = r.matrix(E, N_EXPERT, qtype=GT.F32)
-            t[p + "ffn_gate_exps.weight"] = r.matrix(E, FX, N_EXPERT)
-            t[p + "ffn_up_exps.weight"] = r.matrix(E, FX, N_EXPERT)
-            t[p + "ffn_down_exps.weight"] = r.matrix(FX, E, N_EXPERT, scale=RESIDUAL_GAIN * FX ** -0.5)
+            t[p + "ffn_gate_inp.weight"] = r.matrix(E, X, qtype=GT.F32)
+            t[p + "ffn_gate_exps.weight"] = r.matrix(E, FX, X)
+            t[p + "ffn_up_exps.weight"] = r.matrix(E, FX, X)
+            t[p + "ffn_down_exps.weight"] = r.matrix(FX, E, X, scale=RESIDUAL_GAIN * FX ** -0.5)
             if spec.shared_expert == "gated":
                 t[p + "ffn_gate_inp_shexp.weight"] = r.matrix(E, qtype=GT.F32)
             if spec.shared_expert:
-                t[p + "ffn_gate_shexp.weight"] = r.matrix(E, N_FF_SHEXP)
-                t[p + "ffn_up_shexp.weight"] = r.matrix(E, N_FF_SHEXP)
-                t[p + "ffn_down_shexp.weight"] = r.matrix(N_FF_SHEXP, E, scale=RESIDUAL_GAIN * N_FF_SHEXP ** -0.5)
+                t[p + "ffn_gate_shexp.weight"] = r.matrix(E, FS)
+                t[p + "ffn_up_shexp.weight"] = r.matrix(E, FS)
+                t[p + "ffn_down_shexp.weight"] = r.matrix(FS, E, scale=RESIDUAL_GAIN * FS ** -0.5)
         elif spec.ffn == "fused":
             t[p + "ffn_up.weight"] = r.matrix(E, 2 * F)
             t[p + "ffn_down.weight"] = r.matrix(F, E, scale=RESIDUAL_GAIN * F ** -0.5)
@@ -282,24 +302,24 @@ def tensors(spec: Spec, n_vocab: int) -> dict:
     return t
 
 
-def metadata(spec: Spec, chat: Chat | None = None) -> list[tuple]:
+def metadata(spec: Spec, chat: Chat | None = None, shape: Shape = TINY) -> list[tuple]:
     a = spec.arch
     md = [("general.name", VT.STRING, f"tiny-{spec.arch}", None),
-          (f"{a}.block_count", VT.UINT32, N_LAYER, None),
+          (f"{a}.block_count", VT.UINT32, shape.n_layer, None),
           (f"{a}.context_length", VT.UINT32, 4096, None),
-          (f"{a}.embedding_length", VT.UINT32, N_EMBD, None),
-          (f"{a}.feed_forward_length", VT.UINT32, N_FF, None),
-          (f"{a}.attention.head_count", VT.UINT32, N_HEAD, None),
-          (f"{a}.attention.head_count_kv", VT.UINT32, N_HEAD_KV, None),
-          (f"{a}.attention.key_length", VT.UINT32, HEAD_DIM, None),
-          (f"{a}.attention.value_length", VT.UINT32, HEAD_DIM, None),
+          (f"{a}.embedding_length", VT.UINT32, shape.n_embd, None),
+          (f"{a}.feed_forward_length", VT.UINT32, shape.n_ff, None),
+          (f"{a}.attention.head_count", VT.UINT32, shape.n_head, None),
+          (f"{a}.attention.head_count_kv", VT.UINT32, shape.n_head_kv, None),
+          (f"{a}.attention.key_length", VT.UINT32, shape.head_dim, None),
+          (f"{a}.attention.value_length", VT.UINT32, shape.head_dim, None),
           (f"{a}.attention.layer_norm_rms_epsilon", VT.FLOAT32, 1e-6, None)]
     if spec.ffn == "moe":
-        md += [(f"{a}.expert_count", VT.UINT32, N_EXPERT, None),
-               (f"{a}.expert_used_count", VT.UINT32, N_EXPERT_USED, None),
+        md += [(f"{a}.expert_count", VT.UINT32, shape.n_expert, None),
+               (f"{a}.expert_used_count", VT.UINT32, shape.n_expert_used, None),
                (f"{a}.expert_feed_forward_length", VT.UINT32, spec.n_ff_exp, None)]
         if spec.shared_expert:
-            md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, N_FF_SHEXP, None))
+            md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, shape.n_ff_shexp, None))
     md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]
     tok = _tokenizer_fields(spec.vocab)
     if chat is not None:
@@ -337,13 +357,21 @@ def build(name: str, directory: Path, *, chat: bool = False) -> Path:
     """Write SPECS[name] as <directory>/tiny-<name>.gguf (deterministic bytes) and return its path;
     chat=True: tiny-<name>-chat.gguf, set up to chat as the family's GGUFs (CHATS[name])."""
     spec = SPECS[name]
-    path = Path(directory) / f"tiny-{name}{'-chat' if chat else ''}.gguf"
     md = metadata(spec, CHATS[name] if chat else None)
-    n_vocab = len(next(v for k, _, v, _ in md if k == "tokenizer.ggml.tokens"))
-    w = GGUFWriter(path, spec.arch)
+    path = Path(directory) / f"tiny-{name}{'-chat' if chat else ''}.gguf"
+    return write(path, spec.arch, md, tensors(spec, vocab_size(md)))
+
+
+def vocab_size(md: list[tuple]) -> int:
+    return len(next(v for k, _, v, _ in md if k == "tokenizer.ggml.tokens"))
+
+
+def write(path: Path, arch: str, md: list[tuple], tensors: dict) -> Path:
+    """A GGUF file of metadata md (metadata()'s rows) and tensors (tensors()' values) at path."""
+    w = GGUFWriter(path, arch)
     for key, vtype, value, sub in md:
         w.add_key_value(key, value, vtype, sub_type=sub)
-    for tname, t in tensors(spec, n_vocab).items():
+    for tname, t in tensors.items():
         if isinstance(t, tuple):
             w.add_tensor(tname, t[1], raw_dtype=t[0])
         else:

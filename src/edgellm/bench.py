@@ -64,12 +64,18 @@ class BenchResult:
         return d
 
 
+EXPERT_TENSORS = ("w_gate_exps", "w_up_exps", "w_down_exps")  # layer weights stacking every expert's matrix
+
+
 def weight_bytes_per_token(llm: LLM) -> int:
-    """Bytes of weights one decode step reads: every matrix once, one embedding row."""
+    """Bytes of weights one decode step reads: every matrix once (of the stacked experts, the
+    n_expert_used chosen ones), one embedding row."""
     total = 0
-    w = llm._weights
+    w, moe = llm._weights, llm.config.moe
     for layer in w.layers:
-        total += sum(info.nbytes for info in layer.values() if info is not None)
+        for name, info in layer.items():
+            if info is not None:
+                total += info.nbytes * moe.n_expert_used // moe.n_expert if name in EXPERT_TENSORS else info.nbytes
     total += w.output.nbytes + w.output_norm.nbytes
     if w.output is not w.tok_embd:
         total += w.tok_embd.nbytes // max(1, llm.n_vocab)
