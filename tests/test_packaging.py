@@ -86,10 +86,14 @@ def test_wheel_runs_generate_in_a_fresh_venv(installed):
 @pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,
                     reason="needs an x86_64 machine and qemu-x86_64 (Debian's qemu-user) to emulate a CPU without AVX")
 def test_wheel_runs_on_a_cpu_without_avx(installed):
-    """Nehalem (2008): SSE4.2, no AVX. The wheel's dispatch must pick its generic kernels there."""
+    """Nehalem (2008): SSE4.2, no AVX. The wheel's dispatch must pick its generic kernels there.
+    OPENBLAS_CORETYPE: under qemu-user on some hosts (seen on AMD Zen 5) numpy's OpenBLAS picks
+    an AVX2 kernel for the emulated Nehalem and `import numpy` dies of SIGILL before edgellm runs;
+    naming the core gives it the kernels a real Nehalem gets."""
     bin_dir, model, where = installed
+    env = dict(os.environ, OPENBLAS_CORETYPE="Nehalem")
     r = run(["qemu-x86_64", "-cpu", "Nehalem", bin_dir / "python", "-m", "edgellm", "generate", model,
-             "-p", "the cat", "-n", "6", "--temp", "0", "-t", "1", "-v"], cwd=where)
+             "-p", "the cat", "-n", "6", "--temp", "0", "-t", "1", "-v"], cwd=where, env=env)
     assert r.stdout == greedy(model) + "\n"
     assert "| generic, 1 thread]" in r.stderr
 
