@@ -31,51 +31,54 @@ def write(name: str, calls: list[dict]) -> str:
                    for c in calls)
 
 
-def _value(s: str, i: int):
-    """(the value at s[i:], where it ends); ValueError where there is none."""
+def _skip_space(s: str, i: int) -> int:
     while i < len(s) and s[i].isspace():
         i += 1
+    return i
+
+
+def _value(s: str, i: int):
+    """(the value at s[i:], where it ends); ValueError where there is none."""
+    i = _skip_space(s, i)
     if s.startswith(QUOTE, i):
         j = s.index(QUOTE, i + len(QUOTE))
         return s[i + len(QUOTE):j], j + len(QUOTE)
     if s.startswith("{", i):
-        return _dict(s, i)
+        pairs, end = _items(s, i + 1, "}", _pair)
+        return dict(pairs), end
     if s.startswith("[", i):
-        out, i = [], i + 1
-        while True:
-            while i < len(s) and s[i].isspace():
-                i += 1
-            if s.startswith("]", i):
-                return out, i + 1
-            if out:
-                if not s.startswith(",", i):
-                    raise ValueError("expected , or ]")
-                i += 1
-            v, i = _value(s, i)
-            out.append(v)
+        return _items(s, i + 1, "]", _value)
     m = _LITERAL.match(s, i)
     if not m:
         raise ValueError(f"no value at {i}")
     return json.loads(m.group(1)), m.end()
 
 
-def _dict(s: str, i: int):
-    out, i = {}, i + 1
+def _items(s: str, i: int, close: str, item):
+    """The comma-separated items from s[i:] (just past the opening bracket) up to `close`, each
+    read by item(s, i) -> (item, end): (the items, where the sequence ends)."""
+    out = []
     while True:
-        while i < len(s) and s[i].isspace():
-            i += 1
-        if s.startswith("}", i):
+        i = _skip_space(s, i)
+        if s.startswith(close, i):
             return out, i + 1
         if out:
             if not s.startswith(",", i):
-                raise ValueError("expected , or }")
+                raise ValueError(f"expected , or {close}")
             i += 1
-        m = _KEY.match(s, i)
-        if not m:
-            raise ValueError(f"no key at {i}")
-        key = m.group(1)
-        key = key[len(QUOTE):-len(QUOTE)] if key.startswith(QUOTE) and key.endswith(QUOTE) else key
-        out[key], i = _value(s, m.end())
+        v, i = item(s, i)
+        out.append(v)
+
+
+def _pair(s: str, i: int):
+    """((key, value), where it ends) at s[i:]: a bare or quoted key, then its value."""
+    m = _KEY.match(s, i)
+    if not m:
+        raise ValueError(f"no key at {i}")
+    key = m.group(1)
+    key = key[len(QUOTE):-len(QUOTE)] if key.startswith(QUOTE) and key.endswith(QUOTE) else key
+    value, end = _value(s, m.end())
+    return (key, value), end
 
 
 def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
@@ -83,7 +86,7 @@ def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
     calls, spans, i = [], [], text.find(OPEN)
     while i >= 0:
         brace = text.index("{", i)
-        args, end = _dict(text, brace)
+        args, end = _value(text, brace)  # text[brace] is "{": a dict
         if not text.startswith(CLOSE, end):
             raise ValueError("a call without its end")
         calls.append(make_call(text[i + len(OPEN):brace].strip(), args))
