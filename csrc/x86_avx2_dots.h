@@ -37,8 +37,8 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * (quants_generic.c): each (row, column) has 8 float lanes, acc = fma(cvt(int lane), dw * da,
  * acc) block after block, summed at the end by hsum256 (el_hsum8's tree). Q4_1 / Q5_1 add
  * sum over blocks of m * s (weight min times the activation's d*sum(q)) as one chain of fmas in
- * block order, in a second pass over the blocks: accm[c] lane r takes row r. The result is
- * hsum(main) + lane r of accm[c].
+ * block order (legacy_tile: a second pass over the blocks; the gemm tiles: in the same block
+ * loop), accm[c] lane r taking row r. The result is hsum(main) + lane r of accm[c].
  * ------------------------------------------------------------------------------------------ */
 
 static inline __attribute__((always_inline)) void KFN(legacy_tile)(
@@ -159,15 +159,20 @@ static inline __attribute__((always_inline)) void KFN(lg_tile)(
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int aqs = has_m ? 4 : 2;
-    __m256 acc[LT_RMAX][LT_CMAX];
-    for (int c = 0; c < C; c++)
+    __m256 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
+    for (int c = 0; c < C; c++) {
         for (int r = 0; r < R; r++) acc[r][c] = first ? _mm256_setzero_ps() : accb[c * LT_RMAX + r];
+        if (has_m) accm[c] = first ? _mm256_setzero_ps() : accmb[c];
+    }
     for (int b = 0; b < nbk; b++) {
         __m256 sd[LT_CMAX];
         __m256i av[LT_CMAX];
         for (int c = 0; c < C; c++) {
             sd[c] = _mm256_broadcast_ss(ad + (size_t)c * nb + b0 + b);
             av[c] = _mm256_loadu_si256((const __m256i *)(a + (size_t)c * lda + (size_t)(b0 + b) * abs_ + aqs));
+            /* the min chain, block after block as before, in the same loop: its fmas' latency
+             * hides behind the dot products instead of running as a chain of its own after them */
+            if (has_m) accm[c] = _mm256_fmadd_ps(P->m[b], _mm256_broadcast_ss(as + (size_t)c * nb + b0 + b), accm[c]);
         }
         for (int r = 0; r < R; r++) {
             const __m256i u = P->u[r][b];
@@ -179,13 +184,6 @@ static inline __attribute__((always_inline)) void KFN(lg_tile)(
             }
         }
     }
-    __m256 accm[LT_CMAX];
-    if (has_m)
-        for (int c = 0; c < C; c++) {
-            accm[c] = first ? _mm256_setzero_ps() : accmb[c];
-            for (int b = 0; b < nbk; b++)
-                accm[c] = _mm256_fmadd_ps(P->m[b], _mm256_broadcast_ss(as + (size_t)c * nb + b0 + b), accm[c]);
-        }
     if (!last) {
         for (int c = 0; c < C; c++) {
             for (int r = 0; r < R; r++) accb[c * LT_RMAX + r] = acc[r][c];
