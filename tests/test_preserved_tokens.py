@@ -217,3 +217,16 @@ def test_server_without_tools_drops_the_markers(server):
     assert "tool_calls" not in choice["message"] or not choice["message"]["tool_calls"]
     msg, reasons = stream(srv, body())
     assert (msg["content"], reasons) == (WITHOUT[name], ["stop"]) and "tool_calls" not in msg
+
+
+def test_a_real_vocabulary_preserves_its_control_markers_only():
+    """Gemma 4's vocabulary (llama.cpp's models/ggml-vocab-gemma-4.gguf): its own call and reasoning
+    markers are user-defined tokens, in the text anyway, so none is preserved; <|think|> there is a
+    control token, preserved where a format reads it (Solar Open's reasoning tag); <turn|>, its end
+    of turn, never."""
+    real = Tokenizer.from_metadata(dict(GGUFFile(models_dir() / "ggml-vocab-gemma-4.gguf").metadata))
+    think, turn_end = real.vocab.token_to_id.get("<|think|>"), real.vocab.token_to_id.get("<turn|>")
+    assert real.preserved_ids(preserved_markers(ToolFormat("gemma4", True), True)) == frozenset()
+    assert real.preserved_ids(preserved_markers(ToolFormat("solar_open", True), False)) == {think}
+    assert real.decode([think]) == "" and real.decode([think], preserved={think}) == "<|think|>"
+    assert turn_end in real.eog_ids and real.preserved_ids(["<turn|>", "<|think|>"]) == {think}
