@@ -44,6 +44,8 @@ N_REPLY = {"mistral": 3, "hermes": 3}  # tokens before the end of generation
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["CET"]}}, "required": ["zone"]}}}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 MAX_TOKENS = 12  # room to go on past the end of generation
 SERVER_TIMEOUT = 60  # seconds for one request to the tiny model
@@ -139,6 +141,17 @@ def test_chat_batch_keeps_the_call_markers(chat):
     for text in replies:
         the_call(parse(detect_format(llm.template.source), text, [WEATHER])[1])
     assert llm.chat_batch([ASK, ASK], max_tokens=MAX_TOKENS, temperature=0) == [WITHOUT[name]] * 2
+
+
+def test_chat_batch_follows_a_required_call(chat):
+    """A named tool_choice's grammar holds for every conversation (the model alone would call
+    get_weather)."""
+    name, llm = chat
+    tools, choice = [WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}}
+    for text in llm.chat_batch([ASK, ASK], tools=tools, tool_choice=choice, max_tokens=200, temperature=0):
+        calls = parse(detect_format(llm.template.source), text, tools)[1]
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+            [("get_time", {"zone": "CET"})]
 
 
 # -- the server ---------------------------------------------------------------------------------------
