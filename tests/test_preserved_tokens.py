@@ -1,14 +1,18 @@
-"""A tool-call format's markers stay in the reply's text where the vocabulary makes them control
+"""A chat format's markers stay in the reply's text where the vocabulary makes them control
 tokens (which decoding otherwise drops, so the call would be read as plain content): Mistral's
-[TOOL_CALLS] and Hermes / Qwen's <tool_call> ... </tool_call>, as llama-server's preserved tokens.
+[TOOL_CALLS], Hermes / Qwen's <tool_call> ... </tool_call>, Command R7B's <|END_THINKING|>, as
+llama-server's preserved tokens.
 
 The model is a tiny GGUF that says what the test decides (tiny_models.chain_model: each token is
 answered by one fixed next token). After Mistral Nemo's prompt (it ends with [/INST]) it writes
 <|other|> (a control token that is no marker), [TOOL_CALLS], a JSON call, then EOS; after
 Qwen 2.5's (it ends with a newline) <tool_call>, a JSON call, </tool_call>, then <|im_end|>. After
-an end of generation it would write LEAK for ever: a reply that did not stop there says so. The
+an end of generation it would write LEAK for ever: a reply that did not stop there says so. After
+Cohere's Command R7B-style prompt (it opens the reasoning) it writes the rest of its reasoning,
+<|END_THINKING|>, then its answer between <|START_RESPONSE|> and <|END_RESPONSE|>. The
 call reaches tool_calls through LLM.chat (streamed or not, speculative or not), chat_batch
-(BatchEngine) and the server (streamed or not); without tools the markers are dropped as before."""
+(BatchEngine) and the server (streamed or not); without tools the call markers are dropped as
+before, while the reasoning and answer markers are kept."""
 
 from __future__ import annotations
 
@@ -27,14 +31,24 @@ from tiny_models import chain_model
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
 M_CALL = '[{"name":"get_weather","arguments":{"city":"Paris"}}]'
 H_CALL = '{"name":"get_weather","arguments":{"city":"Paris"}}'
+COHERE = ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+          "<|START_TEXT|>", "<|END_TEXT|>", "<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>",
+          "<|END_RESPONSE|>", "<|START_ACTION|>", "<|END_ACTION|>"]
 CONTROLS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
-            "[/TOOL_RESULTS]", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<|other|>"]
-TOKENS = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + CONTROLS + ["▁", M_CALL, H_CALL, "LEAK"]
-TYPES = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [CONTROL] * len(CONTROLS) + [NORMAL] * 4
+            "[/TOOL_RESULTS]", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<|other|>"] + COHERE
+WORDS = ["▁", M_CALL, H_CALL, "hmm", "Sunny.", "LEAK"]
+TOKENS = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + CONTROLS + WORDS
+TYPES = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [CONTROL] * len(CONTROLS) + [NORMAL] * len(WORDS)
 ID = {t: i for i, t in enumerate(TOKENS)}
 CHAIN = {"[/INST]": "<|other|>", "<|other|>": "[TOOL_CALLS]", "[TOOL_CALLS]": M_CALL, M_CALL: "</s>", "</s>": "LEAK",
          "<0x0A>": "<tool_call>", "<tool_call>": H_CALL, H_CALL: "</tool_call>", "</tool_call>": "<|im_end|>",
-         "<|im_end|>": "LEAK", "LEAK": "LEAK"}
+         "<|im_end|>": "LEAK", "LEAK": "LEAK",
+         # Cohere's prompt opens the reasoning: the rest of it, then the answer between its marks
+         "<|START_THINKING|>": "hmm", "hmm": "<|END_THINKING|>", "<|END_THINKING|>": "<|START_RESPONSE|>",
+         "<|START_RESPONSE|>": "Sunny.", "Sunny.": "<|END_RESPONSE|>", "<|END_RESPONSE|>": "<|END_OF_TURN_TOKEN|>",
+         "<|END_OF_TURN_TOKEN|>": "LEAK"}
+COHERE_TEMPLATE = "Cohere2MoE"  # (Command R7B's format: its prompt ends with <|START_THINKING|>)
+COHERE_REPLY = "hmm<|END_THINKING|><|START_RESPONSE|>Sunny.<|END_RESPONSE|>"
 
 TEMPLATES = {"mistral": "mistralai-Mistral-Nemo-Instruct-2407", "hermes": "Qwen-Qwen2.5-7B-Instruct"}
 # the reply with tools (its markers kept, <|other|> not), and without (control tokens all dropped)
@@ -53,13 +67,14 @@ MODEL_ID = "chain"  # the server's model id: the file's stem
 
 
 def template_path(name: str):
-    return models_dir() / "templates" / f"{TEMPLATES[name]}.jinja"
+    return models_dir() / "templates" / f"{TEMPLATES.get(name, name)}.jinja"
 
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
     return chain_model(tmp_path_factory.mktemp("preserved") / f"{MODEL_ID}.gguf", TOKENS, TYPES,
-                       {ID[a]: ID[b] for a, b in CHAIN.items()}, special={"bos": 1, "eos": 2, "unknown": 0})
+                       {ID[a]: ID[b] for a, b in CHAIN.items()},
+                       special={"bos": 1, "eos": 2, "unknown": 0, "eot": ID["<|END_OF_TURN_TOKEN|>"]})
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +169,25 @@ def test_chat_batch_follows_a_required_call(chat):
             [("get_time", {"zone": "CET"})]
 
 
+@pytest.fixture(scope="module")
+def cohere(model_path):
+    llm = LLM(model_path, n_ctx=2048, n_threads=1, chat_template=template_path(COHERE_TEMPLATE).read_text())
+    yield llm
+    llm.close()
+
+
+def test_reasoning_and_answer_markers_are_kept_without_tools(cohere):
+    """Command R7B's format reads its reasoning up to <|END_THINKING|> and its answer between
+    <|START_RESPONSE|> and <|END_RESPONSE|>: kept with tools or without (dropped, the reply would
+    be all reasoning), not <|END_OF_TURN_TOKEN|>, which ends it."""
+    kw = dict(max_tokens=MAX_TOKENS, temperature=0)
+    assert cohere.chat(ASK, **kw) == "".join(cohere.chat(ASK, stream=True, **kw)) == COHERE_REPLY
+    assert cohere.chat_batch([ASK], **kw) == [COHERE_REPLY]
+    for tools in (None, [WEATHER]):
+        msg = cohere.chat_message(ASK, tools=tools, **kw)
+        assert (msg["reasoning_content"], msg["content"], msg.get("tool_calls")) == ("hmm", "Sunny.", None)
+
+
 # -- the server ---------------------------------------------------------------------------------------
 
 
@@ -194,8 +228,9 @@ def stream(srv, payload: dict) -> tuple[dict, list[str]]:
                 break
             choice = ev["choices"][0]
             d = choice["delta"]
-            if d.get("content"):
-                msg["content"] = (msg["content"] or "") + d["content"]
+            for key in ("content", "reasoning_content"):
+                if d.get(key):
+                    msg[key] = (msg.get(key) or "") + d[key]
             for tc in d.get("tool_calls") or []:
                 c = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
                 c["name"] += tc["function"].get("name") or ""
@@ -221,6 +256,21 @@ def test_server_reads_the_call_streamed_or_not(server, speculative):
     msg, reasons = stream(srv, payload)
     assert reasons == ["tool_calls"] and msg["content"] is None
     the_call(msg["tool_calls"])
+
+
+@pytest.fixture(scope="module")
+def cohere_server(model_path):
+    srv = ServerProcess(model_path, "-c", "2048", "--parallel", "1", "-t", "1",
+                        "--chat-template-file", str(template_path(COHERE_TEMPLATE)))
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_server_reads_reasoning_by_its_kept_markers(cohere_server):
+    out = post(cohere_server, body())["choices"][0]
+    assert (out["message"].get("reasoning_content"), out["message"]["content"]) == ("hmm", "Sunny.")
+    msg, reasons = stream(cohere_server, body())
+    assert (msg.get("reasoning_content"), msg["content"], reasons) == ("hmm", "Sunny.", ["stop"])
 
 
 def test_server_without_tools_drops_the_markers(server):
