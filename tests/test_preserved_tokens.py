@@ -59,7 +59,8 @@ WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 TIME = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["CET"]}}, "required": ["zone"]}}}
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["CET"]}},
+                                        "required": ["zone"]}}}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 MAX_TOKENS = 12  # room to go on past the end of generation
 SERVER_TIMEOUT = 60  # seconds for one request to the tiny model
@@ -161,7 +162,7 @@ def test_chat_batch_keeps_the_call_markers(chat):
 def test_chat_batch_follows_a_required_call(chat):
     """A named tool_choice's grammar holds for every conversation (the model alone would call
     get_weather)."""
-    name, llm = chat
+    _, llm = chat
     tools, choice = [WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}}
     for text in llm.chat_batch([ASK, ASK], tools=tools, tool_choice=choice, max_tokens=200, temperature=0):
         calls = parse(detect_format(llm.template.source), text, tools)[1]

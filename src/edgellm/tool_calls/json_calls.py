@@ -24,10 +24,10 @@ FUNCTIONARY_TEXT = "all"  # Functionary's ">>>all\n" introduces text, not a call
 # the formats here that write several calls one after another, and the text between two of them
 PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": ""}
 # each format's markers (formats.preserved_markers: they stay in a reply's text)
+_DEEPSEEK = (DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, DS_CALLS_END)
 MARKERS = {"hermes": HERMES, "llama3": (PYTHON_TAG,), "mistral_args": MISTRAL, "functionary": (FUNCTIONARY,),
-           "function_tag": FUNCTION_TAG, **dict.fromkeys(("deepseek_r1", "deepseek_v3"),
-                                                         (DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, DS_CALLS_END)),
-           "kimi_k2": KIMI, "solar_open": SOLAR}
+           "function_tag": FUNCTION_TAG, "deepseek_r1": _DEEPSEEK, "deepseek_v3": _DEEPSEEK, "kimi_k2": KIMI,
+           "solar_open": SOLAR}
 
 
 def markers(name: str) -> tuple[str, ...]:
