@@ -105,3 +105,50 @@ def tiny_model(path: Path, arch: str = "llama", qtype: QType = QType.Q8_0, *, n_
             t[p + "post_attention_norm.weight"] = norm(E)
             t[p + "post_ffw_norm.weight"] = norm(E)
     return write_gguf(path, md, t, arch=arch)
+
+
+def chain_model(path: Path, tokens: list[str], types: list[int], successor: dict[int, int], *,
+                special: dict[str, int], chat_template: str | None = None, ctx: int = 2048) -> Path:
+    """A llama GGUF (SPM vocabulary `tokens` with GGUF token `types`) that always answers token i
+    with token successor[i], whatever came before: one layer whose weights are all zero, so the
+    hidden state is the token's embedding, one-hot for each token with a successor, and the output
+    row of successor[i] reads token i's dimension (logit 50 against 0 for every other token; a
+    token without a successor has logits all 0). special: tokenizer.ggml.<name>_token_id values
+    (bos, eos, ...)."""
+    n_embd = 256
+    if len(successor) > n_embd:
+        raise ValueError(f"at most {n_embd} tokens with a successor")
+    n_vocab = len(tokens)
+    embd = np.zeros((n_vocab, n_embd), np.float32)
+    out = np.zeros((n_vocab, n_embd), np.float32)
+    for dim, (tok, nxt) in enumerate(sorted(successor.items())):
+        embd[tok, dim] = 1.0
+        out[nxt, dim] = 50.0 / np.sqrt(n_embd)  # (the norm scales a one-hot state by sqrt(n_embd))
+    arch, n_head, n_head_kv, head_dim, n_ff = "llama", 4, 2, 64, 512
+    md = {
+        f"{arch}.block_count": (VT.UINT32, 1),
+        f"{arch}.context_length": (VT.UINT32, ctx),
+        f"{arch}.embedding_length": (VT.UINT32, n_embd),
+        f"{arch}.feed_forward_length": (VT.UINT32, n_ff),
+        f"{arch}.attention.head_count": (VT.UINT32, n_head),
+        f"{arch}.attention.head_count_kv": (VT.UINT32, n_head_kv),
+        f"{arch}.attention.layer_norm_rms_epsilon": (VT.FLOAT32, 1e-6),
+        f"{arch}.rope.freq_base": (VT.FLOAT32, 10000.0),
+        "tokenizer.ggml.model": (VT.STRING, "llama"),
+        "tokenizer.ggml.tokens": (VT.ARRAY, tokens, VT.STRING),
+        "tokenizer.ggml.scores": (VT.ARRAY, [float(len(t)) if ty == 1 else 0.0 for t, ty in zip(tokens, types)],
+                                  VT.FLOAT32),
+        "tokenizer.ggml.token_type": (VT.ARRAY, types, VT.INT32),
+        **{f"tokenizer.ggml.{name}_token_id": (VT.UINT32, i) for name, i in special.items()},
+    }
+    if chat_template is not None:
+        md["tokenizer.chat_template"] = (VT.STRING, chat_template)
+    qd, kd = n_head * head_dim, n_head_kv * head_dim
+    zeros = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+    t = {"token_embd.weight": embd, "output_norm.weight": np.ones(n_embd, np.float32), "output.weight": out,
+         "blk.0.attn_norm.weight": np.ones(n_embd, np.float32), "blk.0.ffn_norm.weight": np.ones(n_embd, np.float32),
+         "blk.0.attn_q.weight": zeros(qd, n_embd), "blk.0.attn_k.weight": zeros(kd, n_embd),
+         "blk.0.attn_v.weight": zeros(kd, n_embd), "blk.0.attn_output.weight": zeros(n_embd, qd),
+         "blk.0.ffn_gate.weight": zeros(n_ff, n_embd), "blk.0.ffn_up.weight": zeros(n_ff, n_embd),
+         "blk.0.ffn_down.weight": zeros(n_embd, n_ff)}
+    return write_gguf(path, md, t, arch=arch)

@@ -497,7 +497,7 @@ class LLM:
         constraint = None if g is None else g.constraint(self.tokenizer)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         return self._stream(ids, params, max_tokens, stops + list(self.template.stop_strings), constraint,
-                            self._speculative(speculative)), turn
+                            self._speculative(speculative), self.tokenizer.preserved_ids(turn.markers)), turn
 
     @staticmethod
     def _chat_grammar(response_format, json_schema, grammar, regex, tool_call_grammar=None):
@@ -533,25 +533,29 @@ class LLM:
         from .constrain import Grammar
 
         sampling["grammar"] = Grammar.from_options(json_schema=json_schema, grammar=grammar, regex=regex)
-        return self._batch([(p, None) for p in prompts], max_tokens, seed, stop, max_seqs, sampling)
+        return self._batch([(p, None, frozenset()) for p in prompts], max_tokens, seed, stop, max_seqs, sampling)
 
     def chat_batch(self, conversations: Sequence[list[dict]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                    seed: int | Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                    max_seqs: int | None = None, response_format: dict | None = None,
                    json_schema: dict | str | None = None, grammar=None, regex: str | None = None,
-                   **sampling) -> list[str]:
+                   tools: list[dict] | None = None, tool_choice=None, **sampling) -> list[str]:
         """Reply to every conversation (rendered with the chat template), decoded together.
         response_format / json_schema / grammar / regex: one constraint every reply follows, as
-        chat()."""
+        chat(). tools / tool_choice: as chat()'s, the same for every conversation; a reply's calls
+        are in its text as the model writes them (tool_calls.parse reads them)."""
         from .tool_calls import detect_format, in_answer, prepare_turn
 
+        turns = [prepare_turn(self.template, m, tools, tool_choice) for m in conversations]
+        call = turns[0].grammar if turns else None  # (one for all: the same tools and tool_choice)
         sampling["grammar"] = in_answer(detect_format(self.template.source),
-                                        self._chat_grammar(response_format, json_schema, grammar, regex))
-        items = [(self.chat_tokens(prepare_turn(self.template, m).prompt), self.template.stop_strings)
-                 for m in conversations]
+                                        self._chat_grammar(response_format, json_schema, grammar, regex, call))
+        items = [(self.chat_tokens(t.prompt), self.template.stop_strings, self.tokenizer.preserved_ids(t.markers))
+                 for t in turns]
         return self._batch(items, max_tokens, seed, stop, max_seqs, sampling)
 
     def _batch(self, items, max_tokens, seed, stop, max_seqs, sampling) -> list[str]:
+        """items: (prompt, its own stop strings or None, the control tokens its text keeps)."""
         from .scheduler import BatchEngine
 
         if not items:
@@ -560,14 +564,14 @@ class LLM:
         if len(seeds) != len(items):
             raise ValueError(f"{len(seeds)} seeds for {len(items)} prompts")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        ids = [self.tokenize(p) if isinstance(p, str) else self._check_ids(p) for p, _ in items]
+        ids = [self.tokenize(p) if isinstance(p, str) else self._check_ids(p) for p, _, _ in items]
         per = [min(self.n_ctx, len(i) + (max_tokens if max_tokens is not None else self.n_ctx)) for i in ids]
         engine = BatchEngine(self, max_seqs=max_seqs or min(len(items), 32),
                              kv_tokens=min(sum(per), 8 * self.n_ctx) if sum(per) > self.n_ctx else self.n_ctx)
         grammar = sampling.pop("grammar", None)
         reqs = [engine.submit(i, max_tokens=max_tokens, sampling=self._sampling(sampling, sd),
-                              stop=stops + list(extra or ()), grammar=grammar)
-                for i, (_, extra), sd in zip(ids, items, seeds)]
+                              stop=stops + list(extra or ()), grammar=grammar, preserved=preserved)
+                for i, (_, extra, preserved), sd in zip(ids, items, seeds)]
         engine.run_until_done(reqs)
         return [r.result() for r in reqs]
 
@@ -580,15 +584,17 @@ class LLM:
         return ids
 
     def _stream(self, ids: list[int], params: SamplingParams, max_tokens, stop, constraint=None,
-                spec=None) -> Iterator[str]:
+                spec=None, preserved: frozenset[int] = frozenset()) -> Iterator[str]:
+        """The reply's text pieces; preserved: control tokens its text keeps (Tokenizer.preserved_ids)."""
         if not ids:
             raise ValueError("the prompt is empty (and the model adds no BOS token)")
         if len(ids) > self.n_ctx:
             raise ContextOverflowError(f"the prompt has {len(ids)} tokens; the context holds {self.n_ctx}")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        return self._generate_iter(ids, params, max_tokens, stops, constraint, spec)
+        return self._generate_iter(ids, params, max_tokens, stops, constraint, spec, preserved)
 
-    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None, spec=None) -> Iterator[str]:
+    def _generate_iter(self, ids, params, max_tokens, stops, constraint=None, spec=None,
+                       preserved: frozenset[int] = frozenset()) -> Iterator[str]:
         """Generation on the cached session (its prompt cache reused from the last call) when no
         other call holds it, else on a session of its own: calls from several threads, or a
         second call while a stream is open, each get their own sequence and the text they
@@ -601,7 +607,7 @@ class LLM:
         else:
             session = Session(self)
         try:
-            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint, spec)
+            yield from self._generate_on(session, ids, params, max_tokens, stops, constraint, spec, preserved)
         finally:
             if own:
                 self._session_owner.release()
@@ -609,16 +615,17 @@ class LLM:
                 session.close()
 
     def _generate_on(self, session: Session, ids, params, max_tokens, stops, constraint=None,
-                     spec=None) -> Iterator[str]:
+                     spec=None, preserved: frozenset[int] = frozenset()) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         if spec is not None:
             from . import speculative
 
-            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats, constraint)
+            yield from speculative.generate(self, session, ids, params, max_tokens, stops, spec, stats, constraint,
+                                            preserved)
             return
         session._set_llama_order(True)
         sampler = Sampler(params, self.n_vocab)
-        detok = self.tokenizer.streaming_decoder()
+        detok = self.tokenizer.streaming_decoder(preserved=preserved)
         checker = StopChecker(stops)
         eog = self.tokenizer.eog_ids
         n_keep = 1 if (self.tokenizer.bos_id is not None and ids[0] == self.tokenizer.bos_id) else 0

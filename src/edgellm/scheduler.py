@@ -97,7 +97,8 @@ class Request:
 
     def __init__(self, engine: "BatchEngine", prompt: list[int], *, max_tokens: int | None,
                  sampling: SamplingParams, stop: Sequence[str], logprobs: int | None,
-                 logit_bias: dict[int, float] | None, on_event: Callable | None, grammar=None):
+                 logit_bias: dict[int, float] | None, on_event: Callable | None, grammar=None,
+                 preserved: frozenset[int] = frozenset()):
         self.id = next(self._ids)
         self.engine = engine
         self.prompt = prompt
@@ -114,7 +115,7 @@ class Request:
 
             # jump-forward appends tokens the model never scores: not when their log-probs are asked for
             self.guide = Guide(grammar.constraint(llm.tokenizer), jump_forward=logprobs is None)
-        self.detok = llm.tokenizer.streaming_decoder()
+        self.detok = llm.tokenizer.streaming_decoder(preserved=preserved)
         self.checker = StopChecker(list(stop))
         self.history: list[int] = list(prompt)  # what the KV must hold before the next sample
         self.generated: list[int] = []
@@ -239,14 +240,15 @@ class BatchEngine:
                sampling: SamplingParams | None = None, stop: Sequence[str] | str | None = None,
                logprobs: int | None = None, logit_bias: dict[int, float] | None = None, n: int = 1,
                on_event: Callable | None = None, ignore_eos: bool = False, grammar=None,
-               speculative=_ENGINE_DEFAULT):
+               speculative=_ENGINE_DEFAULT, preserved: frozenset[int] = frozenset()):
         """Queue a completion of prompt (text, or token ids as given); a Request, or a list of
         n Requests forked after one evaluation of the prompt when n > 1. ignore_eos: go on
         past end-of-generation tokens (as llama-server's ignore_eos; for benchmarks). grammar:
         a constrain.Grammar the completion follows (tokens it forces are evaluated in one
         batch); finish_reason "stop" when it is complete, "length" when cut short.
         speculative: this request's speculative decoding (default: the engine's; None: off);
-        with a grammar, drafts are cut to what it allows and verified under it."""
+        with a grammar, drafts are cut to what it allows and verified under it. preserved: ids of
+        control tokens the text keeps (Tokenizer.preserved_ids: a chat format's markers)."""
         llm = self.llm
         ids = llm.tokenize(prompt) if isinstance(prompt, str) else llm._check_ids(prompt)
         if not ids:
@@ -275,7 +277,8 @@ class BatchEngine:
             if i and sampling.seed is not None:  # siblings draw different samples, reproducibly
                 params = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + i})
             reqs.append(Request(self, ids, max_tokens=max_tokens, sampling=params, stop=stops,
-                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar))
+                                logprobs=logprobs, logit_bias=logit_bias, on_event=on_event, grammar=grammar,
+                                preserved=preserved))
             reqs[-1].ignore_eos = bool(ignore_eos)
             if spec is not None:
                 reqs[-1].spec = SpecState(llm, spec, params)

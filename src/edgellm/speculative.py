@@ -628,13 +628,13 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
 
 
 def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, stops, spec: Speculative,
-             stats, constraint=None) -> Iterator[str]:
+             stats, constraint=None, preserved: frozenset[int] = frozenset()) -> Iterator[str]:
     """The generation loop of LLM._generate_on, verifying drafts: the same text pieces, stop
     strings, limits, context shift and constraint (drafts cut to what it allows, rows sampled
-    under it, the tokens it forces appended), on the batch-invariant path."""
+    under it, the tokens it forces appended) and preserved control tokens, on the batch-invariant path."""
     pool, n_ctx = llm._pool, session.n_ctx
     sampler = Sampler(params, llm.n_vocab)
-    detok = llm.tokenizer.streaming_decoder()
+    detok = llm.tokenizer.streaming_decoder(preserved=preserved)
     checker = StopChecker(stops)
     eog = llm.tokenizer.eog_ids
     n_keep = 1 if (llm.tokenizer.bos_id is not None and ids[0] == llm.tokenizer.bos_id) else 0

@@ -38,12 +38,14 @@ class Submission:
             pass
 
     def submit(self, ids: Sequence[int], *, n: int, max_tokens: int, sampling: SamplingParams, stop: list[str],
-               logprobs: int | None, logit_bias: dict[int, float] | None, grammar=None, **speculative) -> None:
+               logprobs: int | None, logit_bias: dict[int, float] | None, grammar=None,
+               preserved: frozenset[int] = frozenset(), **speculative) -> None:
         """Start n choices for one prompt (raises what engine.submit raises). More choices than
         the engine runs at once go in groups of max_seqs, all queued now: each group's first
         choice takes the seed its index gives (seed + i, as the engine seeds forked siblings), so
         choice i is the same in any grouping, and the prefix cache spares the later groups most
-        of the prompt. speculative: the engine's submit(speculative=) if given."""
+        of the prompt. preserved: the control tokens the text keeps (engine.submit's). speculative:
+        the engine's submit(speculative=) if given."""
         self.prompt_starts.append(len(self.requests))
         self._metrics.prompt_tokens.inc(len(ids))
         group = self._engine.max_seqs
@@ -53,7 +55,7 @@ class Submission:
                 params = replace(sampling, seed=sampling.seed + first)
             out = self._engine.submit(list(ids), max_tokens=max_tokens, sampling=params, stop=stop, logprobs=logprobs,
                                       logit_bias=logit_bias, n=min(group, n - first), on_event=self._on_event,
-                                      grammar=grammar, **speculative)
+                                      grammar=grammar, preserved=preserved, **speculative)
             reqs = out if isinstance(out, list) else [out]
             for req in reqs:
                 self._index[id(req)] = len(self.requests)

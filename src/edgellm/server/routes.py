@@ -104,9 +104,10 @@ def _speculative(ctx, gen: Generation) -> dict:
 
 async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[int]], stops: list[str], fmt,
                     what: str, *, make_reply=TextReply, grammar=None, tools: bool = False,
-                    prefixes: list[str] | None = None) -> Response:
+                    prefixes: list[str] | None = None, preserved: frozenset[int] = frozenset()) -> Response:
     """Generate gen.n choices for each prompt and answer (streamed or not); make_reply() reads
-    one choice's text into the pieces the format sends (content, tool calls, ...)."""
+    one choice's text into the pieces the format sends (content, tool calls, ...); preserved: the
+    control tokens the text keeps (a chat format's markers)."""
     if ctx.draining:
         raise shutting_down()
     budgets = [_max_tokens(ctx, ids, gen, what) for ids in prompts]
@@ -116,7 +117,7 @@ async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[i
     def submit_all():
         for ids, budget in zip(prompts, budgets):
             sub.submit(ids, n=gen.n, max_tokens=budget, sampling=gen.sampling, stop=stops, logprobs=gen.logprobs,
-                       logit_bias=gen.logit_bias, grammar=grammar, **spec)
+                       logit_bias=gen.logit_bias, grammar=grammar, preserved=preserved, **spec)
 
     try:
         if grammar is None:
@@ -219,7 +220,7 @@ async def chat_completions(ctx, request: Request) -> Response:
     stops = gen.stop + [s for s in ctx.llm.template.stop_strings if s not in gen.stop]
     fmt = ChatFormat(ctx.model_id, ctx.fingerprint, ctx.llm.tokenizer)
     return await _generate(ctx, request, gen, [plan.ids], stops, fmt, "messages", make_reply=plan.reply,
-                           grammar=plan.grammar, tools=plan.turn.tools)
+                           grammar=plan.grammar, tools=plan.turn.tools, preserved=plan.preserved)
 
 
 async def completions(ctx, request: Request) -> Response:

@@ -35,6 +35,7 @@ class ChatPlan:
     turn: ChatTurn
     json_answer: bool  # the answer is constrained JSON
     parallel: bool
+    preserved: frozenset[int] = frozenset()  # control tokens the reply's text keeps (its format's markers)
 
     def reply(self) -> Reply:
         """A reader for one choice's reply."""
@@ -114,4 +115,5 @@ def chat_plan(llm, gen: Generation) -> ChatPlan:
         json_answer = schema is not None
         if turn.tools and schema is not None:  # auto: a call, or the answer in its format
             grammar = _tools_grammar(call_or_json_grammar(turn.fmt, tools, schema), tools, tools)
-    return ChatPlan(llm.chat_tokens(turn.prompt), _ready(llm, grammar), turn, json_answer, out.parallel_tool_calls)
+    return ChatPlan(llm.chat_tokens(turn.prompt), _ready(llm, grammar), turn, json_answer, out.parallel_tool_calls,
+                    llm.tokenizer.preserved_ids(turn.markers))

@@ -20,7 +20,7 @@ from .bpe import BpeEncoder
 from .detokenize import PieceTable, StreamingDetokenizer
 from .special import SpecialSplitter
 from .spm import SpmEncoder
-from .vocab import SUPPORTED_MODELS, Vocab, load_vocab
+from .vocab import SUPPORTED_MODELS, Attr, Vocab, load_vocab
 
 __all__ = ["Tokenizer", "StreamingDetokenizer", "SUPPORTED_MODELS"]
 
@@ -33,6 +33,7 @@ class Tokenizer:
         self._specials = SpecialSplitter(vocab)
         self._pieces = PieceTable(vocab)
         self._encoder: SpmEncoder | BpeEncoder | None = None  # built on first encode
+        self._preserved: dict[tuple[str, ...], frozenset[int]] = {}  # preserved_ids' answers
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
@@ -73,6 +74,21 @@ class Tokenizer:
 
     def is_eog(self, token_id: int) -> bool:
         return token_id in self.vocab.eog_ids
+
+    def preserved_ids(self, markers: Iterable[str]) -> frozenset[int]:
+        """Ids of the control tokens that make up the marker texts (found in them as
+        encode(special=True) finds them), those that end generation excepted: the tokens a reply's
+        decoder renders as their text though it drops control tokens (llama.cpp's preserved tokens;
+        tool_calls.preserved_markers names a format's markers). Other tokens of the texts (normal
+        or user-defined ones, rendered anyway) are not among them."""
+        key = tuple(markers)
+        found = self._preserved.get(key)
+        if found is None:
+            v = self.vocab
+            found = frozenset(f for m in key for f in self._specials.split(m, True)
+                              if type(f) is int and v.attr(f) & Attr.CONTROL and f not in v.eog_ids)
+            self._preserved[key] = found
+        return found
 
     # -- encoding -----------------------------------------------------------------------------
     def encode(self, text: str, *, add_bos: bool = True, special: bool = False, space_prefix: bool = True) -> list[int]:
@@ -131,13 +147,14 @@ class Tokenizer:
         """Raw bytes of one token's piece, control tokens included (their text)."""
         return self._pieces.piece(token_id, True)
 
-    def decode(self, ids: Iterable[int], *, special: bool = False) -> str:
-        """Text of `ids`. Control tokens are rendered only when special=True. Bytes that do not
+    def decode(self, ids: Iterable[int], *, special: bool = False, preserved: frozenset[int] = frozenset()) -> str:
+        """Text of `ids`. Control tokens are rendered only when special=True, or when among the
+        `preserved` ids (preserved_ids). Bytes that do not
         form valid UTF-8 become U+FFFD. With add_space_prefix (SPM), the space the tokenizer put
         in front of the text is removed: from the first piece (llama.cpp's detokenize) or, when
         the ids start with BOS, from the text after it (llama-cpp-python's detokenize)."""
         ids = list(ids)
-        pieces = [self._pieces.piece(i, special) for i in ids]
+        pieces = [self._pieces.piece(i, special, preserved) for i in ids]
         if self.vocab.add_space_prefix and ids:
             if ids[0] != self.bos_id:
                 if pieces[0].startswith(b" "):
@@ -147,7 +164,9 @@ class Tokenizer:
                 return (data[1:] if data.startswith(b" ") else data).decode("utf-8", errors="replace")
         return b"".join(pieces).decode("utf-8", errors="replace")
 
-    def streaming_decoder(self, *, special: bool = False) -> StreamingDetokenizer:
+    def streaming_decoder(self, *, special: bool = False, preserved: frozenset[int] = frozenset()
+                          ) -> StreamingDetokenizer:
         """A decoder for ids arriving one by one (generated text): each piece as is, no space
-        removed, incomplete UTF-8 characters held back until complete."""
-        return StreamingDetokenizer(self._pieces, special=special)
+        removed, incomplete UTF-8 characters held back until complete; control tokens among
+        `preserved` (preserved_ids) rendered as their text."""
+        return StreamingDetokenizer(self._pieces, special=special, preserved=preserved)

@@ -1,5 +1,6 @@
 """Token ids back to bytes and text, as llama.cpp's token_to_piece: control and unknown tokens are
-rendered (as their text) only when asked for special tokens; user-defined tokens always as their
+rendered (as their text) only when asked for special tokens, or when they are among the
+`preserved` ids a caller names (a tool-call format's markers); user-defined tokens always as their
 text; normal tokens with ▁ turned back into spaces (SPM, SPM-style BPE) or through the inverse byte
 map (byte-level BPE);
 byte tokens <0xAB> as the raw byte; unused and undefined tokens as nothing."""
@@ -23,7 +24,7 @@ class PieceTable:
         self._vocab = vocab
         self._pieces: dict[int, bytes] = {}  # id -> piece with special tokens rendered
 
-    def piece(self, token_id: int, special: bool) -> bytes:
+    def piece(self, token_id: int, special: bool, preserved: frozenset[int] = frozenset()) -> bytes:
         v = self._vocab
         if type(token_id) is not int:
             try:
@@ -32,7 +33,7 @@ class PieceTable:
                 raise TokenizerError(f"token id must be an integer, got {type(token_id).__name__}") from None
         if not 0 <= token_id < v.n_vocab:
             raise TokenizerError(f"token id {token_id} is outside the vocabulary (size {v.n_vocab})")
-        if not special and v.attr(token_id) & _HIDDEN_UNLESS_SPECIAL:
+        if not special and v.attr(token_id) & _HIDDEN_UNLESS_SPECIAL and token_id not in preserved:
             return b""
         piece = self._pieces.get(token_id)
         if piece is None:
@@ -75,15 +76,17 @@ def _bpe_bytes(text: str) -> bytes:
 class StreamingDetokenizer:
     """Turns ids into text one at a time. Text is returned as soon as it is complete: the bytes
     of a UTF-8 character split across tokens are held back until the character is whole (invalid
-    bytes become U+FFFD, exactly as decoding all the bytes at once would)."""
+    bytes become U+FFFD, exactly as decoding all the bytes at once would). preserved: ids of
+    control tokens rendered as their text though special tokens are not (PieceTable.piece)."""
 
-    def __init__(self, pieces: PieceTable, *, special: bool = False):
+    def __init__(self, pieces: PieceTable, *, special: bool = False, preserved: frozenset[int] = frozenset()):
         self._pieces = pieces
         self._special = special
+        self._preserved = frozenset(preserved)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def add(self, token_id: int) -> str:
-        return self._decoder.decode(self._pieces.piece(token_id, self._special))
+        return self._decoder.decode(self._pieces.piece(token_id, self._special, self._preserved))
 
     def flush(self) -> str:
         """Whatever is held back (an incomplete character becomes U+FFFD); the stream can go on."""

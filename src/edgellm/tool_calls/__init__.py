@@ -63,15 +63,20 @@ not list are listed in the system message, calls and results it drops are writte
 Reasoning models' <think>...</think> (or a format's own markers: Command R7B's
 <|START_THINKING|>...<|END_THINKING|>, ...) is split off as `reasoning_content` (llama.cpp's
 --reasoning-format deepseek).
+
+A format's markers stay in the reply's text even where the vocabulary makes them control tokens
+(which decoding drops): formats.preserved_markers names them (reasoning tags and answer marks,
+and the call markers where the request has tools), Tokenizer.preserved_ids finds their tokens, and
+the reply's decoder renders those (llama.cpp's preserved tokens).
 """
 
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat
 from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, parse,
-                      in_answer, reasoning_tags, split_reasoning, unmarked, write_calls)
+                      in_answer, preserved_markers, reasoning_tags, split_reasoning, unmarked, write_calls)
 from .turn import (ChatTurn, check_tools, chosen_tools, describe_tools, prepare_messages, prepare_turn,
                    with_tool_description)
 
 __all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "ToolFormat", "answer_grammar", "answer_marks",
            "call_grammar", "call_or_json_grammar", "check_tools", "chosen_tools", "describe_tools", "detect_format",
-           "in_answer", "parse", "prepare_messages", "prepare_turn", "reasoning_tags", "split_reasoning", "unmarked",
-           "with_tool_description", "write_calls"]
+           "in_answer", "parse", "prepare_messages", "prepare_turn", "preserved_markers", "reasoning_tags",
+           "split_reasoning", "unmarked", "with_tool_description", "write_calls"]

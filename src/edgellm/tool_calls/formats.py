@@ -96,6 +96,19 @@ def thinking_field(fmt: ToolFormat) -> bool | None:
     return _spec(fmt).thinking_field
 
 
+def preserved_markers(fmt: ToolFormat | None, calls: bool) -> tuple[str, ...]:
+    """The texts a reply in format `fmt` is read by, which must stay in the generated text where
+    the vocabulary makes them control tokens (llama.cpp's preserved tokens): its reasoning tags and
+    answer marks, and, where the request has tools (`calls`), the markers of its calls (gpt-oss's
+    message markers always: every reply is read by them). A text may hold more than one marker and
+    text between them (Tokenizer.preserved_ids finds the control tokens in it)."""
+    spec = _spec(fmt)
+    found = spec.reasoning + spec.answer_marks
+    if fmt is not None and (calls or spec.family is harmony):
+        found += spec.family.markers(fmt.name)
+    return tuple(dict.fromkeys(found))
+
+
 def unmarked(fmt: ToolFormat, text: str) -> str:
     """text without the markers format `fmt` writes around its answer."""
     for m in _spec(fmt).answer_marks:

@@ -16,6 +16,10 @@ _LITERAL = re.compile(rf"\s*({_NUMBER}|true|false|null)")
 _KEY = re.compile(r"\s*([^:{}\[\],<]+?)\s*:")
 
 
+def markers(name: str) -> tuple[str, ...]:
+    return OPEN, CLOSE, QUOTE
+
+
 def _text(value) -> str:
     if isinstance(value, str):
         return QUOTE + value + QUOTE

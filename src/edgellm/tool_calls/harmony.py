@@ -159,6 +159,11 @@ def parse_reply(text: str, calls: bool) -> tuple[str | None, str, list[tuple[str
     return ("\n".join(reasoning) if reasoning else None), "\n".join(content), found
 
 
+def markers(name: str) -> tuple[str, ...]:
+    """The markers every reply's messages are read by, tools or not (formats.preserved_markers)."""
+    return START, CHANNEL, CONSTRAIN, MESSAGE, END
+
+
 def write(name: str, calls: list[dict]) -> str:
     """Calls ({"name", "arguments"}) as the model writes them, each its own message."""
     return (STOPS[1] + START + "assistant").join(CALL_HEAD[0] + c["name"] + CALL_HEAD[1] + dump(c["arguments"]) for c in calls)

@@ -16,22 +16,35 @@ KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argu
 # Solar Open: the section's opening, then each call: opening, its id, before its name, before its arguments, end
 SOLAR = ("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>")
 PYTHON_TAG = "<|python_tag|>"  # Llama 3.x may open its JSON call with it
+HERMES = ("<tool_call>", "</tool_call>")  # around each call
+MISTRAL = ("[TOOL_CALLS]", "[ARGS]")  # before each call's name, before its arguments (Mistral Small 3.2)
+FUNCTIONARY = ">>>"  # before each call's name (v3.2)
+FUNCTION_TAG = ("<function=", "</function>")  # before a call's name, after its arguments (v3.1)
 FUNCTIONARY_TEXT = "all"  # Functionary's ">>>all\n" introduces text, not a call
 # the formats here that write several calls one after another, and the text between two of them
 PARALLEL = {"hermes": "\n", "mistral_args": "", "function_tag": ""}
+# each format's markers (formats.preserved_markers: they stay in a reply's text)
+_DEEPSEEK = (DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, DS_CALLS_END)
+MARKERS = {"hermes": HERMES, "llama3": (PYTHON_TAG,), "mistral_args": MISTRAL, "functionary": (FUNCTIONARY,),
+           "function_tag": FUNCTION_TAG, "deepseek_r1": _DEEPSEEK, "deepseek_v3": _DEEPSEEK, "kimi_k2": KIMI,
+           "solar_open": SOLAR}
+
+
+def markers(name: str) -> tuple[str, ...]:
+    return MARKERS.get(name, ())
 
 
 def write(name: str, calls: list[dict]) -> str:
     if name == "hermes":
-        return "\n".join(f"<tool_call>\n{dump(c)}\n</tool_call>" for c in calls)
+        return "\n".join(f"{HERMES[0]}\n{dump(c)}\n{HERMES[1]}" for c in calls)
     if name == "llama3":
         return "\n".join(dump({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
     if name == "mistral_args":
-        return "".join(f"[TOOL_CALLS]{c['name']}[ARGS]{dump(c['arguments'])}" for c in calls)
+        return "".join(f"{MISTRAL[0]}{c['name']}{MISTRAL[1]}{dump(c['arguments'])}" for c in calls)
     if name == "functionary":
-        return "".join(f">>>{c['name']}\n{dump(c['arguments'])}" for c in calls)
+        return "".join(f"{FUNCTIONARY}{c['name']}\n{dump(c['arguments'])}" for c in calls)
     if name == "function_tag":
-        return "".join(f"<function={c['name']}>{dump(c['arguments'])}</function>" for c in calls)
+        return "".join(f"{FUNCTION_TAG[0]}{c['name']}>{dump(c['arguments'])}{FUNCTION_TAG[1]}" for c in calls)
     if name in ("deepseek_r1", "deepseek_v3"):
         one = (lambda c: f"function{DS_SEP}{c['name']}\n```json\n{dump(c['arguments'])}\n```") if name == "deepseek_r1" \
             else (lambda c: f"{c['name']}{DS_SEP}{dump(c['arguments'])}")
@@ -68,15 +81,15 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
                 "\nKIMI_INDEX: /[0-9]+/")
     rules = ""
     if name == "hermes":
-        call, rules = f"{lit('<tool_call>' + chr(10))} call {lit(chr(10) + '</tool_call>')}", f"\ncall: {json_rule(one_of())}"
+        call, rules = f"{lit(HERMES[0] + chr(10))} call {lit(chr(10) + HERMES[1])}", f"\ncall: {json_rule(one_of())}"
     elif name == "llama3":
         call = json_rule(one_of("parameters"))
     elif name == "mistral_args":
-        call = per_tool(tools, "[TOOL_CALLS]", "[ARGS]")
+        call = per_tool(tools, *MISTRAL)
     elif name == "functionary":
-        call = per_tool(tools, ">>>", "\n")
+        call = per_tool(tools, FUNCTIONARY, "\n")
     elif name == "function_tag":
-        call = per_tool(tools, "<function=", ">", "</function>")
+        call = per_tool(tools, FUNCTION_TAG[0], ">", FUNCTION_TAG[1])
     else:
         call = json_rule({"type": "object", "properties": {"tool_call": one_of()}, "required": ["tool_call"],
                           "additionalProperties": False})
@@ -129,15 +142,15 @@ def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
             if values and all(isinstance(v, dict) and "name" in v for v in values):
                 return "", [make_call(v["name"], v.get("parameters", v.get("arguments", {}))) for v in values]
     elif name == "mistral_args":
-        i = text.find("[TOOL_CALLS]")
+        i = text.find(MISTRAL[0])
         if i >= 0:
             calls = []
-            for part in text[i:].split("[TOOL_CALLS]")[1:]:
-                fn, _, args = part.partition("[ARGS]")
+            for part in text[i:].split(MISTRAL[0])[1:]:
+                fn, _, args = part.partition(MISTRAL[1])
                 calls.append(make_call(fn.strip(), json.loads(args)))
             return text[:i].strip(), calls
     elif name == "functionary":
-        parts = re.split(r">>>", text)
+        parts = text.split(FUNCTIONARY)
         content, calls = parts[0].strip(), []
         for part in parts[1:]:
             fn, _, body = part.partition("\n")

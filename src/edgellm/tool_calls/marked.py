@@ -24,6 +24,11 @@ MARKED = {
 }
 
 
+def markers(name: str) -> tuple[str, ...]:
+    """The texts around format `name`'s calls (formats.preserved_markers)."""
+    return tuple(m for m in MARKED[name][:2] if m)
+
+
 def _item(name: str, i: int, call: dict) -> dict:
     """Call number i ({"name", "arguments"}) as format `name` writes it."""
     keys = MARKED[name][3]

@@ -58,6 +58,10 @@ def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
     return text[:i].strip() + text[j + len(CLOSE):].strip(), calls
 
 
+def markers(name: str) -> tuple[str, ...]:
+    return OPEN, CLOSE
+
+
 def write(name: str, calls: list[dict]) -> str:
     """Calls ({"name", "arguments"}) as the model writes them (values as JSON, as the grammar has them)."""
     one = [c["name"] + "(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in c["arguments"].items()) + ")"

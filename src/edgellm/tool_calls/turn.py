@@ -11,8 +11,8 @@ from ..errors import TemplateError
 from ..tool_caps import ToolCaps
 from . import harmony
 from .common import GENERIC, ToolFormat, make_call
-from .formats import (call_grammar, detect_format, parse, reasoning_tags, split_reasoning, thinking_field, unmarked,
-                      write_calls)
+from .formats import (call_grammar, detect_format, parse, preserved_markers, reasoning_tags, split_reasoning,
+                      thinking_field, unmarked, write_calls)
 
 
 def check_tools(tools) -> list[dict]:
@@ -233,6 +233,11 @@ class ChatTurn:
     thinking: bool  # the prompt opened a reasoning block (<think>) the reply continues
     tools: bool
     usable: tuple = ()  # the tools a call may use (their schemas type XML arguments)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The marker texts the reply is read by, kept in its text (formats.preserved_markers)."""
+        return preserved_markers(self.fmt, self.tools)
 
     def message(self, text: str, stop_reason: str) -> tuple[dict, str]:
         """(OpenAI-style assistant message, finish_reason) for the reply `text`."""

@@ -56,6 +56,13 @@ _SCHEMA_KIND = {"string": "string", "integer": "number", "number": "number", "bo
 CDATA = ("<![CDATA[", "]]>")  # around a value with <, & or a newline (MiniCPM5 writes them so)
 
 
+def markers(name: str) -> tuple[str, ...]:
+    """The texts format `name` writes around a call's parts and its block (formats.preserved_markers)."""
+    parts = [_kv(name, kind) for kind in ("string", "object")] + [_after_name(name, 0)]
+    parts += [p for p in XML[name] if isinstance(p, str)] + list(XML_BLOCK.get(name, ()))
+    return tuple(dict.fromkeys(parts))
+
+
 def _kv(name: str, kind: str) -> str:
     """What format `name` writes between an argument's key and a value of JSON type `kind`."""
     kv = XML[name][3]
