@@ -17,6 +17,8 @@ before, while the reasoning and answer markers are kept."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -187,6 +189,26 @@ def test_reasoning_and_answer_markers_are_kept_without_tools(cohere):
     for tools in (None, [WEATHER]):
         msg = cohere.chat_message(ASK, tools=tools, **kw)
         assert (msg["reasoning_content"], msg["content"], msg.get("tool_calls")) == ("hmm", "Sunny.", None)
+
+
+def test_run_keeps_the_answer_in_its_history_without_markers(tmp_path):
+    """`edgellm run` (the model's own template: Command R7B's) keeps each answer in its history as
+    the turn reads it: the reasoning apart, the content without the kept markers, so the template
+    does not render <|START_RESPONSE|> twice; the saved chat (--prompt-cache) holds that history."""
+    path = chain_model(tmp_path / "cohere.gguf", TOKENS, TYPES, {ID[a]: ID[b] for a, b in CHAIN.items()},
+                       special={"bos": 1, "eos": 2, "unknown": 0, "eot": ID["<|END_OF_TURN_TOKEN|>"]},
+                       chat_template=template_path(COHERE_TEMPLATE).read_text())
+    cache = tmp_path / "chat.state"
+    r = subprocess.run([sys.executable, "-m", "edgellm", "run", str(path), "-c", "2048", "-n", str(MAX_TOKENS),
+                        "--temp", "0", "-t", "1", "--prompt-cache", str(cache)],
+                       input="Weather in Paris?\nAnd tomorrow?\n/exit\n", capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(COHERE_REPLY) == 2  # (shown as written)
+    with LLM(path, n_ctx=2048, n_threads=1) as llm:
+        history = llm.load_state(cache)["messages"]
+    answer = {"role": "assistant", "content": "Sunny.", "reasoning_content": "hmm"}
+    assert history == [{"role": "user", "content": "Weather in Paris?"}, answer,
+                       {"role": "user", "content": "And tomorrow?"}, answer]
 
 
 # -- the server ---------------------------------------------------------------------------------------

@@ -272,9 +272,9 @@ def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mloc
                 click.echo(f"unknown command {cmd}; /help lists them")
             continue
         messages.append({"role": "user", "content": line})
-        answer = []
+        answer, turn = [], None
         try:
-            stream = _chat_within_context(llm, messages, base, _limit(max_tokens), sampling)
+            stream, turn = _chat_within_context(llm, messages, base, _limit(max_tokens), sampling)
             for piece in stream:
                 answer.append(piece)
                 click.echo(piece, nl=False)
@@ -288,21 +288,36 @@ def run(model, system, max_tokens, verbose, prompt_cache, n_ctx, n_threads, mloc
             messages.pop()
             continue
         click.echo("")
-        messages.append({"role": "assistant", "content": "".join(answer)})
+        messages.append(_history_message(turn, "".join(answer)))
         if prompt_cache is not None:
             llm.save_state(prompt_cache, meta={"messages": messages})
         if verbose:
             click.echo(_stats_line(llm, spec), err=True)
 
 
+def _history_message(turn, text: str) -> dict:
+    """The answer as the history keeps it: read back by its turn (ChatTurn.message), so the
+    format's markers the reply's text keeps (Command R7B's <|START_RESPONSE|>, a <think> block)
+    are not rendered a second time by the template, and the reasoning goes back as
+    reasoning_content, as a server's client would send it."""
+    if turn is None:  # (interrupted before the reply began)
+        return {"role": "assistant", "content": text}
+    msg, _ = turn.message(text, "stop")
+    kept = {"role": "assistant", "content": msg.get("content") or ""}
+    if msg.get("reasoning_content") is not None:
+        kept["reasoning_content"] = msg["reasoning_content"]
+    return kept
+
+
 def _chat_within_context(llm, messages: list, base: list, max_tokens, sampling):
-    """Start the reply; when the conversation no longer fits the context, forget its oldest
-    turns (never the system prompt or the new message) and say so, so a long chat goes on."""
+    """Start the reply (its text pieces and its ChatTurn); when the conversation no longer fits
+    the context, forget its oldest turns (never the system prompt or the new message) and say
+    so, so a long chat goes on."""
     from .errors import ContextOverflowError
 
     while True:
         try:
-            return llm.chat(messages, stream=True, max_tokens=max_tokens, **sampling)
+            return llm._chat(messages, stream=True, max_tokens=max_tokens, **sampling)
         except ContextOverflowError:
             if len(messages) <= len(base) + 1:
                 raise
