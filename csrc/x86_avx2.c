@@ -546,7 +546,84 @@ static inline __attribute__((always_inline)) void qk_one_query_avx2(int hk, cons
     for (int k = 0; k < 4; k++) _mm_storeu_ps(out + 4 * k, _mm256_cvtpd_ps(s[k]));
 }
 
+/* qk_tile_one for hk a multiple of 64, up to 4 queries: per lane class m and half h (keys 8h..8h+7),
+ * L_m = (A0 + A2) + (A1 + A3) with A_k the in-order fma chain over the dims d0 + 16k + m, kept in
+ * Lm; then el_sum16's tree over the classes, vectorized across the keys. At hk = 64 each A_k is one
+ * product (exact: f16 times f16), so A0 + A2 is one fma onto A2 = fma(q, k, +0) - the twin's
+ * 0 + p, sign of zero included - and each key vector, converted once, serves every query. */
+static inline __attribute__((always_inline)) void qk_one_64_avx2(const float *q, int nq, int ldq, const el_half *kt,
+                                                                 float Lm[4][16][16]) {
+    const __m256 z = _mm256_setzero_ps();
+    for (int m = 0; m < 16; m++)
+        for (int h = 0; h < 2; h++) {
+            __m256 k[4];
+            for (int c = 0; c < 4; c++)
+                k[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + (m + 16 * c) * 16 + 8 * h)));
+            for (int r = 0; r < nq; r++) {
+                const float *qr = q + (size_t)r * ldq;
+                const __m256 a02 = _mm256_fmadd_ps(_mm256_broadcast_ss(qr + m), k[0],
+                                                   _mm256_fmadd_ps(_mm256_broadcast_ss(qr + m + 32), k[2], z));
+                const __m256 a13 = _mm256_fmadd_ps(_mm256_broadcast_ss(qr + m + 16), k[1],
+                                                   _mm256_fmadd_ps(_mm256_broadcast_ss(qr + m + 48), k[3], z));
+                _mm256_storeu_ps(Lm[r][m] + 8 * h, _mm256_add_ps(a02, a13));
+            }
+        }
+}
+
+/* the chains A_k of one query (both key halves at once: 8 chains in flight) or two (a half at a
+ * time), each key vector converted once for both (hk > 64) */
+static inline __attribute__((always_inline)) void qk_one_chain_avx2(int hk, const float *q, int nq, int ldq,
+                                                                    const el_half *kt, float Lm[][16][16]) {
+    const int nh = nq == 1 ? 2 : 1;  /* halves per pass */
+    for (int m = 0; m < 16; m++)
+        for (int h0 = 0; h0 < 2; h0 += nh) {
+            __m256 a[2][4];  /* [query or half][c] */
+            for (int r = 0; r < 2; r++)
+                for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
+            for (int d0 = 0; d0 < hk; d0 += 64)
+                for (int c = 0; c < 4; c++) {
+                    const int d = d0 + 16 * c + m;
+                    for (int h = 0; h < nh; h++) {
+                        const __m256 k = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + d * 16 + 8 * (h0 + h))));
+                        for (int r = 0; r < nq; r++)
+                            a[r + h][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + (size_t)r * ldq + d), k, a[r + h][c]);
+                    }
+                }
+            for (int i = 0; i < 2 && i < nq * nh; i++)  /* (query r = i, or half h0 + i) */
+                _mm256_storeu_ps(Lm[nq == 1 ? 0 : i][m] + 8 * (h0 + (nq == 1 ? i : 0)),
+                                 _mm256_add_ps(_mm256_add_ps(a[i][0], a[i][2]), _mm256_add_ps(a[i][1], a[i][3])));
+        }
+}
+
+static void qk_one_q4_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    float Lm[4][16][16];
+    if (hk == 64) {
+        switch (nq) {  /* (the query count a compile-time constant: the loops unrolled) */
+        case 1: qk_one_64_avx2(q, 1, ldq, kt, Lm); break;
+        case 2: qk_one_64_avx2(q, 2, ldq, kt, Lm); break;
+        case 3: qk_one_64_avx2(q, 3, ldq, kt, Lm); break;
+        default: qk_one_64_avx2(q, 4, ldq, kt, Lm); break;
+        }
+    } else {
+        int r = 0;
+        for (; r + 2 <= nq; r += 2) qk_one_chain_avx2(hk, q + (size_t)r * ldq, 2, ldq, kt, Lm + r);
+        if (r < nq) qk_one_chain_avx2(hk, q + (size_t)r * ldq, 1, ldq, kt, Lm + r);
+    }
+    for (int r = 0; r < nq; r++)
+        for (int h = 0; h < 2; h++) {  /* t_i = L[i+8] + L[i]; u_i = t[i+4] + t[i]; (u0 + u2) + (u1 + u3) */
+            __m256 t[8], u[4];
+            for (int i = 0; i < 8; i++) t[i] = _mm256_add_ps(_mm256_loadu_ps(Lm[r][i + 8] + 8 * h), _mm256_loadu_ps(Lm[r][i] + 8 * h));
+            for (int i = 0; i < 4; i++) u[i] = _mm256_add_ps(t[i + 4], t[i]);
+            _mm256_storeu_ps(out + r * 16 + 8 * h, _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3])));
+        }
+}
+
 static void qk_tile_one_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    if (hk % 64 == 0) {
+        for (int j = 0; j < nq; j += 4)
+            qk_one_q4_avx2(hk, q + (size_t)j * ldq, EL_MIN(4, nq - j), ldq, kt, out + j * 16);
+        return;
+    }
     if (nq > 1 && hk <= 256) {  /* keys converted once for all the queries */
         float kf[256 * 16];
         f16_to_f32_avx2(hk * 16, kt, kf);
@@ -563,36 +640,48 @@ static inline int any16_avx2(const float *w) {
                                            _mm256_cmp_ps(_mm256_loadu_ps(w + 8), z, _CMP_NEQ_UQ))) != 0;
 }
 
-/* p.v with four lane sets, for up to 3 rows that all take every tile of list ts (tiles of one set,
- * in order): per 2 dims, the rows' 12 accumulators stay in registers over the list and each value
- * vector is converted once for all the rows (fma: the products are exact) */
+/* dims d .. d + nu - 1, keys 8h .. 8h + 7 of pv_set_rows_avx2: the rows' nr x nu accumulators
+ * (8 or 9: as many chains of fma in flight) stay in registers over the list; wl: the list's
+ * weights, [k][nr][16] */
+static inline __attribute__((always_inline)) void pv_set_dims_avx2(int d, int nu, int h, const el_half *const *vp,
+                                                                   const float *wl, int n, int nr, float *acc, int lda) {
+    __m256 a[3][8];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < nu; i++) a[r][i] = _mm256_loadu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h);
+    const size_t off = (size_t)d * 16 + 8 * h;
+    for (int k = 0; k < n; k++) {
+        const el_half *v = vp[k] + off;
+        const float *wk = wl + (size_t)k * nr * 16 + 8 * h;
+        __m256 x[8];
+        for (int i = 0; i < nu; i++) x[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 16 * i)));
+        for (int r = 0; r < nr; r++) {
+            const __m256 wt = _mm256_loadu_ps(wk + r * 16);
+            for (int i = 0; i < nu; i++) a[r][i] = _mm256_fmadd_ps(wt, x[i], a[r][i]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < nu; i++) _mm256_storeu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h, a[r][i]);
+}
+
+/* p.v with four lane sets, for up to 3 rows that all take every tile of list ts (at most 64 tiles
+ * of one set, in order), a few dims and half of the lanes at a time (8 / 4 / 3 dims for 1 / 2 / 3
+ * rows: at most 13 registers, none spilled); each value vector is converted once for
+ * all the rows (fma: the products are exact) */
 static inline __attribute__((always_inline)) void pv_set_rows_avx2(int nd, const el_half *const *vt, int nr,
                                                                    const float *w, int ldw, float *acc, int lda,
                                                                    const int *ts, int n) {
-    for (int d = 0; d < nd; d += 2) {
-        __m256 a[3][2][2];
-        for (int r = 0; r < nr; r++)
-            for (int i = 0; i < 2; i++)
-                for (int h = 0; h < 2; h++) a[r][i][h] = _mm256_loadu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h);
-        for (int k = 0; k < n; k++) {
-            const int t = ts[k];
-            const el_half *v = vt[t] + (size_t)d * 16;
-            const __m256 v00 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)v));
-            const __m256 v01 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8)));
-            const __m256 v10 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 16)));
-            const __m256 v11 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 24)));
-            for (int r = 0; r < nr; r++) {
-                const float *wt = w + (size_t)r * ldw + t * 16;
-                a[r][0][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), v00, a[r][0][0]);
-                a[r][0][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), v01, a[r][0][1]);
-                a[r][1][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), v10, a[r][1][0]);
-                a[r][1][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), v11, a[r][1][1]);
-            }
-        }
-        for (int r = 0; r < nr; r++)
-            for (int i = 0; i < 2; i++)
-                for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc + (size_t)r * lda + (d + i) * 16 + 8 * h, a[r][i][h]);
+    const el_half *vp[64];
+    float wl[64 * 3 * 16];
+    for (int k = 0; k < n; k++) {
+        vp[k] = vt[ts[k]];
+        for (int r = 0; r < nr; r++) memcpy(wl + ((size_t)k * nr + r) * 16, w + (size_t)r * ldw + ts[k] * 16, 64);
     }
+    const int nu = nr == 1 ? 8 : nr == 2 ? 4 : 3;
+    int d = 0;
+    for (; d + nu <= nd; d += nu)
+        for (int h = 0; h < 2; h++) pv_set_dims_avx2(d, nu, h, vp, wl, n, nr, acc, lda);
+    for (; d < nd; d++)
+        for (int h = 0; h < 2; h++) pv_set_dims_avx2(d, 1, h, vp, wl, n, nr, acc, lda);
 }
 
 /* pv_tiles with four lane sets (nd even): per set, its tiles every row of a group of 3 takes go
@@ -601,7 +690,7 @@ static inline __attribute__((always_inline)) void pv_set_rows_avx2(int nd, const
 static void pv_tiles4_avx2(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                            int lda, int t0) {
     int ts[64], tr[64];
-    for (int r0 = 0; r0 < nh; r0 += 3) {
+    for (int r0 = 0; r0 < nh; r0 += 3) {  /* (groups of 4 measured slower; 2 + 2 no faster than 3 + 1) */
         const int nr = EL_MIN(3, nh - r0);
         const float *wg = w + (size_t)r0 * ldw;
         for (int s = 0; s < 4; s++) {

@@ -552,7 +552,7 @@ def _run_vops(vops, rng_seed: int) -> dict:
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
             out[f"qk_tile hk={hk} nq={nq}"] = o
-        for nq, ldq in ((1, hk), (4, hk + 3)):
+        for nq, ldq in ((1, hk), (3, hk), (4, hk + 3), (6, hk + 1)):
             q = _f16_values(rng, (nq, ldq), 4.0)
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile_one(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
