@@ -188,6 +188,16 @@ def test_strftime_now_and_loop_controls():
     assert ChatTemplate(skip).render(CHAT) == "user;user;"
 
 
+def test_source_date_epoch_fixes_the_templates_date(monkeypatch):
+    """SOURCE_DATE_EPOCH (seconds, UTC) is the date strftime_now and firefunction's `datetime`
+    render, so a prompt that carries the date is the same on every day."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1721995200")  # 2024-07-26 12:00 UTC
+    assert ChatTemplate("{{ strftime_now('%Y-%m-%d %H') }}").render(CHAT[:1]) == "2024-07-26 12"
+    assert ChatTemplate("{{ datetime }}").tool_context(None) == {"datetime": "Jul 26 2024"}
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "not a number")  # ignored, as by the build tools
+    assert ChatTemplate("{{ strftime_now('%Y') }}").render(CHAT[:1]) != "2024"
+
+
 def test_undefined_variables_are_falsy_as_in_transformers():
     assert ChatTemplate("{% if undefined_var %}T{% else %}none{% endif %}").render(CHAT[:1]) == "none"
 

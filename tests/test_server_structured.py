@@ -44,8 +44,8 @@ SCHEMAS = {
 }
 
 
-def _server(*args, model=MODEL):
-    return ServerProcess(model, "-c", "1024", "--parallel", "2", "-t", "1", *args)
+def _server(*args, model=MODEL, env=None):
+    return ServerProcess(model, "-c", "1024", "--parallel", "2", "-t", "1", *args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,10 @@ def qwen(smollm2_path):
 
 @pytest.fixture(scope="module")
 def harmony(smollm2_path):
-    srv = _server("--chat-template-file", str(models_dir() / "templates" / "openai-gpt-oss-120b.jinja"))
+    # gpt-oss's system message carries today's date: a fixed one makes the prompt, and so the
+    # sampled replies, the same on every day (2024-07-26, template_cases.FIXED_DATE)
+    srv = _server("--chat-template-file", str(models_dir() / "templates" / "openai-gpt-oss-120b.jinja"),
+                  env={"SOURCE_DATE_EPOCH": "1721995200"})
     yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
     assert srv.stop() == 0
 

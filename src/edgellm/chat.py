@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import jinja2
 from jinja2 import meta
 from jinja2.exceptions import SecurityError
 
-from .chat_sandbox import SANDBOX, RaisedByTemplate, render
+from .chat_sandbox import SANDBOX, RaisedByTemplate, render, template_now
 from .errors import TemplateError, TokenizerError
 from .tool_caps import ToolCaps, probe
 
@@ -214,7 +213,7 @@ class ChatTemplate:
         if "functions" in self._reads:
             out["functions"] = json.dumps(tools, indent=2, ensure_ascii=False) if tools else ""
         if "datetime" in self._reads:
-            out["datetime"] = datetime.now().strftime("%b %d %Y")
+            out["datetime"] = template_now().strftime("%b %d %Y")
         return out
 
     def _probe_render(self, messages: list[dict], tools: list | None, add_generation_prompt: bool) -> str | None:

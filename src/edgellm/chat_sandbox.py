@@ -25,9 +25,10 @@ import contextvars
 import functools
 import json
 import operator
+import os
 import re
 import string
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import jinja2
@@ -58,8 +59,18 @@ def _raise_exception(message: str):
     raise RaisedByTemplate(message)
 
 
+def template_now() -> datetime:
+    """The time a template renders as now (`strftime_now`, firefunction's `datetime`): the clock's,
+    or SOURCE_DATE_EPOCH's where it is set (the reproducible-builds convention), so a prompt
+    that carries the date - gpt-oss's, Llama 3.1's - can be made the same on every day."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    return datetime.now()
+
+
 def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+    return template_now().strftime(fmt)
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None, separators=None,

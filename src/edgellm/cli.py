@@ -303,7 +303,12 @@ def _history_message(turn, text: str) -> dict:
     if turn is None:  # (interrupted before the reply began)
         return {"role": "assistant", "content": text}
     msg, _ = turn.message(text, "stop")
-    kept = {"role": "assistant", "content": msg.get("content") or ""}
+    content = msg.get("content") or ""
+    # a reply with nothing to take out is kept as written, its spaces too (the reading strips
+    # them): the next prompt then starts with the tokens already in the cache
+    if msg.get("reasoning_content") is None and content == text.strip():
+        content = text
+    kept = {"role": "assistant", "content": content}
     if msg.get("reasoning_content") is not None:
         kept["reasoning_content"] = msg["reasoning_content"]
     return kept
