@@ -143,6 +143,28 @@ def test_chat_keeps_the_call_markers_and_the_call_is_read(chat, speculative):
     the_call(out["message"]["tool_calls"])
 
 
+def test_a_streamed_chat_completion_adds_up_to_the_whole(chat):
+    """create_chat_completion(stream=True): the role, the call's id and name, its arguments, then
+    finish_reason - the chunks a server streams, adding up to the message it returns whole."""
+    name, llm = chat
+    kw = dict(tools=[WEATHER], max_tokens=MAX_TOKENS, temperature=0)
+    whole = llm.create_chat_completion(ASK, **kw)["choices"][0]
+    chunks = list(llm.create_chat_completion(ASK, stream=True, **kw))
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant", "content": None} and deltas[-1] == {}
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * (len(chunks) - 1) + ["tool_calls"]
+    first = deltas[1]["tool_calls"][0]
+    assert set(first) == {"index", "id", "type", "function"} and first["function"] == {"name": "get_weather", "arguments": ""}
+    args = "".join(tc["function"]["arguments"] for d in deltas[2:-1] for tc in d["tool_calls"])
+    assert (first["function"]["name"], args) == (whole["message"]["tool_calls"][0]["function"]["name"],
+                                                 whole["message"]["tool_calls"][0]["function"]["arguments"])
+    assert not any("content" in d for d in deltas[1:])
+    plain = list(llm.create_chat_completion(ASK, stream=True, max_tokens=MAX_TOKENS, temperature=0))
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in plain) == WITHOUT[name]
+    assert plain[-1]["choices"][0]["finish_reason"] == "stop"
+
+
 @pytest.mark.parametrize("kw", [{}, {"tools": [WEATHER], "tool_choice": "none"}], ids=["no tools", "tool_choice none"])
 def test_without_tools_the_markers_are_dropped_as_before(chat, kw):
     name, llm = chat

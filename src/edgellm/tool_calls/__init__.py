@@ -71,12 +71,13 @@ the reply's decoder renders those (llama.cpp's preserved tokens).
 """
 
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat
-from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, parse,
-                      in_answer, preserved_markers, reasoning_tags, split_reasoning, unmarked, write_calls)
+from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, in_answer,
+                      preserved_markers, reasoning_tags, split_reasoning, unmarked, write_calls)
+from .reply import Reply, open_reply, parse
 from .turn import (ChatTurn, check_tools, chosen_tools, describe_tools, prepare_messages, prepare_turn,
                    with_tool_description)
 
-__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "ToolFormat", "answer_grammar", "answer_marks",
+__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "Reply", "ToolFormat", "answer_grammar", "answer_marks",
            "call_grammar", "call_or_json_grammar", "check_tools", "chosen_tools", "describe_tools", "detect_format",
-           "in_answer", "parse", "prepare_messages", "prepare_turn", "preserved_markers", "reasoning_tags",
+           "in_answer", "open_reply", "parse", "prepare_messages", "prepare_turn", "preserved_markers", "reasoning_tags",
            "split_reasoning", "unmarked", "with_tool_description", "write_calls"]

@@ -31,29 +31,6 @@ def make_call(name: str, arguments: Any) -> dict:
     return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {"name": name, "arguments": args}}
 
 
-def json_values(text: str) -> list[Any]:
-    """The JSON values written one after another in text (whitespace or ; between them)."""
-    dec, out, i = json.JSONDecoder(), [], 0
-    while i < len(text):
-        while i < len(text) and text[i] in " \t\r\n;":
-            i += 1
-        if i >= len(text):
-            break
-        value, i = dec.raw_decode(text, i)
-        out.append(value)
-    return out
-
-
-def without(text: str, spans: list[tuple[int, int]]) -> str:
-    """text without the spans (of its calls), stripped of the whitespace around them."""
-    pieces, last = [], 0
-    for a, b in spans:
-        pieces.append(text[last:a].strip())
-        last = b
-    pieces.append(text[last:].strip())
-    return "\n".join(p for p in pieces if p)
-
-
 # -- grammar pieces --------------------------------------------------------------------------------
 
 

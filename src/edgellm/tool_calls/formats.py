@@ -15,7 +15,8 @@ from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat, json_rule
 
 @dataclass(frozen=True)
 class Format:
-    family: ModuleType  # write(name, calls), grammar(name, tools, parallel), parse(name, text, tools)
+    family: ModuleType  # write(name, calls), grammar(name, tools, parallel), markers(name), and
+    # read(name, scan, tools): the reader of a reply's body (scan.py)
     detect: Callable[[str], bool]  # the template's source -> whether it is this format's
     reasoning: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)  # the markers around its reasoning
     answer_marks: tuple[str, ...] = ()  # markers around the answer, dropped from the content
@@ -109,6 +110,18 @@ def preserved_markers(fmt: ToolFormat | None, calls: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def always_read(fmt: ToolFormat | None) -> bool:
+    """A reply in the format is read by its family with or without tools (gpt-oss: its messages)."""
+    return _spec(fmt).family is harmony
+
+
+def reader(fmt: ToolFormat | None, tools: list[dict] | None):
+    """The reader of a reply's body in format fmt, for a Scan (tools: the request's, which type
+    the XML formats' arguments; None: the request has none, so no call is read)."""
+    family, name = _spec(fmt).family, fmt.name if fmt is not None else "generic"
+    return lambda scan: family.read(name, scan, tools)
+
+
 def unmarked(fmt: ToolFormat, text: str) -> str:
     """text without the markers format `fmt` writes around its answer."""
     for m in _spec(fmt).answer_marks:
@@ -167,15 +180,3 @@ def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> st
         return harmony.call_or_answer_grammar(tools, schema)
     call = call_grammar(fmt, tools)
     return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {json_rule(schema)}"
-
-
-def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[str, list[dict]]:
-    """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
-    stays content (less the format's answer markers). tools: the request's, which say which XML
-    argument values are text."""
-    answer = unmarked(fmt, text)
-    try:
-        found = _spec(fmt).family.parse(fmt.name, answer, tools)
-    except (ValueError, KeyError, TypeError, AttributeError):  # (json.JSONDecodeError is a ValueError)
-        found = None
-    return found if found is not None else (answer.strip(), [])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import dump, json_rule, lit, make_call, parameters, without
+from .common import dump, json_rule, lit, parameters
 
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's markers' prefix
 HY = ":opensource"  # Hunyuan 3's markers' suffix
@@ -34,26 +34,35 @@ XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
              "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>"),
              "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>"),
              "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>")}
-# how parse finds them: (a call - its name and body -, an argument - its key, then its value, or
-# whether it is text and its value)
-_QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
+# how a call is read, as the templates write it (whitespace may come between the parts): the
+# literals that open it, the markers that may end its name ("<" is the next part's), what ends the
+# rest of its head (None: nothing more), an argument's opening, what ends its key, what ends its
+# attributes (which may say the value is text; None: it has none), what opens its value, what ends
+# it, the literals that end the call. qwen3_coder / seed_oss: a value's first and last newline are
+# the layout's.
 XML_READ = {
-    "qwen3_coder": (r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", _QWEN_ARG),
-    "seed_oss": (r"<seed:tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</seed:tool_call>", _QWEN_ARG),
-    "glm": (r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>", r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"),
-    "minimax_m2": (r'<invoke name="([^"]+)">(.*?)</invoke>', r'<parameter name="([^"]+)">(.*?)</parameter>'),
-    **{ds: (rf'<{DSML}invoke name="([^"]+)">(.*?)</{DSML}invoke>',
-            rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
-    "hy3": (rf"<tool_call{HY}>(.*?)<tool_sep{HY}>(.*?)</tool_call{HY}>", rf"<arg_key{HY}>(.*?)</arg_key{HY}>\s*<arg_value{HY}>(.*?)</arg_value{HY}>"),
-    "minicpm5": (r'<function name="([^"]+)">(.*?)</function>', r'<param name="([^"]+)">(.*?)</param>'),
-    "kimi_k3": (r'<\|open\|>call tool="([^"]+)"[^<]*<\|sep\|>(.*?)<\|close\|>call<\|sep\|>',
-                r'<\|open\|>argument key="([^"]+)" type="([a-z]+)"<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>'),
+    "qwen3_coder": (("<tool_call>", "<function="), (">",), None, "<parameter=", ">", None, "", "</parameter>",
+                    ("</function>", "</tool_call>")),
+    "seed_oss": (("<seed:tool_call>", "<function="), (">",), None, "<parameter=", ">", None, "", "</parameter>",
+                 ("</function>", "</seed:tool_call>")),
+    "glm": (("<tool_call>",), ("\n", "<"), None, "<arg_key>", "</arg_key>", None, "<arg_value>", "</arg_value>", ("</tool_call>",)),
+    "minimax_m2": (('<invoke name="',), ('">',), None, '<parameter name="', '">', None, "", "</parameter>", ("</invoke>",)),
+    **{ds: ((f'<{DSML}invoke name="',), ('">',), None, f'<{DSML}parameter name="', '"', ">", "", f"</{DSML}parameter>",
+            (f"</{DSML}invoke>",)) for ds in ("deepseek_v32", "deepseek_v4")},
+    "hy3": ((f"<tool_call{HY}>",), (f"<tool_sep{HY}>",), None, f"<arg_key{HY}>", f"</arg_key{HY}>", None, f"<arg_value{HY}>",
+            f"</arg_value{HY}>", (f"</tool_call{HY}>",)),
+    "minicpm5": (('<function name="',), ('">',), None, '<param name="', '">', None, "", "</param>", ("</function>",)),
+    "kimi_k3": (('<|open|>call tool="',), ('"',), "<|sep|>", '<|open|>argument key="', '"', "<|sep|>", "", "<|close|>argument<|sep|>",
+                ("<|close|>call<|sep|>",)),
 }
+_TRIMMED = ("qwen3_coder", "seed_oss")
+_SAYS_TEXT = re.compile(r'(?:string|type)="(true|string)"')  # an attribute that says the value is text
 # the JSON type of a value (Kimi K3 names it), and of a schema
 _KIND = ((bool, "boolean"), (type(None), "null"), ((int, float), "number"), (str, "string"), (dict, "object"), (list, "array"))
 _SCHEMA_KIND = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null",
                 "object": "object", "array": "array"}
 CDATA = ("<![CDATA[", "]]>")  # around a value with <, & or a newline (MiniCPM5 writes them so)
+_MAX_VALUE = 1 << 20  # characters of a value that is not text, read whole
 
 
 def markers(name: str) -> tuple[str, ...]:
@@ -142,38 +151,98 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\none: {calls}{_terminals(name)}"
 
 
-def _args(name: str, body: str, tool: dict | None) -> dict:
-    """A call's arguments: a value stays text where the format says so (DeepSeek's string="true",
-    Kimi K3's type="string")
-    or the tool's schema says string (or it is not JSON), else its JSON."""
-    pattern = XML_READ[name][1]
-    props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
-    args = {}
-    for m in re.finditer(pattern, body, re.S):
-        key, raw = m.group(1).strip(), m.group(m.lastindex)
-        if raw.startswith(CDATA[0]) and raw.endswith(CDATA[1]):
-            args[key] = raw[len(CDATA[0]):-len(CDATA[1])]
-            continue
-        schema = props.get(key) if isinstance(props, dict) else None
-        if _is_text(schema) or (m.lastindex == 3 and m.group(2) in ("true", "string")):
-            args[key] = raw
-            continue
-        try:
-            args[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            args[key] = raw
-    return args
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py)."""
+    if tools is None:
+        return (yield from s.rest())
+    by_name = {t["function"]["name"]: t for t in tools}
+    head = XML_READ[name][0]
+    block = tuple(b.strip() for b in XML_BLOCK[name]) if name in XML_BLOCK else None
+    starts = block[0] if block else head[0]
+    while (yield from s.content_until(starts)) is not None:
+        start, begun, ok = s.pos - len(starts), 0, True
+        while True:
+            if (block is not None or begun) and not (yield from s.opens(head[0])):
+                break  # (the block's end, or no more calls)
+            ok = yield from _read_call(name, s, by_name)
+            if ok is None:  # no call after all
+                ok = False
+                break
+            begun += 1
+            if not ok or block is None:
+                break
+        if block is not None:
+            ok = ok and (yield from s.opens(block[1]))
+        if begun:
+            s.end() if ok else s.cut()
+        else:
+            s.release(start)
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls); None without a call. tools: the request's (their schemas say which
-    values are text)."""
-    by_name = {t["function"]["name"]: t for t in tools or []}
-    pattern = XML_READ[name][0]
-    block = XML_BLOCK.get(name)
-    spans = list(re.finditer(re.escape(block[0].strip()) + "(.*?)" + re.escape(block[1]) if block else pattern, text, re.S))
-    found = [m for b in spans for m in re.finditer(pattern, b.group(1), re.S)] if block else spans
-    if not found:
+def _read_call(name: str, s, by_name: dict):
+    """One call, its head's first literal read: whether it is complete; None where its head
+    turns out to be no call's (nothing said of it)."""
+    head, name_ends, head_end, arg, key_end, attrs_end, value_open, value_end, call_end = XML_READ[name]
+    for literal in head[1:]:
+        if not (yield from s.opens(literal)):
+            return None
+    got = yield from s.until(*name_ends)
+    if got is None or not got[0].strip() or "<" in got[0]:
         return None
-    calls = [make_call(m.group(1).strip(), _args(name, m.group(2), by_name.get(m.group(1).strip()))) for m in found]
-    return without(text, [m.span() for m in spans]), calls
+    if got[1] == "<":  # (glm: the next part's)
+        s.pos -= 1
+    if head_end is not None and (yield from s.until(head_end)) is None:
+        return None
+    fn = got[0].strip()
+    s.call(fn)
+    props = ((by_name.get(fn) or {}).get("function", {}).get("parameters") or {}).get("properties")
+    props = props if isinstance(props, dict) else {}
+    s.args("{")
+    first = True
+    while (yield from s.opens(arg)):
+        key = yield from s.until(key_end)
+        attrs = ("", "")
+        if key is not None and attrs_end is not None:
+            attrs = yield from s.until(attrs_end)
+        if key is None or attrs is None or not (yield from s.opens(value_open)):
+            return False
+        s.args(("" if first else ", ") + dump(key[0].strip()) + ": ")
+        first = False
+        said = _SAYS_TEXT.search(attrs[0])
+        if not (yield from _read_value(name, s, value_end, _is_text(props.get(key[0].strip())) or said is not None)):
+            return False
+    s.args("}")
+    for literal in call_end:
+        if not (yield from s.opens(literal)):
+            return False
+    return True
+
+
+def _read_value(name: str, s, end: str, text: bool):
+    """An argument's value up to `end`, sent as JSON: text (CDATA, or where the schema or the
+    format says so) as it comes, anything else whole (its JSON, or as text if it is none);
+    whether it ended."""
+    trim = name in _TRIMMED
+    if trim and (yield from s.wait(1)) and s.text[s.pos] == "\n":
+        s.pos += 1
+    if (yield from s.opens(CDATA[0], ws=False)):
+        s.args('"')
+        if not (yield from s.stream_until(CDATA[1], lambda t: s.args(dump(t)[1:-1]))):
+            return False
+        s.args('"')
+        return (yield from s.opens(end, ws=False))
+    if text:
+        s.args('"')
+        if not (yield from s.stream_until(end, lambda t: s.args(dump(t)[1:-1]), trim)):
+            return False
+        s.args('"')
+        return True
+    got = yield from s.until(end, limit=_MAX_VALUE)
+    if got is None:
+        return False
+    raw = got[0][:-1] if trim and got[0].endswith("\n") else got[0]
+    try:
+        s.args(dump(json.loads(raw)))
+    except ValueError:
+        s.args(dump(raw))
+    return True
