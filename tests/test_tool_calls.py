@@ -5,6 +5,7 @@ continues the conversation, on a real model with three template families."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -282,6 +283,52 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     assert not accepts(written.replace("7", '"seven"', 1))  # an integer, as JSON
     assert accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"hour": 7}}]))
     assert not accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x"}}]))  # hour is required
+
+
+# strings held to a pattern, lengths and a const, a number to a range; two required, two not
+BOOKING = [{"type": "function", "function": {"name": "book", "parameters": {"type": "object", "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{3}$"}, "seats": {"type": "integer", "minimum": 1, "maximum": 9},
+    "note": {"type": "string", "minLength": 2, "maxLength": 6}, "ref": {"type": "string", "pattern": "[0-9]"},
+    "kind": {"type": "string", "const": "flight"}}, "required": ["code", "seats"]}}}]
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v32", "deepseek_v4", "hy3",
+                                 "minicpm5", "kimi_k3", "lfm2"])
+def test_call_grammar_holds_text_arguments_to_their_schema_in_any_order(fmt):
+    """An XML argument's text is held to what the JSON grammar holds a string to (pattern - searched,
+    as JSON Schema does -, lengths, const) and numbers to their range; the arguments may come in
+    any order (the templates write them in the order given), each once, the required ones all."""
+    f = ToolFormat(fmt, True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, BOOKING)))
+
+    def call(**args):
+        return write_calls(f, [{"name": "book", "arguments": args}])
+
+    assert accepts(call(code="CDG", seats=2))
+    assert accepts(call(seats=2, code="CDG"))  # (required ones in another order)
+    assert accepts(call(note="aisle", seats=2, ref="x7y", code="CDG", kind="flight"))
+    assert accepts(call(code="CDG", seats=2, ref="7"))
+    for bad in (dict(code="cdg", seats=2), dict(code="CDGX", seats=2), dict(code="CDG", seats=10),
+                dict(code="CDG", seats=0), dict(code="CDG", seats=2, note="a"), dict(code="CDG", seats=2, note="windows"),
+                dict(code="CDG", seats=2, ref="xyz"), dict(code="CDG", seats=2, kind="train"), dict(code="CDG"),
+                dict(seats=2)):
+        assert not accepts(call(**bad)), bad
+    # an argument written twice: the note's text (what a call with it has more) once more
+    short, long = call(code="CDG", seats=2), call(code="CDG", seats=2, note="aisle")
+    head = len(os.path.commonprefix([short, long]))
+    tail = len(os.path.commonprefix([short[::-1], long[::-1]]))
+    note = long[head:len(long) - tail]
+    assert "aisle" in note and accepts(long)
+    assert not accepts(long[:len(long) - tail] + note + long[len(long) - tail:])
+
+
+def test_a_patterns_alternatives_are_searched_each_with_its_own_anchors():
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "^ab|yz$"}}, "required": ["s"]}}}]
+    f = ToolFormat("qwen3_coder", True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, tool)))
+    assert [accepts(write_calls(f, [{"name": "f", "arguments": {"s": s}}])) for s in ("ab", "abc", "xyz", "xab", "yzx")] == \
+        [True, True, True, False, False]
 
 
 def test_lfm2_calls_are_read_as_python_literals_never_run():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import keyword_arguments, lit
+from .common import grammar_rules, keyword_arguments, lit
 
 OPEN, CLOSE, QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
@@ -179,6 +179,7 @@ def _typed(schema) -> str:
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     # (the arguments in the order of their names, as the template sorts them)
-    one = " | ".join(f"({lit(OPEN + t['function']['name'] + '{')}{keyword_arguments(t, ':', ',', _typed, sorted)} "
-                     f"{lit('}' + CLOSE)})" for t in tools)
-    return f"start: one{' one*' if parallel else ''}\none: {one}{_RULES}"
+    rules: dict[str, str] = {}
+    one = " | ".join(f"({lit(OPEN + t['function']['name'] + '{')}{keyword_arguments(t, ':', ',', _typed, rules, f'args{i}', sorted)} "
+                     f"{lit('}' + CLOSE)})" for i, t in enumerate(tools))
+    return f"start: one{' one*' if parallel else ''}\none: {one}{grammar_rules(rules)}{_RULES}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 
-from .common import json_rule, keyword_arguments, lit
+from .common import grammar_rules, json_rule, keyword_arguments, lit
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
@@ -139,8 +139,10 @@ def _json_value(schema) -> str:
 
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
-    """A Lark grammar admitting one call of `tools` (several with `parallel`)."""
-    one = " | ".join(f"({lit(t['function']['name'] + '(')}{keyword_arguments(t, '=', ', ', _json_value)} {lit(')')})"
-                     for t in tools)
+    """A Lark grammar admitting one call of `tools` (several with `parallel`), its keyword
+    arguments in any order."""
+    rules: dict[str, str] = {}
+    one = " | ".join(f"({lit(t['function']['name'] + '(')}{keyword_arguments(t, '=', ', ', _json_value, rules, f'args{i}')} "
+                     f"{lit(')')})" for i, t in enumerate(tools))
     more = f" ({lit(', ')} one)*" if parallel else ""
-    return f"start: {lit(OPEN + '[')} one{more} {lit(']' + CLOSE)}\none: {one}"
+    return f"start: {lit(OPEN + '[')} one{more} {lit(']' + CLOSE)}\none: {one}{grammar_rules(rules)}"

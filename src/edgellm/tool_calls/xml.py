@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import dump, json_rule, lit, parameters
+from .common import argument_list, dump, grammar_rules, json_rule, lit, parameters
 
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's markers' prefix
 HY = ":opensource"  # Hunyuan 3's markers' suffix
@@ -104,51 +104,120 @@ def write(name: str, calls: list[dict]) -> str:
     return "\n".join(one)
 
 
-# an argument's key, a text value with the text that ends it (one terminal: the text has no "<"
-# followed by the character that follows it in the end - "</", "<|" -, so it ends exactly there,
-# whitespace and all) and a call's number
-def _terminals(name: str) -> str:
+def _rx(text: str) -> str:
+    """text as a Lark regex matches it."""
+    return re.escape(text).replace("\n", "n").replace("/", "\\/")  # (re.escape: backslash, newline)
+
+
+def _no_end(name: str) -> str:
+    """A regex of text that cannot hold format `name`'s value end: no "<" followed by the
+    character that follows it in the end ("</", "<|"), so a value ends exactly there, whitespace
+    and all."""
     value_end = XML[name][4]
-    after = value_end[value_end.index("<") + 1]
-    end, after = (re.escape(x).replace("\n", "n").replace("/", "\\/") for x in (value_end, after))  # (re.escape: backslash, newline)
-    return f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /([^<]|<[^{after}])*{end}/\nXML_INDEX: /[1-9][0-9]*/"
+    return f"([^<]|<[^{_rx(value_end[value_end.index('<') + 1])}])*"
 
 
-def _value(name: str, schema) -> str:
-    """An argument's value and the text after it: text for a string (one of its enum), else JSON."""
-    if _is_text(schema):
-        enum = schema.get("enum")
-        if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
-            return "(" + " | ".join(lit(e + XML[name][4]) for e in enum) + ")"
+def _terminals(name: str, texts: dict[str, str]) -> str:
+    """An argument's key, a text value with the text that ends it (one terminal), those of the
+    texts the schemas hold to a pattern or lengths, and a call's number."""
+    end = _rx(XML[name][4])
+    out = f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /{_no_end(name)}{end}/\nXML_INDEX: /[1-9][0-9]*/"
+    return out + "".join(f"\n{term}: ({body}) /{end}/" for body, term in texts.items())
+
+
+def _alternatives(rx: str) -> list[str]:
+    """A regex's top-level alternatives (split at the | outside groups and classes)."""
+    out, depth, cls, i, last = [], 0, False, 0, 0
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 1
+        elif cls:
+            cls = c != "]"
+        elif c == "[":
+            cls = True
+            if rx[i + 1:i + 2] == "]":  # ([]...] : the ] is the class's)
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(rx[last:i])
+            last = i + 1
+        i += 1
+    return out + [rx[last:]]
+
+
+def _searched(pattern: str) -> str:
+    """A JSON schema's pattern as a regex the whole text matches: JSON Schema searches the text
+    for it, so each alternative is open at an end where it has no ^ / $ (ECMA's \\d and \\w ASCII,
+    as llguidance's JSON grammar reads them)."""
+    from llguidance import regex_to_lark
+
+    out = []
+    for alt in _alternatives(regex_to_lark(pattern, "dw")):
+        start, end = alt.startswith("^"), alt.endswith("$") and not alt.endswith("\\$")
+        alt = alt[1 if start else 0:len(alt) - 1 if end else len(alt)]
+        out.append(("" if start else "[\\s\\S]*") + f"({alt})" + ("" if end else "[\\s\\S]*"))
+    return "|".join(out)
+
+
+def _text_value(name: str, schema: dict, texts: dict[str, str]) -> str:
+    """A text value and the end after it: the schema's const or one of its enum as written, else
+    text held to its pattern and lengths as the JSON grammar holds a string to them (texts: the
+    terminals of such texts, by their regexes)."""
+    end = XML[name][4]
+    enum = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+        return "(" + " | ".join(lit(e + end) for e in enum) + ")"
+    limits = [_no_end(name)]
+    if isinstance(schema.get("pattern"), str):
+        limits.append(_searched(schema["pattern"]))
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(lo, int) or isinstance(hi, int):
+        limits.append(f"[\\s\\S]{{{lo if isinstance(lo, int) else 0},{hi if isinstance(hi, int) else ''}}}")
+    if len(limits) == 1:
         return "XML_TEXT_END"
+    return texts.setdefault(" & ".join(f"/{r}/" for r in limits), f"XML_TEXT_{len(texts)}")
+
+
+def _value(name: str, schema, texts: dict[str, str]) -> str:
+    """An argument's value and the text after it: text for a string, else JSON."""
+    if _is_text(schema):
+        return _text_value(name, schema, texts)
     return f"{json_rule(schema if isinstance(schema, dict) else {})} {lit(XML[name][4])}"
 
 
-def _call(name: str, tool: dict) -> str:
-    """One call of `tool`: its listed arguments in their order (those not required may be left
-    out), any others only where its schema allows them."""
+def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str]) -> str:
+    """One call of `tool`: its listed arguments in any order (argument_list: the templates write
+    them in the order they are given), those not required skippable, any others (after them)
+    only where its schema allows them."""
     o, n, k, _, _, e = XML[name]
     params = parameters(tool)
     named = lit(o + tool["function"]["name"] + n) if isinstance(n, str) else \
         f"{lit(o + tool['function']['name'] + n[0])} XML_INDEX {lit(n[1])}"
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = set(params.get("required") or [])
-    parts = [named]
+    items = []
     for key, schema in props.items():
         kind = _SCHEMA_KIND.get(schema.get("type"), "object") if isinstance(schema, dict) else "object"
-        parts.append(f"({lit(k + key + _kv(name, kind))} {_value(name, schema)})"
-                     + ("" if key in required else "?"))
+        items.append((f"{lit(k + key + _kv(name, kind))} {_value(name, schema, texts)}", key in required))
+    parts = [named + argument_list(items, "", rules, rule)]
     if params.get("additionalProperties") is not False:
         parts.append(f"({lit(k)} XML_KEY {lit(_kv(name, 'string'))} XML_TEXT_END)*")
     return " ".join(parts + [lit(e)])
 
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
-    calls = " | ".join(f"({_call(name, t)})" for t in tools)
+    rules: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    calls = " | ".join(f"({_call(name, t, rules, f'args{i}', texts)})" for i, t in enumerate(tools))
+    more = grammar_rules(rules) + _terminals(name, texts)
     if name in XML_BLOCK:  # the calls in one block
         return (f"start: {lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {lit(XML_BLOCK[name][1])}\n"
-                f"one: {calls}{_terminals(name)}")
-    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\none: {calls}{_terminals(name)}"
+                f"one: {calls}{more}")
+    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\none: {calls}{more}"
 
 
 def read(name: str, s, tools):
