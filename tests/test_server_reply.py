@@ -11,7 +11,7 @@ import pytest
 from edgellm.tool_calls import (FORMATS, Reply, ToolFormat, gemma4, harmony, json_calls, marked, open_reply, parse,
                                 preserved_markers, pythonic, reasoning_tags, split_reasoning, unmarked)
 from edgellm.tool_calls.scan import JSONSpans
-from test_tool_calls import TOOLS, WRITTEN
+from test_tool_calls import TOOLS, TWO, WRITTEN
 
 # more replies per format: calls after text, several calls, keys in another order, no call at all
 MORE = {
@@ -44,6 +44,9 @@ MORE = {
                 "<|start|>assistant<|channel|>analysis<|message|> more<|end|><|start|>assistant<|channel|>final<|message|>"
                 " Sunny. ", "It is sunny.", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
                 '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": [1, "}"]}<|call|>'],
+    "muse_glimmer": [" to=self<|message|>hmm <|eom|><|start|>assistant to=self<|message|> more<|eom|><|start|>assistant to=user"
+                     "<|message|> Sunny. ", "<|message|>Sunny.", "It is sunny.", " to=browser.search<|message|>{}<|eom|><|start|>"
+                     "assistant to=user<|message|>Done", TWO["muse_glimmer"]],
     "generic": ['{"response": "It is \\"sunny\\"."}', '{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}',
                 '{"x": 2}'],
 }

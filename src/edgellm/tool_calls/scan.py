@@ -159,20 +159,21 @@ class Scan:
                 best = (k, m)
         return best
 
-    def content_until(self, *markers: str) -> Steps:
-        """Content up to the first of markers; returns the marker (pos past it), or None at the end."""
+    def content_until(self, *markers: str, kind: str = "content") -> Steps:
+        """Content (or `kind`) up to the first of markers; returns the marker (pos past it), or
+        None at the end."""
         every = markers + self.drop
         while True:
             found = self._find(every)
             if found is not None:
                 k, m = found
-                self.say(self.text[self.pos:k])
+                self.say(self.text[self.pos:k], kind)
                 self.pos = k + len(m)
                 if m in markers:
                     return m
                 continue  # (an answer mark: left out)
             keep = 0 if self.final else held(self.text, self.pos, every)
-            self.say(self.text[self.pos:len(self.text) - keep])
+            self.say(self.text[self.pos:len(self.text) - keep], kind)
             self.pos = len(self.text) - keep
             if self.final:
                 return None

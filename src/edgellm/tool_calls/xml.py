@@ -26,6 +26,8 @@ XML = {
     "minicpm5": ('<function name="', '">', '<param name="', '">', "</param>", "</function>"),
     "kimi_k3": ('<|open|>call tool="', ('" index="', '"<|sep|>'), '<|open|>argument key="', lambda kind: f'" type="{kind}"<|sep|>',
                 "<|close|>argument<|sep|>", "<|close|>call<|sep|>"),
+    # (Muse Glimmer's ATEM calls, each in a message of its own: muse.py)
+    "muse_glimmer": ('<atem:invoke name="', '">\n', '<atem:parameter name="', '">', "</atem:parameter>\n", "</atem:invoke>\n"),
 }
 # the block around a format's calls, where one holds them all (the others write calls one after
 # another, a newline between)
@@ -33,7 +35,8 @@ XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
              "deepseek_v32": (f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
              "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>"),
              "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>"),
-             "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>")}
+             "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>"),
+             "muse_glimmer": ("<atem:function_calls>\n", "</atem:function_calls>")}
 # how a call is read, as the templates write it (whitespace may come between the parts): the
 # literals that open it, the markers that may end its name ("<" is the next part's), what ends the
 # rest of its head (None: nothing more), an argument's opening, what ends its key, what ends its
@@ -54,6 +57,8 @@ XML_READ = {
     "minicpm5": (('<function name="',), ('">',), None, '<param name="', '">', None, "", "</param>", ("</function>",)),
     "kimi_k3": (('<|open|>call tool="',), ('"',), "<|sep|>", '<|open|>argument key="', '"', "<|sep|>", "", "<|close|>argument<|sep|>",
                 ("<|close|>call<|sep|>",)),
+    "muse_glimmer": (('<atem:invoke name="',), ('">',), None, '<atem:parameter name="', '">', None, "", "</atem:parameter>",
+                     ("</atem:invoke>",)),
 }
 _TRIMMED = ("qwen3_coder", "seed_oss")
 _SAYS_TEXT = re.compile(r'(?:string|type)="(true|string)"')  # an attribute that says the value is text
@@ -209,15 +214,24 @@ def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str]) 
     return " ".join(parts + [lit(e)])
 
 
-def grammar(name: str, tools: list[dict], parallel: bool) -> str:
+def call_rules(name: str, tools: list[dict], around=None) -> str:
+    """Lark: the rule `one`, a call of one of `tools` in format `name` (its block aside; around:
+    a tool -> the texts written before and after its call), and the rules and terminals it needs."""
     rules: dict[str, str] = {}
     texts: dict[str, str] = {}
-    calls = " | ".join(f"({_call(name, t, rules, f'args{i}', texts)})" for i, t in enumerate(tools))
-    more = grammar_rules(rules) + _terminals(name, texts)
+    calls = []
+    for i, t in enumerate(tools):
+        before, after = around(t) if around else ("", "")
+        call = _call(name, t, rules, f"args{i}", texts)
+        calls.append(f"({lit(before) + ' ' if before else ''}{call}{' ' + lit(after) if after else ''})")
+    return f"one: {' | '.join(calls)}{grammar_rules(rules)}{_terminals(name, texts)}"
+
+
+def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     if name in XML_BLOCK:  # the calls in one block
         return (f"start: {lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {lit(XML_BLOCK[name][1])}\n"
-                f"one: {calls}{more}")
-    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\none: {calls}{more}"
+                f"{call_rules(name, tools)}")
+    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\n{call_rules(name, tools)}"
 
 
 def read(name: str, s, tools):
@@ -225,27 +239,35 @@ def read(name: str, s, tools):
     if tools is None:
         return (yield from s.rest())
     by_name = {t["function"]["name"]: t for t in tools}
+    block = tuple(b.strip() for b in XML_BLOCK[name]) if name in XML_BLOCK else None
+    starts = block[0] if block else XML_READ[name][0][0]
+    while (yield from s.content_until(starts)) is not None:
+        start = s.pos - len(starts)
+        if not (yield from read_calls(name, s, by_name)):
+            s.release(start)
+
+
+def read_calls(name: str, s, by_name: dict):
+    """The calls after the text that opens them (a block's opening, else the first call's first
+    literal): how many begun (none: the text read is no call's, nothing said of it)."""
     head = XML_READ[name][0]
     block = tuple(b.strip() for b in XML_BLOCK[name]) if name in XML_BLOCK else None
-    starts = block[0] if block else head[0]
-    while (yield from s.content_until(starts)) is not None:
-        start, begun, ok = s.pos - len(starts), 0, True
-        while True:
-            if (block is not None or begun) and not (yield from s.opens(head[0])):
-                break  # (the block's end, or no more calls)
-            ok = yield from _read_call(name, s, by_name)
-            if ok is None:  # no call after all
-                ok = False
-                break
-            begun += 1
-            if not ok or block is None:
-                break
-        if block is not None:
-            ok = ok and (yield from s.opens(block[1]))
-        if begun:
-            s.end() if ok else s.cut()
-        else:
-            s.release(start)
+    begun, ok = 0, True
+    while True:
+        if (block is not None or begun) and not (yield from s.opens(head[0])):
+            break  # (the block's end, or no more calls)
+        ok = yield from _read_call(name, s, by_name)
+        if ok is None:  # no call after all
+            ok = False
+            break
+        begun += 1
+        if not ok or block is None:
+            break
+    if block is not None:
+        ok = ok and (yield from s.opens(block[1]))
+    if begun:
+        s.end() if ok else s.cut()
+    return begun
 
 
 def _read_call(name: str, s, by_name: dict):
