@@ -16,7 +16,8 @@ from test_tool_calls import TOOLS, TWO, WRITTEN
 # more replies per format: calls after text, several calls, keys in another order, no call at all
 MORE = {
     "hermes": ['<think>\nhmm\n</think>\n\nA <tool_call>{"arguments": {"x": [1, {"y": "}"}]}, "name": "f"}</tool_call>'
-               '\n<tool_call>{"name": "g", "arguments": {}}</tool_call> B ', "It is sunny.", "<tool_call>\n{\"na"],
+               '\n<tool_call>{"name": "g", "arguments": {}}</tool_call> B ', "It is sunny.", "<tool_call>\n{\"na",
+               '<tool_call>{"name": "a", "x": 1, "name": "b", "arguments": {"k": 1}}</tool_call>'],  # (a key twice: the first)
     "llama3": ['{"name": "a", "parameters": {"q": 1}}; {"name": "b", "parameters": {}}', '{"x": 1}', "Sunny."],
     "mistral": ['Sure. [TOOL_CALLS][{"name": "a", "arguments": {"k": "\\"v\\""}}, {"name": "b", "arguments": {}}]'],
     "mistral_args": ['Hi [TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}'],
@@ -28,7 +29,8 @@ MORE = {
                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"],
     "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>", "<|START_THINKING|>hmm<|END_THINKING|><|START_RESPONSE|>Sunny."],
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
-                    "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
+                    "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para",
+                    "<tool_call>\n<function=a>\n<parameter=k>\n\n two \n</parameter>\n</function>\n</tool_call>"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
     "apertus": ["<|inner_prefix|>hmm<|inner_suffix|>Sunny.", '<|inner_prefix|>hmm<|inner_suffix|><|tools_prefix|>[{"a": {"k": 1}}, '
                 '{"b": {}}]<|tools_suffix|>'],

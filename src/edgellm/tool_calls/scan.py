@@ -200,8 +200,9 @@ class Scan:
             yield
 
     def opens(self, literal: str, ws: bool = True) -> Steps:
-        """Whether literal follows (after whitespace, with ws); pos past it if it does."""
-        while True:
+        """Whether literal follows (after whitespace, with ws); pos past it if it does ("" always
+        follows, no whitespace read)."""
+        while literal:
             i = self.pos
             while ws and i < len(self.text) and self.text[i].isspace():
                 i += 1
@@ -211,6 +212,7 @@ class Scan:
             if self.final or not literal.startswith(self.text[i:]):
                 return False
             yield
+        return True
 
     def until(self, *markers: str, limit: int = LIMIT) -> Steps:
         """The text up to the first of markers, and pos past that marker: (text, marker); None
@@ -278,8 +280,9 @@ class _Frame:
 class JSONSpans:
     """Follows the JSON value that starts at text[pos:] (after whitespace) as the text grows:
     where each member up to MAX_DEPTH starts and ends, by path (keys and array indices), the keys
-    of each object in order, and where the whole value ends. Lenient: a bare word counts as a
-    value, so a model's not-quite-JSON still has spans; `error` is set where it cannot go on."""
+    of each object in order, and where the whole value ends (a key written twice has the span of
+    its first value: what a stream has sent of it stays). Lenient: a bare word counts as a value,
+    so a model's not-quite-JSON still has spans; `error` is set where it cannot go on."""
 
     MAX_DEPTH = 3
 
@@ -306,12 +309,12 @@ class JSONSpans:
 
     def _begin(self, i: int) -> tuple:
         path = self._path()
-        if len(path) <= self.MAX_DEPTH:
+        if len(path) <= self.MAX_DEPTH and path not in self.spans:  # (a key written twice: its first value)
             self.spans[path] = [i, None]
         return path
 
     def _ended(self, path: tuple, end: int) -> None:
-        if path in self.spans:
+        if path in self.spans and self.spans[path][1] is None:
             self.spans[path][1] = end
         if self._stack:
             self._stack[-1].expect = ","
