@@ -12,6 +12,9 @@ maker of the mutator engine (it also seeds atheris' corpus).
                random ids; round trips where the tokenizer is lossless
     template   chat templates: Jinja sandbox-escape payloads and resource bombs, random Jinja,
                the real templates with random messages
+    reply      a reply's reading (tool_calls.Reply) in every tool-call format: pieces of its calls,
+               markers, reasoning and text spliced at random; read whole, a character at a time
+               and in two pieces, it says the same (content, reasoning, calls), and parse never fails
     http       the server: request bodies, headers and routes against its ASGI app, in-process on a
                tiny model; every answer a 2xx or a 4xx with OpenAI's error JSON
     state      saved session files (Session.load_state) on a tiny llama and a tiny Gemma-3
@@ -693,6 +696,91 @@ def fuzz_template(data: bytes, ctx: dict) -> None:
     leaked = [m for m in _LEAKS if m in out and m not in src]
     assert not leaked, f"the template printed {leaked[0]!r}: Python internals escaped the sandbox"
     assert not CANARY.exists(), "a template ran a shell command"
+
+
+# ------------------------------------------------------------------------------ reply
+
+_REPLY_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}]
+
+
+def _reply_setup() -> dict:
+    """Per format: what its replies are made of - its calls as it writes them, its markers,
+    reasoning tags and answer marks, bits of JSON and text."""
+    from edgellm.tool_calls import FORMATS, ToolFormat, preserved_markers, write_calls
+
+    calls = [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+             {"name": "get_time", "arguments": {"zone": 'C"E}T\n'}}]
+    out = []
+    for name in sorted(FORMATS):
+        fmt = ToolFormat(name, name != "generic")
+        written = [write_calls(fmt, calls[:1]), write_calls(fmt, calls)]
+        pieces = list(preserved_markers(fmt, True)) + ["{", "}", "[", "]", '"', ":", ",", "\n", "\n\n", " ", "<", "|",
+                                                       "Sunny.", '"name": "g", ', '"arguments": ', '{"name": "f", "arguments": {}}',
+                                                       "<think>", "</think>"]
+        out.append({"fmt": fmt, "written": written, "pieces": pieces})
+    return {"formats": out}
+
+
+def _reply_generate(rng: random.Random, ctx: dict) -> bytes:
+    which = rng.randrange(len(ctx["formats"]))
+    f = ctx["formats"][which]
+    parts = []
+    for _ in range(rng.randint(1, 8)):
+        r = rng.random()
+        if r < 0.25:  # a call with something put in where its parts meet (a key, an element, a marker)
+            t = rng.choice(f["written"])
+            at = [i + 1 for i, c in enumerate(t) if c in ",{>\n|"] or [0]
+            k = rng.choice(at)
+            parts.append(t[:k] + rng.choice(f["pieces"]) + t[k:])
+        elif r < 0.5:
+            t = rng.choice(f["written"])
+            a = rng.randrange(len(t) + 1)
+            parts.append(t[a:rng.randint(a, len(t))] if rng.random() < 0.6 else t)
+        elif r < 0.85:
+            parts.append(rng.choice(f["pieces"]))
+        else:
+            parts.append(random_text(rng, rng.randint(1, 12)))
+    flags = rng.randrange(8)
+    return bytes([which, flags]) + "".join(parts).encode("utf-8", "surrogatepass")
+
+
+def _reply_message(fmt, pieces, **kw) -> tuple:
+    from edgellm.tool_calls import Reply
+
+    reply = Reply(fmt, tools=_REPLY_TOOLS, **kw)
+    deltas = [d for p in pieces for d in reply.feed(p)] + reply.close()
+    msg = reply.message()
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+    added: dict = {}
+    for d in deltas:  # what a client adds up from the deltas is the message
+        for key in ("content", "reasoning_content"):
+            added[key] = added.get(key, "") + d.get(key, "")
+        for tc in d.get("tool_calls", []):
+            added.setdefault(tc["index"], "")
+            added[tc["index"]] += tc["function"]["arguments"]
+    assert added.get("content", "") == (msg["content"] or ""), "the content deltas add up to another content"
+    assert added.get("reasoning_content", "") == msg.get("reasoning_content", ""), "the reasoning deltas differ"
+    assert [added.get(i) for i in range(len(calls))] == [a for _, a in calls], "the argument deltas differ"
+    return msg["content"] or None, msg.get("reasoning_content"), calls
+
+
+@target("reply", setup=_reply_setup, generate=_reply_generate, max_len=1 << 12)
+def fuzz_reply(data: bytes, ctx: dict) -> None:
+    """A reply's reading: the same whole, a character at a time and in two pieces; parse never fails."""
+    from edgellm.tool_calls import parse
+
+    if len(data) < 2:
+        return
+    fmt = ctx["formats"][data[0] % len(ctx["formats"])]["fmt"]
+    text = text_of(data[2:])
+    kw = dict(calls=bool(data[1] & 1), thinking=bool(data[1] & 2), parallel=not data[1] & 4)
+    whole = _reply_message(fmt, [text], **kw)
+    k = len(text) // 2
+    for pieces in (list(text), [text[:k], text[k:]]):
+        assert _reply_message(fmt, pieces, **kw) == whole, (fmt.name, text[:200], pieces[:2])
+    content, calls = parse(fmt, text, _REPLY_TOOLS)
+    assert isinstance(content, str) and all(json.loads(c["function"]["arguments"]) is not None for c in calls)
 
 
 # ------------------------------------------------------------------------------ http

@@ -25,7 +25,8 @@ import pytest
 from edgellm import LLM
 from edgellm.gguf_file import GGUFFile
 from edgellm.tokenizer import Tokenizer
-from edgellm.tool_calls import ToolFormat, detect_format, parse, preserved_markers
+from edgellm.tokenizer.vocab import Attr
+from edgellm.tool_calls import ToolFormat, detect_format, parse, prepare_turn, preserved_markers
 from llamacpp_source import models_dir
 from server_process import ServerProcess, open_stream, sse_events
 from tiny_models import chain_model
@@ -141,6 +142,28 @@ def test_chat_keeps_the_call_markers_and_the_call_is_read(chat, speculative):
     out = llm.create_chat_completion(ASK, **kw)["choices"][0]
     assert out["finish_reason"] == "tool_calls" and out["message"]["content"] is None
     the_call(out["message"]["tool_calls"])
+
+
+def test_a_streamed_chat_completion_adds_up_to_the_whole(chat):
+    """create_chat_completion(stream=True): the role, the call's id and name, its arguments, then
+    finish_reason - the chunks a server streams, adding up to the message it returns whole."""
+    name, llm = chat
+    kw = dict(tools=[WEATHER], max_tokens=MAX_TOKENS, temperature=0)
+    whole = llm.create_chat_completion(ASK, **kw)["choices"][0]
+    chunks = list(llm.create_chat_completion(ASK, stream=True, **kw))
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant", "content": None} and deltas[-1] == {}
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * (len(chunks) - 1) + ["tool_calls"]
+    first = deltas[1]["tool_calls"][0]
+    assert set(first) == {"index", "id", "type", "function"} and first["function"] == {"name": "get_weather", "arguments": ""}
+    args = "".join(tc["function"]["arguments"] for d in deltas[2:-1] for tc in d["tool_calls"])
+    assert (first["function"]["name"], args) == (whole["message"]["tool_calls"][0]["function"]["name"],
+                                                 whole["message"]["tool_calls"][0]["function"]["arguments"])
+    assert not any("content" in d for d in deltas[1:])
+    plain = list(llm.create_chat_completion(ASK, stream=True, max_tokens=MAX_TOKENS, temperature=0))
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in plain) == WITHOUT[name]
+    assert plain[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 @pytest.mark.parametrize("kw", [{}, {"tools": [WEATHER], "tool_choice": "none"}], ids=["no tools", "tool_choice none"])
@@ -316,3 +339,84 @@ def test_a_real_vocabulary_preserves_its_control_markers_only():
     assert real.preserved_ids(preserved_markers(ToolFormat("solar_open", True), False)) == {think}
     assert real.decode([think]) == "" and real.decode([think], preserved={think}) == "<|think|>"
     assert turn_end in real.eog_ids and real.preserved_ids(["<turn|>", "<|think|>"]) == {think}
+
+
+# -- the markers as the real vocabularies have them -------------------------------------------------
+#
+# Each vocabulary below has its model's special tokens - texts, order, and the GGUF type llama.cpp's
+# converter gives them - around 256 byte tokens and the words of a reply (an SPM vocabulary, as
+# chain_model writes; the real ones are BPE, which changes how text is cut, not which tokens are
+# control ones):
+# - Mistral's tekken: its first 20 special tokens, all control (mistral-common's tekken.json;
+#   [TOOL_CALLS] is rank 9).
+# - Granite 3.3: its added special tokens (IBM's granite-io lists them: <|end_of_text|>, the FIM and
+#   repository ones, <|start_of_role|>, <|end_of_role|>, <|tool_call|>, cite and plugin marks); the
+#   converter makes an added token control where it is special or looks like <|...|>.
+# - Kimi K2: its tiktoken special tokens (163584 [BOS] ... 163601 <|im_middle|>, with 163589, 163592,
+#   163600 reserved), every one control in the converter (convert_hf_to_gguf's kimi-k2 vocabulary).
+# llama.cpp's own vocabulary files have none of these formats' markers as control tokens.
+REAL = {
+    "mistral": dict(template="mistralai-Mistral-Nemo-Instruct-2407", eos="</s>", specials=[
+        "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+        "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]",
+        "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]"],
+        reply=["[TOOL_CALLS]", M_CALL], markers={"[TOOL_CALLS]"}),
+    "granite": dict(template="ibm-granite-granite-3.3-2B-Instruct", eos="<|end_of_text|>", specials=[
+        "<|end_of_text|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<filename>", "<gh_stars>",
+        "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>", "<jupyter_text>", "<jupyter_code>",
+        "<jupyter_output>", "<empty_output>", "<commit_before>", "<commit_msg>", "<commit_after>", "<reponame>",
+        "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>", "<|start_of_cite|>", "<|end_of_cite|>",
+        "<|start_of_plugin|>", "<|end_of_plugin|>"],
+        reply=["<|tool_call|>", M_CALL], markers={"<|tool_call|>"}),
+    "kimi_k2": dict(template="Kimi-K2-Instruct", eos="<|im_end|>", specials=[
+        "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|reserved_token_5|>", "<|start_header_id|>",
+        "<|end_header_id|>", "<|reserved_token_8|>", "[EOT]", "<|im_system|>", "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<|reserved_token_16|>", "<|im_middle|>"],
+        reply=["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.get_weather:0", "<|tool_call_argument_begin|>",
+               '{"city":"Paris"}', "<|tool_call_end|>", "<|tool_calls_section_end|>"],
+        markers={"<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+                 "<|tool_calls_section_end|>"}),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(REAL))
+def real(request, tmp_path_factory):
+    """(format name, its facts, the tiny model with its vocabulary and template): after the prompt
+    (it ends with a control token) the model writes the reply's tokens, then its end of turn."""
+    name, facts = request.param, REAL[request.param]
+    words = ["▁"] + sorted({t for t in facts["reply"] if t not in facts["specials"]}) + ["LEAK"]
+    tokens = facts["specials"] + [f"<0x{i:02X}>" for i in range(256)] + words
+    types = [CONTROL] * len(facts["specials"]) + [BYTE] * 256 + [NORMAL] * len(words)
+    ids = {t: i for i, t in enumerate(tokens)}
+    text = template_path(facts["template"]).read_text()
+    with LLM(chain_model(tmp_path_factory.mktemp(name) / "probe.gguf", tokens, types, {}, special={"eos": ids[facts["eos"]]},
+                         chat_template=text), n_ctx=2048, n_threads=1) as probe:  # (which token ends the prompt)
+        last = probe.chat_tokens(prepare_turn(probe.template, ASK, [WEATHER]).prompt)[-1]
+    chain = dict(zip([last] + [ids[t] for t in facts["reply"]], [ids[t] for t in facts["reply"]] + [ids[facts["eos"]]]))
+    chain[ids[facts["eos"]]] = chain[ids["LEAK"]] = ids["LEAK"]
+    path = chain_model(tmp_path_factory.mktemp(name) / f"{name}.gguf", tokens, types, chain,
+                       special={"eos": ids[facts["eos"]], **({"bos": ids["<s>"]} if "<s>" in ids else {})}, chat_template=text)
+    llm = LLM(path, n_ctx=2048, n_threads=1)
+    yield name, facts, llm
+    llm.close()
+
+
+def test_real_vocabularies_keep_their_control_markers_and_the_call_is_read(real):
+    name, facts, llm = real
+    fmt = detect_format(llm.template.source)
+    tok = llm.tokenizer
+    assert fmt.name == name
+    assert all(tok.vocab.attr(tok.vocab.token_to_id[m]) & Attr.CONTROL for m in facts["markers"])
+    assert tok.preserved_ids(preserved_markers(fmt, True)) == {tok.vocab.token_to_id[m] for m in facts["markers"]}
+    assert tok.preserved_ids(preserved_markers(fmt, False)) == frozenset()
+    kw = dict(tools=[WEATHER], max_tokens=MAX_TOKENS, temperature=0)
+    assert llm.chat(ASK, **kw) == "".join(facts["reply"])  # the markers in the text, the end of turn not
+    msg = llm.chat_message(ASK, **kw)
+    assert msg["content"] is None
+    the_call(msg["tool_calls"])
+    deltas = [c["choices"][0]["delta"] for c in llm.create_chat_completion(ASK, stream=True, **kw)]
+    calls = [tc for d in deltas for tc in d.get("tool_calls", [])]
+    assert [(calls[0]["function"]["name"], json.loads("".join(tc["function"]["arguments"] for tc in calls)))] == \
+        [("get_weather", {"city": "Paris"})]
+    assert llm.chat(ASK, max_tokens=MAX_TOKENS, temperature=0) == "".join(t for t in facts["reply"] if t not in facts["markers"])

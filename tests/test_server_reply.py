@@ -1,6 +1,6 @@
-"""The server's reading of a reply (server/reply.py): streamed in any pieces it adds up to the
-message read whole, that message agrees with tool_calls.parse for every format, and the deltas
-are OpenAI's (id and name first, then argument fragments). No model needed."""
+"""The reading of a reply (tool_calls/reply.py, the server's and the library's): streamed in any
+pieces it adds up to the message read whole, that message agrees with tool_calls.parse for every
+format, and the deltas are OpenAI's (id and name first, then argument fragments). No model needed."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ import json
 
 import pytest
 
-from edgellm.server.reply import FORMATS, JSONSpans, Reply, open_reply
-from edgellm.tool_calls import ToolFormat, parse, reasoning_tags, split_reasoning
-from test_tool_calls import WRITTEN
+from edgellm.tool_calls import (FORMATS, Reply, ToolFormat, gemma4, harmony, json_calls, marked, open_reply, parse,
+                                preserved_markers, pythonic, reasoning_tags, split_reasoning, unmarked)
+from edgellm.tool_calls.scan import JSONSpans
+from test_tool_calls import TOOLS, TWO, WRITTEN
 
 # more replies per format: calls after text, several calls, keys in another order, no call at all
 MORE = {
     "hermes": ['<think>\nhmm\n</think>\n\nA <tool_call>{"arguments": {"x": [1, {"y": "}"}]}, "name": "f"}</tool_call>'
-               '\n<tool_call>{"name": "g", "arguments": {}}</tool_call> B ', "It is sunny.", "<tool_call>\n{\"na"],
+               '\n<tool_call>{"name": "g", "arguments": {}}</tool_call> B ', "It is sunny.", "<tool_call>\n{\"na",
+               '<tool_call>{"name": "a", "x": 1, "name": "b", "arguments": {"k": 1}}</tool_call>'],  # (a key twice: the first)
     "llama3": ['{"name": "a", "parameters": {"q": 1}}; {"name": "b", "parameters": {}}', '{"x": 1}', "Sunny."],
     "mistral": ['Sure. [TOOL_CALLS][{"name": "a", "arguments": {"k": "\\"v\\""}}, {"name": "b", "arguments": {}}]'],
     "mistral_args": ['Hi [TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}'],
@@ -27,7 +29,8 @@ MORE = {
                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"],
     "command_r7b": ["<|START_RESPONSE|>Sunny.<|END_RESPONSE|>", "<|START_THINKING|>hmm<|END_THINKING|><|START_RESPONSE|>Sunny."],
     "qwen3_coder": ["<tool_call>\n<function=a>\n<parameter=k>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n"
-                    "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para"],
+                    "<tool_call>\n<function=b>\n</function>\n</tool_call> B", "<tool_call>\n<function=a>\n<para",
+                    "<tool_call>\n<function=a>\n<parameter=k>\n\n two \n</parameter>\n</function>\n</tool_call>"],
     "glm": ["<tool_call>a\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n<tool_call>b\n</tool_call>", "Sunny."],
     "apertus": ["<|inner_prefix|>hmm<|inner_suffix|>Sunny.", '<|inner_prefix|>hmm<|inner_suffix|><|tools_prefix|>[{"a": {"k": 1}}, '
                 '{"b": {}}]<|tools_suffix|>'],
@@ -43,6 +46,9 @@ MORE = {
                 "<|start|>assistant<|channel|>analysis<|message|> more<|end|><|start|>assistant<|channel|>final<|message|>"
                 " Sunny. ", "It is sunny.", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{}",
                 '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": [1, "}"]}<|call|>'],
+    "muse_glimmer": [" to=self<|message|>hmm <|eom|><|start|>assistant to=self<|message|> more<|eom|><|start|>assistant to=user"
+                     "<|message|> Sunny. ", "<|message|>Sunny.", "It is sunny.", " to=browser.search<|message|>{}<|eom|><|start|>"
+                     "assistant to=user<|message|>Done", TWO["muse_glimmer"]],
     "generic": ['{"response": "It is \\"sunny\\"."}', '{"tool_calls": [{"name": "a", "arguments": {"k": "v"}}]}',
                 '{"x": 2}'],
 }
@@ -102,22 +108,76 @@ def test_streamed_in_any_pieces_adds_up_to_the_whole(fmt, text):
         assert norm(assemble(deltas)) == got, pieces
 
 
-@pytest.mark.parametrize("fmt, text", [c for c in CASES if not c[1].endswith('{"na')],
-                         ids=[f"{f}-{i}" for i, (f, t) in enumerate(CASES) if not t.endswith('{"na')])
+# replies cut short inside a call (max_tokens): the reply keeps the call begun, parse (whole
+# replies only) finds none
+CUT = ('<tool_call>\n{"na', "<tool_call>\n<function=a>\n<para")
+
+
+@pytest.mark.parametrize("fmt, text", CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CASES)])
 def test_the_whole_reply_reads_as_tool_calls_parse_reads_it(fmt, text):
     f = ToolFormat(fmt, fmt != "generic")
-    content, calls = parse(f, split_reasoning(text, tags=reasoning_tags(f))[1])
+    body = split_reasoning(text, tags=reasoning_tags(f))[1]
+    content, calls = parse(f, body)
     msg = read(fmt, [text])[0].message()
+    if text.endswith(CUT):
+        assert (content, calls) == (unmarked(f, body).strip(), [])
+        assert len(msg.get("tool_calls", [])) == text.endswith(CUT[1])  # (the first has no name yet)
+        if text.endswith(CUT[1]):  # what is left of a call begun is not content
+            assert msg["content"] is None
+        return
     assert (msg["content"] or "") == content
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])] == \
            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
-    if calls and (fmt in FORMATS or fmt == "gpt_oss"):  # the arguments as the model wrote them, where streamed
+    if calls and FORMATS[fmt].family in (json_calls, marked, harmony):  # the arguments as the model wrote them
         for c in msg["tool_calls"]:
             assert c["function"]["arguments"] in text and c["id"].startswith("call_")
 
 
+@pytest.mark.parametrize("fmt, text", CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CASES)])
+def test_a_reply_cut_at_any_character_reads_the_same_streamed_or_whole(fmt, text):
+    """max_tokens may end a reply anywhere: each cut reads the same fed whole, a character at a
+    time, or in two pieces."""
+    for k in range(len(text) + 1):
+        cut = text[:k]
+        want = norm(read(fmt, [cut])[0].message())
+        for pieces in (list(cut), [cut[:k // 2], cut[k // 2:]]):
+            reply, deltas = read(fmt, pieces)
+            got = norm(reply.message())
+            assert [c[1:] for c in got["tool_calls"]] == [c[1:] for c in want["tool_calls"]], pieces
+            assert {**got, "tool_calls": None} == {**want, "tool_calls": None}, pieces
+            assert norm(assemble(deltas)) == got, pieces
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITTEN))
+def test_every_format_streams_a_call_as_it_is_written(fmt):
+    """A character at a time: the call's id and name come before its arguments are written, the
+    arguments in fragments as they are written - a text value a character at a time where the
+    format writes text, else a value once it ends -, and no marker of the format is ever content."""
+    f = ToolFormat(fmt, fmt != "generic")
+    text = WRITTEN[fmt]
+    reply = open_reply(f, calls=True, tools=TOOLS)
+    named_at, paris_at, fragments, args, contents = None, None, 0, "", []
+    for i, c in enumerate(text):
+        for d in reply.feed(c):
+            for tc in d.get("tool_calls", []):
+                named_at = i if "id" in tc and named_at is None else named_at
+                fragments += "id" not in tc
+                args += tc["function"]["arguments"]
+                paris_at = i if "Paris" in args and paris_at is None else paris_at
+            contents += [d["content"]] if "content" in d else []
+    reply.close()
+    (call,) = reply.message()["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert named_at is not None and named_at < text.index("Paris")
+    # the value is sent once its own end is written (Gemma 4's <|"|>} is the longest), not the call's
+    assert paris_at is not None and paris_at <= text.index("Paris") + len('Paris<|"|>}')
+    assert fragments >= (2 if FORMATS[fmt].family in (pythonic, gemma4) else len("Paris"))
+    markers = [m.strip() for m in preserved_markers(f, True) if m.strip()]
+    assert not [m for m in markers for t in contents if m in t], contents
+
+
 def test_arguments_stream_as_they_are_written():
-    reply = Reply(ToolFormat("hermes", True))
+    reply = Reply(ToolFormat("hermes", True), calls=True)
     assert reply.feed("Let me look.\n<tool") == [{"content": "Let me look."}]  # the marker's start waits
     head = reply.feed('_call>\n{"name": "get_weather", "arguments": {"ci')
     assert head[0]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
@@ -125,12 +185,6 @@ def test_arguments_stream_as_they_are_written():
     assert reply.feed('ty": "Paris"}}\n</tool_call>') == [{"tool_calls": [{"index": 0, "function": {
         "arguments": 'ty": "Paris"}'}}]}]
     assert reply.close() == [] and reply.finish_reason("stop") == "tool_calls"
-
-
-@pytest.mark.parametrize("fmt", ["hermes", "mistral", "granite", "nemotron_v2", "gpt_oss"])
-def test_a_call_streams_before_the_reply_ends(fmt):
-    reply = open_reply(ToolFormat(fmt, True), calls=True)
-    assert any("tool_calls" in d for d in reply.feed(WRITTEN[fmt][:-5]))
 
 
 def test_a_call_cut_short_keeps_what_was_written_and_says_length():

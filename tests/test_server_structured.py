@@ -3,8 +3,8 @@ real server processes running SmolLM2: response_format json_object / json_schema
 `grammar` and `json_schema` fields, tools with tool_choice required / named / auto / none, tool
 calls streamed as OpenAI streams them, and a tool result that continues the conversation. One
 server uses SmolLM2's own ChatML template (no tools: the generic format), one Qwen 2.5's
-(Hermes <tool_call>, parallel calls), one gpt-oss's (harmony channels: reasoning_content, a call
-to functions.NAME); Gemma 3 (its own template, no system role) checks a schema
+(Hermes <tool_call>, parallel calls), one Qwen3-Coder's (XML arguments, streamed as JSON), one
+gpt-oss's (harmony channels: reasoning_content, a call to functions.NAME); Gemma 3 (its own template, no system role) checks a schema
 and a required call on the second real model."""
 
 from __future__ import annotations
@@ -58,6 +58,13 @@ def own(smollm2_path):
 @pytest.fixture(scope="module")
 def qwen(smollm2_path):
     srv = _server("--chat-template-file", str(models_dir() / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"))
+    yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def coder(smollm2_path):  # (an XML format: the arguments are built from the elements as they stream)
+    srv = _server("--chat-template-file", str(models_dir() / "templates" / "Qwen3-Coder.jinja"))
     yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
     assert srv.stop() == 0
 
@@ -174,7 +181,7 @@ def test_bad_schema_is_a_400_through_the_client(own):
 # -- tools ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("server", ["own", "qwen", "harmony"])
+@pytest.mark.parametrize("server", ["own", "qwen", "coder", "harmony"])
 def test_required_tool_call_streamed_as_openai_streams_it(request, server):
     client = request.getfixturevalue(server)
     kw = dict(model=MODEL, messages=ask("What is the weather in Paris?"), tools=TOOLS, tool_choice="required",

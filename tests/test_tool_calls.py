@@ -5,6 +5,7 @@ continues the conversation, on a real model with three template families."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -34,7 +35,12 @@ def template(name: str) -> str:
     ("Mistral-Small-3.2-24B-Instruct-2506", "mistral_args"),
     ("meetkai-functionary-medium-v3.2", "functionary"),
     ("meetkai-functionary-medium-v3.1", "function_tag"),
+    # no tool support in their templates, and llama.cpp reads their replies as content only (its
+    # autoparser finds no call format where the template renders no calls): the generic format
     ("google-gemma-2-2b-it", "generic"),
+    ("microsoft-Phi-3.5-mini-instruct", "generic"),
+    ("llama-cpp-rwkv-world", "generic"),
+    ("HuggingFaceTB-SmolLM3-3B", "hermes"),  # (formats._smollm3)
     ("ibm-granite-granite-3.3-2B-Instruct", "granite"),
     ("ibm-granite-granite-4.0", "hermes"),
     ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek_r1"),
@@ -73,6 +79,7 @@ def template(name: str) -> str:
     ("google-gemma-4-31B-it-interleaved", "gemma4"),
     ("openbmb-MiniCPM5-1B", "minicpm5"),
     ("Kimi-K3", "kimi_k3"),
+    ("muse-glimmer", "muse_glimmer"),
 ])
 def test_format_is_detected_from_the_template(name, fmt):
     assert detect_format(template(name)).name == fmt
@@ -130,6 +137,10 @@ WRITTEN = {
     # (after the prompt's <|start|>assistant; <|call|> ends generation, so it is not in the text)
     "gpt_oss": '<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary '
                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
+    # (after the prompt's <|start|>assistant; <|eot|> ends generation)
+    "muse_glimmer": ' to=self<|message|>Let me check.<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n'
+                    '<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n'
+                    '</atem:function_calls>',
 }
 PROSE = {"hermes": "Let me check.", "gemma4": "Let me check.", "gigachat_v3": "Let me check.", "gigachat_v31": "Let me check.", "deepseek_v32": "Let me check.", "command_r_plus": "Let me check.", "lfm2": "Let me check.", "apriel": "Let me check.", "minimax_m2": "Let me check.", "deepseek_v3": "Let me check.", "qwen3_coder": "Let me check.",
          "command_r7b": "<|START_THINKING|>Let me check.<|END_THINKING|>"}
@@ -189,9 +200,11 @@ TWO.update({
     "minimax_m1": '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
                   '{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_calls>'})
 TWO["gpt_oss"] = FORCED["gpt_oss"] + "<|call|><|start|>assistant" + FORCED["gpt_oss"].replace("Paris", "Rome")
+TWO["muse_glimmer"] = WRITTEN["muse_glimmer"] + "<|eom|><|start|>assistant" + WRITTEN["muse_glimmer"].split(
+    "<|start|>assistant")[1].replace("Paris", "Rome")
 TWO["kimi_k2"] = WRITTEN["kimi_k2"].replace("<|tool_calls_section_end|>", "") + WRITTEN["kimi_k2"].replace(
     "Paris", "Rome").replace(":0", ":1").replace("<|tool_calls_section_begin|>", "")
-SEVERAL = ("kimi_k3", "minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
+SEVERAL = ("muse_glimmer", "kimi_k3", "minicpm5", "gemma4", "solar_open", "hy3", "deepseek_v32", "deepseek_v4", "command_r_plus", "firefunction_v2", "lfm2", "minimax_m2", "apertus", "nemotron_v2", "apriel", "minimax_m1", "kimi_k2", "seed_oss", "hermes", "mistral", "mistral_args", "function_tag", "granite", "deepseek_r1", "deepseek_v3", "command_r7b",
            "qwen3_coder", "glm")
 
 
@@ -282,6 +295,52 @@ def test_xml_arguments_are_text_where_the_schema_says_string_else_json(fmt):
     assert not accepts(written.replace("7", '"seven"', 1))  # an integer, as JSON
     assert accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"hour": 7}}]))
     assert not accepts(write_calls(f, [{"name": "set_alarm", "arguments": {"label": "x"}}]))  # hour is required
+
+
+# strings held to a pattern, lengths and a const, a number to a range; two required, two not
+BOOKING = [{"type": "function", "function": {"name": "book", "parameters": {"type": "object", "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{3}$"}, "seats": {"type": "integer", "minimum": 1, "maximum": 9},
+    "note": {"type": "string", "minLength": 2, "maxLength": 6}, "ref": {"type": "string", "pattern": "[0-9]"},
+    "kind": {"type": "string", "const": "flight"}}, "required": ["code", "seats"]}}}]
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v32", "deepseek_v4", "hy3",
+                                 "minicpm5", "kimi_k3", "muse_glimmer", "lfm2"])
+def test_call_grammar_holds_text_arguments_to_their_schema_in_any_order(fmt):
+    """An XML argument's text is held to what the JSON grammar holds a string to (pattern - searched,
+    as JSON Schema does -, lengths, const) and numbers to their range; the arguments may come in
+    any order (the templates write them in the order given), each once, the required ones all."""
+    f = ToolFormat(fmt, True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, BOOKING)))
+
+    def call(**args):
+        return write_calls(f, [{"name": "book", "arguments": args}])
+
+    assert accepts(call(code="CDG", seats=2))
+    assert accepts(call(seats=2, code="CDG"))  # (required ones in another order)
+    assert accepts(call(note="aisle", seats=2, ref="x7y", code="CDG", kind="flight"))
+    assert accepts(call(code="CDG", seats=2, ref="7"))
+    for bad in (dict(code="cdg", seats=2), dict(code="CDGX", seats=2), dict(code="CDG", seats=10),
+                dict(code="CDG", seats=0), dict(code="CDG", seats=2, note="a"), dict(code="CDG", seats=2, note="windows"),
+                dict(code="CDG", seats=2, ref="xyz"), dict(code="CDG", seats=2, kind="train"), dict(code="CDG"),
+                dict(seats=2)):
+        assert not accepts(call(**bad)), bad
+    # an argument written twice: the note's text (what a call with it has more) once more
+    short, long = call(code="CDG", seats=2), call(code="CDG", seats=2, note="aisle")
+    head = len(os.path.commonprefix([short, long]))
+    tail = len(os.path.commonprefix([short[::-1], long[::-1]]))
+    note = long[head:len(long) - tail]
+    assert "aisle" in note and accepts(long)
+    assert not accepts(long[:len(long) - tail] + note + long[len(long) - tail:])
+
+
+def test_a_patterns_alternatives_are_searched_each_with_its_own_anchors():
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "^ab|yz$"}}, "required": ["s"]}}}]
+    f = ToolFormat("qwen3_coder", True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, tool)))
+    assert [accepts(write_calls(f, [{"name": "f", "arguments": {"s": s}}])) for s in ("ab", "abc", "xyz", "xab", "yzx")] == \
+        [True, True, True, False, False]
 
 
 def test_lfm2_calls_are_read_as_python_literals_never_run():
@@ -386,7 +445,8 @@ def test_command_r7b_answer_is_the_text_of_its_response():
                                   "Apriel-1.6-15b-Thinker-fixed", "MiniMax-M1", "MiniMax-M2", "LFM2.5-8B-A1B",
                                   "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4",
                                   "tencent-Hy3", "GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "upstage-Solar-Open-100B",
-                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Kimi-K3"])
+                                  "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Kimi-K3", "muse-glimmer",
+                                  "HuggingFaceTB-SmolLM3-3B"])
 def test_a_recognised_format_gets_no_generic_how_to_call_line(name):
     from edgellm.chat import ChatTemplate
     from edgellm.tool_calls import prepare_turn
@@ -466,6 +526,53 @@ def test_gpt_oss_history_renders_as_its_template_writes_it():
                            '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
                            '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"Sunny"<|end|>'
                            "<|start|>assistant")
+
+
+def test_muse_glimmer_messages_are_read_by_their_recipient_and_its_history_renders_back():
+    """Muse Glimmer (llama.cpp's common/parsers/muse-glimmer.cpp): to=self is reasoning, to=user (or
+    no recipient) the answer, to=NAME an ATEM call; a call read back, with its result, renders as
+    the template writes it."""
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    t = ChatTemplate(template("muse-glimmer"))
+    assert "<|eot|>" in t.stop_strings and "<|eom|>" not in t.stop_strings  # (<|eom|> ends one message)
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    turn = prepare_turn(t, ask, TOOLS, "required")
+    assert turn.fmt.name == "muse_glimmer" and turn.prompt.endswith("<|start|>assistant")
+    msg, finish = turn.message(WRITTEN["muse_glimmer"], "stop")
+    assert (msg["reasoning_content"], msg["content"], finish) == ("Let me check.", None, "tool_calls")
+    assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    answer = " to=self<|message|>Easy.<|eom|><|start|>assistant to=user<|message|>It is sunny."
+    for tools in (TOOLS, None):
+        plain = prepare_turn(t, ask, tools).message(answer, "stop")[0]
+        assert plain == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
+    assert prepare_turn(t, ask).message(WRITTEN["muse_glimmer"], "stop")[0] == {  # no tools: no call
+        "role": "assistant", "content": "", "reasoning_content": "Let me check."}
+    history = ask + [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "Sunny"}]
+    assert prepare_turn(t, history, TOOLS).prompt.endswith(
+        "<|start|>user<|message|>Weather in Paris?<|eot|><|start|>assistant to=self<|message|>Let me check.<|eom|>"
+        "<|start|>assistant to=get_weather<|message|>" + WRITTEN["muse_glimmer"].split("<|message|>")[-1] +
+        '<|eot|><|start|>tool get_weather<|message|><tool_output name="get_weather">\nSunny\n</tool_output><|eot|>'
+        "<|start|>assistant")
+
+
+def test_smollm3_without_tools_in_its_template_is_told_the_hermes_form():
+    """llama.cpp's copy of SmolLM3's template lists no tools and renders no calls; SmolLM3 writes
+    Hermes calls (its own template's xml_tools): the tools and that form go in the system message,
+    a past call as the model writes it, and the reply is read as Hermes'."""
+    from edgellm.chat import ChatTemplate
+    from edgellm.tool_calls import prepare_turn
+
+    t = ChatTemplate(template("HuggingFaceTB-SmolLM3-3B"))
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    turn = prepare_turn(t, ask, TOOLS)
+    assert turn.fmt == ToolFormat("hermes", False) and '"name": "get_weather"' in turn.prompt
+    assert "To call a tool, write the call in this form" in turn.prompt and "<tool_call>" in turn.prompt
+    msg, finish = turn.message("<think>\nParis.\n</think>\n" + FORCED["hermes"], "stop")
+    assert (msg["reasoning_content"], finish, msg["tool_calls"][0]["function"]["name"]) == ("Paris.", "tool_calls", "get_weather")
+    history = ask + [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "Sunny"}]
+    assert FORCED["hermes"] in prepare_turn(t, history, TOOLS).prompt
 
 
 def test_command_r7b_thinking_is_reasoning_content():

@@ -473,18 +473,39 @@ class LLM:
         "tool_calls" (if the model called tools), "reasoning_content" (a <think> block)}."""
         return self.create_chat_completion(messages, **options)["choices"][0]["message"]
 
-    def create_chat_completion(self, messages: list[dict], **options) -> dict:
-        """chat() as OpenAI's chat.completion object (message, finish_reason, usage)."""
-        if options.get("stream"):
-            raise ValueError("create_chat_completion does not stream; use chat(stream=True)")
+    def create_chat_completion(self, messages: list[dict], *, stream: bool = False, **options):
+        """chat() as OpenAI's chat.completion object (message, finish_reason, usage); with
+        stream=True an iterator of its chat.completion.chunk objects, as the server streams them:
+        the role first, then content / reasoning_content text and tool_calls deltas (a call's id
+        and name, then its arguments in fragments as they are written), then finish_reason. The
+        chunks add up to the message the same call without stream returns."""
+        from .tool_calls.turn import finish_reason
+
         it, turn = self._chat(messages, **options)
-        msg, finish = turn.message("".join(it), self.last_stats.stop_reason)
+        cid, created = "chatcmpl-" + os.urandom(12).hex(), int(time.time())
+        json_answer = options.get("response_format") is not None or options.get("json_schema") is not None
+        if stream:
+            return self._chunks(it, turn.reply(json_answer), cid, created, bool(options.get("tools")))
+        msg, finish = turn.message("".join(it), self.last_stats.stop_reason, json_answer=json_answer)
         s = self.last_stats
-        return {"id": "chatcmpl-" + os.urandom(12).hex(), "object": "chat.completion", "created": int(time.time()),
-                "model": self.path.name,
+        return {"id": cid, "object": "chat.completion", "created": created, "model": self.path.name,
                 "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
                 "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
                           "total_tokens": s.prompt_tokens + s.generated_tokens}}
+
+    def _chunks(self, pieces, reply, cid: str, created: int, tools: bool) -> Iterator[dict]:
+        from .tool_calls.turn import finish_reason
+
+        def chunk(delta: dict, finish=None) -> dict:
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.path.name,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        # with tools the content may never come (a call instead): null until it does, as OpenAI sends it
+        yield chunk({"role": "assistant", "content": None if tools else ""})
+        for piece in pieces:
+            yield from (chunk(d) for d in reply.feed(piece))
+        yield from (chunk(d) for d in reply.close())
+        yield chunk({}, finish_reason(reply, self.last_stats.stop_reason))
 
     def _chat(self, messages, *, stream: bool = False, max_tokens=None, stop=None, seed=None, response_format=None,
               json_schema=None, grammar=None, regex=None, tools=None, tool_choice=None, speculative=None, **sampling):

@@ -18,7 +18,7 @@ from .tool_caps import ToolCaps, probe
 
 # Markers that end a turn in the common template families (ChatML, Gemma, Llama 3, Phi-3); the
 # ones a template writes become its stop strings.
-END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|eot|>")  # (<|eot|>: Muse Glimmer)
 # gpt-oss and Solar Open: <|end|> ends one message of a reply, and these end the turn (llama.cpp's
 # vocabulary rule: where a model has <|call|> or <|calls|>, <|end|> does not end generation)
 MESSAGE_END, TURN_ENDS = "<|end|>", ("<|return|>", "<|call|>", "<|calls|>", "<|flush|>")

@@ -1,6 +1,6 @@
 """OpenAI's response bodies: chat.completion / text_completion objects, their streamed chunks
 (server-sent events), logprobs in each endpoint's shape, and usage. A chat choice's message and
-deltas come from its reply.Reply (content, reasoning_content, tool_calls); a completion's from
+deltas come from its tool_calls.Reply (content, reasoning_content, tool_calls); a completion's from
 TextReply (its text as written)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A request's structured output: the grammar the engine follows (response_format, llama.cpp's
 grammar / json_schema fields, a required tool call) and, for chat, the prompt rendered with the
-tools (tool_calls.prepare_turn) and how to read the reply back (reply.Reply). Each problem is a
+tools (tool_calls.prepare_turn) and how to read the reply back (tool_calls.Reply). Each problem is a
 400 naming its field.
 
     tool_choice  + response_format / json_schema   -> the engine follows
@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 from ..constrain import Grammar, lltokenizer
 from ..errors import GrammarError, TemplateError
-from ..tool_calls import ChatTurn, call_or_json_grammar, chosen_tools, in_answer, prepare_turn
+from ..tool_calls import ChatTurn, Reply, call_or_json_grammar, chosen_tools, in_answer, prepare_turn
 from .errors import invalid
-from .reply import Reply, open_reply
 from .schemas import Generation, Output
 
 
@@ -39,8 +38,7 @@ class ChatPlan:
 
     def reply(self) -> Reply:
         """A reader for one choice's reply."""
-        return open_reply(self.turn.fmt, calls=self.turn.tools, thinking=self.turn.thinking,
-                          json_answer=self.json_answer, parallel=self.parallel, tools=self.turn.usable)
+        return self.turn.reply(self.json_answer, self.parallel)
 
 
 def _schema(out: Output):

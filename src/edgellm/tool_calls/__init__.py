@@ -3,12 +3,17 @@ and grammars that make a model write one when it must (tool_choice "required" or
 function). formats.py holds the one table of formats (how each is detected, its family module,
 its reasoning markers); the families: json_calls.py (JSON with a format's own markers around each
 call), marked.py (JSON between a marker and an end marker), xml.py, pythonic.py (LFM2), gemma4.py,
-harmony.py (gpt-oss); turn.py renders a turn and reads its reply.
+harmony.py (gpt-oss), muse.py (Muse Glimmer); turn.py renders a turn. Each family writes calls,
+forces them (a grammar) and reads a reply with scan.py's steps; reply.py turns that reading into
+OpenAI's deltas and message, streamed or whole (the server, ChatTurn.message,
+LLM.create_chat_completion(stream=True)), so a streamed reply adds up to the whole one.
 
 A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp recognises them
-(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2, deepseek_v32 / v4, hy3, minicpm5 and kimi_k3, write a text argument as it is and any other as JSON):
+(the XML formats, qwen3_coder, seed_oss, glm, minimax_m2, deepseek_v32 / v4, hy3, minicpm5, kimi_k3 and
+muse_glimmer, write a text argument as it is and any other as JSON):
 
-    hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3)
+    hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Hermes 2/3, Qwen 2.5/3, SmolLM3 - also
+                 llama.cpp's copy of its template, which lists no tools)
     llama3       {"name": ..., "parameters": {...}}, maybe after <|python_tag|>   (Llama 3.1-3.3)
     mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}]              (Mistral Nemo)
     mistral_args [TOOL_CALLS]name[ARGS]{...}                                  (Mistral Small 3.2, Devstral, Ministral 3)
@@ -54,8 +59,12 @@ A format is chosen from the chat template's text, as llama.cpp's common/chat.cpp
                  (Solar Open; reasoning between <|think|> and <|end|>, the answer after <|content|>)
     gpt_oss      <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}
                  (gpt-oss: OpenAI's harmony messages, harmony.py; analysis is reasoning_content)
+    muse_glimmer  to=self<|message|>...<|eom|><|start|>assistant to=name<|message|><atem:function_calls>
+                 <atem:invoke name="name"><atem:parameter name="key">value</atem:parameter></atem:invoke></atem:function_calls>
+                 (Muse Glimmer: messages by recipient, muse.py; to=self is reasoning_content)
     generic      {"tool_call": {"name": ..., "arguments": {...}}}  or  {"response": "..."}
-                 (any other template: the system message says how to call a tool)
+                 (any other template - Gemma 2, Phi-3.5, RWKV: no tool support in them, llama.cpp reads
+                 their replies as content only -: the system message says how to call a tool)
 
 What reaches the template follows what it renders (ChatTemplate.tool_caps, probed): tools it does
 not list are listed in the system message, calls and results it drops are written as text.
@@ -71,12 +80,13 @@ the reply's decoder renders those (llama.cpp's preserved tokens).
 """
 
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat
-from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, parse,
-                      in_answer, preserved_markers, reasoning_tags, split_reasoning, unmarked, write_calls)
+from .formats import (FORMATS, answer_grammar, answer_marks, call_grammar, call_or_json_grammar, detect_format, in_answer,
+                      preserved_markers, reasoning_tags, split_reasoning, unmarked, write_calls)
+from .reply import Reply, open_reply, parse
 from .turn import (ChatTurn, check_tools, chosen_tools, describe_tools, prepare_messages, prepare_turn,
                    with_tool_description)
 
-__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "ToolFormat", "answer_grammar", "answer_marks",
+__all__ = ["FORMATS", "GENERIC", "THINK_CLOSE", "THINK_OPEN", "ChatTurn", "Reply", "ToolFormat", "answer_grammar", "answer_marks",
            "call_grammar", "call_or_json_grammar", "check_tools", "chosen_tools", "describe_tools", "detect_format",
-           "in_answer", "parse", "prepare_messages", "prepare_turn", "preserved_markers", "reasoning_tags",
+           "in_answer", "open_reply", "parse", "prepare_messages", "prepare_turn", "preserved_markers", "reasoning_tags",
            "split_reasoning", "unmarked", "with_tool_description", "write_calls"]

@@ -31,29 +31,6 @@ def make_call(name: str, arguments: Any) -> dict:
     return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {"name": name, "arguments": args}}
 
 
-def json_values(text: str) -> list[Any]:
-    """The JSON values written one after another in text (whitespace or ; between them)."""
-    dec, out, i = json.JSONDecoder(), [], 0
-    while i < len(text):
-        while i < len(text) and text[i] in " \t\r\n;":
-            i += 1
-        if i >= len(text):
-            break
-        value, i = dec.raw_decode(text, i)
-        out.append(value)
-    return out
-
-
-def without(text: str, spans: list[tuple[int, int]]) -> str:
-    """text without the spans (of its calls), stripped of the whitespace around them."""
-    pieces, last = [], 0
-    for a, b in spans:
-        pieces.append(text[last:a].strip())
-        last = b
-    pieces.append(text[last:].strip())
-    return "\n".join(p for p in pieces if p)
-
-
 # -- grammar pieces --------------------------------------------------------------------------------
 
 
@@ -84,28 +61,63 @@ def call_schema(tool: dict, args_key: str = "arguments") -> dict:
             "required": ["name", args_key], "additionalProperties": False}
 
 
-def keyword_arguments(tool: dict, key_end: str, sep: str, value, order=None) -> str:
-    """A call's named arguments (Lark, with a leading space; "" for none): each of the tool's
-    properties as its name, key_end, then value(its schema); those not required may be left out,
-    sep between those written. order: sorts the names (else the schema's order)."""
+MAX_ANY_ORDER = 6  # arguments a call may write in any order (with more, in the schema's order): llama.cpp's
+# Qwen3-Coder grammar takes up to 6 required arguments in any order (COMMON_CHAT_MAX_PERMUTE)
+
+
+def argument_list(items: list[tuple[str, bool]], sep: str, rules: dict, rule: str, any_order: bool = True) -> str:
+    """A call's arguments (Lark, with a leading space; "" for none): each of items (its Lark,
+    whether it is required) at most once, all the required ones, sep between two. In any order
+    where there are at most MAX_ANY_ORDER of them and any_order, else in the items' order, those
+    not required skippable. rules gets the rules this refers to (each item's, and one for each
+    set of items written), named rule_..."""
+    if not items:
+        return ""
+    sep_ = f"{lit(sep)} " if sep else ""
+    required = {i for i, (_, req) in enumerate(items) if req}
+    names = []
+    for i, (it, _) in enumerate(items):
+        names.append(f"{rule}_a{i}")
+        rules[names[-1]] = it
+    if any_order and len(items) <= MAX_ANY_ORDER:
+        def after(written: frozenset) -> str:  # what may follow once `written` are
+            left = [i for i in range(len(items)) if i not in written]
+            if not left:
+                return ""
+            name = f"{rule}_w{sum(1 << i for i in written)}"
+            if name not in rules:
+                rules[name] = " | ".join(f"({sep_}{names[i]}{after(written | {i})})" for i in left)
+            return f" {name}" + ("?" if required <= written else "")
+
+        alts = " | ".join(f"({names[i]}{after(frozenset({i}))})" for i in range(len(items)))
+        return f" ({alts})" + ("" if required else "?")
+
+    def rest(i: int) -> str:  # what may follow once items[i - 1] is written, in order
+        return "".join(f" ({sep_}{names[j]})" + ("" if items[j][1] else "?") for j in range(i, len(items)))
+
+    starts = []  # the first argument written is each one up to the first required
+    for k, (_, req) in enumerate(items):
+        starts.append(f"{names[k]}{rest(k + 1)}")
+        if req:
+            break
+    alts = " | ".join(f"({a})" for a in starts)
+    return f" ({alts})" + ("" if required else "?")
+
+
+def keyword_arguments(tool: dict, key_end: str, sep: str, value, rules: dict, rule: str, order=None) -> str:
+    """A call's named arguments (argument_list): each of the tool's properties as its name,
+    key_end, then value(its schema). order: sorts the names, which then stay in that order (else
+    any order)."""
     params = parameters(tool)
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = set(params.get("required") or [])
     names = order(props) if order else list(props)
     items = [(f"{lit(key + key_end)} {value(props[key])}", key in required) for key in names]
+    return argument_list(items, sep, rules, rule, any_order=order is None)
 
-    def after(i: int) -> str:  # what may follow once an argument is written
-        return "".join(f" ({lit(sep)} {it})" + ("" if req else "?") for it, req in items[i:])
 
-    starts = []  # the first argument written is each one up to the first required
-    for k, (it, req) in enumerate(items):
-        starts.append(f"{it}{after(k + 1)}")
-        if req:
-            break
-    if not starts:
-        return ""
-    alts = " | ".join(f"({a})" for a in starts)
-    return f" ({alts})" + ("" if any(req for _, req in items) else "?")
+def grammar_rules(rules: dict) -> str:
+    return "".join(f"\n{name}: {body}" for name, body in rules.items())
 
 
 def per_tool(tools: list[dict], prefix: str, between: str, suffix: str = "") -> str:

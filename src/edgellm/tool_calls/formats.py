@@ -9,28 +9,39 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import gemma4, harmony, json_calls, marked, pythonic, xml
+from . import gemma4, harmony, json_calls, marked, muse, pythonic, xml
 from .common import GENERIC, THINK_CLOSE, THINK_OPEN, ToolFormat, json_rule
 
 
 @dataclass(frozen=True)
 class Format:
-    family: ModuleType  # write(name, calls), grammar(name, tools, parallel), parse(name, text, tools)
+    family: ModuleType  # write(name, calls), grammar(name, tools, parallel), markers(name), and
+    # read(name, scan, tools): the reader of a reply's body (scan.py)
     detect: Callable[[str], bool]  # the template's source -> whether it is this format's
     reasoning: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)  # the markers around its reasoning
     answer_marks: tuple[str, ...] = ()  # markers around the answer, dropped from the content
     # the template writes an assistant's reasoning from its `thinking` (as llama.cpp passes
     # reasoning_content to it): None, or whether a message with calls then loses its content
     thinking_field: bool | None = None
+    messages: bool = False  # a reply is messages (its family reads them, its reasoning too, tools or not)
 
 
 def _has(*markers: str) -> Callable[[str], bool]:
     return lambda src: all(m in src for m in markers)
 
 
+def _smollm3(src: str) -> bool:
+    """SmolLM3's template as llama.cpp's copy has it (Unsloth's edit): it lists no tools and
+    renders no calls (llama.cpp reads its replies as content only), while the model, taught by its
+    own template's xml_tools, writes Hermes' <tool_call> JSON: read as Hermes, the tools and the
+    form of a call described in the system message."""
+    return "SmolLM" in src and "/no_think" in src and "<tool_call>" not in src
+
+
 _JSON = json_calls
 FORMATS: dict[str, Format] = {
-    "gpt_oss": Format(harmony, _has(harmony.CHANNEL), thinking_field=True),
+    "gpt_oss": Format(harmony, _has(harmony.CHANNEL), thinking_field=True, messages=True),
+    "muse_glimmer": Format(muse, _has("<atem:function_calls>", muse.EOM), messages=True),
     "hy3": Format(xml, _has("<tool_sep{}>", xml.HY), reasoning=(f"<think{xml.HY}>", f"</think{xml.HY}>")),
     "deepseek_v32": Format(xml, _has(xml.DSML, "function_calls>")),
     "deepseek_v4": Format(xml, _has(xml.DSML)),
@@ -64,7 +75,7 @@ FORMATS: dict[str, Format] = {
     "seed_oss": Format(xml, _has("<seed:tool_call>")),
     "glm": Format(xml, _has("<tool_call>", "<arg_key>")),
     "qwen3_coder": Format(xml, _has("<tool_call>", "<function=", "<parameter=")),
-    "hermes": Format(_JSON, _has("<tool_call>")),
+    "hermes": Format(_JSON, lambda src: "<tool_call>" in src or _smollm3(src)),
     "mistral_args": Format(_JSON, _has("[TOOL_CALLS]", "[ARGS]")),
     "mistral": Format(marked, _has("[TOOL_CALLS]")),
     "functionary": Format(_JSON, _has(">>>")),
@@ -77,7 +88,7 @@ FORMATS: dict[str, Format] = {
 def detect_format(template_source: str) -> ToolFormat:
     src = template_source or ""
     name = next(n for n, f in FORMATS.items() if f.detect(src))
-    return GENERIC if name == "generic" else ToolFormat(name, True)
+    return GENERIC if name == "generic" else ToolFormat(name, not _smollm3(src))
 
 
 def _spec(fmt: ToolFormat | None) -> Format:
@@ -104,9 +115,21 @@ def preserved_markers(fmt: ToolFormat | None, calls: bool) -> tuple[str, ...]:
     text between them (Tokenizer.preserved_ids finds the control tokens in it)."""
     spec = _spec(fmt)
     found = spec.reasoning + spec.answer_marks
-    if fmt is not None and (calls or spec.family is harmony):
+    if fmt is not None and (calls or spec.messages):
         found += spec.family.markers(fmt.name)
     return tuple(dict.fromkeys(found))
+
+
+def always_read(fmt: ToolFormat | None) -> bool:
+    """A reply in the format is read by its family with or without tools (its messages)."""
+    return _spec(fmt).messages
+
+
+def reader(fmt: ToolFormat | None, tools: list[dict] | None):
+    """The reader of a reply's body in format fmt, for a Scan (tools: the request's, which type
+    the XML formats' arguments; None: the request has none, so no call is read)."""
+    family, name = _spec(fmt).family, fmt.name if fmt is not None else "generic"
+    return lambda scan: family.read(name, scan, tools)
 
 
 def unmarked(fmt: ToolFormat, text: str) -> str:
@@ -167,15 +190,3 @@ def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> st
         return harmony.call_or_answer_grammar(tools, schema)
     call = call_grammar(fmt, tools)
     return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {json_rule(schema)}"
-
-
-def parse(fmt: ToolFormat, text: str, tools: list[dict] | None = None) -> tuple[str, list[dict]]:
-    """(content, tool_calls) of a reply in format `fmt`; text that is not a well-formed call
-    stays content (less the format's answer markers). tools: the request's, which say which XML
-    argument values are text."""
-    answer = unmarked(fmt, text)
-    try:
-        found = _spec(fmt).family.parse(fmt.name, answer, tools)
-    except (ValueError, KeyError, TypeError, AttributeError):  # (json.JSONDecodeError is a ValueError)
-        found = None
-    return found if found is not None else (answer.strip(), [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import keyword_arguments, lit, make_call
+from .common import grammar_rules, keyword_arguments, lit
 
 OPEN, CLOSE, QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
 _NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
@@ -85,20 +85,75 @@ def _pair(s: str, i: int):
     return (key, value), end
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls); None without a call (one that does not read raises ValueError)."""
-    calls, spans, i = [], [], text.find(OPEN)
-    while i >= 0:
-        brace = text.index("{", i)
-        args, end = _value(text, brace)  # text[brace] is "{": a dict
-        if not text.startswith(CLOSE, end):
-            raise ValueError("a call without its end")
-        calls.append(make_call(text[i + len(OPEN):brace].strip(), args))
-        spans.append((i, end + len(CLOSE)))
-        i = text.find(OPEN, end)
-    if not calls:
-        return None
-    return text[:spans[0][0]].strip() + text[spans[-1][1]:].strip(), calls
+def _scan_value(s):
+    """The text of the value that starts here, up to a "," or "}" outside its brackets and
+    quotes (not read); None where the text ends first."""
+    i, depth, quoted = s.pos, 0, False
+    while True:
+        while i < len(s.text):
+            if s.text.startswith(QUOTE, i):
+                quoted = not quoted
+                i += len(QUOTE)
+                continue
+            if len(s.text) - i < len(QUOTE) and QUOTE.startswith(s.text[i:]) and not s.final:
+                break  # (maybe a quote: wait)
+            c = s.text[i]
+            if not quoted:
+                if c in "[{":
+                    depth += 1
+                elif c in "]}":
+                    if depth == 0:
+                        text, s.pos = s.text[s.pos:i], i
+                        return text
+                    depth -= 1
+                elif c == "," and depth == 0:
+                    text, s.pos = s.text[s.pos:i], i
+                    return text
+            i += 1
+        if s.final:
+            return None
+        yield
+
+
+def _arguments(s):
+    """A call's arguments, after its "{", sent as JSON as each is read; whether they ended ("}")."""
+    s.args("{")
+    first = True
+    while not (yield from s.opens("}")):
+        if not first and not (yield from s.opens(",")):
+            return False
+        key = yield from s.until(":", limit=100)
+        raw = None if key is None else (yield from _scan_value(s))
+        if raw is None:
+            return False
+        try:
+            (k, value), end = _pair(key[0] + ":" + raw, 0)
+        except (ValueError, IndexError):
+            return False
+        if raw[end - len(key[0]) - 1:].strip():
+            return False
+        s.args(("" if first else ", ") + json.dumps(k, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False))
+        first = False
+    s.args("}")
+    return True
+
+
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py): each call between its markers."""
+    if tools is None:
+        return (yield from s.rest())
+    while (yield from s.content_until(OPEN)) is not None:
+        start = s.pos - len(OPEN)
+        got = yield from s.until("{", limit=100)
+        fn = got[0].strip() if got is not None else ""
+        if not fn or any(c in fn for c in "<>{}[],:"):
+            s.release(start)
+            continue
+        s.call(fn)
+        if (yield from _arguments(s)) and (yield from s.opens(CLOSE, ws=False)):
+            s.end()
+        else:
+            s.cut()
 
 
 # -- forcing a call: each argument typed by its schema where the notation can say it ------------------
@@ -124,6 +179,7 @@ def _typed(schema) -> str:
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     # (the arguments in the order of their names, as the template sorts them)
-    one = " | ".join(f"({lit(OPEN + t['function']['name'] + '{')}{keyword_arguments(t, ':', ',', _typed, sorted)} "
-                     f"{lit('}' + CLOSE)})" for t in tools)
-    return f"start: one{' one*' if parallel else ''}\none: {one}{_RULES}"
+    rules: dict[str, str] = {}
+    one = " | ".join(f"({lit(OPEN + t['function']['name'] + '{')}{keyword_arguments(t, ':', ',', _typed, rules, f'args{i}', sorted)} "
+                     f"{lit('}' + CLOSE)})" for i, t in enumerate(tools))
+    return f"start: one{' one*' if parallel else ''}\none: {one}{grammar_rules(rules)}{_RULES}"

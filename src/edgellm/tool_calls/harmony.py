@@ -14,16 +14,15 @@ message to another recipient (a built-in tool), or any call where the request ha
 dropped, as llama.cpp's gpt-oss parser drops it. Text that is no message header is content as
 written.
 
-Split reads the text in pieces as it streams and says what each piece is; parse_reply reads a
-whole reply with it, so the server's stream and the library's reply agree.
+Split reads the text in pieces as it streams and says what each piece is; read turns that into
+what scan.py's reader of every format says.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
-from .common import dump, json_rule, lit, make_call, per_tool
+from .common import dump, json_rule, lit, per_tool
 
 START, END, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|constrain|>"
 STOPS = ("<|return|>", "<|call|>")
@@ -133,30 +132,31 @@ class Split:
             return out
 
 
-def parse_reply(text: str, calls: bool) -> tuple[str | None, str, list[tuple[str, str]]]:
-    """(reasoning or None, content, [(tool name, arguments as written)]) of a whole reply. A
-    call whose arguments are not a JSON object is content, as written (its header and all)."""
-    split = Split(calls)
-    sections: list[list] = []  # [kind, name, header, body]
-    for ev in split.feed(text) + split.close():
-        if ev[0] == "open":
-            sections.append([ev[1], ev[2], ev[3], ""])
-        elif ev[0] == "text":
-            sections[-1][3] += ev[2]
-    reasoning, content, found = [], [], []
-    for kind, name, header, body in sections:
-        if kind == "call":
-            try:
-                ok = isinstance(json.loads(body), dict)
-            except json.JSONDecodeError:
-                ok = False
-            if ok:
-                found.append((name, body))
-                continue
-            kind, body = "content", header + MESSAGE + body
-        if kind != "drop" and body.strip():
-            (reasoning if kind == "reasoning" else content).append(body.strip())
-    return ("\n".join(reasoning) if reasoning else None), "\n".join(content), found
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py): each message's body as what its header says -
+    reasoning, content, or a call's arguments as written (complete when the message ends) -, a
+    message a stretch of its kind's text (so messages of one kind are joined by a newline)."""
+    split, seen, kind = Split(tools is not None), 0, None
+    while True:
+        events = split.feed(s.text[seen:])
+        seen = s.pos = len(s.text)
+        if s.final:
+            events += split.close()
+        for ev in events:
+            if ev[0] == "open":
+                s.stretch()
+                kind = ev[1]
+                if kind == "call":
+                    s.call(ev[2])
+            elif ev[0] == "text" and kind == "call":
+                s.args(ev[2])
+            elif ev[0] == "text" and kind in ("content", "reasoning"):
+                s.say(ev[2], kind)
+            elif ev[0] == "close" and kind == "call":
+                s.end()
+        if s.final:
+            return
+        yield
 
 
 def markers(name: str) -> tuple[str, ...]:
@@ -188,8 +188,3 @@ def answer_grammar(schema: dict) -> str:
 
 def call_or_answer_grammar(tools: list[dict], schema: dict) -> str:
     return _after_analysis(f"(call | {lit(FINAL)} {json_rule(schema)})", tools)
-
-
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]]:
-    _, content, found = parse_reply(text, True)
-    return content, [make_call(n, args) for n, args in found]

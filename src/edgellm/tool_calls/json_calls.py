@@ -4,10 +4,10 @@ DeepSeek R1 / V3.1's, Kimi K2's and Solar Open's call sections, and the generic 
 
 from __future__ import annotations
 
-import json
 import re
 
-from .common import call_schema, dump, json_rule, json_values, lit, make_call, parameters, per_tool
+from .common import call_schema, dump, json_rule, lit, parameters, per_tool
+from .scan import CallsIn, decode, json_arguments
 
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -99,82 +99,118 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     return f"start: {call}{rules}"
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls); None where there is no call (a JSON error raises)."""
-    if name in ("deepseek_r1", "deepseek_v3"):
-        i = text.find(DS_CALLS_BEGIN)
-        if i >= 0 and text.find(DS_CALLS_END, i) >= 0:
-            b, e = re.escape(DS_CALL_BEGIN), re.escape(DS_CALL_END)
-            pattern = (b + r"(?:function)?" + re.escape(DS_SEP) + r"([^\n]+)\n```(?:json)?\n(.*?)\n```\s*" + e
-                       if name == "deepseek_r1" else b + r"(.*?)" + re.escape(DS_SEP) + r"(.*?)" + e)
-            calls = [make_call(m.group(1).strip(), json.loads(m.group(2))) for m in re.finditer(pattern, text[i:], re.S)]
-            if calls:
-                return text[:i].strip(), calls
-    elif name == "kimi_k2":
-        i = text.find(KIMI[0])
-        if i >= 0 and text.find(KIMI[4], i) >= 0:
-            b, a, e = (re.escape(m) for m in KIMI[1:4])
-            calls = [make_call(m.group(1).strip(), json.loads(m.group(2)))
-                     for m in re.finditer(b + r"\s*(?:functions\.)?([^<:]+?)(?::\d+)?\s*" + a + r"(.*?)" + e, text[i:], re.S)]
-            if calls:
-                return text[:i].strip(), calls
-    elif name == "solar_open":
-        i = text.find(SOLAR[0])
-        if i >= 0:
-            b, n, a, e = (re.escape(m) for m in SOLAR[1:])
-            calls = [make_call(m.group(1).strip(), json.loads(m.group(2)))
-                     for m in re.finditer(b + r"[^<]*" + n + r"(.*?)" + a + r"(.*?)" + e, text[i:], re.S)]
-            if calls:
-                return text[:i].strip(), calls
-    elif name == "hermes":
-        calls = []
-        for m in re.finditer(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.S):
-            obj = json.loads(m.group(1))
-            calls.append(make_call(obj["name"], obj.get("arguments", {})))
-        if calls:
-            return re.sub(r"\s*<tool_call>.*?</tool_call>\s*", "", text, flags=re.S).strip(), calls
-    elif name == "llama3":
-        body = text.strip()
-        if body.startswith(PYTHON_TAG):
-            body = body[len(PYTHON_TAG):]
-        if body.startswith("{"):
-            values = json_values(body)
-            if values and all(isinstance(v, dict) and "name" in v for v in values):
-                return "", [make_call(v["name"], v.get("parameters", v.get("arguments", {}))) for v in values]
-    elif name == "mistral_args":
-        i = text.find(MISTRAL[0])
-        if i >= 0:
-            calls = []
-            for part in text[i:].split(MISTRAL[0])[1:]:
-                fn, _, args = part.partition(MISTRAL[1])
-                calls.append(make_call(fn.strip(), json.loads(args)))
-            return text[:i].strip(), calls
-    elif name == "functionary":
-        parts = text.split(FUNCTIONARY)
-        content, calls = parts[0].strip(), []
-        for part in parts[1:]:
-            fn, _, body = part.partition("\n")
-            if fn.strip() == FUNCTIONARY_TEXT:
-                content = (content + body).strip()
-            else:
-                calls.append(make_call(fn.strip(), json.loads(body)))
-        if calls:
-            return content, calls
-    elif name == "function_tag":
-        calls = [make_call(m.group(1), json.loads(m.group(2)))
-                 for m in re.finditer(r"<function=([^>]+)>(.*?)</function>", text, re.S)]
-        if calls:
-            return re.sub(r"\s*<function=[^>]+>.*?</function>\s*", "", text, flags=re.S).strip(), calls
-    else:  # generic
-        body = text.strip()
-        if body.startswith("{"):
-            obj = json.loads(body)
-            if isinstance(obj.get("tool_call"), dict):
-                c = obj["tool_call"]
-                return "", [make_call(c["name"], c.get("arguments", {}))]
-            if isinstance(obj.get("tool_calls"), list):
-                return "", [make_call(c["name"], c.get("arguments", {})) for c in obj["tool_calls"]]
-            if "response" in obj:
-                r = obj["response"]
-                return (r if isinstance(r, str) else dump(r)), []
-    return None
+# the formats whose call is a header naming the tool, then its arguments as a JSON object: (the
+# block around the calls - its opening, its closing or None - or None, a call's opening, its header
+# up to the arguments' "{" (a pattern, group 1 the name; functionary's ends at its newline), what
+# follows the arguments)
+_ESC = re.escape
+HEADED = {
+    "mistral_args": (None, MISTRAL[0], rf"\s*([\w.\-]+)\s*{_ESC(MISTRAL[1])}\s*", ()),
+    "functionary": (None, FUNCTIONARY, r"\s*([\w.\-]+)\s*", ()),
+    "function_tag": (None, FUNCTION_TAG[0], r"([\w.\-]+)>\s*", (FUNCTION_TAG[1],)),
+    "deepseek_r1": ((DS_CALLS_BEGIN, DS_CALLS_END), DS_CALL_BEGIN,
+                    rf"\s*(?:function)?\s*{_ESC(DS_SEP)}\s*([^\n{{]+?)\s*```(?:json)?\s*", ("```", DS_CALL_END)),
+    "deepseek_v3": ((DS_CALLS_BEGIN, DS_CALLS_END), DS_CALL_BEGIN, rf"\s*([^{{<]+?)\s*{_ESC(DS_SEP)}\s*", (DS_CALL_END,)),
+    "kimi_k2": ((KIMI[0], KIMI[4]), KIMI[1], rf"\s*(?:functions\.)?([^<:{{]+?)(?::\d+)?\s*{_ESC(KIMI[2])}\s*", (KIMI[3],)),
+    "solar_open": ((SOLAR[0], None), SOLAR[1], rf"[^<{{]*{_ESC(SOLAR[2])}\s*([^<{{]+?)\s*{_ESC(SOLAR[3])}\s*", (SOLAR[4],)),
+}
+
+
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py)."""
+    if tools is None:
+        return (yield from s.rest())
+    if name == "hermes":
+        return (yield from _read_hermes(s))
+    if name in HEADED:
+        return (yield from _read_headed(name, s))
+    return (yield from _read_leading(name, s))
+
+
+def _read_hermes(s):
+    while (yield from s.content_until(HERMES[0])) is not None:
+        start = s.pos - len(HERMES[0])
+        calls = CallsIn(s)
+        if (yield from s.first()) == "{":
+            j = yield from s.json(lambda j: calls.update(j, [()]))
+            if calls.begun:
+                if j.end is not None and (yield from s.opens(HERMES[1])):
+                    s.end()
+                else:
+                    s.cut()
+                continue
+        s.release(start)
+
+
+def _read_headed(name: str, s):
+    block, opening, head, after = HEADED[name]
+    head = re.compile(head, re.S)
+    starts = block[0] if block else opening
+    while (yield from s.content_until(starts)) is not None:
+        start, begun, ok = s.pos - len(starts), 0, True
+        while ok:
+            if block is not None and not (yield from s.opens(opening)):
+                break  # (the block's end, or no call)
+            got = yield from s.until("\n" if name == "functionary" else "{")
+            m = got and head.fullmatch(got[0])
+            if m and name == "functionary" and m.group(1) == FUNCTIONARY_TEXT:  # >>>all: text follows
+                break
+            if name != "functionary" and got:
+                s.pos -= 1  # (back to the arguments' "{")
+            if not m or (yield from s.first()) != "{":
+                ok = False
+                break
+            s.call(m.group(1))
+            begun += 1
+            ok = yield from json_arguments(s)
+            for marker in after:
+                ok = ok and (yield from s.opens(marker))
+            if block is None:
+                break
+        if block is not None and block[1] is not None:
+            ok = ok and (yield from s.opens(block[1]))
+        if begun:
+            s.end() if ok else s.cut()
+        elif not ok:
+            s.release(start)
+
+
+def _read_leading(name: str, s):
+    """llama3's calls (JSON objects, maybe after <|python_tag|>, ";" or whitespace between) and
+    the generic format's ({"tool_call": ...}, {"tool_calls": [...]} or {"response": ...}), at the
+    start of the reply; anything after them is content."""
+    start, begun = s.pos, 0
+    if name == "llama3":
+        yield from s.opens(PYTHON_TAG)
+    while (yield from s.first()) == "{":
+        at = s.pos
+        calls = CallsIn(s, "name", ("parameters", "arguments"))
+        said = []  # the generic format's answer, once its value is whole
+
+        def update(j):
+            keys = j.keys.get((), [])
+            if name == "llama3":
+                if not keys or keys[0] in ("name", "parameters", "arguments"):
+                    calls.update(j, [()])
+            elif keys[:1] == ["tool_call"]:
+                calls.update(j, [("tool_call",)])
+            elif keys[:1] == ["tool_calls"]:
+                calls.update(j, j.items(("tool_calls",)))
+            elif keys[:1] == ["response"] and not s.json_answer and j.complete(("response",)) and not said:
+                raw = j.span_text(s.text, ("response",))
+                value = decode(raw)
+                said.append(value if isinstance(value, str) else raw)
+
+        j = yield from s.json(update)
+        begun += calls.begun
+        if said:
+            s.say(said[0])
+        elif not calls.begun:  # no call: content, and all after it
+            s.release(at if begun else start)
+        elif j.end is not None:
+            s.end()
+        if name != "llama3" or not calls.begun or j.end is None:
+            break
+        while (yield from s.opens(";")):
+            pass
+    yield from s.rest()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
-from .common import dump, json_rule, json_values, lit, make_call, parameters
+from .common import dump, json_rule, lit, parameters
+from .scan import CallsIn
 
 # name -> (opening, closing, layout: "array" - one JSON array -, "lines" - an object a line - or
 # "one" - one call, each after its own opening -, a call's (name key, arguments key, numbering
@@ -67,22 +66,32 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
     return f"start: {lit(opening)} {array}{end}"
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls); None without the markers (a JSON error or a call of another shape raises)."""
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py): after the opening (its whitespace aside), the calls
+    - one JSON array of them, objects one after another, or one object -, then the closing."""
+    if tools is None:
+        return (yield from s.rest())
     opening, closing, layout, keys = MARKED[name]
-    i = text.find(opening)
-    j = text.find(closing, i + len(opening)) if closing else len(text)
-    if i < 0 or j < 0:
-        return None
-    body = text[i + len(opening):j]
-    if layout == "one":  # (each call after its opening)
-        items = [json.loads(part) for part in body.split(opening)]
-    else:
-        items = json.loads(body) if layout == "array" else json_values(body)
-    if keys is None:  # {name: arguments}
-        if not all(isinstance(v, dict) and len(v) == 1 for v in items):
-            raise TypeError("a call is one name")
-        calls = [make_call(*next(iter(v.items()))) for v in items]
-    else:
-        calls = [make_call(v[keys[0]], v.get(keys[1], {})) for v in items]
-    return text[:i].strip() + text[j + len(closing):].strip(), calls  # (as the server streams it)
+    opening, closing = opening.strip(), closing.strip()
+    name_key, args_keys = (None, ()) if keys is None else (keys[0], (keys[1],))
+    while (yield from s.content_until(opening)) is not None:
+        start, begun, ok = s.pos - len(opening), 0, True
+        if layout == "array":
+            calls = CallsIn(s, name_key, args_keys)
+            if (yield from s.first()) == "[":
+                j = yield from s.json(lambda j: calls.update(j, j.items()))
+                begun, ok = calls.begun, j.end is not None
+        else:
+            while (yield from s.first()) == "{":
+                calls = CallsIn(s, name_key, args_keys)
+                j = yield from s.json(lambda j: calls.update(j, [()]))
+                begun += calls.begun
+                ok = ok and calls.begun and j.end is not None
+                if layout == "one" or not ok:
+                    break
+        if closing:
+            ok = ok and (yield from s.opens(closing))
+        if begun:
+            s.end() if ok else s.cut()
+        else:
+            s.release(start)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 
-from .common import json_rule, keyword_arguments, lit, make_call
+from .common import grammar_rules, json_rule, keyword_arguments, lit
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
@@ -28,34 +28,99 @@ def _value(node: ast.AST):
     return ast.literal_eval(node)
 
 
-def read(body: str) -> list[tuple[str, dict]]:
-    """[(name, arguments)] of the calls in `body` (the text between the markers, brackets and
-    all); ValueError where it is not a list of calls with keyword arguments and literal values."""
-    if len(body) > _MAX_TEXT:
-        raise ValueError("tool calls too long to read")
+def _literal(text: str):
+    """The value of a Python literal's text (JSON's true / false / null too); ValueError where it is
+    none (or text is None)."""
+    if text is None or len(text) > _MAX_TEXT:
+        raise ValueError("a value too long to read")
     try:
-        tree = ast.parse(body.strip(), mode="eval").body
-        if not isinstance(tree, ast.List):
-            raise ValueError("not a list of calls")
-        calls = []
-        for node in tree.elts:
-            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args or \
-                    any(kw.arg is None for kw in node.keywords):
-                raise ValueError("not a call with keyword arguments")
-            calls.append((node.func.id, {kw.arg: _value(kw.value) for kw in node.keywords}))
-        return calls
+        return _value(ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, RecursionError, MemoryError, TypeError) as exc:
-        raise ValueError(f"not a list of calls: {exc}") from None
+        raise ValueError(f"not a literal: {exc}") from None
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls) of a reply; None without the markers."""
-    i = text.find(OPEN)
-    j = text.find(CLOSE, i)
-    if i < 0 or j < 0:
-        return None
-    calls = [make_call(n, args) for n, args in read(text[i + len(OPEN):j])]
-    return text[:i].strip() + text[j + len(CLOSE):].strip(), calls
+def _scan_literal(s):
+    """The text of the literal that starts here, up to a "," or ")" outside its brackets and
+    quotes (not read); None where the text ends first, or the literal is too long."""
+    i, depth, quote, escaped = s.pos, 0, None, False
+    while True:
+        while i < len(s.text):
+            c = s.text[i]
+            if quote is not None:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif c == quote:
+                    quote = None
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                break
+            i += 1
+            if i - s.pos > _MAX_TEXT:
+                return None
+        if i < len(s.text):
+            text, s.pos = s.text[s.pos:i], i
+            return text
+        if s.final:
+            return None
+        yield
+
+
+def _arguments(s):
+    """A call's keyword arguments, after its "(", sent as JSON as each is read; whether the call
+    ended (its ")")."""
+    s.args("{")
+    first = True
+    while not (yield from s.opens(")")):
+        if not first and not (yield from s.opens(",")):
+            return False
+        if not first and (yield from s.opens(")")):  # (a trailing comma)
+            break
+        key = yield from s.until("=", limit=100)
+        if key is None or not key[0].strip().isidentifier():
+            return False
+        raw = yield from _scan_literal(s)
+        try:
+            value = json.dumps(_literal(raw), ensure_ascii=False)
+        except (ValueError, TypeError):  # (no literal; text ended; a dict with keys JSON has not)
+            return False
+        s.args(("" if first else ", ") + json.dumps(key[0].strip()) + ": " + value)
+        first = False
+    s.args("}")
+    return True
+
+
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py): [name(key=value, ...), ...] between the markers."""
+    if tools is None:
+        return (yield from s.rest())
+    while (yield from s.content_until(OPEN)) is not None:
+        start, begun, ok = s.pos - len(OPEN), 0, False
+        if (yield from s.opens("[")):
+            while True:
+                got = yield from s.until("(", limit=100)
+                if got is None or not got[0].strip().isidentifier():
+                    break
+                s.call(got[0].strip())
+                begun += 1
+                if not (yield from _arguments(s)):
+                    break
+                if (yield from s.opens(",")):
+                    continue
+                ok = (yield from s.opens("]")) and (yield from s.opens(CLOSE))
+                break
+        if begun:
+            s.end() if ok else s.cut()
+        else:
+            s.release(start)
 
 
 def markers(name: str) -> tuple[str, ...]:
@@ -74,8 +139,10 @@ def _json_value(schema) -> str:
 
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
-    """A Lark grammar admitting one call of `tools` (several with `parallel`)."""
-    one = " | ".join(f"({lit(t['function']['name'] + '(')}{keyword_arguments(t, '=', ', ', _json_value)} {lit(')')})"
-                     for t in tools)
+    """A Lark grammar admitting one call of `tools` (several with `parallel`), its keyword
+    arguments in any order."""
+    rules: dict[str, str] = {}
+    one = " | ".join(f"({lit(t['function']['name'] + '(')}{keyword_arguments(t, '=', ', ', _json_value, rules, f'args{i}')} "
+                     f"{lit(')')})" for i, t in enumerate(tools))
     more = f" ({lit(', ')} one)*" if parallel else ""
-    return f"start: {lit(OPEN + '[')} one{more} {lit(']' + CLOSE)}\none: {one}"
+    return f"start: {lit(OPEN + '[')} one{more} {lit(']' + CLOSE)}\none: {one}{grammar_rules(rules)}"

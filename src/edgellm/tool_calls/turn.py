@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import TemplateError
 from ..tool_caps import ToolCaps
-from . import harmony
-from .common import GENERIC, ToolFormat, make_call
-from .formats import (call_grammar, detect_format, parse, preserved_markers, reasoning_tags, split_reasoning,
-                      thinking_field, unmarked, write_calls)
+from .common import GENERIC, ToolFormat
+from .formats import call_grammar, detect_format, preserved_markers, reasoning_tags, thinking_field, write_calls
+from .reply import Reply
 
 
 def check_tools(tools) -> list[dict]:
@@ -239,21 +237,25 @@ class ChatTurn:
         """The marker texts the reply is read by, kept in its text (formats.preserved_markers)."""
         return preserved_markers(self.fmt, self.tools)
 
-    def message(self, text: str, stop_reason: str) -> tuple[dict, str]:
-        """(OpenAI-style assistant message, finish_reason) for the reply `text`."""
-        if self.fmt.name == "gpt_oss":  # (its reasoning is a message of its own)
-            reasoning, content, found = harmony.parse_reply(text, self.tools)
-            calls = [make_call(n, args) for n, args in found]
-        else:
-            reasoning, rest = split_reasoning(text, self.thinking, reasoning_tags(self.fmt))
-            content, calls = parse(self.fmt, rest, list(self.usable)) if self.tools else (unmarked(self.fmt, rest).strip(), [])
-        msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
-        if calls:
-            msg["tool_calls"] = calls
-        if reasoning is not None:
-            msg["reasoning_content"] = reasoning
-        finish = "tool_calls" if calls else ("length" if stop_reason == "length" else "stop")
-        return msg, finish
+    def reply(self, json_answer: bool = False, parallel: bool = True) -> Reply:
+        """A reader of the reply as it streams (reply.Reply: OpenAI's deltas and message).
+        json_answer: the answer is constrained JSON; parallel: several calls are kept."""
+        return Reply(self.fmt, calls=self.tools, thinking=self.thinking, json_answer=json_answer, parallel=parallel,
+                     tools=self.usable)
+
+    def message(self, text: str, stop_reason: str, **kw) -> tuple[dict, str]:
+        """(OpenAI-style assistant message, finish_reason) for the whole reply `text`: what its
+        stream adds up to (kw: reply's). stop_reason: LLM.last_stats'."""
+        reply = self.reply(**kw)
+        reply.feed(text)
+        reply.close()
+        return reply.message(), finish_reason(reply, stop_reason)
+
+
+def finish_reason(reply: Reply, stop_reason: str) -> str:
+    """OpenAI's finish_reason for a reply the library generated (stop_reason: LLM.last_stats'):
+    "length" where max_tokens cut it, else "tool_calls" or "stop"."""
+    return reply.finish_reason("length" if stop_reason == "length" else "stop")
 
 
 def prepare_turn(template, messages: list[dict], tools=None, tool_choice=None, parallel: bool = False) -> ChatTurn:

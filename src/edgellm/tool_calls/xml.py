@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from .common import dump, json_rule, lit, make_call, parameters, without
+from .common import argument_list, dump, grammar_rules, json_rule, lit, parameters
 
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's markers' prefix
 HY = ":opensource"  # Hunyuan 3's markers' suffix
@@ -26,6 +26,8 @@ XML = {
     "minicpm5": ('<function name="', '">', '<param name="', '">', "</param>", "</function>"),
     "kimi_k3": ('<|open|>call tool="', ('" index="', '"<|sep|>'), '<|open|>argument key="', lambda kind: f'" type="{kind}"<|sep|>',
                 "<|close|>argument<|sep|>", "<|close|>call<|sep|>"),
+    # (Muse Glimmer's ATEM calls, each in a message of its own: muse.py)
+    "muse_glimmer": ('<atem:invoke name="', '">\n', '<atem:parameter name="', '">', "</atem:parameter>\n", "</atem:invoke>\n"),
 }
 # the block around a format's calls, where one holds them all (the others write calls one after
 # another, a newline between)
@@ -33,27 +35,39 @@ XML_BLOCK = {"minimax_m2": ("<minimax:tool_call>\n", "</minimax:tool_call>"),
              "deepseek_v32": (f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
              "deepseek_v4": (f"<{DSML}tool_calls>\n", f"</{DSML}tool_calls>"),
              "hy3": (f"<tool_calls{HY}>\n", f"</tool_calls{HY}>"),
-             "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>")}
-# how parse finds them: (a call - its name and body -, an argument - its key, then its value, or
-# whether it is text and its value)
-_QWEN_ARG = r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>"
+             "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>"),
+             "muse_glimmer": ("<atem:function_calls>\n", "</atem:function_calls>")}
+# how a call is read, as the templates write it (whitespace may come between the parts): the
+# literals that open it, the markers that may end its name ("<" is the next part's), what ends the
+# rest of its head (None: nothing more), an argument's opening, what ends its key, what ends its
+# attributes (which may say the value is text; None: it has none), what opens its value, what ends
+# it, the literals that end the call. qwen3_coder / seed_oss: a value's first and last newline are
+# the layout's.
 XML_READ = {
-    "qwen3_coder": (r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", _QWEN_ARG),
-    "seed_oss": (r"<seed:tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</seed:tool_call>", _QWEN_ARG),
-    "glm": (r"<tool_call>([^<]+?)\s*((?:<arg_key>.*?)?)</tool_call>", r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"),
-    "minimax_m2": (r'<invoke name="([^"]+)">(.*?)</invoke>', r'<parameter name="([^"]+)">(.*?)</parameter>'),
-    **{ds: (rf'<{DSML}invoke name="([^"]+)">(.*?)</{DSML}invoke>',
-            rf'<{DSML}parameter name="([^"]+)" string="(true|false)">(.*?)</{DSML}parameter>') for ds in ("deepseek_v32", "deepseek_v4")},
-    "hy3": (rf"<tool_call{HY}>(.*?)<tool_sep{HY}>(.*?)</tool_call{HY}>", rf"<arg_key{HY}>(.*?)</arg_key{HY}>\s*<arg_value{HY}>(.*?)</arg_value{HY}>"),
-    "minicpm5": (r'<function name="([^"]+)">(.*?)</function>', r'<param name="([^"]+)">(.*?)</param>'),
-    "kimi_k3": (r'<\|open\|>call tool="([^"]+)"[^<]*<\|sep\|>(.*?)<\|close\|>call<\|sep\|>',
-                r'<\|open\|>argument key="([^"]+)" type="([a-z]+)"<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>'),
+    "qwen3_coder": (("<tool_call>", "<function="), (">",), None, "<parameter=", ">", None, "", "</parameter>",
+                    ("</function>", "</tool_call>")),
+    "seed_oss": (("<seed:tool_call>", "<function="), (">",), None, "<parameter=", ">", None, "", "</parameter>",
+                 ("</function>", "</seed:tool_call>")),
+    "glm": (("<tool_call>",), ("\n", "<"), None, "<arg_key>", "</arg_key>", None, "<arg_value>", "</arg_value>", ("</tool_call>",)),
+    "minimax_m2": (('<invoke name="',), ('">',), None, '<parameter name="', '">', None, "", "</parameter>", ("</invoke>",)),
+    **{ds: ((f'<{DSML}invoke name="',), ('">',), None, f'<{DSML}parameter name="', '"', ">", "", f"</{DSML}parameter>",
+            (f"</{DSML}invoke>",)) for ds in ("deepseek_v32", "deepseek_v4")},
+    "hy3": ((f"<tool_call{HY}>",), (f"<tool_sep{HY}>",), None, f"<arg_key{HY}>", f"</arg_key{HY}>", None, f"<arg_value{HY}>",
+            f"</arg_value{HY}>", (f"</tool_call{HY}>",)),
+    "minicpm5": (('<function name="',), ('">',), None, '<param name="', '">', None, "", "</param>", ("</function>",)),
+    "kimi_k3": (('<|open|>call tool="',), ('"',), "<|sep|>", '<|open|>argument key="', '"', "<|sep|>", "", "<|close|>argument<|sep|>",
+                ("<|close|>call<|sep|>",)),
+    "muse_glimmer": (('<atem:invoke name="',), ('">',), None, '<atem:parameter name="', '">', None, "", "</atem:parameter>",
+                     ("</atem:invoke>",)),
 }
+_TRIMMED = ("qwen3_coder", "seed_oss")
+_SAYS_TEXT = re.compile(r'(?:string|type)="(true|string)"')  # an attribute that says the value is text
 # the JSON type of a value (Kimi K3 names it), and of a schema
 _KIND = ((bool, "boolean"), (type(None), "null"), ((int, float), "number"), (str, "string"), (dict, "object"), (list, "array"))
 _SCHEMA_KIND = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null",
                 "object": "object", "array": "array"}
 CDATA = ("<![CDATA[", "]]>")  # around a value with <, & or a newline (MiniCPM5 writes them so)
+_MAX_VALUE = 1 << 20  # characters of a value that is not text, read whole
 
 
 def markers(name: str) -> tuple[str, ...]:
@@ -95,85 +109,231 @@ def write(name: str, calls: list[dict]) -> str:
     return "\n".join(one)
 
 
-# an argument's key, a text value with the text that ends it (one terminal: the text has no "<"
-# followed by the character that follows it in the end - "</", "<|" -, so it ends exactly there,
-# whitespace and all) and a call's number
-def _terminals(name: str) -> str:
+def _rx(text: str) -> str:
+    """text as a Lark regex matches it."""
+    return re.escape(text).replace("\n", "n").replace("/", "\\/")  # (re.escape: backslash, newline)
+
+
+def _no_end(name: str) -> str:
+    """A regex of text that cannot hold format `name`'s value end: no "<" followed by the
+    character that follows it in the end ("</", "<|"), so a value ends exactly there, whitespace
+    and all."""
     value_end = XML[name][4]
-    after = value_end[value_end.index("<") + 1]
-    end, after = (re.escape(x).replace("\n", "n").replace("/", "\\/") for x in (value_end, after))  # (re.escape: backslash, newline)
-    return f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /([^<]|<[^{after}])*{end}/\nXML_INDEX: /[1-9][0-9]*/"
+    return f"([^<]|<[^{_rx(value_end[value_end.index('<') + 1])}])*"
 
 
-def _value(name: str, schema) -> str:
-    """An argument's value and the text after it: text for a string (one of its enum), else JSON."""
-    if _is_text(schema):
-        enum = schema.get("enum")
-        if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
-            return "(" + " | ".join(lit(e + XML[name][4]) for e in enum) + ")"
+def _terminals(name: str, texts: dict[str, str]) -> str:
+    """An argument's key, a text value with the text that ends it (one terminal), those of the
+    texts the schemas hold to a pattern or lengths, and a call's number."""
+    end = _rx(XML[name][4])
+    out = f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /{_no_end(name)}{end}/\nXML_INDEX: /[1-9][0-9]*/"
+    return out + "".join(f"\n{term}: ({body}) /{end}/" for body, term in texts.items())
+
+
+def _alternatives(rx: str) -> list[str]:
+    """A regex's top-level alternatives (split at the | outside groups and classes)."""
+    out, depth, cls, i, last = [], 0, False, 0, 0
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 1
+        elif cls:
+            cls = c != "]"
+        elif c == "[":
+            cls = True
+            if rx[i + 1:i + 2] == "]":  # ([]...] : the ] is the class's)
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(rx[last:i])
+            last = i + 1
+        i += 1
+    return out + [rx[last:]]
+
+
+def _searched(pattern: str) -> str:
+    """A JSON schema's pattern as a regex the whole text matches: JSON Schema searches the text
+    for it, so each alternative is open at an end where it has no ^ / $ (ECMA's \\d and \\w ASCII,
+    as llguidance's JSON grammar reads them)."""
+    from llguidance import regex_to_lark
+
+    out = []
+    for alt in _alternatives(regex_to_lark(pattern, "dw")):
+        start, end = alt.startswith("^"), alt.endswith("$") and not alt.endswith("\\$")
+        alt = alt[1 if start else 0:len(alt) - 1 if end else len(alt)]
+        out.append(("" if start else "[\\s\\S]*") + f"({alt})" + ("" if end else "[\\s\\S]*"))
+    return "|".join(out)
+
+
+def _text_value(name: str, schema: dict, texts: dict[str, str]) -> str:
+    """A text value and the end after it: the schema's const or one of its enum as written, else
+    text held to its pattern and lengths as the JSON grammar holds a string to them (texts: the
+    terminals of such texts, by their regexes)."""
+    end = XML[name][4]
+    enum = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+        return "(" + " | ".join(lit(e + end) for e in enum) + ")"
+    limits = [_no_end(name)]
+    if isinstance(schema.get("pattern"), str):
+        limits.append(_searched(schema["pattern"]))
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(lo, int) or isinstance(hi, int):
+        limits.append(f"[\\s\\S]{{{lo if isinstance(lo, int) else 0},{hi if isinstance(hi, int) else ''}}}")
+    if len(limits) == 1:
         return "XML_TEXT_END"
+    return texts.setdefault(" & ".join(f"/{r}/" for r in limits), f"XML_TEXT_{len(texts)}")
+
+
+def _value(name: str, schema, texts: dict[str, str]) -> str:
+    """An argument's value and the text after it: text for a string, else JSON."""
+    if _is_text(schema):
+        return _text_value(name, schema, texts)
     return f"{json_rule(schema if isinstance(schema, dict) else {})} {lit(XML[name][4])}"
 
 
-def _call(name: str, tool: dict) -> str:
-    """One call of `tool`: its listed arguments in their order (those not required may be left
-    out), any others only where its schema allows them."""
+def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str]) -> str:
+    """One call of `tool`: its listed arguments in any order (argument_list: the templates write
+    them in the order they are given), those not required skippable, any others (after them)
+    only where its schema allows them."""
     o, n, k, _, _, e = XML[name]
     params = parameters(tool)
     named = lit(o + tool["function"]["name"] + n) if isinstance(n, str) else \
         f"{lit(o + tool['function']['name'] + n[0])} XML_INDEX {lit(n[1])}"
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = set(params.get("required") or [])
-    parts = [named]
+    items = []
     for key, schema in props.items():
         kind = _SCHEMA_KIND.get(schema.get("type"), "object") if isinstance(schema, dict) else "object"
-        parts.append(f"({lit(k + key + _kv(name, kind))} {_value(name, schema)})"
-                     + ("" if key in required else "?"))
+        items.append((f"{lit(k + key + _kv(name, kind))} {_value(name, schema, texts)}", key in required))
+    parts = [named + argument_list(items, "", rules, rule)]
     if params.get("additionalProperties") is not False:
         parts.append(f"({lit(k)} XML_KEY {lit(_kv(name, 'string'))} XML_TEXT_END)*")
     return " ".join(parts + [lit(e)])
 
 
+def call_rules(name: str, tools: list[dict], around=None) -> str:
+    """Lark: the rule `one`, a call of one of `tools` in format `name` (its block aside; around:
+    a tool -> the texts written before and after its call), and the rules and terminals it needs."""
+    rules: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    calls = []
+    for i, t in enumerate(tools):
+        before, after = around(t) if around else ("", "")
+        call = _call(name, t, rules, f"args{i}", texts)
+        calls.append(f"({lit(before) + ' ' if before else ''}{call}{' ' + lit(after) if after else ''})")
+    return f"one: {' | '.join(calls)}{grammar_rules(rules)}{_terminals(name, texts)}"
+
+
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
-    calls = " | ".join(f"({_call(name, t)})" for t in tools)
     if name in XML_BLOCK:  # the calls in one block
         return (f"start: {lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {lit(XML_BLOCK[name][1])}\n"
-                f"one: {calls}{_terminals(name)}")
-    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\none: {calls}{_terminals(name)}"
+                f"{call_rules(name, tools)}")
+    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\n{call_rules(name, tools)}"
 
 
-def _args(name: str, body: str, tool: dict | None) -> dict:
-    """A call's arguments: a value stays text where the format says so (DeepSeek's string="true",
-    Kimi K3's type="string")
-    or the tool's schema says string (or it is not JSON), else its JSON."""
-    pattern = XML_READ[name][1]
-    props = ((tool or {}).get("function", {}).get("parameters") or {}).get("properties") or {}
-    args = {}
-    for m in re.finditer(pattern, body, re.S):
-        key, raw = m.group(1).strip(), m.group(m.lastindex)
-        if raw.startswith(CDATA[0]) and raw.endswith(CDATA[1]):
-            args[key] = raw[len(CDATA[0]):-len(CDATA[1])]
-            continue
-        schema = props.get(key) if isinstance(props, dict) else None
-        if _is_text(schema) or (m.lastindex == 3 and m.group(2) in ("true", "string")):
-            args[key] = raw
-            continue
-        try:
-            args[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            args[key] = raw
-    return args
+def read(name: str, s, tools):
+    """The reader of a reply's body (scan.py)."""
+    if tools is None:
+        return (yield from s.rest())
+    by_name = {t["function"]["name"]: t for t in tools}
+    block = tuple(b.strip() for b in XML_BLOCK[name]) if name in XML_BLOCK else None
+    starts = block[0] if block else XML_READ[name][0][0]
+    while (yield from s.content_until(starts)) is not None:
+        start = s.pos - len(starts)
+        if not (yield from read_calls(name, s, by_name)):
+            s.release(start)
 
 
-def parse(name: str, text: str, tools) -> tuple[str, list[dict]] | None:
-    """(content, calls); None without a call. tools: the request's (their schemas say which
-    values are text)."""
-    by_name = {t["function"]["name"]: t for t in tools or []}
-    pattern = XML_READ[name][0]
-    block = XML_BLOCK.get(name)
-    spans = list(re.finditer(re.escape(block[0].strip()) + "(.*?)" + re.escape(block[1]) if block else pattern, text, re.S))
-    found = [m for b in spans for m in re.finditer(pattern, b.group(1), re.S)] if block else spans
-    if not found:
+def read_calls(name: str, s, by_name: dict):
+    """The calls after the text that opens them (a block's opening, else the first call's first
+    literal): how many begun (none: the text read is no call's, nothing said of it)."""
+    head = XML_READ[name][0]
+    block = tuple(b.strip() for b in XML_BLOCK[name]) if name in XML_BLOCK else None
+    begun, ok = 0, True
+    while True:
+        if (block is not None or begun) and not (yield from s.opens(head[0])):
+            break  # (the block's end, or no more calls)
+        ok = yield from _read_call(name, s, by_name)
+        if ok is None:  # no call after all
+            ok = False
+            break
+        begun += 1
+        if not ok or block is None:
+            break
+    if block is not None:
+        ok = ok and (yield from s.opens(block[1]))
+    if begun:
+        s.end() if ok else s.cut()
+    return begun
+
+
+def _read_call(name: str, s, by_name: dict):
+    """One call, its head's first literal read: whether it is complete; None where its head
+    turns out to be no call's (nothing said of it)."""
+    head, name_ends, head_end, arg, key_end, attrs_end, value_open, value_end, call_end = XML_READ[name]
+    for literal in head[1:]:
+        if not (yield from s.opens(literal)):
+            return None
+    got = yield from s.until(*name_ends)
+    if got is None or not got[0].strip() or "<" in got[0]:
         return None
-    calls = [make_call(m.group(1).strip(), _args(name, m.group(2), by_name.get(m.group(1).strip()))) for m in found]
-    return without(text, [m.span() for m in spans]), calls
+    if got[1] == "<":  # (glm: the next part's)
+        s.pos -= 1
+    if head_end is not None and (yield from s.until(head_end)) is None:
+        return None
+    fn = got[0].strip()
+    s.call(fn)
+    props = ((by_name.get(fn) or {}).get("function", {}).get("parameters") or {}).get("properties")
+    props = props if isinstance(props, dict) else {}
+    s.args("{")
+    first = True
+    while (yield from s.opens(arg)):
+        key = yield from s.until(key_end)
+        attrs = ("", "")
+        if key is not None and attrs_end is not None:
+            attrs = yield from s.until(attrs_end)
+        if key is None or attrs is None or not (yield from s.opens(value_open)):
+            return False
+        s.args(("" if first else ", ") + dump(key[0].strip()) + ": ")
+        first = False
+        said = _SAYS_TEXT.search(attrs[0])
+        if not (yield from _read_value(name, s, value_end, _is_text(props.get(key[0].strip())) or said is not None)):
+            return False
+    s.args("}")
+    for literal in call_end:
+        if not (yield from s.opens(literal)):
+            return False
+    return True
+
+
+def _read_value(name: str, s, end: str, text: bool):
+    """An argument's value up to `end`, sent as JSON: text (CDATA, or where the schema or the
+    format says so) as it comes, anything else whole (its JSON, or as text if it is none);
+    whether it ended."""
+    trim = name in _TRIMMED
+    if trim and (yield from s.wait(1)) and s.text[s.pos] == "\n":
+        s.pos += 1
+    if (yield from s.opens(CDATA[0], ws=False)):
+        s.args('"')
+        if not (yield from s.stream_until(CDATA[1], lambda t: s.args(dump(t)[1:-1]))):
+            return False
+        s.args('"')
+        return (yield from s.opens(end, ws=False))
+    if text:
+        s.args('"')
+        if not (yield from s.stream_until(end, lambda t: s.args(dump(t)[1:-1]), trim)):
+            return False
+        s.args('"')
+        return True
+    got = yield from s.until(end, limit=_MAX_VALUE)
+    if got is None:
+        return False
+    raw = got[0][:-1] if trim and got[0].endswith("\n") else got[0]
+    try:
+        s.args(dump(json.loads(raw)))
+    except ValueError:
+        s.args(dump(raw))
+    return True
