@@ -794,6 +794,100 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
     }
 }
 
+/* the 32 values d * q (exact) of a q8_0 / q4_0 block, as two registers */
+static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+    __m128i lo, hi;
+    if (q4) {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
+        lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8);                      /* values 0..15 */
+        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);   /* values 16..31 */
+    } else {
+        lo = _mm_loadu_si128((const __m128i *)(blk + 2));
+        hi = _mm_loadu_si128((const __m128i *)(blk + 18));
+    }
+    *x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+    *x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+}
+
+/* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
+ * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
+ * w * x rounded, then added */
+static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
+                                                                    size_t row_bytes, int nr, const float *w, int ldw,
+                                                                    float *acc, int lda, const uint64_t *skip) {
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    __m512 s[4][2];
+    for (int r = 0; r < nr; r++) {
+        s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
+        s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
+    }
+    for (int t = 0; t < nt; t++) {
+        if (skip[0] >> t & 1) continue;
+        const uint8_t *row = vt[t] + (size_t)bi * bb;
+        for (int l = 0; l < 16; l++, row += row_bytes) {
+            __m512 x0, x1;
+            q_block_avx512(q4, row, &x0, &x1);
+            for (int r = 0; r < nr; r++) {
+                const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
+                s[r][0] = _mm512_add_ps(s[r][0], _mm512_mul_ps(wl, x0));
+                s[r][1] = _mm512_add_ps(s[r][1], _mm512_mul_ps(wl, x1));
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        _mm512_storeu_ps(acc + (size_t)r * lda, s[r][0]);
+        _mm512_storeu_ps(acc + (size_t)r * lda + 16, s[r][1]);
+    }
+}
+
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 that take the same
+ * tiles (absent tiles and all-zero weights skipped, as the twin does), else row by row */
+static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                        const float *w, int ldw, float *acc, int lda) {
+    uint64_t skip[4][1];  /* per row, the tiles of this pass it skips */
+    for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
+        const int n = EL_MIN(64, nt - c);
+        for (int r0 = 0; r0 < nh; r0 += 4) {
+            const int nr = EL_MIN(4, nh - r0);
+            int same = 1;
+            memset(skip, 0, sizeof skip);
+            for (int t = 0; t < n; t++) {
+                int need = 0;
+                for (int r = 0; r < nr; r++)
+                    need |= (vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << r;
+                for (int r = 0; r < nr; r++) skip[r][0] |= (uint64_t)!(need >> r & 1) << t;
+                same &= !need || need == (1 << nr) - 1;
+            }
+            for (int b = 0; b < nd / 32; b++) {
+                float *ab = acc + (size_t)r0 * lda + b * 32;
+                const float *wg = w + (size_t)r0 * ldw + c * 16;
+                if (same) {
+                    switch (nr) {
+                    case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip[0]); break;
+                    case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip[0]); break;
+                    case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip[0]); break;
+                    default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip[0]); break;
+                    }
+                    continue;
+                }
+                for (int r = 0; r < nr; r++)
+                    pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg + (size_t)r * ldw, ldw, ab + (size_t)r * lda,
+                                      lda, skip[r]);
+            }
+        }
+    }
+}
+
+static void pv_q8_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                           const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+static void pv_q4_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                           const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+
 static void sum16_rows_avx512(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16_avx512(_mm512_loadu_ps(acc + 16 * i));
 }
@@ -843,6 +937,8 @@ void el_register_avx512(el_type_traits *t) {
     el_vops.qk_tile = qk_tile_avx512;
     el_vops.qk_tile_one = qk_tile_one_avx512;
     el_vops.pv_tiles = pv_tiles_avx512;
+    el_vops.pv_q8_0 = pv_q8_0_avx512;
+    el_vops.pv_q4_0 = pv_q4_0_avx512;
     el_vops.sum16_rows = sum16_rows_avx512;
     el_vops.exp_sum = exp_sum_avx512;
     el_vops.silu_mul = silu_mul_avx512;
