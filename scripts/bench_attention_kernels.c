@@ -9,7 +9,7 @@
  *
  * Build against the objects of a development build (python csrc/build_ffi.py), then run:
  *   gcc -O2 -Icsrc -o /tmp/bak scripts/bench_attention_kernels.c \
- *       $(find build -path '*csrc/*.o') -lm -lpthread
+ *       $(find build/ffi -path '*csrc/*.o') -lm -lpthread
  *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3]
  * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; on a busy
  * machine, more sweeps of a hot run give a steadier best.)
