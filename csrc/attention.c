@@ -29,9 +29,10 @@
 #define CT 32          /* tiles of weights made at a time for p.v (8 per lane set of a one-token step) */
 #define NHB 8          /* query rows (x heads) per p.v pass */
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
-#define PF_TILES 2     /* key / value tiles prefetched ahead (a sequence's blocks are scattered, and
-                          a head's part of a block is a few KB: too short for the hardware's streams) */
-
+#define PF_TILES 2     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
+                          hardware's streams follow too late (scripts/bench_attention_kernels.c: a
+                          one-token step's keys from DRAM twice as fast); values are read in order
+                          within a value group and are not prefetched (that measured slower) */
 static inline void prefetch(const void *p, size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
@@ -247,14 +248,14 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
     float *tile = qr + (size_t)QB * G * hk;     /* [nh][KT] */
     el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, d->head_dim_v));
-    const el_type_traits *kt = &e->traits[e->type_k];
+    const el_type_traits *kt = &e->traits[e->kl.type];
     const int qtype = kt->vec_dot_type;
     const size_t qrow = el_row_size(qtype, hk);  /* <= 4 hk bytes: fits a row of qr */
     for (int r = 0; r < nh; r++) mx[r] = -INFINITY;
     if (ta >= tb) return;
     for (int r = 0; r < nh; r++) {
         const float *q = e->q + (size_t)(J->m0 + r / G) * qd + (size_t)job_head(e, J, r) * hk;
-        if (e->type_k == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
+        if (e->kl.type == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
             e->vops.f32_to_f16(hk, q, tmp);
             e->vops.f16_to_f32(hk, tmp, qr + (size_t)r * hk);
         } else {  /* quantized into the keys' dot product type, as llama.cpp's mul_mat does */
@@ -265,7 +266,7 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     const int capped = softcap > 0;
     float lmax[nh * KT];  /* per row and lane: the maximum of the tiles it sees whole */
     for (int i = 0; i < nh * KT; i++) lmax[i] = -INFINITY;
-    const size_t kbytes = e->k_head;
+    const size_t kbytes = e->kl.part;
     for (int t = ta; t < EL_MIN(tb, ta + PF_TILES); t++)
         if (J->table[t] >= 0) prefetch(kv_k(e, l, J->table[t], J->kvh), kbytes);
     for (int t = ta; t < tb; t++) {
@@ -282,12 +283,12 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         }
         if (any) {
             const uint8_t *K = kv_kb(e, l, J->table[t], J->kvh);
-            if (e->type_k != EL_F16) {  /* the type's dot products straight from the stored rows */
-                if (kt->gemm) kt->gemm(hk, K, e->k_row, KT, qr, qrow, nh, tile, KT);
+            if (e->kl.type != EL_F16) {  /* the type's dot products straight from the stored rows */
+                if (kt->gemm) kt->gemm(hk, K, e->kl.row, KT, qr, qrow, nh, tile, KT);
                 else
                     for (int r = 0; r < nh; r++)
                         for (int u = 0; u < KT; u++)
-                            kt->vec_dot(hk, tile + r * KT + u, K + (size_t)u * e->k_row, (const uint8_t *)qr + (size_t)r * qrow);
+                            kt->vec_dot(hk, tile + r * KT + u, K + (size_t)u * e->kl.row, (const uint8_t *)qr + (size_t)r * qrow);
             } else if (one) {
                 e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile);
             } else {
@@ -326,24 +327,26 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
 }
 
 /* Phase 3: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), given each
- * row's softmax sum S[r] (of the exponentials in sc). Writes the attention output. */
+ * row's softmax sum S[r] (of the exponentials in sc). Writes the attention output. The dims are
+ * taken a value group at a time (the stored parts, kv.c), each its own stream over the tiles;
+ * a row's lanes are [segment][sets][segment dims][KT], a segment being [d0, d1) within a group. */
 static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const double *S, float *scr) {
     const struct att_state *a = e->att;
     const el_model_desc *d = &e->d;
-    const int hk = d->head_dim_k, hv = d->head_dim_v, G = a->G, nd = d1 - d0;
+    const kv_layout *vl = &e->vl;
+    const int hk = d->head_dim_k, hv = d->head_dim_v, G = a->G, nd = d1 - d0, gd = vl->dims;
     const int od = d->n_head * hv;
-    const int qv = e->type_v != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
+    const int qv = vl->type != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
     const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = pv_pass_rows(G, sets);
     float *w = scr + (size_t)QB * G * hk + (size_t)QB * G * KT;  /* [nb][CT * KT] */
-    float *lanes = w + pv_weight_floats(G);                        /* [nb][sets][nd][KT] */
+    float *lanes = w + pv_weight_floats(G);                        /* [nb][lsz] */
     el_half *tmp = (el_half *)(lanes + pv_lane_floats(G, hv));
     if (nd <= 0) return;
     const el_half *vt[CT];
     const uint8_t *vq[CT];
-    const size_t vbytes = qv ? e->v_head : sizeof(el_half) * (size_t)nd * KT;
+    const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT, lseg = qv ? 1 : (size_t)sets * KT;  /* per dim */
     for (int r0 = 0; r0 < J->nh; r0 += nb) {
         const int nr = EL_MIN(nb, J->nh - r0);
-        const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT;
         memset(lanes, 0, sizeof(float) * lsz * nr);
         for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
             const int nt = EL_MIN(CT, J->thi - c0);
@@ -356,18 +359,19 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
                 e->vops.f32_to_f16(nt * KT, wr, tmp);  /* weights rounded to f16 */
                 e->vops.f16_to_f32(nt * KT, tmp, wr);
             }
-            for (int t = 0; t < nt; t++) {  /* absent blocks have all-zero weights */
-                const int blk = J->table[c0 + t];
-                vt[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh) + (size_t)d0 * KT : NULL;
-                vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh) : NULL;
+            for (int s0 = d0; s0 < d1;) {  /* segments: [s0, s1) of value group c */
+                const int c = s0 / gd, s1 = EL_MIN(d1, (c + 1) * gd), n = s1 - s0, off = s0 - c * gd;
+                float *ls = lanes + (size_t)(s0 - d0) * lseg;
+                for (int t = 0; t < nt; t++) {  /* absent blocks have all-zero weights */
+                    const int blk = J->table[c0 + t];
+                    vt[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, c) + (size_t)off * KT : NULL;
+                    vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh, c) : NULL;
+                }
+                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, CT * KT, ls, (int)lsz, sets, c0);
+                else if (vl->type == EL_Q8_0) e->vops.pv_q8_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
+                else e->vops.pv_q4_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
+                s0 = s1;
             }
-            for (int t = c0 + CT; t < EL_MIN(J->thi, c0 + 2 * CT); t++)  /* the next chunk's values */
-                if (J->table[t] >= 0)
-                    prefetch(qv ? (const void *)kv_vb(e, l, J->table[t], J->kvh) : kv_v(e, l, J->table[t], J->kvh) + (size_t)d0 * KT,
-                             vbytes);
-            if (!qv) e->vops.pv_tiles(nd, nt, vt, nr, w, CT * KT, lanes, (int)lsz, sets, c0);
-            else if (e->type_v == EL_Q8_0) e->vops.pv_q8_0(d0 / 32, nd, nt, vq, e->v_row, nr, w, CT * KT, lanes, (int)lsz);
-            else e->vops.pv_q4_0(d0 / 32, nd, nt, vq, e->v_row, nr, w, CT * KT, lanes, (int)lsz);
         }
         for (int r = 0; r < nr; r++) {
             float *lr = lanes + (size_t)r * lsz;
@@ -377,10 +381,15 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
                 memcpy(out, lr, sizeof(float) * nd);
                 continue;
             }
-            const size_t n = (size_t)nd * KT;
-            if (sets == 4)
-                for (size_t i = 0; i < n; i++) lr[i] = (lr[i] + lr[2 * n + i]) + (lr[n + i] + lr[3 * n + i]);
-            e->vops.sum16_rows(nd, lr, out);
+            for (int s0 = d0; s0 < d1;) {
+                const int s1 = EL_MIN(d1, (s0 / gd + 1) * gd);
+                float *ls = lr + (size_t)(s0 - d0) * lseg;
+                const size_t n = (size_t)(s1 - s0) * KT;
+                if (sets == 4)
+                    for (size_t i = 0; i < n; i++) ls[i] = (ls[i] + ls[2 * n + i]) + (ls[n + i] + ls[3 * n + i]);
+                e->vops.sum16_rows(s1 - s0, ls, out + (s0 - d0));
+                s0 = s1;
+            }
         }
     }
 }
@@ -458,7 +467,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             S[r] = sum;
         }
         int d0, d1;  /* quantized values: whole blocks of 32 */
-        share(0, hv, ith, nth, e->type_v == EL_F16 ? 8 : 32, &d0, &d1);
+        share(0, hv, ith, nth, e->vl.type == EL_F16 ? 8 : 32, &d0, &d1);
         job_pv(e, l, &J, d0, d1, S, scr);
         row0 += (size_t)J.nh;
     }

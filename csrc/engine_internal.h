@@ -10,11 +10,23 @@
 
 enum { G_GLOBAL = 0, G_SWA = 1 };
 
-/* KV storage of one layer group: slabs of SLAB_BLOCKS blocks. Per layer and block, keys are
- * [n_head_kv][...] in the cache type: f16 as [head_dim_k][KT] halves per head (one attention
- * tile: the KT slots a score tile needs are contiguous per dimension), a quantized type (q8_0,
- * q4_0) as KT rows of head_dim_k values in its blocks per head (a row is what its dot product
- * reads); values the same with head_dim_v; per block, the position each slot holds. */
+/* KV storage of one layer group: slabs of SLAB_BLOCKS blocks. A head's keys of one block (a
+ * "part") are in the cache type: f16 as [head_dim_k][KT] halves (one attention tile: the KT slots
+ * a score tile needs are contiguous per dimension), a quantized type (q8_0, q4_0) as KT rows of
+ * head_dim_k values in its blocks (a row is what its dot product reads). Values are cut into
+ * groups of v.dims dimensions, each stored the same way (a [v.dims][KT] tile or KT rows of v.dims
+ * values). Per layer and slab, the keys are [n_head_kv][SLAB_BLOCKS] parts and the values
+ * [n_head_kv][groups][SLAB_BLOCKS] parts: a head's keys of consecutive blocks, and each group of
+ * its values, are one stream of memory, as attention reads them (a thread's share of a decode
+ * step: a run of a head's key tiles, then a share of its value dimensions over all its tiles).
+ * Per block, the position each slot holds. */
+/* how a head's keys (values) of one block are stored: groups of dims, each a part of KT rows of
+ * `row` bytes (f16: a [dims][KT] tile of the same size) */
+typedef struct {
+    int type, dims, groups;
+    size_t row, part;
+} kv_layout;
+
 typedef struct {
     int n_blocks;
     int n_slabs, cap_slabs;
@@ -45,9 +57,8 @@ struct el_engine {
     int n_ctx, n_batch, n_threads;
     el_pool *pool;
     kv_store kv[2];
-    int type_k, type_v;             /* cache types: EL_F16, EL_Q8_0, EL_Q4_0 */
-    size_t k_row, v_row;            /* bytes of one slot's keys (values) of one head */
-    size_t k_head, v_head;          /* bytes of one head's part of a block: KT rows */
+    kv_layout kl, vl;               /* cache types (EL_F16, EL_Q8_0, EL_Q4_0) and layouts of the keys
+                                       (one group of head_dim_k dims) and values (groups of vl.dims) */
     int max_k;           /* widest matmul input */
     /* scratch, n_batch rows each */
     float *x;      /* [n_batch, n_embd] residual stream */
@@ -73,17 +84,17 @@ static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
     return b->tables + ((size_t)g * b->n_seqs + s) * b->max_blocks;
 }
 
-/* head h's keys (values) in block blk of layer l: an f16 tile, or KT quantized rows */
+/* head h's keys (values: value group c) in block blk of layer l: an f16 tile, or KT quantized rows */
 static inline uint8_t *kv_kb(const el_engine *e, int l, int blk, int h) {
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->k_head;
+    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)h * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->kl.part;
 }
-static inline uint8_t *kv_vb(const el_engine *e, int l, int blk, int h) {
+static inline uint8_t *kv_vb(const el_engine *e, int l, int blk, int h, int c) {
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->v[l][blk / SLAB_BLOCKS] + ((size_t)(blk % SLAB_BLOCKS) * e->d.n_head_kv + h) * e->v_head;
+    return st->v[l][blk / SLAB_BLOCKS] + (((size_t)h * e->vl.groups + c) * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->vl.part;
 }
 static inline el_half *kv_k(const el_engine *e, int l, int blk, int h) { return (el_half *)kv_kb(e, l, blk, h); }
-static inline el_half *kv_v(const el_engine *e, int l, int blk, int h) { return (el_half *)kv_vb(e, l, blk, h); }
+static inline el_half *kv_v(const el_engine *e, int l, int blk, int h, int c) { return (el_half *)kv_vb(e, l, blk, h, c); }
 static inline int32_t *kv_pos(const el_engine *e, int g, int blk) {
     return e->kv[g].pos[blk / SLAB_BLOCKS] + (size_t)(blk % SLAB_BLOCKS) * KT;
 }

@@ -4,8 +4,9 @@
  * of the pool as small as the blocks in use.
  *
  * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
- * attention's f16 tiles read), or q8_0 / q4_0, stored as KT rows of ggml blocks per head,
- * quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
+ * attention's f16 tiles read), or q8_0 / q4_0, stored as KT rows of ggml blocks per head; values
+ * in groups of dims, each group's parts of a slab's blocks consecutive (engine_internal.h). Rows
+ * are quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
  * q4_0 with the reference one), after the engine rotated them by a Walsh-Hadamard matrix
  * (d.rot_k / d.rot_v; kv_cache.kv_rotation). A context shift dequantizes a moved key, rotates
  * it back, applies RoPE, rotates and quantizes it again. */
@@ -14,29 +15,34 @@
 #include <sys/mman.h>
 #include "engine_internal.h"
 
-static size_t k_block_bytes(const el_engine *e) { return e->k_head * (size_t)e->d.n_head_kv; }
-static size_t v_block_bytes(const el_engine *e) { return e->v_head * (size_t)e->d.n_head_kv; }
+static size_t k_block_bytes(const el_engine *e) { return e->kl.part * (size_t)e->kl.groups * e->d.n_head_kv; }
+static size_t v_block_bytes(const el_engine *e) { return e->vl.part * (size_t)e->vl.groups * e->d.n_head_kv; }
+
+/* Value groups: a quantized type's blocks (32 dims); f16: 32 dims where they divide head_dim_v,
+ * else 16 or 8, else one group (attention splits the value dims of a step at multiples of 8) */
+static int layout(kv_layout *x, int type, int dims, int is_v) {
+    int gd = dims;
+    if (type == EL_Q8_0 || type == EL_Q4_0) {
+        if (dims % QK8_0) return -1;  /* whole blocks per head */
+        gd = is_v ? QK8_0 : dims;
+    } else if (type != EL_F16) {
+        return -1;
+    } else if (is_v) {
+        gd = dims % 32 == 0 ? 32 : dims % 16 == 0 ? 16 : dims % 8 == 0 ? 8 : dims;
+    }
+    x->type = type;
+    x->dims = gd;
+    x->groups = dims / gd;
+    x->row = type == EL_F16 ? sizeof(el_half) * (size_t)gd : el_row_size(type, gd);
+    x->part = x->row * KT;
+    return 0;
+}
 
 int el_kv_init(el_engine *e, int type_k, int type_v) {
-    const int dims[2] = {e->d.head_dim_k, e->d.head_dim_v}, types[2] = {type_k, type_v};
-    size_t row[2], head[2];
-    for (int i = 0; i < 2; i++) {
-        if (types[i] == EL_F16) {
-            row[i] = sizeof(el_half) * (size_t)dims[i];
-        } else if (types[i] == EL_Q8_0 || types[i] == EL_Q4_0) {
-            if (dims[i] % QK8_0) return -1;  /* whole blocks per head */
-            row[i] = el_row_size(types[i], dims[i]);
-        } else {
-            return -1;
-        }
-        head[i] = row[i] * KT;
-    }
-    e->type_k = type_k;
-    e->type_v = type_v;
-    e->k_row = row[0];
-    e->v_row = row[1];
-    e->k_head = head[0];
-    e->v_head = head[1];
+    kv_layout kl, vl;
+    if (layout(&kl, type_k, e->d.head_dim_k, 0) != 0 || layout(&vl, type_v, e->d.head_dim_v, 1) != 0) return -1;
+    e->kl = kl;
+    e->vl = vl;
     return 0;
 }
 
@@ -48,40 +54,59 @@ static void tile_get(const el_half *t, int dim, int lane, el_half *dst) {
     for (int i = 0; i < dim; i++) dst[i] = t[(size_t)i * KT + lane];
 }
 
-/* slot `lane` of head h's part p (keys or values) of a block, as floats; h16: dim halves */
-static void slot_get(const el_engine *e, int type, const uint8_t *p, size_t row, int dim, int lane, float *out,
-                     el_half *h16) {
-    if (type == EL_F16) {
-        tile_get((const el_half *)p, dim, lane, h16);
-        e->vops.f16_to_f32(dim, h16, out);
-    } else {
-        e->traits[type].to_float(p + (size_t)lane * row, out, dim);
+/* head h's keys (v = 0) or values (v = 1) of a block: the part of group c */
+static uint8_t *part_of(const el_engine *e, int v, int l, int blk, int h, int c) {
+    return v ? kv_vb(e, l, blk, h, c) : kv_kb(e, l, blk, h);
+}
+
+/* slot `lane` of head h's keys or values in a block, as floats (all the head's dims); h16: a
+ * group's halves */
+static void slot_get(const el_engine *e, int v, int l, int blk, int h, int lane, float *out, el_half *h16) {
+    const kv_layout *x = v ? &e->vl : &e->kl;
+    for (int c = 0; c < x->groups; c++) {
+        const uint8_t *p = part_of(e, v, l, blk, h, c);
+        float *o = out + (size_t)c * x->dims;
+        if (x->type == EL_F16) {
+            tile_get((const el_half *)p, x->dims, lane, h16);
+            e->vops.f16_to_f32(x->dims, h16, o);
+        } else {
+            e->traits[x->type].to_float(p + (size_t)lane * x->row, o, x->dims);
+        }
     }
 }
-static void slot_put(const el_engine *e, int type, uint8_t *p, size_t row, int dim, int lane, const float *x,
-                     el_half *h16) {
-    if (type == EL_F16) {
-        e->vops.f32_to_f16(dim, x, h16);
-        tile_put((el_half *)p, dim, lane, h16);
-    } else {
-        e->traits[type].from_float(x, p + (size_t)lane * row, dim);
+static void slot_put(const el_engine *e, int v, int l, int blk, int h, int lane, const float *in, el_half *h16) {
+    const kv_layout *x = v ? &e->vl : &e->kl;
+    for (int c = 0; c < x->groups; c++) {
+        uint8_t *p = part_of(e, v, l, blk, h, c);
+        const float *s = in + (size_t)c * x->dims;
+        if (x->type == EL_F16) {
+            e->vops.f32_to_f16(x->dims, s, h16);
+            tile_put((el_half *)p, x->dims, lane, h16);
+        } else {
+            e->traits[x->type].from_float(s, p + (size_t)lane * x->row, x->dims);
+        }
     }
 }
 /* the stored bytes of a slot moved as they are */
-static void slot_move(int type, const uint8_t *src, int ls, uint8_t *dst, int ld, size_t row, int dim, el_half *h16) {
-    if (type == EL_F16) {
-        tile_get((const el_half *)src, dim, ls, h16);
-        tile_put((el_half *)dst, dim, ld, h16);
-    } else {
-        memmove(dst + (size_t)ld * row, src + (size_t)ls * row, row);
+static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst, int ld, int h, el_half *h16) {
+    const kv_layout *x = v ? &e->vl : &e->kl;
+    for (int c = 0; c < x->groups; c++) {
+        const uint8_t *ps = part_of(e, v, l, src, h, c);
+        uint8_t *pd = part_of(e, v, l, dst, h, c);
+        if (x->type == EL_F16) {
+            tile_get((const el_half *)ps, x->dims, ls, h16);
+            tile_put((el_half *)pd, x->dims, ld, h16);
+        } else {
+            memmove(pd + (size_t)ld * x->row, ps + (size_t)ls * x->row, x->row);
+        }
     }
 }
 
 void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf) {
     const int hk = e->d.head_dim_k, hv = e->d.head_dim_v;
     for (int h = 0; h < e->d.n_head_kv; h++) {
-        slot_put(e, e->type_k, kv_kb(e, l, blk, h), e->k_row, hk, lane, k + (size_t)h * hk, buf);
-        slot_put(e, e->type_v, kv_vb(e, l, blk, h), e->v_row, hv, lane, v + (size_t)h * hv, buf);
+        slot_put(e, 0, l, blk, h, lane, k + (size_t)h * hk, buf);
+        slot_put(e, 1, l, blk, h, lane, v + (size_t)h * hv, buf);
     }
 }
 
@@ -162,8 +187,10 @@ int el_kv_copy_block(el_engine *e, int g, int src, int dst) {
     if (src == dst) return 0;
     for (int l = 0; l < e->d.n_layer; l++) {
         if (layer_group(e, l) != g) continue;
-        memcpy(kv_k(e, l, dst, 0), kv_k(e, l, src, 0), k_block_bytes(e));
-        memcpy(kv_v(e, l, dst, 0), kv_v(e, l, src, 0), v_block_bytes(e));
+        for (int h = 0; h < e->d.n_head_kv; h++) {
+            memcpy(kv_kb(e, l, dst, h), kv_kb(e, l, src, h), e->kl.part);
+            for (int c = 0; c < e->vl.groups; c++) memcpy(kv_vb(e, l, dst, h, c), kv_vb(e, l, src, h, c), e->vl.part);
+        }
     }
     memcpy(kv_pos(e, g, dst), kv_pos(e, g, src), sizeof(int32_t) * KT);
     return 0;
@@ -173,8 +200,10 @@ int el_kv_clear_block(el_engine *e, int g, int blk) {
     if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
     for (int l = 0; l < e->d.n_layer; l++) {
         if (layer_group(e, l) != g) continue;
-        memset(kv_k(e, l, blk, 0), 0, k_block_bytes(e));
-        memset(kv_v(e, l, blk, 0), 0, v_block_bytes(e));
+        for (int h = 0; h < e->d.n_head_kv; h++) {
+            memset(kv_kb(e, l, blk, h), 0, e->kl.part);
+            for (int c = 0; c < e->vl.groups; c++) memset(kv_vb(e, l, blk, h, c), 0, e->vl.part);
+        }
     }
     return 0;
 }
@@ -193,12 +222,11 @@ static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, floa
     const el_model_desc *d = &e->d;
     const int hk = d->head_dim_k;
     for (int h = 0; h < d->n_head_kv; h++) {
-        uint8_t *p = kv_kb(e, l, blk, h);
-        slot_get(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
+        slot_get(e, 0, l, blk, h, lane, buf, h16);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);  /* stored rotated: back, RoPE, and rotated again */
         el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);
-        slot_put(e, e->type_k, p, e->k_row, hk, lane, buf, h16);
+        slot_put(e, 0, l, blk, h, lane, buf, h16);
     }
 }
 
@@ -241,8 +269,8 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
             if (src < 0) continue;
             const int ls = (s + n_discard) % KT, ld = s % KT;
             for (int h = 0; h < d->n_head_kv; h++) {
-                slot_move(e->type_k, kv_kb(e, l, src, h), ls, kv_kb(e, l, dst, h), ld, e->k_row, hk, kp);
-                slot_move(e->type_v, kv_vb(e, l, src, h), ls, kv_vb(e, l, dst, h), ld, e->v_row, hv, kp);
+                slot_move(e, 0, l, src, ls, dst, ld, h, kp);
+                slot_move(e, 1, l, src, ls, dst, ld, h, kp);
             }
             if (d->n_rot && L->use_rope) rerope(e, l, dst, ld, rc, buf, kp);
         }
@@ -270,29 +298,34 @@ size_t el_kv_block_bytes(const el_engine *e, int g) {
     return (size_t)n * (k_block_bytes(e) + v_block_bytes(e)) + sizeof(int32_t) * KT;
 }
 
-/* one head's part of a block <-> KT rows: f16 tiles are transposed, quantized rows copied */
-static void part_rows(int type, uint8_t *part, uint8_t *rows, size_t row, int dim, int to_rows) {
-    if (type != EL_F16) {
-        if (to_rows) memcpy(rows, part, row * KT);
-        else memcpy(part, rows, row * KT);
-        return;
-    }
-    for (int lane = 0; lane < KT; lane++) {
-        el_half *r = (el_half *)(rows + (size_t)lane * row);
-        if (to_rows) tile_get((const el_half *)part, dim, lane, r);
-        else tile_put((el_half *)part, dim, lane, r);
+/* head h's keys (v = 0) or values (v = 1) of a block <-> KT rows of all its dims in the portable
+ * layout (rows: row bytes apart): f16 tiles transposed, quantized rows copied group by group */
+static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows, size_t row, int to_rows) {
+    const kv_layout *x = v ? &e->vl : &e->kl;
+    for (int c = 0; c < x->groups; c++) {
+        uint8_t *part = part_of(e, v, l, blk, h, c);
+        for (int lane = 0; lane < KT; lane++) {
+            uint8_t *r = rows + (size_t)lane * row + (size_t)c * x->row;  /* a group's bytes of a row */
+            if (x->type == EL_F16) {
+                if (to_rows) tile_get((const el_half *)part, x->dims, lane, (el_half *)r);
+                else tile_put((el_half *)part, x->dims, lane, (const el_half *)r);
+            } else if (to_rows) {
+                memcpy(r, part + (size_t)lane * x->row, x->row);
+            } else {
+                memcpy(part + (size_t)lane * x->row, r, x->row);
+            }
+        }
     }
 }
 
 static int block_io(el_engine *e, int g, int blk, uint8_t *buf, int to_buf) {
     if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
     uint8_t *p = buf;
+    const size_t krow = e->kl.row * e->kl.groups, vrow = e->vl.row * e->vl.groups;  /* a slot's row of one head */
     for (int l = 0; l < e->d.n_layer; l++) {
         if (layer_group(e, l) != g) continue;
-        for (int h = 0; h < e->d.n_head_kv; h++, p += e->k_head)
-            part_rows(e->type_k, kv_kb(e, l, blk, h), p, e->k_row, e->d.head_dim_k, to_buf);
-        for (int h = 0; h < e->d.n_head_kv; h++, p += e->v_head)
-            part_rows(e->type_v, kv_vb(e, l, blk, h), p, e->v_row, e->d.head_dim_v, to_buf);
+        for (int h = 0; h < e->d.n_head_kv; h++, p += krow * KT) head_rows(e, 0, l, blk, h, p, krow, to_buf);
+        for (int h = 0; h < e->d.n_head_kv; h++, p += vrow * KT) head_rows(e, 1, l, blk, h, p, vrow, to_buf);
     }
     if (to_buf) memcpy(p, kv_pos(e, g, blk), sizeof(int32_t) * KT);
     else memcpy(kv_pos(e, g, blk), p, sizeof(int32_t) * KT);

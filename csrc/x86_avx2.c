@@ -797,6 +797,18 @@ static inline void q4_0_values_avx2(const block_q4_0 *x, float *v) {
         _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]))));
 }
 
+/* a[0 .. 8 nv) += w[l] * x[l][...] (rounded, then added), slots l in order: nv accumulators in
+ * registers (nv a constant where inlined) */
+static inline __attribute__((always_inline)) void pv_q_dims_avx2(int nv, const float *w, const float *x, float *a) {
+    __m256 s[8];
+    for (int i = 0; i < nv; i++) s[i] = _mm256_loadu_ps(a + 8 * i);
+    for (int l = 0; l < 16; l++) {
+        const __m256 wl = _mm256_broadcast_ss(w + l);
+        for (int i = 0; i < nv; i++) s[i] = _mm256_add_ps(s[i], _mm256_mul_ps(wl, _mm256_loadu_ps(x + l * 256 + 8 * i)));
+    }
+    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a + 8 * i, s[i]);
+}
+
 /* a tile's 16 rows dequantized once (up to 256 dims at a time) for every row of weights, whose
  * accumulators stay in registers over the 16 slots, 64 dims at a time: w * x rounded, then added */
 static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
@@ -820,17 +832,10 @@ static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, 
             for (int r = 0; r < nh; r++) {
                 const float *wt = w + (size_t)r * ldw + t * 16;
                 if (!any16_avx2(wt)) continue;
-                for (int dd = 0; dd < ndb; dd += 64) {
-                    const int nv = EL_MIN(64, ndb - dd) / 8;  /* 8 or 4 vectors */
+                for (int dd = 0; dd < ndb; dd += 64) {  /* 8 or 4 vectors: in registers either way */
                     float *a = acc + (size_t)r * lda + db + dd;
-                    __m256 x[8];
-                    for (int i = 0; i < nv; i++) x[i] = _mm256_loadu_ps(a + 8 * i);
-                    for (int l = 0; l < 16; l++) {
-                        const __m256 wl = _mm256_broadcast_ss(wt + l);
-                        for (int i = 0; i < nv; i++)
-                            x[i] = _mm256_add_ps(x[i], _mm256_mul_ps(wl, _mm256_loadu_ps(xv[l] + dd + 8 * i)));
-                    }
-                    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a + 8 * i, x[i]);
+                    if (ndb - dd >= 64) pv_q_dims_avx2(8, wt, &xv[0][dd], a);
+                    else pv_q_dims_avx2(4, wt, &xv[0][dd], a);
                 }
             }
         }

@@ -612,8 +612,280 @@ static void qk_one_query_avx512(int hk, const float *q, const el_half *kt, float
     }
 }
 
+/* keys of tile row d: the 16 keys of one dimension, one register */
+static inline __m512 key16(const el_half *kt, int d) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (size_t)d * 16)));
+}
+
+/* qk_tile_one at hk = 64 for nq <= 4 queries, the keys of each dimension converted once for all of
+ * them: each chunk accumulator A_c of class m is one exact product, so A0 + A2 is one fma onto
+ * A2 = fma(q, k, +0) (the twin's 0 + p, sign of zero included), and L_m = (A0 + A2) + (A1 + A3);
+ * el_sum16's tree taken as the classes come, i = 0, 2, 1, 3 (u_i = (L_i+12 + L_i+4) + (L_i+8 + L_i)),
+ * so that every partial sum stays in a register */
+static inline __attribute__((always_inline)) void qk_one_64_avx512(const float *q, int nq, int ldq, const el_half *kt,
+                                                                   float *out) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 p0[4], p1[4];  /* per query: u0 + u2, u1 + u3 */
+#pragma GCC unroll 1
+    for (int g = 0; g < 4; g++) {  /* (not unrolled: the key loads stay next to their use) */
+        const int i = (g & 1) * 2 + (g >> 1);  /* 0, 2, 1, 3 */
+        __m512 t0[4], t1[4];                    /* per query: t_i, t_i+4 */
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) {           /* classes i, i + 8, i + 4, i + 12 */
+            const int m = i + (h & 1) * 8 + (h >> 1) * 4;
+            const __m512 k0 = key16(kt, m), k1 = key16(kt, m + 16), k2 = key16(kt, m + 32), k3 = key16(kt, m + 48);
+            for (int r = 0; r < nq; r++) {
+                const float *qr = q + (size_t)r * ldq;
+                const __m512 a02 = _mm512_fmadd_ps(_mm512_set1_ps(qr[m]), k0, _mm512_fmadd_ps(_mm512_set1_ps(qr[m + 32]), k2, z));
+                const __m512 a13 = _mm512_fmadd_ps(_mm512_set1_ps(qr[m + 16]), k1, _mm512_fmadd_ps(_mm512_set1_ps(qr[m + 48]), k3, z));
+                const __m512 L = _mm512_add_ps(a02, a13);
+                if (h == 0) t0[r] = L;
+                else if (h == 1) t0[r] = _mm512_add_ps(L, t0[r]);  /* L_i+8 + L_i */
+                else if (h == 2) t1[r] = L;
+                else t1[r] = _mm512_add_ps(L, t1[r]);              /* L_i+12 + L_i+4 */
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            const __m512 u = _mm512_add_ps(t1[r], t0[r]);  /* t_i+4 + t_i */
+            if (g == 0) p0[r] = u;
+            else if (g == 1) p0[r] = _mm512_add_ps(p0[r], u);
+            else if (g == 2) p1[r] = u;
+            else p1[r] = _mm512_add_ps(p1[r], u);
+        }
+    }
+    for (int r = 0; r < nq; r++) _mm512_storeu_ps(out + r * 16, _mm512_add_ps(p0[r], p1[r]));
+}
+
+/* qk_tile_one for hk a multiple of 64, nq <= 4 queries: per class m, the four in-order fma chains
+ * A_c of every query (the keys of each dimension converted once for all of them), L_m = (A0 + A2) +
+ * (A1 + A3) kept in Lm; then el_sum16's tree over the classes, vectorized across the keys */
+static inline __attribute__((always_inline)) void qk_one_chain_avx512(int hk, const float *q, int nq, int ldq,
+                                                                      const el_half *kt, float *out) {
+    __m512 Lm[4][16];
+    for (int m = 0; m < 16; m++) {
+        __m512 a[4][4];  /* [query][c] */
+        for (int r = 0; r < nq; r++)
+            for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+        for (int d0 = 0; d0 < hk; d0 += 64)
+            for (int c = 0; c < 4; c++) {
+                const int d = d0 + 16 * c + m;
+                const __m512 k = key16(kt, d);
+                for (int r = 0; r < nq; r++) a[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * ldq + d]), k, a[r][c]);
+            }
+        for (int r = 0; r < nq; r++) Lm[r][m] = _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][2]), _mm512_add_ps(a[r][1], a[r][3]));
+    }
+    for (int r = 0; r < nq; r++) {  /* t_i = L[i+8] + L[i]; u_i = t[i+4] + t[i]; (u0 + u2) + (u1 + u3) */
+        __m512 t[8];
+        for (int i = 0; i < 8; i++) t[i] = _mm512_add_ps(Lm[r][i + 8], Lm[r][i]);
+        for (int i = 0; i < 4; i++) t[i] = _mm512_add_ps(t[i + 4], t[i]);
+        _mm512_storeu_ps(out + r * 16, _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3])));
+    }
+}
+
 static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+    if (hk == 64) {
+        for (int j = 0; j < nq; j += 4) {
+            const float *qj = q + (size_t)j * ldq;
+            switch (EL_MIN(4, nq - j)) {  /* (the query count a compile-time constant: the loops unrolled) */
+            case 1: qk_one_64_avx512(qj, 1, ldq, kt, out + j * 16); break;
+            case 2: qk_one_64_avx512(qj, 2, ldq, kt, out + j * 16); break;
+            case 3: qk_one_64_avx512(qj, 3, ldq, kt, out + j * 16); break;
+            default: qk_one_64_avx512(qj, 4, ldq, kt, out + j * 16); break;
+            }
+        }
+        return;
+    }
+    if (hk % 64 == 0) {
+        for (int j = 0; j < nq; j += 4) {
+            const float *qj = q + (size_t)j * ldq;
+            switch (EL_MIN(4, nq - j)) {
+            case 1: qk_one_chain_avx512(hk, qj, 1, ldq, kt, out + j * 16); break;
+            case 2: qk_one_chain_avx512(hk, qj, 2, ldq, kt, out + j * 16); break;
+            case 3: qk_one_chain_avx512(hk, qj, 3, ldq, kt, out + j * 16); break;
+            default: qk_one_chain_avx512(hk, qj, 4, ldq, kt, out + j * 16); break;
+            }
+        }
+        return;
+    }
     for (int j = 0; j < nq; j++) qk_one_query_avx512(hk, q + (size_t)j * ldq, kt, out + j * 16);
+}
+
+/* whether any of 16 weights is nonzero (NaN counts, -0 does not, as the twin's != 0) */
+static inline int any16_avx512(const float *w) {
+    return _mm512_cmp_ps_mask(_mm512_loadu_ps(w), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+}
+
+/* dims d .. d + nu - 1 of pv_list_avx512: the nr x nu accumulators (one register per row and dim:
+ * the 16 slot lanes) stay in registers over the n tiles of the list; each value vector is converted
+ * once for the nr rows (fma: the products are exact). wl: the list's weights, [k][nr][16] */
+static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, const el_half *const *vp, const float *wl,
+                                                                 int n, int nr, float *acc, int lda) {
+    __m512 a[4][8];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + (size_t)r * lda + (d + i) * 16);
+    for (int k = 0; k < n; k++) {
+        const el_half *v = vp[k] + (size_t)d * 16;
+        const float *wk = wl + (size_t)k * nr * 16;
+        __m512 wr[4];
+        for (int r = 0; r < nr; r++) wr[r] = _mm512_loadu_ps(wk + r * 16);
+        for (int i = 0; i < nu; i++) {
+            const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16 * i)));
+            for (int r = 0; r < nr; r++) a[r][i] = _mm512_fmadd_ps(wr[r], x, a[r][i]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < nu; i++) _mm512_storeu_ps(acc + (size_t)r * lda + (d + i) * 16, a[r][i]);
+}
+
+/* nr <= 4 rows that all take every tile of list ts (n <= 64 tiles, in order), into the lanes acc:
+ * 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest one by one */
+static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const el_half *const *vt, int nr, const float *w,
+                                                                 int ldw, float *acc, int lda, const int *ts, int n) {
+    const el_half *vp[64];
+    float wl[64 * 4 * 16];
+    for (int k = 0; k < n; k++) {
+        vp[k] = vt[ts[k]];
+        for (int r = 0; r < nr; r++) memcpy(wl + ((size_t)k * nr + r) * 16, w + (size_t)r * ldw + ts[k] * 16, 64);
+    }
+    const int nu = nr == 4 ? 6 : 8;
+    int d = 0;
+    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, n, nr, acc, lda);
+    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, n, nr, acc, lda);
+}
+
+/* pv_tiles: rows in groups of up to 4; per lane set, a group's tiles of that set (lists of at most
+ * 64, in order) go through pv_list_avx512 together when every row of the group takes them all (a
+ * row whose weights of a tile are all zero skips it), else each row on its own */
+static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
+                            int lda, int sets, int t0) {
+    int ts[64], tr[64];
+    for (int r0 = 0; r0 < nh; r0 += 4) {
+        const int nr = EL_MIN(4, nh - r0);
+        const float *wg = w + (size_t)r0 * ldw;
+        for (int s = 0; s < sets; s++) {
+            const int step = sets == 4 ? 4 : 1;
+            for (int c = 0; c < nt; c += 64 * step) {
+                const int ce = EL_MIN(nt, c + 64 * step);
+                int n = 0, same = 1;
+                for (int t = c + (sets == 4 ? (s - t0 - c) & 3 : 0); t < ce; t += step) {
+                    int need = 0;
+                    for (int r = 0; r < nr; r++) need |= any16_avx512(wg + (size_t)r * ldw + t * 16) << r;
+                    if (need) ts[n++] = t;
+                    same &= !need || need == (1 << nr) - 1;
+                }
+                float *ag = acc + (size_t)r0 * lda + (size_t)s * nd * 16;
+                if (same) {
+                    switch (nr) {  /* (the row count a compile-time constant) */
+                    case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, n); break;
+                    case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, n); break;
+                    case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, n); break;
+                    default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, n); break;
+                    }
+                    continue;
+                }
+                for (int r = 0; r < nr; r++) {
+                    int m = 0;
+                    for (int k = 0; k < n; k++)
+                        if (any16_avx512(wg + (size_t)r * ldw + ts[k] * 16)) tr[m++] = ts[k];
+                    pv_list_avx512(nd, vt, 1, wg + (size_t)r * ldw, ldw, ag + (size_t)r * lda, lda, tr, m);
+                }
+            }
+        }
+    }
+}
+
+/* the 32 values d * q (exact) of a q8_0 / q4_0 block, as two registers */
+static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+    __m128i lo, hi;
+    if (q4) {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
+        lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8);                      /* values 0..15 */
+        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);   /* values 16..31 */
+    } else {
+        lo = _mm_loadu_si128((const __m128i *)(blk + 2));
+        hi = _mm_loadu_si128((const __m128i *)(blk + 18));
+    }
+    *x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+    *x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+}
+
+/* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
+ * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
+ * w * x rounded, then added */
+static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
+                                                                    size_t row_bytes, int nr, const float *w, int ldw,
+                                                                    float *acc, int lda, const uint64_t *skip) {
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    __m512 s[4][2];
+    for (int r = 0; r < nr; r++) {
+        s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
+        s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
+    }
+    for (int t = 0; t < nt; t++) {
+        if (skip[0] >> t & 1) continue;
+        const uint8_t *row = vt[t] + (size_t)bi * bb;
+        for (int l = 0; l < 16; l++, row += row_bytes) {
+            __m512 x0, x1;
+            q_block_avx512(q4, row, &x0, &x1);
+            for (int r = 0; r < nr; r++) {
+                const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
+                s[r][0] = _mm512_add_ps(s[r][0], _mm512_mul_ps(wl, x0));
+                s[r][1] = _mm512_add_ps(s[r][1], _mm512_mul_ps(wl, x1));
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        _mm512_storeu_ps(acc + (size_t)r * lda, s[r][0]);
+        _mm512_storeu_ps(acc + (size_t)r * lda + 16, s[r][1]);
+    }
+}
+
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 that take the same
+ * tiles (absent tiles and all-zero weights skipped, as the twin does), else row by row */
+static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                        const float *w, int ldw, float *acc, int lda) {
+    uint64_t skip[4][1];  /* per row, the tiles of this pass it skips */
+    for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
+        const int n = EL_MIN(64, nt - c);
+        for (int r0 = 0; r0 < nh; r0 += 4) {
+            const int nr = EL_MIN(4, nh - r0);
+            int same = 1;
+            memset(skip, 0, sizeof skip);
+            for (int t = 0; t < n; t++) {
+                int need = 0;
+                for (int r = 0; r < nr; r++)
+                    need |= (vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << r;
+                for (int r = 0; r < nr; r++) skip[r][0] |= (uint64_t)!(need >> r & 1) << t;
+                same &= !need || need == (1 << nr) - 1;
+            }
+            for (int b = 0; b < nd / 32; b++) {
+                float *ab = acc + (size_t)r0 * lda + b * 32;
+                const float *wg = w + (size_t)r0 * ldw + c * 16;
+                if (same) {
+                    switch (nr) {
+                    case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip[0]); break;
+                    case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip[0]); break;
+                    case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip[0]); break;
+                    default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip[0]); break;
+                    }
+                    continue;
+                }
+                for (int r = 0; r < nr; r++)
+                    pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg + (size_t)r * ldw, ldw, ab + (size_t)r * lda,
+                                      lda, skip[r]);
+            }
+        }
+    }
+}
+
+static void pv_q8_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                           const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+}
+static void pv_q4_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
+                           const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_avx512(int n, const float *acc, float *out) {
@@ -664,6 +936,9 @@ void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
     el_vops.qk_tile = qk_tile_avx512;
     el_vops.qk_tile_one = qk_tile_one_avx512;
+    el_vops.pv_tiles = pv_tiles_avx512;
+    el_vops.pv_q8_0 = pv_q8_0_avx512;
+    el_vops.pv_q4_0 = pv_q4_0_avx512;
     el_vops.sum16_rows = sum16_rows_avx512;
     el_vops.exp_sum = exp_sum_avx512;
     el_vops.silu_mul = silu_mul_avx512;
