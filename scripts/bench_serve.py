@@ -387,14 +387,20 @@ async def bench_levels(servers: list[Server], levels: list[int], args, fields) -
         rounds: dict[str, list[dict]] = {s.name: [] for s in servers}
         for r in range(args.rounds):
             for s in servers:
+                cpu, busy = cpu_seconds(s.pid), machine_busy_seconds()
                 results, wall = await run_clients(s.host, s.port, s.model, n, n_tokens=args.n_tokens, fields=fields,
                                                   headers=s.headers, requests_each=args.requests)
                 summary = summarize(results, wall)
                 summary["rss_mib"] = rss_mib(s.pid)
+                # cores the server had, and the cores everything else took meanwhile (this client
+                # included): a busy machine slows a server whose threads wait for each other
+                summary["server_cores"] = (cpu_seconds(s.pid) - cpu) / wall
+                summary["other_cores"] = (machine_busy_seconds() - busy) / wall - summary["server_cores"]
                 rounds[s.name].append(summary)
                 print(f"  {n} clients, round {r + 1}, {s.name}: {summary['agg_tps']:.1f} tok/s, "
                       f"TTFT p99 {summary['ttft_p99']:.3f} s, errors {summary['errors']}/{summary['requests']}"
-                      + (f" e.g. {summary['error_examples'][0]}" if summary["error_examples"] else ""),
+                      + (f" e.g. {summary['error_examples'][0]}" if summary["error_examples"] else "")
+                      + f"; CPU cores: server {summary['server_cores']:.2f}, everything else {summary['other_cores']:.2f}",
                       file=sys.stderr, flush=True)
         out[n] = {name: median_of(rs) for name, rs in rounds.items()}
     return out
@@ -605,7 +611,8 @@ def main() -> None:
             print(table(results))
             for n, by in results.items():
                 for name, s in by.items():
-                    print(f"{n} clients, {name}: {tail_ratios(s)}; RSS {s['rss_mib']:.1f} MiB")
+                    print(f"{n} clients, {name}: {tail_ratios(s)}; RSS {s['rss_mib']:.1f} MiB; CPU cores: server "
+                          f"{s['server_cores']:.2f}, everything else {s['other_cores']:.2f} (medians of rounds)")
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
     finally:
