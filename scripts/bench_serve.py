@@ -19,7 +19,9 @@ end-to-end latency p50/p99, per-stream decode tok/s (median of (tokens - 1) / (e
 errors; and the ratios edgellm / llama-server. --json-schema FILE sends every request with
 response_format json_schema (both servers constrain it; replies end where the schema does, so
 their lengths vary and tok/s counts usage.completion_tokens). --soak MINUTES keeps -c clients busy that long and
-prints each minute's throughput (content events streamed within it) and the server's resident memory.
+prints each minute's throughput (content events streamed within it), the server's resident memory,
+its CPU time and the CPU time of everything else on the machine (a minute slowed by other programs
+shows as less server CPU and more of theirs; tokens per server CPU second takes that out).
 --vs-generate PROMPTS sends one client's streaming /v1/completions of plain prompts and runs
 `edgellm generate -v` on the same prompts with the same sampling and seeds, taking turns: first-token
 time and decode tok/s side by side (replies end at the end-of-text token on both sides).
@@ -35,6 +37,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -299,6 +302,25 @@ def rss_mib(pid: int | None) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU time (user + system) a process has used, its threads' included."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, TypeError, IndexError, ValueError):
+        return float("nan")
+
+
+def machine_busy_seconds() -> float:
+    """CPU time all processes have used (every core's non-idle time, /proc/stat)."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = values[3] + values[4]  # idle, iowait
+        return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 @dataclass
 class Server:
     name: str
@@ -365,14 +387,20 @@ async def bench_levels(servers: list[Server], levels: list[int], args, fields) -
         rounds: dict[str, list[dict]] = {s.name: [] for s in servers}
         for r in range(args.rounds):
             for s in servers:
+                cpu, busy = cpu_seconds(s.pid), machine_busy_seconds()
                 results, wall = await run_clients(s.host, s.port, s.model, n, n_tokens=args.n_tokens, fields=fields,
                                                   headers=s.headers, requests_each=args.requests)
                 summary = summarize(results, wall)
                 summary["rss_mib"] = rss_mib(s.pid)
+                # cores the server had, and the cores everything else took meanwhile (this client
+                # included): a busy machine slows a server whose threads wait for each other
+                summary["server_cores"] = (cpu_seconds(s.pid) - cpu) / wall
+                summary["other_cores"] = (machine_busy_seconds() - busy) / wall - summary["server_cores"]
                 rounds[s.name].append(summary)
                 print(f"  {n} clients, round {r + 1}, {s.name}: {summary['agg_tps']:.1f} tok/s, "
                       f"TTFT p99 {summary['ttft_p99']:.3f} s, errors {summary['errors']}/{summary['requests']}"
-                      + (f" e.g. {summary['error_examples'][0]}" if summary["error_examples"] else ""),
+                      + (f" e.g. {summary['error_examples'][0]}" if summary["error_examples"] else "")
+                      + f"; CPU cores: server {summary['server_cores']:.2f}, everything else {summary['other_cores']:.2f}",
                       file=sys.stderr, flush=True)
         out[n] = {name: median_of(rs) for name, rs in rounds.items()}
     return out
@@ -394,16 +422,23 @@ async def soak(server: Server, clients: int, minutes: float, args, fields) -> li
 
     async def ticker():
         minute = 0
+        cpu, busy = cpu_seconds(server.pid), machine_busy_seconds()
         while time.perf_counter() < end:
             await asyncio.sleep(max(0.0, t0 + 60 * (minute + 1) - time.perf_counter()))
             minute += 1
             # tok/s: the content events streamed within the minute (requests finish in waves of
-            # -c, so counting finished requests' tokens jumps by a wave: 8 of ~80 is 10%)
+            # -c, so counting finished requests' tokens jumps by a wave: 8 of ~80 is 10%). The
+            # server's CPU time and the rest of the machine's (other programs and this client) say
+            # whether a slow minute had fewer cores to run on or did more work per token.
+            cpu1, busy1 = cpu_seconds(server.pid), machine_busy_seconds()
             row = {"minute": minute, "tok_s": current["streamed"] / 60, "done_tok_s": current["tokens"] / 60,
-                   "errors": current["errors"], "requests": current["requests"], "rss_mib": rss_mib(server.pid)}
+                   "errors": current["errors"], "requests": current["requests"], "rss_mib": rss_mib(server.pid),
+                   "server_cpu_s": cpu1 - cpu, "other_cpu_s": (busy1 - busy) - (cpu1 - cpu)}
+            cpu, busy = cpu1, busy1
             per_minute.append(row)
             print(f"  minute {minute}: {row['tok_s']:.1f} tok/s streamed ({row['done_tok_s']:.1f} in finished requests), "
-                  f"{row['requests']} requests, {row['errors']} errors, RSS {row['rss_mib']:.1f} MiB",
+                  f"{row['requests']} requests, {row['errors']} errors, RSS {row['rss_mib']:.1f} MiB, server CPU "
+                  f"{row['server_cpu_s']:.0f} s, others {row['other_cpu_s']:.0f} s",
                   file=sys.stderr, flush=True)
             current.update(tokens=0, errors=0, requests=0, streamed=0)
 
@@ -473,16 +508,23 @@ def soak_report(rows: list[dict]) -> str:
     full = rows  # whole minutes only (requests still running at the end are not counted)
     tps = [r["tok_s"] for r in full]
     mean = statistics.mean(tps) if tps else float("nan")
-    lines = ["| minute | tok/s streamed | vs mean | tok/s of finished requests | requests | errors | RSS MiB |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in full:
+    # tokens per CPU-second of the server: its throughput with the machine's other load taken out
+    per_cpu = [r["tok_s"] * 60 / r["server_cpu_s"] if r["server_cpu_s"] > 0 else float("nan") for r in full]
+    mean_cpu = statistics.mean(per_cpu) if per_cpu else float("nan")
+    lines = ["| minute | tok/s streamed | vs mean | tok/s of finished requests | requests | errors | RSS MiB | "
+             "server CPU s | others' CPU s | tokens per server CPU s | vs mean |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r, c in zip(full, per_cpu):
         lines.append(f"| {r['minute']} | {r['tok_s']:.1f} | {100 * (r['tok_s'] / mean - 1):+.1f}% | {r['done_tok_s']:.1f} | "
-                     f"{r['requests']} | {r['errors']} | {r['rss_mib']:.1f} |")
+                     f"{r['requests']} | {r['errors']} | {r['rss_mib']:.1f} | {r['server_cpu_s']:.0f} | "
+                     f"{r['other_cpu_s']:.0f} | {c:.1f} | {100 * (c / mean_cpu - 1):+.1f}% |")
     if len(full) > 1:
         growth = full[-1]["rss_mib"] - full[0]["rss_mib"]
         worst = max(abs(t / mean - 1) for t in tps) * 100
-        lines.append(f"\nmean {mean:.1f} tok/s; worst minute {worst:.1f}% from the mean; RSS after minute 1 grew "
-                     f"{growth:+.1f} MiB; errors {sum(r['errors'] for r in full)}/{sum(r['requests'] for r in full)}")
+        worst_cpu = max(abs(c / mean_cpu - 1) for c in per_cpu) * 100
+        lines.append(f"\nmean {mean:.1f} tok/s; worst minute {worst:.1f}% from the mean ({worst_cpu:.1f}% in tokens per "
+                     f"server CPU second); RSS after minute 1 grew {growth:+.1f} MiB; errors "
+                     f"{sum(r['errors'] for r in full)}/{sum(r['requests'] for r in full)}")
     return "\n".join(lines)
 
 
@@ -512,6 +554,8 @@ def main() -> None:
 
     from edgellm.registry import resolve
 
+    # a SIGTERM (a run cut short) ends like Ctrl-C: through the finally that stops the servers
+    signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(128 + sig))
     servers: list[Server] = []
     logdir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     try:
@@ -567,7 +611,8 @@ def main() -> None:
             print(table(results))
             for n, by in results.items():
                 for name, s in by.items():
-                    print(f"{n} clients, {name}: {tail_ratios(s)}; RSS {s['rss_mib']:.1f} MiB")
+                    print(f"{n} clients, {name}: {tail_ratios(s)}; RSS {s['rss_mib']:.1f} MiB; CPU cores: server "
+                          f"{s['server_cores']:.2f}, everything else {s['other_cores']:.2f} (medians of rounds)")
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
     finally:

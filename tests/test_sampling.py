@@ -187,6 +187,31 @@ def test_top_k_mask_and_ties():
     assert top_k(ties, 5).ids.tolist() == [0, 1, 2, 3, 5]
 
 
+def ref_top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    """The ids top_k keeps, by a full stable sort: the k best, ties by position, in id order."""
+    order = np.argsort(-logits.astype(np.float64), kind="stable")
+    return np.sort(order[:k])
+
+
+@pytest.mark.parametrize("n", [262144, 49152, 40000 + 37])  # Gemma 3's and SmolLM2's vocabularies, a ragged tail
+@pytest.mark.parametrize("kind", ["normal", "ties", "masked", "best in the tail"])
+@pytest.mark.parametrize("k", [1, 40, 200])
+def test_top_k_on_large_vocabularies_matches_full_sort(n, kind, k):
+    # large sets take the column-maxima shortcut (_top_k_contenders): the same tokens as sorting all
+    rng = np.random.default_rng(n + k + len(kind))
+    logits = rng.standard_normal(n).astype(np.float32)
+    if kind == "ties":  # many tokens tied at the cut, spread over the columns
+        logits = rng.integers(0, 6, n).astype(np.float32)
+    elif kind == "masked":
+        logits[rng.integers(0, n, n // 3)] = -np.inf
+    elif kind == "best in the tail":  # the best tokens in the last, partial column or the last row
+        logits[-min(k, 30):] = 10.0
+        logits[-(n % 64) - 5:-(n % 64) - 1 if n % 64 else None] = 9.0
+    out = top_k(all_candidates(logits), k)
+    np.testing.assert_array_equal(out.ids, ref_top_k(logits, k))
+    np.testing.assert_array_equal(out.logits, logits[out.ids])
+
+
 @pytest.mark.parametrize("p, kept", [(0.45, [1]), (0.79, [1, 3]), (0.81, [0, 1, 3]), (0.96, [0, 1, 2, 3])])
 def test_top_p_mask(p, kept):
     out = top_p(all_candidates(LOGITS), p)

@@ -37,6 +37,10 @@ _TOP_P_FIRST_POOL = 256
 _TOP_P_POOL_GROWTH = 8
 # draw() walks the candidates' probabilities in blocks of this many
 _DRAW_BLOCK = 1024
+# top_k on a large set first narrows it by column maxima over this many rows (_top_k_contenders),
+# when there are at least this many columns per token kept
+_TOP_K_ROWS = 64
+_TOP_K_MIN_COLUMNS = 4
 
 
 def _is_int(x) -> bool:
@@ -152,6 +156,9 @@ def top_k(c: Candidates, k: int) -> Candidates:
     n = c.ids.shape[0]
     if k <= 0 or k >= n:
         return c
+    if n // _TOP_K_ROWS >= _TOP_K_MIN_COLUMNS * k:
+        c = _top_k_contenders(c, k)
+        n = c.ids.shape[0]
     cut = np.partition(c.logits, n - k)[n - k]  # O(n) selection: the k-th largest value
     best = np.flatnonzero(c.logits >= cut)
     extra = best.shape[0] - k
@@ -159,6 +166,30 @@ def top_k(c: Candidates, k: int) -> Candidates:
         tied = np.flatnonzero(c.logits[best] == cut)
         best = np.delete(best, tied[-extra:])
     return Candidates(c.ids[best], c.logits[best])
+
+
+def _top_k_contenders(c: Candidates, k: int) -> Candidates:
+    """The tokens of c (in their order) whose logit is at least a floor no larger than the k-th
+    largest: all k best and their ties, usually a few thousand of a large vocabulary.
+
+    The logits are laid out as _TOP_K_ROWS rows and each column's maximum taken (one pass, vectorized
+    across columns). The k-th largest of those maxima is the floor: k columns reach it, so at
+    least k logits do, so the k-th largest logit is at least the floor. Selecting among the
+    column maxima and the few columns that reach the floor costs a small fraction of
+    np.partition over the whole vocabulary (about 0.1 ms instead of 1-4 ms on Gemma's 262k)."""
+    x = c.logits
+    cols = x.shape[0] // _TOP_K_ROWS
+    body = cols * _TOP_K_ROWS
+    grid = x[:body].reshape(_TOP_K_ROWS, cols)  # column j: logits j, cols + j, 2 cols + j, ...
+    col_max = grid.max(axis=0)
+    tail = x[body:]  # fewer than _TOP_K_ROWS logits, each its own column
+    maxima = np.concatenate((col_max, tail))
+    floor = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
+    hit = np.flatnonzero(col_max >= floor)
+    rows, j = np.nonzero(grid[:, hit] >= floor)
+    idx = np.concatenate((rows * cols + hit[j], body + np.flatnonzero(tail >= floor)))
+    idx.sort()
+    return Candidates(c.ids[idx], x[idx])
 
 
 def _softmax_weights(logits: np.ndarray) -> np.ndarray:
