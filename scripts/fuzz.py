@@ -5,7 +5,7 @@
     scripts/fuzz.py TARGET --replay I [--seed S]        # run input I of the mutator again, with its traceback
     scripts/fuzz.py --list
 
-Targets live in fuzz_targets.py (gguf, tokenizer, template, http, state). An input passes when it returns or raises one of
+Targets live in fuzz_targets.py (gguf, tokenizer, template, reply, http, state). An input passes when it returns or raises one of
 edgellm's own errors (edgellm.errors.EdgeLLMError). Anything else is a finding: another exception (a failed property
 such as a round trip is an AssertionError), a crash of the process, or an input still running
 after --timeout seconds (a hang).

@@ -32,7 +32,7 @@ def test_seeded_inputs_find_nothing(name, real_models_cached, tmp_path):
 
 
 def test_every_target_is_listed():
-    assert TARGETS == ["gguf", "http", "state", "template", "tokenizer"]
+    assert TARGETS == ["gguf", "http", "reply", "state", "template", "tokenizer"]
 
 
 PLANTED = '''
