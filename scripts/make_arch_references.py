@@ -15,7 +15,10 @@ llama.cpp's own defaults do. For each file it records:
   top-8 token ids with their log-probabilities and the log-probability of the next token of the text;
 - batch_envelope: how far llama.cpp's own token-by-token evaluation (n_batch 1) of the same tokens
   is from its batch one: max and mean |difference| of those log-probabilities, and the top-1 agreement;
-- greedy: the first 16 tokens as a prompt, then 32 tokens chosen by argmax one at a time.
+- greedy: the first 16 tokens as a prompt, then 32 tokens chosen by argmax one at a time;
+- tokenize: the ids of each text of llama.cpp's own tokenizer test (models/ggml-vocab-llama-bpe.gguf.inp)
+  and of TEXTS, tokenized without BOS and without special tokens - where a file's vocabulary is
+  not one of llama.cpp's suite (tiny_archs.VOCABS), this is what checks edgellm's tokenizer on it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "fixtures" / "arch"
 TEXT = ROOT / "tests" / "fixtures" / "apache-2.0.txt"
 N_TF, TOP_K, N_PROMPT, N_GREEDY = 320, 8, 16, 32
+# besides llama.cpp's test texts: case changes inside words, contractions after capitals, runs of
+# digits, slashes and marks (what the gpt-4o pre-tokenizer splits differently)
+TEXTS = ["CamelCaseWords and HTTPServer2Go, XMLHttpRequest", "DON'T, Won'T, they'RE o'clock",
+         "1234567 12.5% $1,000,000", "path/to/file.txt//x\\y", "Ẓ̈ḁ́l̴g̶o é e\u0301 ÉCOLE Straße",
+         "tab\tsep\r\nline  two   spaces\n\n\n"]
 # the context each reference is made with: phi3's LongRoPE picks its short factors up to the
 # original context (600 tokens in the tiny file), its long ones beyond
 RUNS = {"phi3": ("phi3", 512), "phi3-long": ("phi3", 1024)}
@@ -47,7 +55,7 @@ def runs() -> dict[str, tuple[str, int]]:
     return dict(sorted(out.items()))
 
 
-def worker(model: str, n_ctx: int, text: str) -> dict:
+def worker(model: str, n_ctx: int, text: str, probes: list[str]) -> dict:
     """In llama.cpp's interpreter: everything the JSON holds for one file."""
     import numpy as np
     from llama_cpp import Llama
@@ -90,8 +98,9 @@ def worker(model: str, n_ctx: int, text: str) -> dict:
         t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         out.append(t)
         llm.eval([t])
+    tokenized = [{"text": t, "ids": llm.tokenize(t.encode("utf-8"), add_bos=False, special=False)} for t in probes]
     return {"n_ctx": n_ctx, "teacher_forced": tf, "batch_envelope": envelope,
-            "greedy": {"prompt_ids": prompt, "ids": out}}
+            "greedy": {"prompt_ids": prompt, "ids": out}, "tokenize": tokenized}
 
 
 def main() -> None:
@@ -99,27 +108,33 @@ def main() -> None:
     ap.add_argument("names", nargs="*", help="references to make (default: all)")
     ap.add_argument("--llama-python", default=os.environ.get("LLAMA_PYTHON", ""),
                     help="a Python interpreter with llama-cpp-python 0.3.36")
-    ap.add_argument("--worker", nargs=3, metavar=("MODEL", "N_CTX", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=4, metavar=("MODEL", "N_CTX", "PROBES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        model, n_ctx, out = args.worker
-        Path(out).write_text(json.dumps(worker(model, int(n_ctx), TEXT.read_text(encoding="utf-8"))))
+        model, n_ctx, probes, out = args.worker
+        result = worker(model, int(n_ctx), TEXT.read_text(encoding="utf-8"), json.loads(Path(probes).read_text()))
+        Path(out).write_text(json.dumps(result))
         return
     if not args.llama_python:
         sys.exit("say which interpreter has llama-cpp-python: --llama-python PATH (or LLAMA_PYTHON)")
     from importlib.metadata import version
 
     todo = runs()
-    import tiny_archs  # runs() put tests/ on the path
+    import llamacpp_source  # runs() put tests/ on the path
+    import tiny_archs
+
+    probes = [text for text, _ in llamacpp_source.vocab_cases(llamacpp_source.vocab_file("llama-bpe"))] + TEXTS
 
     names = args.names or list(todo)
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "probes.json").write_text(json.dumps(probes))
         for name in names:
             spec, n_ctx = todo[name]
             path = tiny_archs.build(spec, Path(tmp))
             res = Path(tmp) / "out.json"
-            subprocess.run([args.llama_python, __file__, "--worker", str(path), str(n_ctx), str(res)], check=True)
+            subprocess.run([args.llama_python, __file__, "--worker", str(path), str(n_ctx), str(Path(tmp) / "probes.json"),
+                            str(res)], check=True)
             ref = {"name": name, "spec": spec, "file": path.name, "sha256": tiny_archs.sha256(path),
                    "file_size": path.stat().st_size, "written_with": f"gguf-py {version('gguf')}",
                    "llama_cpp": "llama-cpp-python 0.3.36 (llama.cpp 0c1e570), CPU, 2 threads",

@@ -31,6 +31,7 @@ TAILS = {
     "qwen3moe": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
     "qwen2moe": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
     "phi3": "<|user|>\nHello there<|end|>\n<|assistant|>\n",
+    "phi4-mini": "<|user|>Hello there<|end|><|assistant|>",
     "smollm3": "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
     # Gemma 2 has no system role: the system text is folded into the user's turn
     "gemma2": "<start_of_turn>user\nBe brief.\nHello there<end_of_turn>\n<start_of_turn>model\n",

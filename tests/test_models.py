@@ -26,6 +26,7 @@ FEATURES = {
     "qwen3moe": {"qk_norm_head", "moe"},
     "qwen2moe": {"qkv_bias", "moe", "shared_expert", "shared_expert_gate"},
     "phi3": {"fused_qkv", "fused_gate_up", "longrope", "q_scale"},
+    "phi4-mini": {"fused_qkv", "fused_gate_up", "longrope", "q_scale"},
     "smollm3": {"rope_skip"},
     "gemma2": {"attn_softcap", "final_softcap", "sliding_window", "post_norms", "embd_scale", "q_scale", "gelu"},
     "granite": {"embd_scale", "residual_scale", "logit_scale"},
@@ -67,6 +68,22 @@ def test_phi3_reads_longrope_and_drops_the_window(tiny):
     assert cfg.yarn_attn_factor == pytest.approx(1.1902)
     assert w.rope_factors(512, cfg.n_ctx_orig) is w.rope_short
     assert w.rope_factors(1024, cfg.n_ctx_orig) is w.rope_long
+
+
+def test_phi4_mini_rotates_part_of_each_head_and_ties_the_output(tiny):
+    g, cfg, w = tiny("phi4-mini")
+    assert (cfg.n_rot, cfg.head_dim_k, cfg.n_head, cfg.n_head_kv) == (12, 16, 4, 2)
+    assert "output.weight" not in g.tensors and w.output is w.tok_embd
+    assert w.rope_factors(512, cfg.n_ctx_orig) is w.rope_short and w.rope_short.shape == (6,)  # n_rot / 2
+    assert cfg.n_ctx_orig == 4096 and cfg.yarn_attn_factor == pytest.approx(1.190238)
+
+
+def test_qwen3_files_carry_qwen3s_template(tiny):
+    """Not the one of the Qwen 2 vocabulary they borrow."""
+    import llamacpp_source
+
+    for name in ("qwen3", "qwen3moe"):
+        assert tiny(name)[0].metadata["tokenizer.chat_template"] == llamacpp_source.template("Qwen-Qwen3-0.6B")
 
 
 def test_layer_patterns(tiny):

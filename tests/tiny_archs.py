@@ -4,9 +4,11 @@ Each has the structure of the real thing at a small size: 4 layers, 4 query head
 heads (head size 16), every tensor llama.cpp's loader reads for the architecture (biases, norms,
 fused projections, rope factors, experts, ...), the hyperparameters that switch its features on,
 and a real vocabulary from llama.cpp's tokenizer suite (tests/llamacpp_source.py) with a chat
-template. Weights are random normal from a fixed seed: the layers' matrices in F16 (so llama.cpp
-rounds their activations only to f16 and the float64 reference can be held close to it), the
-embedding in Q4_0 to keep files at a few MB (quantized with gguf-py), all written with gguf-py's
+template (or, where the suite has none of the family's, one of its vocabularies made into the
+family's shape: VOCABS). Weights are random normal from a fixed seed: the layers' matrices in F16
+(so llama.cpp rounds their activations only to f16 and the float64 reference can be held close to
+it), and so is the matrix the logits come from (HEAD_TYPE); an input embedding that is not also the
+output is Q4_0, to keep files at a few MB (quantized with gguf-py). All is written with gguf-py's
 GGUFWriter, so the same seed gives the same bytes: scripts/make_arch_references.py records each file's sha256 next to
 llama.cpp's outputs for it, and the tests rebuild the file and check the hash.
 
@@ -35,6 +37,19 @@ import llamacpp_source
 from edgellm.gguf_file import GGUFFile, StringArray
 
 N_FF_EXP = 32  # the experts' width unless a spec sets its own
+# The logits' matrix (output.weight, or token_embd where the output is tied to it) is F16, as the
+# layers' are. llama.cpp multiplies a quantized one with the hidden state rounded to Q8_0 blocks
+# (steps of 1/127 of a block's largest value); with a Q4_0 head that rounding moved these models'
+# log-probabilities 10x more than all the layers' f16 roundings together (mean |delta| over the
+# top 8: 0.040 against 0.006 on qwen3), and it turns any difference between two evaluations into
+# whole steps: llama.cpp's own token-by-token evaluation was 0.013 - 0.015 from its batch one, past
+# the 0.01 the engines must meet. With an F16 head llama.cpp agrees with itself to 0.0001 - 0.0022.
+HEAD_TYPE = GT.F16
+# Standard deviation of the logits' matrix (the output, or tied embeddings), N(0, 0.5^2): with the
+# RMS-normed hidden state the logits then spread over the vocabulary as a trained model's do (a
+# standard deviation of about 4; SmolLM2-135M 3.4, Gemma-3-270M 4.7 on tests/fixtures/apache-2.0.txt),
+# where tied N(0, 1) embeddings spread them twice as wide and every rounding twice as far
+HEAD_SCALE = 0.5
 # attention and FFN outputs this many times larger than N(0, 1/fan_in) weights give, so the layers
 # move the residual stream away from the token's own embedding (else a tied output just repeats it)
 RESIDUAL_GAIN = 3.0
@@ -61,9 +76,9 @@ TINY = Shape()
 @dataclass(frozen=True)
 class Spec:
     arch: str                    # general.architecture
-    vocab: str                   # llama.cpp's models/ggml-vocab-<vocab>.gguf
+    vocab: str                   # llama.cpp's models/ggml-vocab-<vocab>.gguf, or a VOCABS entry
     seed: int
-    template: str | None = None  # models/templates/<template>.jinja, where the vocabulary has none
+    template: str | None = None  # models/templates/<template>.jinja, in place of the vocabulary's own
     keys: dict = field(default_factory=dict)  # {arch}.<key> -> (type, value), beyond the shape keys
     attn: str = "qkv"            # "qkv" separate q/k/v, "fused" attn_qkv
     qkv_bias: bool = False
@@ -79,7 +94,11 @@ class Spec:
     output_bias: bool = False
     rope_freqs: bool = False     # rope_freqs.weight
     longrope: bool = False       # rope_factors_long / _short
-    embd_init: float = 1.0       # standard deviation of the token embeddings
+    embd_init: float | None = None  # standard deviation of the token embeddings (default: HEAD_SCALE
+                                 # where they are the output too, else 1)
+    rope_dims: int = 0           # rope.dimension_count, where only part of each head is rotated
+    name: str = ""               # general.name (default tiny-<arch>); llama.cpp reads it: a name with
+                                 # "phi3" in it gives the special tokens Phi-3's rstrip attribute
 
 
 def _f32(v):
@@ -102,6 +121,12 @@ SPECS: dict[str, Spec] = {
     "phi3": Spec("phi3", "phi-3", 5, attn="fused", ffn="fused", longrope=True, output=True,
                  keys={"rope.scaling.type": (VT.STRING, "longrope"), "rope.scaling.attn_factor": _f32(1.1902),
                        "rope.scaling.original_context_length": _u32(600), "attention.sliding_window": _u32(2047)}),
+    # Phi-4-mini (phi3 as llama.cpp reads it): GQA, 3/4 of each head rotated (rope.dimension_count), LongRoPE
+    # with Phi-4-mini's attention factor and original context, the output tied to the embeddings, no window
+    "phi4-mini": Spec("phi3", "phi-4-mini", 16, attn="fused", ffn="fused", longrope=True, output=False, rope_dims=12,
+                      name="tiny Phi 4 Mini",
+                      keys={"rope.scaling.attn_factor": _f32(1.190238),
+                            "rope.scaling.original_context_length": _u32(4096)}),
     "smollm3": Spec("smollm3", "llama-bpe", 6, template="HuggingFaceTB-SmolLM3-3B", output=False),
     "gemma2": Spec("gemma2", "llama-spm", 7, template="google-gemma-2-2b-it", post_norms=True, output=False,
                    embd_init=0.25, keys={"attention.sliding_window": _u32(32), "attn_logit_softcapping": _f32(1.5),
@@ -146,12 +171,52 @@ class Chat:
     ids: dict = field(default_factory=dict)     # tokenizer.ggml.<name>_token_id -> id
     tokens: dict = field(default_factory=dict)  # id -> (text, token type): the family's special tokens
     source: str = ""                 # the template's Jinja source, where llama.cpp's source has none
+    pre: str = ""                    # tokenizer.ggml.pre of the family's GGUFs, where the vocabulary's differs
 
     def template_source(self) -> str | None:
         return self.source or (self.template and llamacpp_source.template(self.template))
 
 
-CONTROL, UNKNOWN = 3, 2  # llama.cpp's token types
+CONTROL, UNKNOWN, UNUSED = 3, 2, 5  # llama.cpp's token types
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A family's vocabulary that llama.cpp's tokenizer suite lacks, made of one it has: the suite
+    vocabulary's tokens and merges, padded to the family's size with unused [PAD<id>] tokens (as
+    llama.cpp's converter pads a vocabulary to the model's; the suite vocabulary's own control tokens
+    become such tokens too), the family's special tokens at their ids, its pre-tokenizer, its
+    bos / eos / ... ids and flags, and its chat template."""
+    base: str            # llama.cpp's models/ggml-vocab-<base>.gguf
+    size: int            # tokens in all
+    pre: str             # tokenizer.ggml.pre
+    tokens: dict         # id -> (text, token type)
+    ids: dict            # tokenizer.ggml.<name>_token_id -> id
+    flags: dict          # tokenizer.ggml.<name> -> bool
+    template: str        # the chat template's Jinja source
+
+
+# Phi-4-mini-instruct's chat template (its tokenizer_config.json; llama.cpp's source has none)
+PHI4_MINI_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+    "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + "
+    "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+    "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+VOCABS: dict[str, Vocab] = {
+    # Phi-4-mini: o200k (pre-tokenizer gpt-4o, 200064 tokens) is not in the suite; Llama 3's tokens and
+    # merges stand in for it. Its GGUFs' tokenizer keys (as llama.cpp's converter writes them):
+    # <|endoftext|> 199999 is bos, eos, unknown and padding, no BOS or EOS added; its chat markers are
+    # control tokens at the ids of Phi-4-mini-instruct's tokenizer_config.json (<|end|> 200020 ends a
+    # turn; llama.cpp finds it by its text, as Phi-3's)
+    "phi-4-mini": Vocab(
+        "llama-bpe", 200064, "gpt-4o",
+        {199999: ("<|endoftext|>", CONTROL), 200018: ("<|endofprompt|>", CONTROL), 200019: ("<|assistant|>", CONTROL),
+         200020: ("<|end|>", CONTROL), 200021: ("<|user|>", CONTROL), 200022: ("<|system|>", CONTROL),
+         200023: ("<|tool|>", CONTROL)},
+        {"bos": 199999, "eos": 199999, "unknown": 199999, "padding": 199999},
+        {"add_bos_token": False, "add_eos_token": False}, PHI4_MINI_TEMPLATE),
+}
 # OLMo 2 Instruct's template (allenai/OLMo-2-1124-7B-Instruct's tokenizer_config; llama.cpp's source has none)
 OLMO2_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -171,9 +236,13 @@ CHATS: dict[str, Chat] = {
     "qwen2moe": Chat(None, 151645, _QWEN_CHAT),  # the vocabulary's own: Qwen 2's ChatML (Qwen2-57B-A14B)
     # Phi-3.5-mini: eos <|endoftext|> (32000, as the vocabulary); <|end|> (32007) is found by its text
     "phi3": Chat("microsoft-Phi-3.5-mini-instruct", 32007),
-    # SmolLM3: Llama 3's vocabulary with reserved tokens renamed to ChatML's, eos <|im_end|>
-    "smollm3": Chat("HuggingFaceTB-SmolLM3-3B", 128012, {"eos": 128012},
-                    {128011: ("<|im_start|>", CONTROL), 128012: ("<|im_end|>", CONTROL)}),
+    # Phi-4-mini: its vocabulary's own template and ids (VOCABS), a turn ends with <|end|>
+    "phi4-mini": Chat(None, 200020),
+    # SmolLM3: Llama 3's vocabulary with reserved tokens renamed to ChatML's. Its GGUFs (llama.cpp's
+    # SmolLM3 pull request, #14581, lists one's keys): pre-tokenizer smaug-bpe, bos 128000, eos and
+    # padding <|im_end|> 128012; <|im_start|> is the reserved token before it (128011)
+    "smollm3": Chat("HuggingFaceTB-SmolLM3-3B", 128012, {"eos": 128012, "padding": 128012},
+                    {128011: ("<|im_start|>", CONTROL), 128012: ("<|im_end|>", CONTROL)}, pre="smaug-bpe"),
     # Gemma 2's ids (<pad> 0, <eos> 1, <bos> 2, <unk> 3, turn markers 106 / 107) on Llama 2's vocabulary
     "gemma2": Chat("google-gemma-2-2b-it", 107, {"bos": 2, "eos": 1, "unknown": 3, "padding": 0},
                    {0: ("<pad>", CONTROL), 1: ("<eos>", CONTROL), 2: ("<bos>", CONTROL), 3: ("<unk>", UNKNOWN),
@@ -182,7 +251,8 @@ CHATS: dict[str, Chat] = {
     "granite": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
     "granitemoe": Chat("ibm-granite-granite-3.3-2B-Instruct", 0, {"padding": 0}, _GRANITE_TOKENS),
     "olmo2": Chat(None, 50256, source=OLMO2_TEMPLATE),  # eos <|endoftext|>, as OLMo 2's (there 100257)
-    # Mistral Small 3.x (mistral3): Tekken's control ids ([INST] 3, [/INST] 4, [SYSTEM_PROMPT] 17, ...)
+    # Mistral Small 3.x (mistral3): Tekken's control ids (mistral-common's Tekkenizer: <unk> 0, <s> 1,
+    # </s> 2, [INST] 3, [/INST] 4, ..., [SYSTEM_PROMPT] 17, [/SYSTEM_PROMPT] 18)
     "mistral3": Chat("Mistral-Small-3.2-24B-Instruct-2506", 2, {},
                      {3: ("[INST]", CONTROL), 4: ("[/INST]", CONTROL), 17: ("[SYSTEM_PROMPT]", CONTROL),
                       18: ("[/SYSTEM_PROMPT]", CONTROL)}),
@@ -195,8 +265,10 @@ _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np
 
 
 def _tokenizer_fields(vocab: str):
-    """(key, value type, value, element type) of every tokenizer.* key of a suite vocabulary, as
-    edgellm's reader gives the values (ids written as UINT32, like the converters do)."""
+    """(key, value type, value, element type) of every tokenizer.* key of a suite vocabulary (or of
+    a VOCABS one), as edgellm's reader gives the values (ids written as UINT32, like the converters do)."""
+    if vocab in VOCABS:
+        return _derived_fields(VOCABS[vocab])
     with GGUFFile(llamacpp_source.vocab_file(vocab)) as g:
         out = []
         for key, v in g.metadata.items():
@@ -243,17 +315,19 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
     r = rand or Rand(spec.seed)
     E, F, hd = shape.n_embd, shape.n_ff, shape.head_dim
     qd, kd, X, FS = shape.n_head * hd, shape.n_head_kv * hd, shape.n_expert, shape.n_ff_shexp
-    t = {"token_embd.weight": r.matrix(E, n_vocab, scale=spec.embd_init, qtype=GT.Q4_0),
+    embd_std = spec.embd_init if spec.embd_init is not None else 1.0 if spec.output else HEAD_SCALE
+    t = {"token_embd.weight": r.matrix(E, n_vocab, scale=embd_std, qtype=GT.Q4_0 if spec.output else HEAD_TYPE),
          "output_norm.weight": r.norm(E)}
     if spec.output:
-        t["output.weight"] = r.matrix(E, n_vocab, scale=0.5, qtype=GT.Q4_0)
+        t["output.weight"] = r.matrix(E, n_vocab, scale=HEAD_SCALE, qtype=HEAD_TYPE)
     if spec.output_bias:
         t["output.bias"] = r.bias(n_vocab, 1.0)
+    rot = spec.rope_dims or hd
     if spec.rope_freqs:  # Llama 3's shape: 1 on high frequencies, rising to 8 on low ones
-        t["rope_freqs.weight"] = np.geomspace(1.0, 8.0, hd // 2).astype(np.float32)
+        t["rope_freqs.weight"] = np.geomspace(1.0, 8.0, rot // 2).astype(np.float32)
     if spec.longrope:
-        t["rope_factors_long.weight"] = np.geomspace(1.0, 6.0, hd // 2).astype(np.float32)
-        t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, hd // 2).astype(np.float32)
+        t["rope_factors_long.weight"] = np.geomspace(1.0, 6.0, rot // 2).astype(np.float32)
+        t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, rot // 2).astype(np.float32)
     for i in range(shape.n_layer):
         p = f"blk.{i}."
         if spec.pre_norms:
@@ -302,9 +376,31 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
     return t
 
 
+def _derived_fields(v: Vocab) -> list[tuple]:
+    base = _tokenizer_fields(v.base)
+    types = next(value for key, _, value, _ in base if key == "tokenizer.ggml.token_type")
+    tokens = {i: ("[PAD%d]" % i, UNUSED) for i in range(v.size) if i >= len(types) or types[i] == CONTROL}
+    tokens.update(v.tokens)
+    out = []
+    for key, vtype, value, sub in base:
+        name = key.removeprefix("tokenizer.ggml.")
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            value = list(value) + [None] * (v.size - len(value))
+            for i, (text, ttype) in tokens.items():
+                value[i] = text if key == "tokenizer.ggml.tokens" else ttype
+        elif key == "tokenizer.ggml.pre":
+            value = v.pre
+        elif key == "tokenizer.chat_template" or name.removesuffix("_token_id") in v.ids or name in v.flags:
+            continue
+        out.append((key, vtype, value, sub))
+    out += [(f"tokenizer.ggml.{name}_token_id", VT.UINT32, i, None) for name, i in v.ids.items()]
+    out += [(f"tokenizer.ggml.{name}", VT.BOOL, flag, None) for name, flag in v.flags.items()]
+    return out + [("tokenizer.chat_template", VT.STRING, v.template, None)]
+
+
 def metadata(spec: Spec, chat: Chat | None = None, shape: Shape = TINY) -> list[tuple]:
     a = spec.arch
-    md = [("general.name", VT.STRING, f"tiny-{spec.arch}", None),
+    md = [("general.name", VT.STRING, spec.name or f"tiny-{spec.arch}", None),
           (f"{a}.block_count", VT.UINT32, shape.n_layer, None),
           (f"{a}.context_length", VT.UINT32, 4096, None),
           (f"{a}.embedding_length", VT.UINT32, shape.n_embd, None),
@@ -320,14 +416,16 @@ def metadata(spec: Spec, chat: Chat | None = None, shape: Shape = TINY) -> list[
                (f"{a}.expert_feed_forward_length", VT.UINT32, spec.n_ff_exp, None)]
         if spec.shared_expert:
             md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, shape.n_ff_shexp, None))
+    if spec.rope_dims:
+        md.append((f"{a}.rope.dimension_count", VT.UINT32, spec.rope_dims, None))
     md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]
     tok = _tokenizer_fields(spec.vocab)
+    if spec.template:  # the family's template, not the one the borrowed vocabulary carries
+        tok = [f for f in tok if f[0] != "tokenizer.chat_template"]
+        tok.append(("tokenizer.chat_template", VT.STRING, llamacpp_source.template(spec.template), None))
     if chat is not None:
         tok = _chat_fields(tok, chat)
-    md += tok
-    if spec.template and not any(name == "tokenizer.chat_template" for name, *_ in tok):
-        md.append(("tokenizer.chat_template", VT.STRING, llamacpp_source.template(spec.template), None))
-    return md
+    return md + tok
 
 
 def _chat_fields(tok: list[tuple], chat: Chat) -> list[tuple]:
@@ -344,6 +442,8 @@ def _chat_fields(tok: list[tuple], chat: Chat) -> list[tuple]:
                 value[i] = ttype
         elif key == "tokenizer.chat_template" and chat.template_source():
             continue
+        elif key == "tokenizer.ggml.pre" and chat.pre:
+            value = chat.pre
         elif key.removeprefix("tokenizer.ggml.").removesuffix("_token_id") in chat.ids:
             continue
         out.append((key, vtype, value, sub))

@@ -31,6 +31,15 @@ _QWEN35 = (
     _CONTRACTIONS
     + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# o200k's (GPT-4o, Phi-4-mini): words split at lower-to-upper case changes. llama.cpp spells the
+# case classes as lookaheads: a letter that is not a-z (an "upper" one) and a letter that is not A-Z
+# (a "lower" one), so a letter outside ASCII counts as both, as in its collapsed-text matching
+_GPT4O_UPPER, _GPT4O_LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"
+_GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?" + _GPT4O_UPPER + "*" + _GPT4O_LOWER + "+" + _CONTRACTIONS + "?"
+    + r"|[^\r\n\p{L}\p{N}]?" + _GPT4O_UPPER + "+" + _GPT4O_LOWER + "*" + _CONTRACTIONS + "?"
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _CJK = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
 
 # pre-tokenizer type -> expressions, in the order applied
@@ -40,6 +49,7 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     "llama3": (_LLAMA3,),
     "qwen2": (_QWEN2,),
     "qwen35": (_QWEN35,),
+    "gpt4o": (_GPT4O,),
     "gemma4": (r"[^\n]+|[\n]+",),
     "starcoder": (r"\p{N}", _GPT2),
     "falcon": (r"[\p{P}$+<=>^~|`]+", _GPT2, r"[0-9][0-9][0-9]"),
@@ -106,6 +116,7 @@ NAMES: dict[str, tuple[str, PreFlags]] = {
         "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
         "grok-2")},
     "qwen35": ("qwen35", _PLAIN),
+    "gpt-4o": ("gpt4o", _PLAIN),
     **{n: ("gemma4", PreFlags(force_bos=True, byte_map=False)) for n in ("gemma4", "granite-embed-multi-311m")},
 }
 
