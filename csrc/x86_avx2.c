@@ -46,6 +46,12 @@ static inline float load_half(const void *p) {
     return _cvtsh_ss(h);  /* exact, as el_half_to_float */
 }
 
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 /* the half at p, as 8 float lanes */
 static inline __m256 bcast_half(const void *p) {
     int16_t h;
