@@ -945,7 +945,7 @@ EL_INLINE void q4_0_values_neon(const block_q4_0 *x, float *v) {
     }
 }
 
-/* per row and slot, the row's blocks dequantized and w * x added (product rounded, then sum) */
+/* per row and slot, the row's blocks dequantized and w * x added with one fma */
 static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                       const float *w, int ldw, float *acc, int lda) {
     float x[32];
@@ -960,7 +960,7 @@ static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, 
                     else q8_0_values_neon((const block_q8_0 *)row + b0 + b, x);
                     float *a = acc + (size_t)r * lda + b * 32;
                     for (int i = 0; i < 32; i += 4)
-                        vst1q_f32(a + i, vaddq_f32(vld1q_f32(a + i), vmulq_n_f32(vld1q_f32(x + i), wt[l])));
+                        vst1q_f32(a + i, vfmaq_n_f32(vld1q_f32(a + i), vld1q_f32(x + i), wt[l]));
                 }
             }
         }

@@ -154,7 +154,7 @@ static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *v
                     if (q4) q4_0_values((const block_q4_0 *)row + b0 + b, x);
                     else q8_0_values((const block_q8_0 *)row + b0 + b, x);
                     float *a = acc + (size_t)r * lda + b * 32;
-                    for (int i = 0; i < 32; i++) a[i] += wt[l] * x[i];
+                    for (int i = 0; i < 32; i++) a[i] = fmaf(wt[l], x[i], a[i]);
                 }
             }
         }

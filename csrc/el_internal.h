@@ -93,7 +93,7 @@ typedef struct {
     /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
      * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
      * dimensions [0, nd) (nd a multiple of 32): acc[r*lda + i] += w[r*ldw + t*16 + l] * x[i] with
-     * x = d * q (exact), the product rounded, then the sum; slots in order. A (row, tile) whose
+     * x = d * q (exact), added with one fma (one rounding); slots in order. A (row, tile) whose
      * 16 weights are all zero is skipped, and so is a NULL tile (its weights are zero). */
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);

@@ -874,7 +874,7 @@ static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512
 
 /* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
  * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
- * w * x rounded, then added */
+ * w * x added with one fma */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
                                                                     float *acc, int lda, const uint64_t *skip) {
@@ -892,8 +892,8 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
             q_block_avx512(q4, row, &x0, &x1);
             for (int r = 0; r < nr; r++) {
                 const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
-                s[r][0] = _mm512_add_ps(s[r][0], _mm512_mul_ps(wl, x0));
-                s[r][1] = _mm512_add_ps(s[r][1], _mm512_mul_ps(wl, x1));
+                s[r][0] = _mm512_fmadd_ps(wl, x0, s[r][0]);
+                s[r][1] = _mm512_fmadd_ps(wl, x1, s[r][1]);
             }
         }
     }

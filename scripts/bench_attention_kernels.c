@@ -7,10 +7,11 @@
  * (the kernels' compute cost); with many layers, in DRAM. Thread CPU time, best of the sweeps; ns per
  * tile of keys and of values (16 slots x n_q queries, hk = hv = 64).
  *
- * With a quantized key type (ktype 8: q8_0, 2: q4_0) the keys are key tiles (el_internal.h, 1088 /
- * 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same bytes are also scored as 16
- * rows by the type's weight gemm (how attention scored quantized keys before the key tiles); the
- * read loop then reads as many bytes as the key tiles.
+ * With a quantized cache type (ktype 8: q8_0, 2: q4_0, for keys and values) the keys are key tiles
+ * (el_internal.h, 1088 / 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same
+ * bytes are also scored as 16 rows by the type's weight gemm (how attention scored quantized keys
+ * before the key tiles); the values are 16 rows of one block per group (vops.pv_q8_0 / pv_q4_0);
+ * the read loop reads as many bytes as the key tiles.
  *
  * Build against the objects of a development build (python csrc/build_ffi.py), then run:
  *   gcc -O2 -Icsrc -o /tmp/bak scripts/bench_attention_kernels.c \
@@ -52,13 +53,24 @@ int main(int argc, char **argv) {
     const size_t khead = (size_t)nt * ktile, klayer = (size_t)nkv * khead;
     /* K, V: the kernels' inputs; R: as many bytes as K for the read (each byte read once a sweep) */
     uint8_t *K = malloc(klayer * nl), *R = malloc(klayer * nl);
-    el_half *V = malloc(sizeof(el_half) * layer * nl);
+    /* values: groups of VG dims, a group's tile f16 [VG][16] or (a quantized cache) 16 rows of one block */
+    const size_t vtile = qk ? 16 * el_row_size(kty, VG) : sizeof(el_half) * VG * 16;
+    const size_t vhead = (size_t)nt * vtile * (HD / VG), vlayer = (size_t)nkv * vhead;
+    uint8_t *V = malloc(vlayer * nl);
     float *q = malloc(sizeof(float) * nq * HD), *w = malloc(sizeof(float) * nq * 64 * 16);
     float *acc = calloc((size_t)nq * 4 * VG * 16, sizeof(float)), out[8 * 16];
     uint8_t qq[8 * 3 * 34];
     int32_t qsum[8 * 2];
     if (!K || !V || !R || !q || !w || !acc) return 1;
-    for (size_t i = 0; i < layer * nl; i++) V[i] = el_float_to_half(rand_half());
+    for (size_t i = 0; i < vlayer * nl; i += 2) {
+        const el_half h = el_float_to_half(rand_half());
+        memcpy(V + i, &h, 2);
+    }
+    if (qk)  /* every scale a small half */
+        for (size_t t = 0; t < vlayer * nl / vtile * 16; t++) {
+            const el_half h = el_float_to_half(0.01f);
+            memcpy(V + t * el_row_size(kty, VG), &h, 2);
+        }
     for (size_t i = 0; i < klayer * nl; i += 2) {
         const el_half h = el_float_to_half(rand_half());
         memcpy(K + i, &h, 2);
@@ -87,7 +99,7 @@ int main(int argc, char **argv) {
         for (int l = 0; l < nl; l++)
             for (int h = 0; h < nkv; h++) {
                 const uint8_t *Kh = K + l * klayer + h * khead;
-                const el_half *Vh = V + l * layer + h * head;
+                const uint8_t *Vh = V + l * vlayer + h * vhead;
                 double t0 = cpu_now();
                 if (kty == EL_Q8_0)
                     for (int b = 0; b < nt; b++)
@@ -100,12 +112,14 @@ int main(int argc, char **argv) {
                         el_vops.qk_tile_one(HD, q, nq, HD, (const el_half *)(Kh + (size_t)b * ktile), out);
                 double t1 = cpu_now();
                 for (int g = 0; g < HD / VG; g++) {
-                    const el_half *Vg = Vh + (size_t)g * nt * VG * 16;  /* the group's tiles */
+                    const uint8_t *Vg = Vh + (size_t)g * nt * vtile;  /* the group's tiles */
                     for (int b = 0; b < nt; b += chunk) {
-                        const el_half *vt[64];
+                        const uint8_t *vt[64];
                         const int n = EL_MIN(chunk, nt - b);
-                        for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * VG * 16;
-                        el_vops.pv_tiles(VG, n, vt, nq, w, 64 * 16, acc, 4 * VG * 16, 4, b);
+                        for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
+                        else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 64 * 16, acc, 4 * VG * 16, 4, b);
                     }
                 }
                 double t2 = cpu_now();
@@ -127,8 +141,9 @@ int main(int argc, char **argv) {
             }
         for (int i = 0; sweep && i < 4; i++) best[i] = t[i] < best[i] ? t[i] : best[i];
     }
-    const double tiles = (double)nl * nkv * nt, bytes[4] = {(double)ktile, 2.0 * tile, (double)ktile, (double)ktile};
-    const char *name[4] = {kty == EL_Q8_0 ? "qk_q8_0" : kty == EL_Q4_0 ? "qk_q4_0" : "qk_tile_one", "pv_tiles (4 sets)",
+    const double tiles = (double)nl * nkv * nt, bytes[4] = {(double)ktile, (double)vtile * (HD / VG), (double)ktile, (double)ktile};
+    const char *name[4] = {kty == EL_Q8_0 ? "qk_q8_0" : kty == EL_Q4_0 ? "qk_q4_0" : "qk_tile_one",
+                           kty == EL_Q8_0 ? "pv_q8_0" : kty == EL_Q4_0 ? "pv_q4_0" : "pv_tiles (4 sets)",
                            "read, in sequence", "rows, weight gemm"};
     printf("%d layers x %d kv heads x %d tiles (%.1f MB of K), %d queries per kv head, chunk %d, isa %d\n", nl, nkv, nt,
            tiles * bytes[0] / 1e6, nq, chunk, el_get_isa());

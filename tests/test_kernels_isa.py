@@ -735,6 +735,31 @@ def test_numba_key_scores_are_the_generic_twins_bits(t):
         k.close()
 
 
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_numba_quantized_pv_is_the_generic_twins_bits(t):
+    """numba_kv.pv (the numba engine's p.v over quantized value rows) gives the C generic
+    pv_q8_0 / pv_q4_0's bits: w * x added with one fma, slots in order."""
+    from edgellm.kernels import numba_kv
+
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(9)
+        name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
+        for hv, nt, nh in ((64, 3, 3), (128, 5, 4)):
+            rows = quant_ops.quantize_rows(t, rng.standard_normal((nt * 16, hv)).astype(np.float32))
+            w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
+            w[:, 5:9] = 0.0
+            vq = _ABI.new("uint8_t *[]", nt)
+            for i in range(nt):
+                vq[i] = _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+            want = np.zeros((nh, hv), np.float32)
+            getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
+                                         _ptr("float *", want), hv)
+            np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
+    finally:
+        k.close()
+
+
 @pytest.mark.skipif(c_module() is None, reason="C kernels not built")
 def test_isa_label_names_the_features_of_the_path_in_use():
     """isa_label (what `generate -v` and `bench` print): the path in use plus the optional features

@@ -2,7 +2,7 @@
 stores the same blocks, its keys as key tiles), and the attention kernels that read them (twins of
 csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in csrc/dispatch.c: per
 block the exact integer dot product times dk * dq rounded, added with one fma, blocks in order),
-and p.v from dequantized rows (pv_q8_0 / pv_q4_0: x = d * q exact, w * x rounded, then added,
+and p.v from dequantized rows (pv_q8_0 / pv_q4_0: x = d * q exact, w * x added with one fma,
 slots in order).
 """
 
@@ -99,7 +99,8 @@ def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _pv(q4, rows, w, acc):
-    """acc[r, i] += w[r, s] * x_s[i] over slots s in order, x = d * q of slot s's row (csrc twin)."""
+    """acc[r, i] = fma(w[r, s], x_s[i], acc[r, i]) over slots s in order, x = d * q of slot s's row
+    (csrc twin)."""
     nb = acc.shape[1] // 32
     bsz = 18 if q4 else 34
     for r in range(w.shape[0]):
@@ -116,7 +117,7 @@ def _pv(q4, rows, w, acc):
                         qi = np.int32(rows[s, o + 2 + i])
                         qi = qi - 256 if qi > 127 else qi
                     x = d * np.float32(qi)
-                    acc[r, b * 32 + i] = acc[r, b * 32 + i] + np.float32(ws * x)
+                    acc[r, b * 32 + i] = nq._fmaf(ws, x, acc[r, b * 32 + i])
 
 
 def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
