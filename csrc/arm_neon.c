@@ -945,7 +945,7 @@ EL_INLINE void q4_0_values_neon(const block_q4_0 *x, float *v) {
     }
 }
 
-/* per row and slot, the row's blocks dequantized and w * x added (product rounded, then sum) */
+/* per row and slot, the row's blocks dequantized and w * x added with one fma */
 static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                       const float *w, int ldw, float *acc, int lda) {
     float x[32];
@@ -960,7 +960,7 @@ static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, 
                     else q8_0_values_neon((const block_q8_0 *)row + b0 + b, x);
                     float *a = acc + (size_t)r * lda + b * 32;
                     for (int i = 0; i < 32; i += 4)
-                        vst1q_f32(a + i, vaddq_f32(vld1q_f32(a + i), vmulq_n_f32(vld1q_f32(x + i), wt[l])));
+                        vst1q_f32(a + i, vfmaq_n_f32(vld1q_f32(a + i), vld1q_f32(x + i), wt[l]));
                 }
             }
         }
@@ -974,6 +974,80 @@ static void pv_q4_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_
                          const float *w, int ldw, float *acc, int lda) {
     pv_q_neon(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
 }
+
+/* Scores against a quantized key tile (vops.qk_q8_0 / qk_q4_0; layout in el_internal.h): per 32-dim
+ * block, 4 keys at a time (16 bytes: 4 quants of each) dotted with 4 of the query's quants repeated
+ * (sdot, or widening multiplies whose pairs fit int16: |k| <= 128, |q| <= 127), so the int32 lanes
+ * are the blocks' exact dot products (q4_0: nibble - 8); then one fma per key of dk * dq, blocks in
+ * order, as the twin. One query at a time (the tile is read again from L1). */
+EL_INLINE int32x4_t dot4x4(int32x4_t acc, int8x16_t k, int8x16_t q, const int dp) {
+    if (dp) return sdot(acc, k, q);
+    return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(k), vget_low_s8(q)), vmull_high_s8(k, q)));
+}
+
+/* 4-byte group `lane` of q, repeated 4 times */
+EL_INLINE int8x16_t group4(int8x16_t q, const int lane) {
+    const int32x4_t v = vreinterpretq_s32_s8(q);
+    switch (lane) {
+    case 0: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 0));
+    case 1: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 1));
+    case 2: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 2));
+    default: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 3));
+    }
+}
+
+EL_INLINE void qk_q_neon(const int q4, int hk, const uint8_t *q, size_t ldq, int nq, const uint8_t *kt, float *out,
+                         const int dp) {
+    const int nb = hk / 32, ng = q4 ? 4 : 8;
+    const uint8_t *qs = kt + (size_t)nb * 32;
+    for (int j = 0; j < nq; j++) {
+        float32x4_t acc[4];
+        for (int k4 = 0; k4 < 4; k4++) acc[k4] = vdupq_n_f32(0.0f);
+        for (int b = 0; b < nb; b++) {
+            const block_q8_0 *qb = (const block_q8_0 *)(q + (size_t)j * ldq) + b;
+            const int8x16_t q0 = vld1q_s8(qb->qs), q1 = vld1q_s8(qb->qs + 16);
+            int32x4_t s[4];
+            for (int k4 = 0; k4 < 4; k4++) s[k4] = vdupq_n_s32(0);
+            for (int g = 0; g < ng; g++) {
+                /* q8_0: quants 4g..4g+3; q4_0: 4g.. (low nibbles) and 16 + 4g.. (high ones) */
+                const int8x16_t pa = q4 || g < 4 ? group4(q0, g & 3) : group4(q1, g & 3);
+                const int8x16_t pb = group4(q1, g & 3);
+                for (int k4 = 0; k4 < 4; k4++) {
+                    const uint8x16_t v = vld1q_u8(qs + (((size_t)b * ng + g) * 16 + 4 * k4) * 4);
+                    if (q4) {
+                        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), vdupq_n_s8(8));
+                        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+                        s[k4] = dot4x4(dot4x4(s[k4], lo, pa, dp), hi, pb, dp);
+                    } else {
+                        s[k4] = dot4x4(s[k4], vreinterpretq_s8_u8(v), pa, dp);
+                    }
+                }
+            }
+            const float32x4_t dq = vdupq_n_f32(h2f(&qb->d));
+            for (int k4 = 0; k4 < 4; k4++) {
+                const uint16x4_t h = vld1_u16((const uint16_t *)(kt + ((size_t)b * 16 + 4 * k4) * sizeof(el_half)));
+                const float32x4_t dk = vcvt_f32_f16(vreinterpret_f16_u16(h));
+                acc[k4] = vfmaq_f32(acc[k4], vmulq_f32(dk, dq), vcvtq_f32_s32(s[k4]));
+            }
+        }
+        for (int k4 = 0; k4 < 4; k4++) vst1q_f32(out + (size_t)j * 16 + 4 * k4, acc[k4]);
+    }
+}
+
+#define DEFINE_QK(SUF, DP)                                                                                     \
+    LEVEL_ATTR(DP) static void qk_q8_0##SUF(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, \
+                                            const uint8_t *kt, float *out) {                                  \
+        (void)qsum;                                                                                            \
+        qk_q_neon(0, hk, q, ldq, nq, kt, out, DP);                                                             \
+    }                                                                                                          \
+    LEVEL_ATTR(DP) static void qk_q4_0##SUF(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, \
+                                            const uint8_t *kt, float *out) {                                  \
+        (void)qsum;                                                                                            \
+        qk_q_neon(1, hk, q, ldq, nq, kt, out, DP);                                                             \
+    }
+DEFINE_QK(_neon, 0)
+DEFINE_QK(_dotprod, 1)
+#undef DEFINE_QK
 
 static void sum16_rows_neon(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16(acc + 16 * i);
@@ -1051,6 +1125,8 @@ void el_register_neon_level(el_type_traits *t, int dotprod) {
     el_vops.f32_to_f16 = f32_to_f16_neon;
     el_vops.f16_to_f32 = f16_to_f32_neon;
     el_vops.qk_tile = qk_tile_neon;
+    el_vops.qk_q8_0 = dotprod ? qk_q8_0_dotprod : qk_q8_0_neon;
+    el_vops.qk_q4_0 = dotprod ? qk_q4_0_dotprod : qk_q4_0_neon;
     el_vops.pv_tiles = pv_tiles_neon;
     el_vops.pv_q8_0 = pv_q8_0_neon;
     el_vops.pv_q4_0 = pv_q4_0_neon;

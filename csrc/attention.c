@@ -11,6 +11,12 @@
  * result depends only on its own sequence's keys and their slots - not on which other queries or
  * sequences share the step (batch invariance), nor on how its prompt was split into steps.
  *
+ * Quantized keys (q8_0 / q4_0; held to llama.cpp by perplexity and KL divergence, not bits): the
+ * query is quantized to q8_0 as llama.cpp's mul_mat does, and a score is summed in our own order,
+ * the one the key tiles make fast (vops.qk_q8_0 / qk_q4_0): per 32-dim block the exact integer
+ * dot product of the quants, times dk * dq rounded, added with one fma to a single accumulator,
+ * blocks in order. Every C path and the numba twin give these bits.
+ *
  * Work: a job is (a run of <= QB rows of one sequence, a kv head) with the rows' queries of every
  * head sharing that kv head, so each key and value tile is read once for all of them. With
  * enough jobs, each thread takes whole jobs (an atomic counter hands them out). A step with few
@@ -248,9 +254,11 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
     float *tile = qr + (size_t)QB * G * hk;     /* [nh][KT] */
     el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, d->head_dim_v));
-    const el_type_traits *kt = &e->traits[e->kl.type];
-    const int qtype = kt->vec_dot_type;
-    const size_t qrow = el_row_size(qtype, hk);  /* <= 4 hk bytes: fits a row of qr */
+    /* quantized keys: the queries as q8_0 rows (34 hk / 32 bytes), then the sums of their blocks'
+     * quants ([nh][hk / 32] int32): together within qr's 4 hk bytes a row */
+    const int nb = hk / 32;
+    const size_t qrow = el_row_size(EL_Q8_0, hk);
+    int32_t *qsum = (int32_t *)((uint8_t *)qr + ((size_t)QB * G * qrow + 3) / 4 * 4);
     for (int r = 0; r < nh; r++) mx[r] = -INFINITY;
     if (ta >= tb) return;
     for (int r = 0; r < nh; r++) {
@@ -258,8 +266,14 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         if (e->kl.type == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
             e->vops.f32_to_f16(hk, q, tmp);
             e->vops.f16_to_f32(hk, tmp, qr + (size_t)r * hk);
-        } else {  /* quantized into the keys' dot product type, as llama.cpp's mul_mat does */
-            e->traits[qtype].from_float(q, (uint8_t *)qr + (size_t)r * qrow, hk);
+        } else {  /* quantized to q8_0 (the keys' dot product type), as llama.cpp's mul_mat does */
+            const block_q8_0 *qb = (const block_q8_0 *)((uint8_t *)qr + (size_t)r * qrow);
+            e->traits[EL_Q8_0].from_float(q, (uint8_t *)qb, hk);
+            for (int i = 0; i < nb; i++) {
+                int32_t sum = 0;
+                for (int k = 0; k < QK8_0; k++) sum += qb[i].qs[k];
+                qsum[r * nb + i] = sum;
+            }
         }
     }
     const float scale = d->attn_scale, softcap = d->attn_softcap;
@@ -283,12 +297,10 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         }
         if (any) {
             const uint8_t *K = kv_kb(e, l, J->table[t], J->kvh);
-            if (e->kl.type != EL_F16) {  /* the type's dot products straight from the stored rows */
-                if (kt->gemm) kt->gemm(hk, K, e->kl.row, KT, qr, qrow, nh, tile, KT);
-                else
-                    for (int r = 0; r < nh; r++)
-                        for (int u = 0; u < KT; u++)
-                            kt->vec_dot(hk, tile + r * KT + u, K + (size_t)u * e->kl.row, (const uint8_t *)qr + (size_t)r * qrow);
+            if (e->kl.type == EL_Q8_0) {  /* integer dot products straight from the key tile */
+                e->vops.qk_q8_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile);
+            } else if (e->kl.type == EL_Q4_0) {
+                e->vops.qk_q4_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile);
             } else if (one) {
                 e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile);
             } else {

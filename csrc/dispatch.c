@@ -54,6 +54,62 @@ static void qk_tile_one_generic(int hk, const float *q, int nq, int ldq, const e
     }
 }
 
+/* A slot's row of nb q8_0 / q4_0 blocks <-> its place in a key tile (el_internal.h): its scale of
+ * block b at d[b][slot], its quants 4g..4g+3 of block b (q4_0: qs bytes) at [b][g][slot]. */
+static void kq_move(int type, uint8_t *kt, int hk, int slot, uint8_t *row, int to_tile) {
+    const int nb = hk / 32, ng = el_kq_groups(type);
+    const size_t bsz = type == EL_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);  /* d first, then qs */
+    uint8_t *qs = kt + (size_t)nb * 16 * sizeof(el_half);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *blk = row + (size_t)b * bsz, *d = kt + ((size_t)b * 16 + slot) * sizeof(el_half);
+        if (to_tile) memcpy(d, blk, sizeof(el_half));
+        else memcpy(blk, d, sizeof(el_half));
+        for (int g = 0; g < ng; g++) {
+            uint8_t *t = qs + (((size_t)b * ng + g) * 16 + slot) * 4, *r = blk + sizeof(el_half) + 4 * g;
+            if (to_tile) memcpy(t, r, 4);
+            else memcpy(r, t, 4);
+        }
+    }
+}
+void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row) { kq_move(type, kt, hk, slot, (uint8_t *)row, 1); }
+void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row) { kq_move(type, (uint8_t *)kt, hk, slot, row, 0); }
+
+static void qk_q_generic(int type, int hk, const uint8_t *q, size_t ldq, int nq, const uint8_t *kt, float *out) {
+    const int nb = hk / 32, ng = el_kq_groups(type);
+    const el_half *dk = (const el_half *)kt;
+    const uint8_t *qs = kt + (size_t)nb * 16 * sizeof(el_half);
+    for (int j = 0; j < nq; j++) {
+        const block_q8_0 *qj = (const block_q8_0 *)(q + (size_t)j * ldq);
+        for (int l = 0; l < 16; l++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int32_t s = 0;
+                for (int g = 0; g < ng; g++) {
+                    const uint8_t *k = qs + (((size_t)b * ng + g) * 16 + l) * 4;
+                    for (int i = 0; i < 4; i++) {
+                        if (type == EL_Q4_0)
+                            s += ((k[i] & 15) - 8) * qj[b].qs[4 * g + i] + ((k[i] >> 4) - 8) * qj[b].qs[16 + 4 * g + i];
+                        else
+                            s += (int8_t)k[i] * qj[b].qs[4 * g + i];
+                    }
+                }
+                acc = fmaf(el_half_to_float(dk[b * 16 + l]) * el_half_to_float(qj[b].d), (float)s, acc);
+            }
+            out[j * 16 + l] = acc;
+        }
+    }
+}
+static void qk_q8_0_generic(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                            float *out) {
+    (void)qsum;
+    qk_q_generic(EL_Q8_0, hk, q, ldq, nq, kt, out);
+}
+static void qk_q4_0_generic(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                            float *out) {
+    (void)qsum;
+    qk_q_generic(EL_Q4_0, hk, q, ldq, nq, kt, out);
+}
+
 static int any16_generic(const float *w) {
     int any = 0;
     for (int l = 0; l < 16; l++) any |= w[l] != 0.0f;
@@ -98,7 +154,7 @@ static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *v
                     if (q4) q4_0_values((const block_q4_0 *)row + b0 + b, x);
                     else q8_0_values((const block_q8_0 *)row + b0 + b, x);
                     float *a = acc + (size_t)r * lda + b * 32;
-                    for (int i = 0; i < 32; i++) a[i] += wt[l] * x[i];
+                    for (int i = 0; i < 32; i++) a[i] = fmaf(wt[l], x[i], a[i]);
                 }
             }
         }
@@ -194,6 +250,8 @@ int el_set_isa(int isa) {
     el_vops.f16_to_f32 = dequantize_row_f16_vop;
     el_vops.qk_tile = qk_tile_generic;
     el_vops.qk_tile_one = qk_tile_one_generic;
+    el_vops.qk_q8_0 = qk_q8_0_generic;
+    el_vops.qk_q4_0 = qk_q4_0_generic;
     el_vops.pv_tiles = pv_tiles_generic;
     el_vops.pv_q8_0 = pv_q8_0_generic;
     el_vops.pv_q4_0 = pv_q4_0_generic;

@@ -75,6 +75,14 @@ typedef struct {
      * (d % 64) / 16, lane d % 16), combined (a0 + a2) + (a1 + a3), then el_sum16; dims past the
      * last multiple of 64 added in double */
     void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    /* scores of nq queries against a tile of 16 keys quantized as q8_0 (qk_q4_0: q4_0) in the
+     * key-tile layout below, hk = 32 nb dims; queries as rows of nb q8_0 blocks (ldq bytes apart)
+     * and the sums of each block's 32 quants, qsum[j*nb + b] (kernels that offset the keys to
+     * unsigned bytes subtract offset * qsum). out[j*16 + l]: per block b in order, the exact
+     * integer dot product of the two blocks' quants (q4_0: nibble - 8), times dk * dq (rounded),
+     * added with one fma to one float accumulator (from 0). */
+    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
+    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
     /* p.v of nh query rows over nt value tiles (tile t: nd value rows of 16 slots, f16, vt[t] +
      * d*16; a NULL tile has all-zero weights): acc[r*lda + s*nd*16 + d*16 + l] +=
      * w[r*ldw + t*16 + l] * vt[t][d*16 + l], tiles in order, with lane set s = (t0 + t) % 4 when
@@ -85,7 +93,7 @@ typedef struct {
     /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
      * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
      * dimensions [0, nd) (nd a multiple of 32): acc[r*lda + i] += w[r*ldw + t*16 + l] * x[i] with
-     * x = d * q (exact), the product rounded, then the sum; slots in order. A (row, tile) whose
+     * x = d * q (exact), added with one fma (one rounding); slots in order. A (row, tile) whose
      * 16 weights are all zero is skipped, and so is a NULL tile (its weights are zero). */
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);
@@ -100,6 +108,16 @@ typedef struct {
     void (*silu_mul)(int64_t n, float *g, const float *u);
 } el_vec_ops;
 extern el_vec_ops el_vops;
+
+/* Key tiles of a quantized cache (what qk_q8_0 / qk_q4_0 read): the 16 keys of one KV block, hk =
+ * 32 nb dims, stored by 32-dim block so that one 64-byte vector holds 4 quants of every key: the
+ * keys' scales d as [nb][16] halves, then their quants as [nb][groups][16][4] bytes. Group g of a
+ * q8_0 block (8 groups): quants 4g..4g+3; of a q4_0 block (4 groups): its qs bytes 4g..4g+3, i.e.
+ * values 4g..4g+3 in the low nibbles and 16+4g..16+4g+3 in the high ones. Same bytes as 16 rows
+ * of nb blocks (a slot's row goes in and out with el_kq_put / el_kq_get, dispatch.c). */
+static inline int el_kq_groups(int type) { return type == EL_Q4_0 ? 4 : 8; }
+void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
+void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
 
 /* the reduction tree of GCC's _mm512_reduce_add_ps over 16 lanes */
 static inline float el_sum16(const float *l) {

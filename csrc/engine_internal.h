@@ -12,16 +12,16 @@ enum { G_GLOBAL = 0, G_SWA = 1 };
 
 /* KV storage of one layer group: slabs of SLAB_BLOCKS blocks. A head's keys of one block (a
  * "part") are in the cache type: f16 as [head_dim_k][KT] halves (one attention tile: the KT slots
- * a score tile needs are contiguous per dimension), a quantized type (q8_0, q4_0) as KT rows of
- * head_dim_k values in its blocks (a row is what its dot product reads). Values are cut into
- * groups of v.dims dimensions, each stored the same way (a [v.dims][KT] tile or KT rows of v.dims
- * values). Per layer and slab, the keys are [n_head_kv][SLAB_BLOCKS] parts and the values
+ * a score tile needs are contiguous per dimension), a quantized type (q8_0, q4_0) as a key tile
+ * (el_internal.h: per 32-dim block, 4 quants of every slot side by side, what vops.qk_q8_0 /
+ * qk_q4_0 read). Values are cut into groups of v.dims dimensions, each stored as a [v.dims][KT]
+ * f16 tile or KT rows of v.dims values in the quantized type (a q8_0 / q4_0 block per row). Per layer and slab, the keys are [n_head_kv][SLAB_BLOCKS] parts and the values
  * [n_head_kv][groups][SLAB_BLOCKS] parts: a head's keys of consecutive blocks, and each group of
  * its values, are one stream of memory, as attention reads them (a thread's share of a decode
  * step: a run of a head's key tiles, then a share of its value dimensions over all its tiles).
  * Per block, the position each slot holds. */
-/* how a head's keys (values) of one block are stored: groups of dims, each a part of KT rows of
- * `row` bytes (f16: a [dims][KT] tile of the same size) */
+/* how a head's keys (values) of one block are stored: groups of dims, each a part of the size of
+ * KT rows of `row` bytes (f16: a [dims][KT] tile; quantized keys: a key tile) */
 typedef struct {
     int type, dims, groups;
     size_t row, part;
@@ -84,7 +84,8 @@ static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
     return b->tables + ((size_t)g * b->n_seqs + s) * b->max_blocks;
 }
 
-/* head h's keys (values: value group c) in block blk of layer l: an f16 tile, or KT quantized rows */
+/* head h's keys (values: value group c) in block blk of layer l: an f16 tile, a quantized key
+ * tile, or KT quantized value rows */
 static inline uint8_t *kv_kb(const el_engine *e, int l, int blk, int h) {
     const kv_store *st = &e->kv[layer_group(e, l)];
     return st->k[l][blk / SLAB_BLOCKS] + ((size_t)h * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->kl.part;

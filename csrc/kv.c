@@ -4,8 +4,9 @@
  * of the pool as small as the blocks in use.
  *
  * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
- * attention's f16 tiles read), or q8_0 / q4_0, stored as KT rows of ggml blocks per head; values
- * in groups of dims, each group's parts of a slab's blocks consecutive (engine_internal.h). Rows
+ * attention's f16 tiles read), or q8_0 / q4_0: keys as key tiles (per 32-dim block the KT slots'
+ * quants side by side, el_internal.h), values as KT rows of ggml blocks; values in groups of
+ * dims, each group's parts of a slab's blocks consecutive (engine_internal.h). Rows
  * are quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
  * q4_0 with the reference one), after the engine rotated them by a Walsh-Hadamard matrix
  * (d.rot_k / d.rot_v; kv_cache.kv_rotation). A context shift dequantizes a moved key, rotates
@@ -59,10 +60,21 @@ static uint8_t *part_of(const el_engine *e, int v, int l, int blk, int h, int c)
     return v ? kv_vb(e, l, blk, h, c) : kv_kb(e, l, blk, h);
 }
 
+/* slot `lane`'s row of a quantized part: values are stored as rows, keys as a key tile (el_kq_put) */
+static void qrow_get(const kv_layout *x, int v, const uint8_t *part, int lane, uint8_t *row) {
+    if (v) memcpy(row, part + (size_t)lane * x->row, x->row);
+    else el_kq_get(x->type, part, x->dims, lane, row);
+}
+static void qrow_put(const kv_layout *x, int v, uint8_t *part, int lane, const uint8_t *row) {
+    if (v) memcpy(part + (size_t)lane * x->row, row, x->row);
+    else el_kq_put(x->type, part, x->dims, lane, row);
+}
+
 /* slot `lane` of head h's keys or values in a block, as floats (all the head's dims); h16: a
  * group's halves */
 static void slot_get(const el_engine *e, int v, int l, int blk, int h, int lane, float *out, el_half *h16) {
     const kv_layout *x = v ? &e->vl : &e->kl;
+    uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         const uint8_t *p = part_of(e, v, l, blk, h, c);
         float *o = out + (size_t)c * x->dims;
@@ -70,12 +82,14 @@ static void slot_get(const el_engine *e, int v, int l, int blk, int h, int lane,
             tile_get((const el_half *)p, x->dims, lane, h16);
             e->vops.f16_to_f32(x->dims, h16, o);
         } else {
-            e->traits[x->type].to_float(p + (size_t)lane * x->row, o, x->dims);
+            qrow_get(x, v, p, lane, row);
+            e->traits[x->type].to_float(row, o, x->dims);
         }
     }
 }
 static void slot_put(const el_engine *e, int v, int l, int blk, int h, int lane, const float *in, el_half *h16) {
     const kv_layout *x = v ? &e->vl : &e->kl;
+    uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         uint8_t *p = part_of(e, v, l, blk, h, c);
         const float *s = in + (size_t)c * x->dims;
@@ -83,13 +97,15 @@ static void slot_put(const el_engine *e, int v, int l, int blk, int h, int lane,
             e->vops.f32_to_f16(x->dims, s, h16);
             tile_put((el_half *)p, x->dims, lane, h16);
         } else {
-            e->traits[x->type].from_float(s, p + (size_t)lane * x->row, x->dims);
+            e->traits[x->type].from_float(s, row, x->dims);
+            qrow_put(x, v, p, lane, row);
         }
     }
 }
 /* the stored bytes of a slot moved as they are */
 static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst, int ld, int h, el_half *h16) {
     const kv_layout *x = v ? &e->vl : &e->kl;
+    uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         const uint8_t *ps = part_of(e, v, l, src, h, c);
         uint8_t *pd = part_of(e, v, l, dst, h, c);
@@ -97,7 +113,8 @@ static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst
             tile_get((const el_half *)ps, x->dims, ls, h16);
             tile_put((el_half *)pd, x->dims, ld, h16);
         } else {
-            memmove(pd + (size_t)ld * x->row, ps + (size_t)ls * x->row, x->row);
+            qrow_get(x, v, ps, ls, row);
+            qrow_put(x, v, pd, ld, row);
         }
     }
 }
@@ -299,7 +316,8 @@ size_t el_kv_block_bytes(const el_engine *e, int g) {
 }
 
 /* head h's keys (v = 0) or values (v = 1) of a block <-> KT rows of all its dims in the portable
- * layout (rows: row bytes apart): f16 tiles transposed, quantized rows copied group by group */
+ * layout (rows: row bytes apart): f16 tiles and quantized key tiles transposed, quantized value
+ * rows copied group by group */
 static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows, size_t row, int to_rows) {
     const kv_layout *x = v ? &e->vl : &e->kl;
     for (int c = 0; c < x->groups; c++) {
@@ -310,9 +328,9 @@ static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows,
                 if (to_rows) tile_get((const el_half *)part, x->dims, lane, (el_half *)r);
                 else tile_put((el_half *)part, x->dims, lane, (const el_half *)r);
             } else if (to_rows) {
-                memcpy(r, part + (size_t)lane * x->row, x->row);
+                qrow_get(x, v, part, lane, r);
             } else {
-                memcpy(part + (size_t)lane * x->row, r, x->row);
+                qrow_put(x, v, part, lane, r);
             }
         }
     }

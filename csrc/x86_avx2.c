@@ -46,6 +46,12 @@ static inline float load_half(const void *p) {
     return _cvtsh_ss(h);  /* exact, as el_half_to_float */
 }
 
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 /* the half at p, as 8 float lanes */
 static inline __m256 bcast_half(const void *p) {
     int16_t h;
@@ -797,20 +803,20 @@ static inline void q4_0_values_avx2(const block_q4_0 *x, float *v) {
         _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]))));
 }
 
-/* a[0 .. 8 nv) += w[l] * x[l][...] (rounded, then added), slots l in order: nv accumulators in
+/* a[0 .. 8 nv) += w[l] * x[l][...] (one fma), slots l in order: nv accumulators in
  * registers (nv a constant where inlined) */
 static inline __attribute__((always_inline)) void pv_q_dims_avx2(int nv, const float *w, const float *x, float *a) {
     __m256 s[8];
     for (int i = 0; i < nv; i++) s[i] = _mm256_loadu_ps(a + 8 * i);
     for (int l = 0; l < 16; l++) {
         const __m256 wl = _mm256_broadcast_ss(w + l);
-        for (int i = 0; i < nv; i++) s[i] = _mm256_add_ps(s[i], _mm256_mul_ps(wl, _mm256_loadu_ps(x + l * 256 + 8 * i)));
+        for (int i = 0; i < nv; i++) s[i] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x + l * 256 + 8 * i), s[i]);
     }
     for (int i = 0; i < nv; i++) _mm256_storeu_ps(a + 8 * i, s[i]);
 }
 
 /* a tile's 16 rows dequantized once (up to 256 dims at a time) for every row of weights, whose
- * accumulators stay in registers over the 16 slots, 64 dims at a time: w * x rounded, then added */
+ * accumulators stay in registers over the 16 slots, 64 dims at a time: w * x added with one fma */
 static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                       const float *w, int ldw, float *acc, int lda) {
     float xv[16][256];

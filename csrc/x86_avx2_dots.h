@@ -649,6 +649,81 @@ KQUANT_KERNELS(q6_K_small, EL_Q6_K, 1, 2, 2, 2)
 #undef KQUANT_KERNELS
 #undef KQ_TILE
 
+/* ------------------------------------------------------------------------------------------
+ * Scores against a quantized key tile (el_vops.qk_q8_0 / qk_q4_0; layout in el_internal.h), half
+ * a tile (8 keys) at a time: per 32-dim block, each 32-byte vector holds 4 quants of each key and
+ * is dotted with 4 of a query's quants broadcast, so the int32 lanes are the blocks' exact dot
+ * products (q8_0 without VNNI: |k| against sign(k) * q; with VNNI: k + 128, and q4_0: the nibble,
+ * from -offset * qsum); then one fma per key of dk * dq, in block order, as the twin. Each key
+ * vector is loaded once for the N <= 4 queries.
+ * ------------------------------------------------------------------------------------------ */
+static inline __attribute__((always_inline)) void KFN(qk_q)(const int q4, const int N, int nb, const uint8_t *q,
+                                                            size_t ldq, const int32_t *qsum, const uint8_t *kt,
+                                                            float *out) {
+    const int ng = q4 ? 4 : 8, off = q4 ? 8 : EL_VNNI ? 128 : 0;
+    const uint8_t *qs = kt + (size_t)nb * 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[4];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *kb = qs + (size_t)b * ng * 64 + h * 32;
+            const block_q8_0 *qb[4];
+            __m256i s[4];
+            for (int j = 0; j < N; j++) {
+                qb[j] = (const block_q8_0 *)(q + (size_t)j * ldq) + b;
+                s[j] = _mm256_set1_epi32(-off * qsum[j * nb + b]);
+            }
+            for (int g = 0; g < ng; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(kb + (size_t)g * 64));
+                if (q4) {
+                    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    for (int j = 0; j < N; j++) {
+                        s[j] = KFN(dot_us)(s[j], lo, _mm256_set1_epi32((int)load_u32(qb[j]->qs + 4 * g)));
+                        s[j] = KFN(dot_us)(s[j], hi, _mm256_set1_epi32((int)load_u32(qb[j]->qs + 16 + 4 * g)));
+                    }
+                } else if (EL_VNNI) {
+                    const __m256i u = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+                    for (int j = 0; j < N; j++)
+                        s[j] = KFN(dot_us)(s[j], u, _mm256_set1_epi32((int)load_u32(qb[j]->qs + 4 * g)));
+                } else {
+                    const __m256i u = _mm256_sign_epi8(v, v);  /* |k| <= 128: pairs of products fit int16 */
+                    for (int j = 0; j < N; j++)
+                        s[j] = KFN(dot_us)(s[j], u, _mm256_sign_epi8(_mm256_set1_epi32((int)load_u32(qb[j]->qs + 4 * g)), v));
+                }
+            }
+            const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + (size_t)b * 32 + h * 16)));
+            for (int j = 0; j < N; j++)
+                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dk, bcast_half(&qb[j]->d)), _mm256_cvtepi32_ps(s[j]), acc[j]);
+        }
+        for (int j = 0; j < N; j++) _mm256_storeu_ps(out + j * 16 + h * 8, acc[j]);
+    }
+}
+
+static inline __attribute__((always_inline)) void KFN(qk_q_all)(const int q4, int hk, const uint8_t *q, size_t ldq,
+                                                                const int32_t *qsum, int nq, const uint8_t *kt,
+                                                                float *out) {
+    const int nb = hk / 32;
+    for (int j = 0; j < nq; j += 4) {
+        const uint8_t *qj = q + (size_t)j * ldq;
+        const int32_t *sj = qsum + (size_t)j * nb;
+        switch (EL_MIN(4, nq - j)) {  /* (the query count a compile-time constant: accumulators in registers) */
+        case 1: KFN(qk_q)(q4, 1, nb, qj, ldq, sj, kt, out + j * 16); break;
+        case 2: KFN(qk_q)(q4, 2, nb, qj, ldq, sj, kt, out + j * 16); break;
+        case 3: KFN(qk_q)(q4, 3, nb, qj, ldq, sj, kt, out + j * 16); break;
+        default: KFN(qk_q)(q4, 4, nb, qj, ldq, sj, kt, out + j * 16); break;
+        }
+    }
+}
+static void KFN(qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                         float *out) {
+    KFN(qk_q_all)(0, hk, q, ldq, qsum, nq, kt, out);
+}
+static void KFN(qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                         float *out) {
+    KFN(qk_q_all)(1, hk, q, ldq, qsum, nq, kt, out);
+}
+
 static void KFN(register)(el_type_traits *t) {
 #define SET(id, name) t[id].vec_dot = KFN(name##_vec_dot), t[id].gemm = KFN(name##_gemm)
     SET(EL_Q4_0, q4_0);
@@ -664,4 +739,6 @@ static void KFN(register)(el_type_traits *t) {
 #undef SET
     t[EL_Q4_K].vec_dot_small = KFN(q4_K_small_vec_dot), t[EL_Q4_K].gemm_small = KFN(q4_K_small_gemm);
     t[EL_Q6_K].vec_dot_small = KFN(q6_K_small_vec_dot), t[EL_Q6_K].gemm_small = KFN(q6_K_small_gemm);
+    el_vops.qk_q8_0 = KFN(qk_q8_0);
+    el_vops.qk_q4_0 = KFN(qk_q4_0);
 }

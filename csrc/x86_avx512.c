@@ -710,6 +710,68 @@ static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el
     for (int j = 0; j < nq; j++) qk_one_query_avx512(hk, q + (size_t)j * ldq, kt, out + j * 16);
 }
 
+/* Scores of N <= 4 queries against a quantized key tile (qk_q8_0 / qk_q4_0; layout in el_internal.h):
+ * per 32-dim block, 8 vectors of 4 quants of each of the 16 keys as unsigned bytes (q8_0: k + 128,
+ * q4_0: the nibble), each dotted by vpdpbusd with 4 of a query's quants broadcast, from -offset *
+ * qsum (offset 128 or 8), so the int32 lanes are the blocks' exact dot products; then one fma per
+ * key of dk * dq. The key vectors are made once for the N queries. */
+static inline __attribute__((always_inline)) void qk_q_avx512(const int q4, const int N, int nb, const uint8_t *q,
+                                                              size_t ldq, const int32_t *qsum, const uint8_t *kt,
+                                                              float *out) {
+    const uint8_t *qs = kt + (size_t)nb * 32;
+    __m512 acc[4];
+    for (int j = 0; j < N; j++) acc[j] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (size_t)b * 32)));
+        __m512i k[8];
+        if (q4) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_loadu_si512(qs + ((size_t)b * 4 + g) * 64);
+                k[g] = _mm512_and_si512(v, m4);                          /* values 4g .. 4g + 3 */
+                k[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  /* 16 + 4g .. */
+            }
+        } else {
+            for (int g = 0; g < 8; g++) k[g] = _mm512_xor_si512(_mm512_loadu_si512(qs + ((size_t)b * 8 + g) * 64), _mm512_set1_epi8((char)0x80));
+        }
+        for (int j = 0; j < N; j++) {
+            const block_q8_0 *qb = (const block_q8_0 *)(q + (size_t)j * ldq) + b;
+            __m512i s0 = _mm512_set1_epi32(-(q4 ? 8 : 128) * qsum[j * nb + b]), s1 = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g += 2) {  /* two chains */
+                s0 = _mm512_dpbusd_epi32(s0, k[g], _mm512_set1_epi32((int)load_u32(qb->qs + 4 * g)));
+                s1 = _mm512_dpbusd_epi32(s1, k[g + 1], _mm512_set1_epi32((int)load_u32(qb->qs + 4 * g + 4)));
+            }
+            const __m512 dd = _mm512_mul_ps(dk, _mm512_set1_ps(_cvtsh_ss(qb->d)));
+            acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[j]);
+        }
+    }
+    for (int j = 0; j < N; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
+}
+
+static inline __attribute__((always_inline)) void qk_q_all_avx512(const int q4, int hk, const uint8_t *q, size_t ldq,
+                                                                  const int32_t *qsum, int nq, const uint8_t *kt,
+                                                                  float *out) {
+    const int nb = hk / 32;
+    for (int j = 0; j < nq; j += 4) {
+        const uint8_t *qj = q + (size_t)j * ldq;
+        const int32_t *sj = qsum + (size_t)j * nb;
+        switch (EL_MIN(4, nq - j)) {  /* (the query count a compile-time constant: accumulators in registers) */
+        case 1: qk_q_avx512(q4, 1, nb, qj, ldq, sj, kt, out + j * 16); break;
+        case 2: qk_q_avx512(q4, 2, nb, qj, ldq, sj, kt, out + j * 16); break;
+        case 3: qk_q_avx512(q4, 3, nb, qj, ldq, sj, kt, out + j * 16); break;
+        default: qk_q_avx512(q4, 4, nb, qj, ldq, sj, kt, out + j * 16); break;
+        }
+    }
+}
+static void qk_q8_0_avx512(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                           float *out) {
+    qk_q_all_avx512(0, hk, q, ldq, qsum, nq, kt, out);
+}
+static void qk_q4_0_avx512(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
+                           float *out) {
+    qk_q_all_avx512(1, hk, q, ldq, qsum, nq, kt, out);
+}
+
 /* whether any of 16 weights is nonzero (NaN counts, -0 does not, as the twin's != 0) */
 static inline int any16_avx512(const float *w) {
     return _mm512_cmp_ps_mask(_mm512_loadu_ps(w), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
@@ -812,7 +874,7 @@ static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512
 
 /* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
  * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
- * w * x rounded, then added */
+ * w * x added with one fma */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
                                                                     float *acc, int lda, const uint64_t *skip) {
@@ -830,8 +892,8 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
             q_block_avx512(q4, row, &x0, &x1);
             for (int r = 0; r < nr; r++) {
                 const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
-                s[r][0] = _mm512_add_ps(s[r][0], _mm512_mul_ps(wl, x0));
-                s[r][1] = _mm512_add_ps(s[r][1], _mm512_mul_ps(wl, x1));
+                s[r][0] = _mm512_fmadd_ps(wl, x0, s[r][0]);
+                s[r][1] = _mm512_fmadd_ps(wl, x1, s[r][1]);
             }
         }
     }
@@ -936,6 +998,8 @@ void el_register_avx512(el_type_traits *t) {
     if (!have_dq_vnni()) return;  /* AVX2 kernels stay registered */
     el_vops.qk_tile = qk_tile_avx512;
     el_vops.qk_tile_one = qk_tile_one_avx512;
+    el_vops.qk_q8_0 = qk_q8_0_avx512;
+    el_vops.qk_q4_0 = qk_q4_0_avx512;
     el_vops.pv_tiles = pv_tiles_avx512;
     el_vops.pv_q8_0 = pv_q8_0_avx512;
     el_vops.pv_q4_0 = pv_q4_0_avx512;

@@ -7,12 +7,18 @@
  * (the kernels' compute cost); with many layers, in DRAM. Thread CPU time, best of the sweeps; ns per
  * tile of keys and of values (16 slots x n_q queries, hk = hv = 64).
  *
+ * With a quantized cache type (ktype 8: q8_0, 2: q4_0, for keys and values) the keys are key tiles
+ * (el_internal.h, 1088 / 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same
+ * bytes are also scored as 16 rows by the type's weight gemm (how attention scored quantized keys
+ * before the key tiles); the values are 16 rows of one block per group (vops.pv_q8_0 / pv_q4_0);
+ * the read loop reads as many bytes as the key tiles.
+ *
  * Build against the objects of a development build (python csrc/build_ffi.py), then run:
  *   gcc -O2 -Icsrc -o /tmp/bak scripts/bench_attention_kernels.c \
  *       $(find build/ffi -path '*csrc/*.o') -lm -lpthread
- *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3]
- * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; on a busy
- * machine, more sweeps of a hot run give a steadier best.)
+ *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3] [ktype=1]
+ * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; ktype: 1
+ * f16, 8 q8_0, 2 q4_0; on a busy machine, more sweeps of a hot run give a steadier best.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,56 +40,114 @@ int main(int argc, char **argv) {
     const int nl = argc > 1 ? atoi(argv[1]) : 32, nt = argc > 2 ? atoi(argv[2]) : 500;
     const int nkv = argc > 3 ? atoi(argv[3]) : 3, nq = argc > 4 ? atoi(argv[4]) : 3;
     const int chunk = argc > 5 ? atoi(argv[5]) : 32, isa = argc > 6 ? atoi(argv[6]) : 1;
-    const int sweeps = argc > 7 ? atoi(argv[7]) : 3;
-    if (nl < 1 || nt < 1 || nkv < 1 || nq < 1 || nq > 8 || chunk < 1 || chunk > 64 || sweeps < 1) {
+    const int sweeps = argc > 7 ? atoi(argv[7]) : 3, kty = argc > 8 ? atoi(argv[8]) : EL_F16;
+    if (nl < 1 || nt < 1 || nkv < 1 || nq < 1 || nq > 8 || chunk < 1 || chunk > 64 || sweeps < 1 ||
+        (kty != EL_F16 && kty != EL_Q8_0 && kty != EL_Q4_0)) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
     el_set_isa(isa);
+    const int qk = kty != EL_F16;
     const size_t tile = (size_t)HD * 16, head = (size_t)nt * tile, layer = (size_t)nkv * head;  /* halves */
-    /* K, V: the kernels' inputs; R: as many bytes again for the read (each byte read once a sweep) */
-    el_half *K = malloc(sizeof(el_half) * layer * nl), *V = malloc(sizeof(el_half) * layer * nl);
-    el_half *R = malloc(sizeof(el_half) * layer * nl);
+    const size_t ktile = qk ? 16 * el_row_size(kty, HD) : 2 * tile;  /* bytes of a key tile */
+    const size_t khead = (size_t)nt * ktile, klayer = (size_t)nkv * khead;
+    /* K, V: the kernels' inputs; R: as many bytes as K for the read (each byte read once a sweep) */
+    uint8_t *K = malloc(klayer * nl), *R = malloc(klayer * nl);
+    /* values: groups of VG dims, a group's tile f16 [VG][16] or (a quantized cache) 16 rows of one block */
+    const size_t vtile = qk ? 16 * el_row_size(kty, VG) : sizeof(el_half) * VG * 16;
+    const size_t vhead = (size_t)nt * vtile * (HD / VG), vlayer = (size_t)nkv * vhead;
+    uint8_t *V = malloc(vlayer * nl);
     float *q = malloc(sizeof(float) * nq * HD), *w = malloc(sizeof(float) * nq * 64 * 16);
     float *acc = calloc((size_t)nq * 4 * VG * 16, sizeof(float)), out[8 * 16];
+    uint8_t qq[8 * 3 * 34];
+    int32_t qsum[8 * 2];
     if (!K || !V || !R || !q || !w || !acc) return 1;
-    for (size_t i = 0; i < layer * nl; i++) K[i] = V[i] = R[i] = el_float_to_half(rand_half());
+    for (size_t i = 0; i < vlayer * nl; i += 2) {
+        const el_half h = el_float_to_half(rand_half());
+        memcpy(V + i, &h, 2);
+    }
+    if (qk)  /* every scale a small half */
+        for (size_t t = 0; t < vlayer * nl / vtile * 16; t++) {
+            const el_half h = el_float_to_half(0.01f);
+            memcpy(V + t * el_row_size(kty, VG), &h, 2);
+        }
+    for (size_t i = 0; i < klayer * nl; i += 2) {
+        const el_half h = el_float_to_half(rand_half());
+        memcpy(K + i, &h, 2);
+        memcpy(R + i, &h, 2);
+    }
+    if (qk)  /* every scale a small half, the quants random */
+        for (size_t t = 0; t < (size_t)nl * nkv * nt; t++)
+            for (int i = 0; i < 16 * HD / 32; i++) {
+                const el_half h = el_float_to_half(0.01f);
+                memcpy(K + t * ktile + 2 * i, &h, 2);
+            }
     for (int i = 0; i < nq * HD; i++) q[i] = rand_half();
+    for (int j = 0; j < nq; j++) {
+        el_traits[EL_Q8_0].from_float(q + j * HD, qq + j * el_row_size(EL_Q8_0, HD), HD);
+        for (int b = 0; b < HD / 32; b++) {
+            const block_q8_0 *qb = (const block_q8_0 *)(qq + j * el_row_size(EL_Q8_0, HD)) + b;
+            qsum[j * (HD / 32) + b] = 0;
+            for (int i = 0; i < 32; i++) qsum[j * (HD / 32) + b] += qb->qs[i];
+        }
+    }
     for (int i = 0; i < nq * 64 * 16; i++) w[i] = rand_half() * 0.01f + 0.5f;
-    double best[3] = {1e30, 1e30, 1e30};
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
     volatile uint64_t sink = 0;
     for (int sweep = 0; sweep <= sweeps; sweep++) {  /* sweep 0 warms up */
-        double t[3] = {0, 0, 0};
+        double t[4] = {0, 0, 0, 0};
         for (int l = 0; l < nl; l++)
             for (int h = 0; h < nkv; h++) {
-                const el_half *Kh = K + l * layer + h * head, *Vh = V + l * layer + h * head;
+                const uint8_t *Kh = K + l * klayer + h * khead;
+                const uint8_t *Vh = V + l * vlayer + h * vhead;
                 double t0 = cpu_now();
-                for (int b = 0; b < nt; b++) el_vops.qk_tile_one(HD, q, nq, HD, Kh + (size_t)b * tile, out);
+                if (kty == EL_Q8_0)
+                    for (int b = 0; b < nt; b++)
+                        el_vops.qk_q8_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out);
+                else if (kty == EL_Q4_0)
+                    for (int b = 0; b < nt; b++)
+                        el_vops.qk_q4_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out);
+                else
+                    for (int b = 0; b < nt; b++)
+                        el_vops.qk_tile_one(HD, q, nq, HD, (const el_half *)(Kh + (size_t)b * ktile), out);
                 double t1 = cpu_now();
                 for (int g = 0; g < HD / VG; g++) {
-                    const el_half *Vg = Vh + (size_t)g * nt * VG * 16;  /* the group's tiles */
+                    const uint8_t *Vg = Vh + (size_t)g * nt * vtile;  /* the group's tiles */
                     for (int b = 0; b < nt; b += chunk) {
-                        const el_half *vt[64];
+                        const uint8_t *vt[64];
                         const int n = EL_MIN(chunk, nt - b);
-                        for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * VG * 16;
-                        el_vops.pv_tiles(VG, n, vt, nq, w, 64 * 16, acc, 4 * VG * 16, 4, b);
+                        for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
+                        else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 64 * 16, acc, 4 * VG * 16, 4, b);
                     }
                 }
                 double t2 = cpu_now();
                 uint64_t s = 0;
-                const uint64_t *p = (const uint64_t *)(R + l * layer + h * head);  /* as many bytes, in sequence */
-                for (size_t i = 0; i < head / 4; i += 4) s += p[i] ^ p[i + 1] ^ p[i + 2] ^ p[i + 3];
+                const uint64_t *p = (const uint64_t *)(R + l * klayer + h * khead);  /* as many bytes, in sequence */
+                for (size_t i = 0; i < khead / 8; i += 4) s += p[i] ^ p[i + 1] ^ p[i + 2] ^ p[i + 3];
                 double t3 = cpu_now();
                 sink += s;
                 t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
             }
-        for (int i = 0; sweep && i < 3; i++) best[i] = t[i] < best[i] ? t[i] : best[i];
+        for (int l = 0; qk && l < nl; l++)  /* the same bytes as rows, through the weight gemm (its own pass) */
+            for (int h = 0; h < nkv; h++) {
+                const uint8_t *Kh = K + l * klayer + h * khead;
+                const double g0 = cpu_now();
+                for (int b = 0; b < nt; b++)
+                    el_traits[kty].gemm(HD, Kh + (size_t)b * ktile, el_row_size(kty, HD), 16, qq,
+                                        el_row_size(EL_Q8_0, HD), nq, out, 16);
+                t[3] += cpu_now() - g0;
+            }
+        for (int i = 0; sweep && i < 4; i++) best[i] = t[i] < best[i] ? t[i] : best[i];
     }
-    const double tiles = (double)nl * nkv * nt, bytes = 2.0 * tile;
-    const char *name[3] = {"qk_tile_one", "pv_tiles (4 sets)", "read, in sequence"};
+    const double tiles = (double)nl * nkv * nt, bytes[4] = {(double)ktile, (double)vtile * (HD / VG), (double)ktile, (double)ktile};
+    const char *name[4] = {kty == EL_Q8_0 ? "qk_q8_0" : kty == EL_Q4_0 ? "qk_q4_0" : "qk_tile_one",
+                           kty == EL_Q8_0 ? "pv_q8_0" : kty == EL_Q4_0 ? "pv_q4_0" : "pv_tiles (4 sets)",
+                           "read, in sequence", "rows, weight gemm"};
     printf("%d layers x %d kv heads x %d tiles (%.1f MB of K), %d queries per kv head, chunk %d, isa %d\n", nl, nkv, nt,
-           tiles * bytes / 1e6, nq, chunk, el_get_isa());
-    for (int i = 0; i < 3; i++)
-        printf("  %-18s %8.1f ns/tile  %6.2f GB/s\n", name[i], best[i] / tiles * 1e9, tiles * bytes / best[i] / 1e9);
+           tiles * bytes[0] / 1e6, nq, chunk, el_get_isa());
+    for (int i = 0; i < 3 + qk; i++)
+        printf("  %-18s %8.1f ns/tile  %6.2f GB/s\n", name[i], best[i] / tiles * 1e9, tiles * bytes[i] / best[i] / 1e9);
     return (int)(sink & 0);
 }

@@ -61,6 +61,8 @@ typedef struct {
     void (*f16_to_f32)(int n, const el_half *x, float *y);
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
     void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
+    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0);
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
@@ -72,8 +74,10 @@ typedef struct {
     void (*silu_mul)(int64_t n, float *g, const float *u);
 } el_vec_ops;
 extern el_vec_ops el_vops;
+void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
+void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
 """)
-VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul"]
+VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul"]
 
 
 def _variants() -> list[str]:
@@ -530,6 +534,50 @@ def _exp_inputs(rng: np.random.Generator, n: int) -> np.ndarray:
     return x[: len(x) // 16 * 16]
 
 
+def _key_tile(t: QType, rows: np.ndarray) -> np.ndarray:
+    """16 key rows of q8_0 / q4_0 blocks (uint8 [16, row_bytes]) as a key tile (csrc/el_internal.h):
+    the scales as [blocks][16] halves, then the quants as [blocks][groups][16][4] bytes."""
+    bs, ng = (34, 8) if t == QType.Q8_0 else (18, 4)
+    r = rows.reshape(16, -1, bs)
+    d = r[:, :, :2].transpose(1, 0, 2)
+    qs = r[:, :, 2:].reshape(16, r.shape[1], ng, 4).transpose(1, 2, 0, 3)
+    return np.ascontiguousarray(np.concatenate([d.ravel(), qs.ravel()]))
+
+
+def _key_queries(rng: np.random.Generator, nq: int, hk: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """nq queries quantized to q8_0 as attention does (rows of hk / 32 blocks and `pad` bytes) and the
+    sums of their blocks' quants"""
+    x = rng.standard_normal((nq, hk)).astype(np.float32) * np.exp(rng.uniform(-2, 2, (nq, 1))).astype(np.float32)
+    q = np.stack([quant_ops.quantize_activation(QType.Q8_0, row) for row in x])
+    qs = q.reshape(nq, hk // 32, 34)[:, :, 2:].view(np.int8).astype(np.int32)
+    rows = np.zeros((nq, q.shape[1] + pad), np.uint8)
+    rows[:, : q.shape[1]] = q
+    return rows, np.ascontiguousarray(qs.sum(axis=2), dtype=np.int32)
+
+
+def _key_rows(rng: np.random.Generator, t: QType, hk: int, raw: bool) -> np.ndarray:
+    """16 key rows: quantized by the cache's quantizer, or (raw) random quants (-128 too) under
+    finite scales"""
+    x = rng.standard_normal((16, hk)).astype(np.float32) * np.exp(rng.uniform(-2, 2, (16, 1))).astype(np.float32)
+    if t == QType.Q8_0:  # as kv.c stores keys: the type's from_float
+        rows = np.stack([quant_ops.quantize_activation(QType.Q8_0, row) for row in x])
+    else:
+        rows = quant_ops.quantize_rows(t, x)
+    if raw:
+        bs = 34 if t == QType.Q8_0 else 18
+        r = rows.reshape(16, -1, bs)
+        r[:, :, 2:] = rng.integers(0, 256, r[:, :, 2:].shape, dtype=np.uint8)
+    return rows
+
+
+def _run_qk_q(vops, name: str, t: QType, hk: int, rows: np.ndarray, q: np.ndarray, qsum: np.ndarray) -> np.ndarray:
+    kt = _key_tile(t, rows)
+    out = np.zeros((q.shape[0], 16), np.float32)
+    getattr(vops, name)(hk, _ptr("uint8_t *", q), q.shape[1], _ptr("int32_t *", qsum), q.shape[0],
+                        _ptr("uint8_t *", kt), _ptr("float *", out))
+    return out
+
+
 def _run_vops(vops, rng_seed: int) -> dict:
     """Every el_vops entry of the selected table on fixed random inputs; outputs as arrays."""
     rng = np.random.default_rng(rng_seed)
@@ -557,6 +605,12 @@ def _run_vops(vops, rng_seed: int) -> dict:
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile_one(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
             out[f"qk_tile_one hk={hk} nq={nq}"] = o
+    for name, qt in (("qk_q8_0", QType.Q8_0), ("qk_q4_0", QType.Q4_0)):  # quantized key tiles
+        for hk in (32, 64, 96, 128, 256):
+            for nq, raw in ((1, False), (3, True), (4, False), (7, True), (11, False)):
+                q, qsum = _key_queries(rng, nq, hk, pad=nq % 3)
+                rows = _key_rows(rng, qt, hk, raw)
+                out[f"{name} hk={hk} nq={nq}"] = _run_qk_q(vops, name, qt, hk, rows, q, qsum)
     for hv in (64, 80, 256):
         # 11 tiles (more than one pass of 8), 3 rows; some (row, tile) pairs all zero, one tile absent
         nt, nh = 11, 3
@@ -624,6 +678,84 @@ def test_vec_ops_bit_identical_to_generic(variant):
             elif w.dtype == np.float64:
                 w, gk = w.view(np.uint64), gk.view(np.uint64)
             np.testing.assert_array_equal(gk, w, err_msg=f"{variant}: {key}")
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_quantized_key_scores_are_the_dot_products(t):
+    """The generic qk_q8_0 / qk_q4_0 (the twin the SIMD kernels are held to): over a key tile built
+    from 16 rows as el_internal.h lays it out, each score is the dot product of the dequantized key
+    and query within float rounding (1e-6 of the sum of |products|), and el_kq_put / el_kq_get
+    move a row into its slot of the tile and back."""
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(5)
+        name = "qk_q8_0" if t == QType.Q8_0 else "qk_q4_0"
+        for hk in (32, 64, 160, 256):
+            rows = _key_rows(rng, t, hk, raw=False)
+            q, qsum = _key_queries(rng, 5, hk, pad=3)
+            got = _run_qk_q(k.abi.el_vops, name, t, hk, rows, q, qsum)
+            keys = quant_ops.dequantize_rows(t, rows, hk).astype(np.float64)
+            qf = quant_ops.dequantize_rows(QType.Q8_0, q[:, : hk // 32 * 34], hk).astype(np.float64)
+            want = qf @ keys.T
+            mag = np.abs(qf) @ np.abs(keys).T
+            assert np.all(np.abs(got - want) <= 1e-6 * mag), (hk, np.max(np.abs(got - want) / mag))
+            tile = np.zeros_like(_key_tile(t, rows))
+            lib = k.abi
+            for slot in rng.permutation(16):
+                lib.el_kq_put(int(t), _ptr("uint8_t *", tile), hk, int(slot), _ptr("uint8_t *", rows[slot].copy()))
+            np.testing.assert_array_equal(tile, _key_tile(t, rows))
+            back = np.zeros_like(rows[0])
+            for slot in range(16):
+                lib.el_kq_get(int(t), _ptr("uint8_t *", tile), hk, slot, _ptr("uint8_t *", back))
+                np.testing.assert_array_equal(back, rows[slot])
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_numba_key_scores_are_the_generic_twins_bits(t):
+    """numba_kv.scores (the numba engine's scores over quantized key rows) gives the C generic
+    qk_q8_0 / qk_q4_0's bits over the same keys as a key tile."""
+    from edgellm.kernels import numba_kv
+
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(8)
+        name = "qk_q8_0" if t == QType.Q8_0 else "qk_q4_0"
+        for hk, raw in ((64, False), (96, True), (256, False)):
+            rows = _key_rows(rng, t, hk, raw)
+            x = rng.standard_normal((6, hk)).astype(np.float32)
+            q = np.stack([quant_ops.quantize_activation(QType.Q8_0, row) for row in x])
+            qsum = np.ascontiguousarray(q.reshape(6, hk // 32, 34)[:, :, 2:].view(np.int8).astype(np.int32).sum(axis=2))
+            want = _run_qk_q(k.abi.el_vops, name, t, hk, rows, q, qsum)
+            np.testing.assert_array_equal(_bits(numba_kv.scores(t, rows, x)), _bits(want), err_msg=f"hk={hk}")
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_numba_quantized_pv_is_the_generic_twins_bits(t):
+    """numba_kv.pv (the numba engine's p.v over quantized value rows) gives the C generic
+    pv_q8_0 / pv_q4_0's bits: w * x added with one fma, slots in order."""
+    from edgellm.kernels import numba_kv
+
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(9)
+        name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
+        for hv, nt, nh in ((64, 3, 3), (128, 5, 4)):
+            rows = quant_ops.quantize_rows(t, rng.standard_normal((nt * 16, hv)).astype(np.float32))
+            w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
+            w[:, 5:9] = 0.0
+            vq = _ABI.new("uint8_t *[]", nt)
+            for i in range(nt):
+                vq[i] = _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+            want = np.zeros((nh, hv), np.float32)
+            getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
+                                         _ptr("float *", want), hv)
+            np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
     finally:
         k.close()
 

@@ -8,8 +8,8 @@
  *   - F32 / F16: vec_dot within 1e-5 * sum|w_i a_i| of the twin;
  *   - gemm: every element of every tile bit-identical to the same level's vec_dot, for tiles of
  *     any position and size, and nothing written outside the tile;
- *   - el_vops (conversions, attention tiles, p.v over f16 and quantized values, softmax exp,
- *     SiLU): the registered table bit-identical
+ *   - el_vops (conversions, attention tiles, scores against quantized key tiles, p.v over f16
+ *     and quantized values, softmax exp, SiLU): the registered table bit-identical
  *     to the portable code;
  *   - dispatch: el_set_isa(-1) picks NEON and the level the CPU supports, and el_isa_features() says which;
  *   - el_matmul (the engine's threaded, tiled matmul) gives the dispatched vec_dot's bits.
@@ -350,6 +350,42 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
     }
 }
 
+/* vops.qk_q8_0 / qk_q4_0 (scores against quantized key tiles): random head sizes and query
+ * counts, key tiles of random bytes (every int8 including -128; finite scales), queries from the
+ * activation quantizer */
+static void test_qk_q(const el_vec_ops *g, const el_vec_ops *v, const char *level) {
+    enum { MB = 8, MQ = 11 };
+    static uint8_t kt[16 * MB * 34], q[MQ * (MB * 34 + 5)];
+    static int32_t qsum[MQ * MB];
+    static float x[MB * 32], out0[MQ * 16], out1[MQ * 16];
+    for (int it = 0; it < 200; it++) {
+        const int q4 = it & 1, nb = 1 + below(MB), hk = 32 * nb, nq = 1 + below(MQ);
+        const size_t ldq = (size_t)nb * 34 + (size_t)below(6);
+        for (size_t i = 0; i < sizeof kt; i++) kt[i] = (uint8_t)next_u64();
+        for (int i = 0; i < 16 * nb; i++) {
+            const el_half h = random_half();
+            memcpy(kt + 2 * i, &h, 2);
+        }
+        for (int j = 0; j < nq; j++) {
+            random_row(x, hk);
+            gen[EL_Q8_0].from_float(x, q + j * ldq, hk);
+            for (int b = 0; b < nb; b++) {
+                const block_q8_0 *qb = (const block_q8_0 *)(q + j * ldq) + b;
+                qsum[j * nb + b] = 0;
+                for (int i = 0; i < 32; i++) qsum[j * nb + b] += qb->qs[i];
+            }
+        }
+        (q4 ? g->qk_q4_0 : g->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out0);
+        (q4 ? v->qk_q4_0 : v->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out1);
+        for (int i = 0; i < nq * 16; i++) {
+            checks++;
+            if (!same_bits(out0[i], out1[i]))
+                fail("%s qk_%s hk=%d nq=%d [%d] = %.9g, portable %.9g", level, q4 ? "q4_0" : "q8_0", hk, nq, i, out1[i],
+                     out0[i]);
+        }
+    }
+}
+
 /* el_matmul on 2 threads, rows spanning several 16-row tiles and tokens several 8-row passes;
  * the last el_small_rows(type, M) tokens through the small-batch kernel where there is one */
 static void test_matmul(const type_case *tc, const int M) {
@@ -457,6 +493,7 @@ int main(void) {
                 }
         }
         test_vops(&gen_vops, &lvl_vops, level);
+        test_qk_q(&gen_vops, &lvl_vops, level);
         printf("level %s: %d checks, %d failures\n", level, checks - c0, failures - f0);
     }
     printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);

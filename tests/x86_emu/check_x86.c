@@ -7,7 +7,7 @@
  * one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
  * scales), against activations from the activation quantizers; every gemm tile bit-identical to
  * the level's vec_dot; the activation quantizers the level registers write the generic bytes;
- * vops.pv_tiles writes the generic twin's bits.
+ * vops.pv_tiles and vops.qk_q8_0 / qk_q4_0 write the generic twin's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +165,50 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
     }
 }
 
+/* vops.qk_q8_0 / qk_q4_0 (scores against quantized key tiles) bit-identical to the generic twin:
+ * random head sizes and query counts, key tiles of random bytes (quants -128 included; finite
+ * scales), queries from the activation quantizer */
+static void test_qk_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
+    enum { MB = 8, MQ = 11 };
+    static uint8_t kt[16 * MB * 34], q[MQ * (MB * 34 + 5)];
+    static int32_t qsum[MQ * MB];
+    static float x[MB * 32], out0[MQ * 16], out1[MQ * 16];
+    for (int it = 0; it < 200; it++) {
+        const int q4 = it & 1, nb = 1 + below(MB), hk = 32 * nb, nq = 1 + below(MQ);
+        const size_t ldq = (size_t)nb * 34 + (size_t)below(6);
+        for (size_t i = 0; i < sizeof kt; i++) kt[i] = (uint8_t)next_u64();
+        for (int i = 0; i < 16 * nb; i++) {  /* finite scales */
+            const el_half h = el_float_to_half((uniform() - 0.5f) * (below(8) ? 0.1f : 1e-4f));
+            memcpy(kt + 2 * i, &h, 2);
+        }
+        for (int j = 0; j < nq; j++) {
+            random_row(x, hk);
+            el_traits[EL_Q8_0].from_float(x, q + j * ldq, hk);
+            for (int b = 0; b < nb; b++) {
+                const block_q8_0 *qb = (const block_q8_0 *)(q + j * ldq) + b;
+                qsum[j * nb + b] = 0;
+                for (int i = 0; i < 32; i++) qsum[j * nb + b] += qb->qs[i];
+            }
+        }
+        if (q4) {
+            gv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out0);
+            lv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out1);
+        } else {
+            gv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out0);
+            lv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out1);
+        }
+        checks++;
+        for (int i = 0; i < nq * 16; i++)
+            if (!same_bits(out0[i], out1[i])) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "%s qk_%s hk=%d nq=%d [%d] = %.9g, generic %.9g", level, q4 ? "q4_0" : "q8_0", hk,
+                         nq, i, out1[i], out0[i]);
+                fail(msg);
+                break;
+            }
+    }
+}
+
 int main(void) {
     el_set_isa(EL_ISA_GENERIC);  /* el_row_size reads el_traits */
     el_register_generic(gen);
@@ -196,6 +240,7 @@ int main(void) {
         }
         test_act_quantizers(lvl, name);
         test_pv_tiles(&el_vops, &gv, name);  /* el_register_avx2 filled el_vops */
+        test_qk_q(&el_vops, &gv, name);
         printf("level %s: %d checks, %d failures\n", name, checks - c0, failures - f0);
     }
     printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);

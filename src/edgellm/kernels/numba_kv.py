@@ -1,7 +1,9 @@
-"""The numba engine's quantized KV cache: rows of q8_0 / q4_0 blocks per (slot, head), as
-csrc/kv.c stores them, and the attention kernels that read them (twins of csrc's): scores from
-the type's dot product against the query quantized to q8_0, and p.v from dequantized rows
-(pv_q8_0 / pv_q4_0 in csrc/dispatch.c: x = d * q exact, w * x rounded, then added, slots in order).
+"""The numba engine's quantized KV cache: rows of q8_0 / q4_0 blocks per (slot, head) (csrc/kv.c
+stores the same blocks, its keys as key tiles), and the attention kernels that read them (twins of
+csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in csrc/dispatch.c: per
+block the exact integer dot product times dk * dq rounded, added with one fma, blocks in order),
+and p.v from dequantized rows (pv_q8_0 / pv_q4_0: x = d * q exact, w * x added with one fma,
+slots in order).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from . import numba_quants as nq
 
 _QUANTIZE = {QType.Q8_0: nq.quantize_row_q8_0, QType.Q4_0: nq.quantize_row_q4_0_ref}  # as csrc's from_float
 _DEQUANTIZE = {QType.Q8_0: nq.dequantize_row_q8_0, QType.Q4_0: nq.dequantize_row_q4_0}
-_VEC_DOT = {QType.Q8_0: nq.vec_dot_q8_0_q8_0_generic, QType.Q4_0: nq.vec_dot_q4_0_q8_0_generic}
 
 
 def fwht(x: np.ndarray, chunk: int) -> np.ndarray:
@@ -60,32 +61,46 @@ def _rows(fn, src, dst):
     _rows_impl(fn, src, dst)
 
 
-_SCORES: dict = {}
+@numba.njit(cache=True)
+def _scores(q4, k, qq, out):
+    """out[j, s] = q_j . k_s: per block b, the exact integer dot product of the quants (q4_0:
+    nibble - 8), times dk * dq (float32), added with one fma (csrc twin: qk_q_generic)"""
+    bsz = 18 if q4 else 34
+    nb = k.shape[1] // bsz
+    for j in range(qq.shape[0]):
+        for s in range(k.shape[0]):
+            acc = np.float32(0.0)
+            for b in range(nb):
+                ok, oq = b * bsz, b * 34
+                isum = 0
+                for i in range(32):
+                    qi = np.int64(qq[j, oq + 2 + i])
+                    qi = qi - 256 if qi > 127 else qi
+                    if q4:
+                        byte = np.int64(k[s, ok + 2 + (i & 15)])
+                        ki = ((byte & 15) if i < 16 else (byte >> 4)) - 8
+                    else:
+                        ki = np.int64(k[s, ok + 2 + i])
+                        ki = ki - 256 if ki > 127 else ki
+                    isum += ki * qi
+                acc = nq._fmaf(nq._get_half(k[s], ok) * nq._get_half(qq[j], oq), np.float32(isum), acc)
+            out[j, s] = acc
 
 
 def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
     """q . k for keys in type t (uint8 [S, row_bytes]) and queries q (float32 [nq, hk]): the query
-    quantized to q8_0 (csrc: the keys' vec_dot_type), the type's dot product; float32 [nq, S]."""
+    quantized to q8_0 (csrc: the keys' vec_dot_type), then qk_q8_0 / qk_q4_0's order; float32 [nq, S]."""
     t = QType(t)
-    if t not in _SCORES:
-        vec_dot = _VEC_DOT[t]
-
-        @numba.njit(cache=False)
-        def run(hk, k, qq, out):
-            for j in range(qq.shape[0]):
-                for s in range(k.shape[0]):
-                    out[j, s] = vec_dot(hk, k[s], qq[j])
-
-        _SCORES[t] = run
     qq = quantize(QType.Q8_0, q)
     out = np.empty((q.shape[0], keys.shape[0]), dtype=np.float32)
-    _SCORES[t](q.shape[1], np.ascontiguousarray(keys), qq, out)
+    _scores(t == QType.Q4_0, np.ascontiguousarray(keys), qq, out)
     return out
 
 
 @numba.njit(cache=True)
 def _pv(q4, rows, w, acc):
-    """acc[r, i] += w[r, s] * x_s[i] over slots s in order, x = d * q of slot s's row (csrc twin)."""
+    """acc[r, i] = fma(w[r, s], x_s[i], acc[r, i]) over slots s in order, x = d * q of slot s's row
+    (csrc twin)."""
     nb = acc.shape[1] // 32
     bsz = 18 if q4 else 34
     for r in range(w.shape[0]):
@@ -102,7 +117,7 @@ def _pv(q4, rows, w, acc):
                         qi = np.int32(rows[s, o + 2 + i])
                         qi = qi - 256 if qi > 127 else qi
                     x = d * np.float32(qi)
-                    acc[r, b * 32 + i] = acc[r, b * 32 + i] + np.float32(ws * x)
+                    acc[r, b * 32 + i] = nq._fmaf(ws, x, acc[r, b * 32 + i])
 
 
 def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
