@@ -30,13 +30,6 @@ static inline __m512 _mm512_cvtepi32_ps(__m512i x) {
     for (int i = 0; i < 16; i++) f[i] = (float)a[i];
     return _mm512_loadu_ps(f);
 }
-static inline __m512i _mm512_cvtepi8_epi32(__m128i x) {
-    int8_t b[16];
-    int32_t a[16];
-    _mm_storeu_si128((__m128i *)b, x);
-    for (int i = 0; i < 16; i++) a[i] = b[i];
-    return _mm512_loadu_si512(a);
-}
 #define _mm512_extractf32x8_ps(v, i) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), i))
 static inline float _mm512_cvtss_f32(__m512 v) { return _mm_cvtss_f32(_mm512_castps512_ps128(v)); }
 static inline __m512i _mm512_zextsi256_si512(__m256i x) { return _mm512_inserti64x4(_mm512_setzero_si512(), x, 0); }
