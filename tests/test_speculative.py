@@ -2,7 +2,7 @@
 tiny models of every architecture on every engine path and on both real models, the sampling
 rule's distribution (chi-square, and the test failing a wrong rule), seeded prompt lookup giving
 the seed's text, context shift and stop strings, draft models with another vocabulary refused,
-and the parts (n-gram lookup, cost line, controller) on their own."""
+and the parts (n-gram lookup, step costs and their calibration, controller) on their own."""
 
 from __future__ import annotations
 
@@ -369,36 +369,93 @@ def test_draft_with_another_vocabulary_is_refused(model_dir, monkeypatch, tmp_pa
 
 # -- the parts --------------------------------------------------------------------------------
 
-def test_lookup_proposes_what_followed_the_longest_latest_match():
+def test_lookup_proposes_what_followed_the_longest_match():
     d = sp.LookupDrafter()
     h = [5, 1, 2, 3, 9, 1, 2, 3, 7, 8, 4, 1, 2, 3]
-    n, e = d.match(h)
-    assert (n, e) == (3, 8) and d.draft(e, 3) == [7, 8, 4]  # [1, 2, 3] last seen before 7
+    m, e = d.match(h)
+    assert (m, e) == (3, 8) and d.draft(e, 3) == [7, 8, 4]  # [1, 2, 3] last seen before 7
     h = h + [7, 8, 4, 2, 3]  # appended: the index grows with it
-    n, e = d.match(h)
-    assert n == 2 and d.draft(e, 2) == [7, 8]  # [2, 3]'s latest earlier occurrence
+    m, e = d.match(h)
+    assert m == 2 and d.draft(e, 2) == [7, 8]  # [2, 3]'s latest earlier occurrence
     assert d.match([6, 6, 6]) == (2, 2) and d.draft(2, 4) == [6, 6, 6, 6]  # copies on into itself
     assert d.match([1, 2, 3, 4]) == (0, -1)
+    # [1, 2, 3, 4] twice before: the earlier one is preceded by [7, 8] as the end is, so its
+    # match is 6 tokens long against 4 for the latest (preceded by 9), and it proposes 50
+    h = [7, 8, 1, 2, 3, 4, 50, 9, 1, 2, 3, 4, 60, 7, 8, 1, 2, 3, 4]
+    m, e = d.match(h)
+    assert (m, e) == (6, 6) and d.draft(e, 2) == [50, 9]
+    # equal matches: the latest; a repeating pattern's match runs back to the cap
+    h = [3, 4, 5, 6] * 30
+    m, e = d.match(h)
+    assert e == len(h) - 4 and m == sp.LookupDrafter.MATCH_CAP and d.draft(e, 6) == [3, 4, 5, 6, 3, 4]
 
 
-def test_step_cost_line_and_controller():
+def test_step_costs():
     c = sp.StepCosts()
-    assert c.line() == (1.0, sp.StepCosts.PRIOR_ROW)
-    for rows in [1, 5, 1, 9, 3] * 4:
-        c.observe(rows, 0.010 + 0.002 * (rows - 1))
-    t0, t1 = c.line()
-    assert abs(t0 - 0.010) < 1e-6 and abs(t1 - 0.002) < 1e-6
-    ctl = sp.Controller([0.9], k_max=16, adaptive=True, probes=True)
-    assert 4 <= ctl.choose(0, 16, t0, t1) <= 16  # cheap rows, good guesses: long drafts
-    assert ctl.choose(0, 16, t0, 0.9 * t0) <= 2  # rows almost as dear as a step: short ones
+    assert [c.predict(r) for r in (1, 2, 5)] == pytest.approx([1.0, 1.35, 2.4])  # the prior line, relative
+    for rows, ms in {1: 10, 2: 12, 4: 16, 5: 23, 8: 31, 9: 38}.items():
+        c.observe(rows, ms / 1000)
+    # measured rows as measured, others interpolated, past the last at the mean per row of 1..9
+    ms = lambda r: 1000 * c.predict(r)  # noqa: E731
+    assert [ms(r) for r in (1, 2, 3, 4, 5, 8, 9)] == pytest.approx([10, 12, 14, 16, 23, 31, 38])
+    assert ms(6) == pytest.approx(23 + 8 / 3) and ms(11) == pytest.approx(38 + 2 * 28 / 8)
+    c.observe(3, 0.011)  # noise: a step of more rows never costs less
+    assert ms(3) == pytest.approx(12)
+    for _ in range(40):  # a row count's cost is the median of its last WINDOW steps
+        c.observe(2, 0.020)
+    assert ms(2) == pytest.approx(20) and ms(3) == ms(2)
+    c.observe(2, 1.0)  # so a step stalled by the machine does not move it
+    assert ms(2) == pytest.approx(20)
+
+
+def test_step_costs_calibrate_on_an_engine(model_dir):
+    """Calibration times steps on the engine without touching the sequence it follows (a fork)
+    or keeping blocks; its shape starts at 1 and never falls."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    s = edgellm.api.Session(llm)
+    s._set_llama_order(False)
+    s._prefill(list(range(3, 40)))
+    held, blocks = s.tokens, llm._pool.blocks_in_use()
+    c = sp.StepCosts()
+    c.calibrate(llm, 9, s._seq)
+    assert c.calibrated
+    assert set(c.times) == set(range(1, 10))  # every row count up to 9 (a tiny model: time for all)
+    t = [c.predict(r) for r in range(1, 12)]
+    assert t[0] > 0 and all(b >= a for a, b in zip(t, t[1:]))
+    assert s.tokens == held and llm._pool.blocks_in_use() == blocks
+    before = {r: list(q) for r, q in c.times.items()}
+    c.calibrate(llm, 9)  # once per engine
+    assert {r: list(q) for r, q in c.times.items()} == before
+
+
+def test_controller():
+    cheap = lambda k: 1.0 + 0.1 * k  # noqa: E731
+    dear = lambda k: 1.0 + 0.9 * k  # noqa: E731
+    ctl = sp.Controller([0], [0.9], k_max=16, adaptive=True, probes=True)
+    assert 4 <= ctl.choose(0, 16, cheap) <= 16  # cheap rows, good guesses: long drafts
+    assert ctl.choose(0, 16, dear) <= 2  # rows almost as dear as a step: short ones
+    assert ctl.choose(0, 5, cheap) == 5  # (within the limit)
     for _ in range(20):
         ctl.observe(0, 4, 0)  # nothing taken: drafting stops...
     assert ctl.alpha(0) < 0.1
-    assert ctl.choose(0, 16, t0, t1) == 0
-    ctl = sp.Controller([0.02], k_max=16, adaptive=True, probes=True)
-    picks = [ctl.choose(0, 16, t0, t1) for _ in range(sp.Controller.PROBE_FIRST)]
+    assert ctl.choose(0, 16, cheap) == 0
+    ctl = sp.Controller([0], [0.02], k_max=16, adaptive=True, probes=True)
+    picks = [ctl.choose(0, 16, cheap) for _ in range(sp.Controller.PROBE_FIRST)]
     assert picks[:-1] == [0] * (len(picks) - 1) and picks[-1] == 2  # ...but is probed now and then
-    assert sp.Controller([0.9], k_max=3, adaptive=False, probes=False).choose(0, 10, 1, 1) == 3
+    assert sp.Controller([0], [0.9], k_max=3, adaptive=False, probes=False).choose(0, 10, dear) == 3
+    # rates by match length: a draft extends its match, so the rate of draft j is that of m + j
+    ctl = sp.Controller([1, 4, 8], [0.1, 0.5, 0.99], k_max=16, adaptive=True, probes=False)
+    assert ctl.choose(1, 16, cheap) == 0 and ctl.choose(8, 16, cheap) == 16
+    assert ctl.choose(6, 16, cheap) >= 12  # two weak drafts are worth it for the strong ones after them
+    assert ctl.choose(4, 16, cheap) <= 4  # four are not
+    ctl.observe(6, 5, 3)  # drafts on matches of 6, 7, 8 taken, of 9 refused, of 10 unseen
+    assert ctl.acc[1] == pytest.approx([0.5 * 4 * 0.9 ** 2 + 0.9 + 1, 0.5 * 4 * 0.9 ** 2])
+    assert ctl.acc[2] == pytest.approx([0.99 * 4 * 0.9 ** 2 + 0.9, 0.01 * 4 * 0.9 ** 2 + 1])
+    assert ctl.acc[0] == pytest.approx([0.1 * 4, 0.9 * 4])
+    # a staircase of costs: the draft length that fills a tile
+    stairs = lambda k: (1.0, 1.2, 1.4, 1.6, 2.3, 2.5, 2.7, 2.9, 3.6)[k]  # noqa: E731
+    ctl = sp.Controller([0], [0.9], k_max=8, adaptive=True, probes=False)
+    assert ctl.choose(0, 8, stairs) in (3, 7)
 
 
 def test_usage_and_stats_report_drafts(model_dir):

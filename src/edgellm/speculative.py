@@ -24,19 +24,24 @@ over its logits) and the standard rule accepts d with probability min(1, p(d) / 
 from the normalized residual max(0, p - q): the text follows the target's distribution, but is
 not the seed's text without speculation (and, with adaptive lengths, may vary between runs).
 
-Adaptive. A `Controller` per sequence estimates the acceptance rate a (per n-gram length for
-prompt lookup) and chooses the k that maximizes expected tokens per second,
-(1 + a + ... + a^k) / (step time with k more rows + k draft steps), from a cost line fitted to
-this engine's measured step times (`StepCosts`); k = 0 — no drafting — when nothing beats a
-plain step. Prompt lookup keeps checking its unused proposals against the tokens that come, so
-it turns back on for free; a switched-off draft model is probed now and then.
+Adaptive. A `Controller` per sequence estimates the acceptance rate of a draft by what the
+drafter knew when it made it (prompt lookup: the length of the context it matched, which grows
+by one with each draft taken) and chooses the k that maximizes expected tokens per second,
+(1 + a1 + a1 a2 + ... + a1...ak) / (seconds of the step with k more rows + k draft steps), from
+this engine's step costs by row count (`StepCosts`: measured at first use, then as steps run);
+k = 0 — no drafting — when nothing beats a plain step. Prompt lookup keeps checking its unused
+proposals against the tokens that come, so it turns back on for free; a switched-off draft
+model is probed now and then.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import statistics
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
@@ -157,48 +162,127 @@ def check_vocabulary(target, draft) -> None:
 
 
 class StepCosts:
-    """Seconds per engine step as a line in its rows, t0 + t1 * (rows - 1), fitted (least squares
-    over recent steps, older ones decaying) to the decode steps of one engine. Before the fit has
-    rows of different counts to go by, t1 is PRIOR_ROW * t0 (a row of SmolLM2 Q4_1 on 2 AVX2
-    cores costs about a third of a one-token step)."""
+    """Seconds per engine step by its row count, measured: seeded once per engine by
+    `calibrate`, then the median of each row count's last WINDOW steps as they run (a median,
+    as a shared machine stalls steps now and then), so the row counts drafting uses follow the
+    machine's load — one it overrates is soon measured and corrected. The gemm kernels take
+    the rows in tiles of a few columns, so the cost is a staircase in the rows, not a line: a
+    row count not measured is interpolated between measured ones, and continued past the last
+    at the mean cost per row of the measured range. Before any measurement, a line of PRIOR_ROW
+    of a one-row step per row (relative units)."""
 
     PRIOR_ROW = 0.35
-    DECAY = 0.95
-    MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not fitted
+    WINDOW = 9
+    MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not observed
+    # calibration: the row counts measured, in this order (the ends of the 4-column tiles of
+    # the x86 kernels and the rows just past them first) while time remains
+    CALIBRATION_ROWS = (2, 4, 5, 3, 8, 9, 16, 17, 12, 13, 6, 7, 10, 11, 14, 15, 24, 25, 32, 33)
+    CALIBRATION_PAIRS = 3
+    CALIBRATION_SECONDS = 1.0
 
     def __init__(self):
-        self.w = self.sx = self.sy = self.sxx = self.sxy = 0.0
+        self.times: dict[int, deque] = {}  # rows -> seconds of its last WINDOW steps
+        self.calibrated = False
+        self._table: list[float] = []  # predict(r) = _table[r] (a cache; [] after a change)
 
     def observe(self, rows: int, seconds: float) -> None:
-        if rows > self.MAX_ROWS or seconds <= 0:
+        if not 0 < rows <= self.MAX_ROWS or seconds <= 0:
             return
-        x = rows - 1.0
-        if self.w > 0:  # a step stalled by the machine (preempted threads) would drag the line
-            seconds = min(seconds, 4.0 * self.predict(rows))
-        d = self.DECAY
-        self.w = self.w * d + 1.0
-        self.sx = self.sx * d + x
-        self.sy = self.sy * d + seconds
-        self.sxx = self.sxx * d + x * x
-        self.sxy = self.sxy * d + x * seconds
-
-    def line(self) -> tuple[float, float]:
-        """(t0, t1); (1, PRIOR_ROW) in relative units before any observation."""
-        if self.w <= 0:
-            return 1.0, self.PRIOR_ROW
-        mx, my = self.sx / self.w, self.sy / self.w
-        var = self.sxx / self.w - mx * mx
-        if var > 0.25:  # rows of different counts seen recently: fit the slope
-            t1 = (self.sxy / self.w - mx * my) / var
-            t0 = my - t1 * mx
-            if t0 > 0 and 0.02 * t0 <= t1 <= 2.0 * t0:
-                return t0, t1
-        t0 = my / (1.0 + self.PRIOR_ROW * mx)
-        return t0, self.PRIOR_ROW * t0
+        q = self.times.get(rows)
+        if q is None:
+            q = self.times[rows] = deque(maxlen=self.WINDOW)
+        q.append(seconds)
+        self._table = []
 
     def predict(self, rows: int) -> float:
-        t0, t1 = self.line()
-        return t0 + t1 * (rows - 1)
+        """Seconds of a step of rows rows (relative units before any measurement)."""
+        rows = max(1, rows)
+        if rows >= len(self._table):
+            self._table = self._build(max(rows + 1, 2 * len(self._table), 34))
+        return self._table[rows]
+
+    def _build(self, size: int) -> list[float]:
+        t = {r: statistics.median(q) for r, q in self.times.items()}
+        ks = sorted(t)
+        if not ks:
+            return [0.0] + [1.0 + self.PRIOR_ROW * (r - 1) for r in range(1, size)]
+        lo, hi = ks[0], ks[-1]
+        if hi > lo:
+            per_row = max(0.0, (t[hi] - t[lo]) / (hi - lo))
+        else:
+            per_row = t[lo] * self.PRIOR_ROW / (1.0 + self.PRIOR_ROW * (lo - 1))
+        out = [0.0] * size
+        j = 0
+        for r in range(1, size):
+            if r <= lo:
+                v = t[lo] - per_row * (lo - r)
+            elif r >= hi:
+                v = t[hi] + per_row * (r - hi)
+            else:
+                while ks[j + 1] < r:
+                    j += 1
+                a, b = ks[j], ks[j + 1]
+                v = t[a] + (t[b] - t[a]) * (r - a) / (b - a)
+            out[r] = max(v, out[r - 1], 1e-9)  # a step of more rows never costs less
+        return out
+
+    def calibrate(self, llm, max_rows: int, seq=None) -> None:
+        """Measure steps of up to max_rows rows on llm's engine, CALIBRATION_ROWS in order
+        while CALIBRATION_SECONDS last: each CALIBRATION_PAIRS times between one-row steps
+        and timed against the mean of its two neighbours (so a change of load between steps
+        cancels); a row count's samples are those ratios times the median one-row step. Every
+        step has logits for each row, as a verification step does. seq: the sequence whose
+        context the steps follow (a fork of it is written and dropped; default: a scratch one
+        from position 0). Skipped when the KV pool cannot spare the slots."""
+        if self.calibrated:
+            return
+        self.calibrated = True
+        rows_list = [r for r in self.CALIBRATION_ROWS if r <= max_rows]
+        if not rows_list:
+            return
+        pool, eng = llm._pool, llm._engine
+        ratios: dict[int, list[float]] = {}
+        ones: list[float] = []
+        out = np.empty((max(rows_list), llm.n_vocab), dtype=np.float32)
+        with llm._engine_lock:
+            s = pool.fork(seq) if seq is not None else pool.new_sequence()
+            n0 = s.n
+            tok = [int(s.tokens[-1]) if s.tokens else 0]
+
+            def timed(r: int) -> float:
+                pool.reserve(s, r)
+                step = Step()
+                step.add(s, tok * r, LOGITS_ALL)
+                t = time.perf_counter()
+                step.run(eng, pool, out=out)
+                t = time.perf_counter() - t
+                if not pool.truncate(s, n0):  # (a sliding window: never within its margin of 64)
+                    raise KVCacheFullError("the window moved")
+                return t
+
+            try:
+                timed(1)  # warm up
+                deadline = time.perf_counter() + self.CALIBRATION_SECONDS
+                prev = timed(1)
+                ones.append(prev)
+                for r in rows_list:
+                    if time.perf_counter() > deadline:
+                        break
+                    for _ in range(self.CALIBRATION_PAIRS):
+                        tr, one = timed(r), timed(1)
+                        ratios.setdefault(r, []).append(tr / (0.5 * (prev + one)))
+                        ones.append(one)
+                        prev = one
+            except KVCacheFullError:
+                pass
+            finally:
+                pool.release(s)
+        one = statistics.median(ones) if ones else 0.0
+        if one > 0:
+            self.times[1] = deque(ones[-self.WINDOW:], maxlen=self.WINDOW)
+            for r, x in ratios.items():
+                self.times[r] = deque((one * v for v in x), maxlen=self.WINDOW)
+        self._table = []
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LLM -> StepCosts
@@ -216,53 +300,60 @@ def costs_for(llm) -> StepCosts:
 
 
 class Controller:
-    """Acceptance rate per bucket (prompt lookup: the length of the matched n-gram) as decaying
-    counts of accepted drafts and of rejections (a geometric model: each draft is taken with
-    probability a if the ones before it were); the draft length that maximizes expected tokens
-    per second under the step costs."""
+    """Acceptance rates by the length m of the context the drafter matched (prompt lookup: the
+    tokens before the proposal's source that equal those before the draft; a draft model: one
+    rate), as decaying counts of drafts taken and refused. A draft's rate is that of the match
+    it extends: after the first j drafts are taken the match is m + j long, so a long match
+    drafts far. The draft length is the one that maximizes expected tokens per second under the
+    measured step costs (`StepCosts`), none when nothing beats a plain step."""
 
-    DECAY = 0.85
+    DECAY = 0.9            # per observation of a bucket
+    WEIGHT = 4.0           # a prior counts as this many observations
     MARGIN = 1.03          # drafting must promise 3% more tokens per second than a plain step
     PROBE_FIRST, PROBE_MAX = 8, 256
 
-    def __init__(self, priors: Sequence[float], k_max: int, adaptive: bool, probes: bool):
-        # pseudo-counts: a / (1 - a) accepted against one rejection
-        self.acc = [[a / (1.0 - a), 1.0] for a in priors]
+    def __init__(self, edges: Sequence[int], priors: Sequence[float], k_max: int, adaptive: bool, probes: bool):
+        """edges: the least match length of each bucket (ascending, the first 1 or 0); priors:
+        each bucket's initial rate."""
+        self.edges = list(edges)
+        self.acc = [[a * self.WEIGHT, (1.0 - a) * self.WEIGHT] for a in priors]
         self.k_max = k_max
         self.adaptive = adaptive
         self.probes = probes
         self.off = 0
         self.probe_every = self.PROBE_FIRST
 
-    def alpha(self, b: int) -> float:
-        a, r = self.acc[b]
+    def bucket(self, m: int) -> int:
+        return max(0, bisect.bisect_right(self.edges, m) - 1)
+
+    def alpha(self, m: int) -> float:
+        a, r = self.acc[self.bucket(m)]
         return a / (a + r)
 
-    def observe(self, b: int, k: int, accepted: int) -> None:
-        if k <= 0:
-            return
-        c = self.acc[b]
-        c[0] = c[0] * self.DECAY + accepted
-        c[1] = c[1] * self.DECAY + (1.0 if accepted < k else 0.0)
+    def observe(self, m: int, k: int, accepted: int) -> None:
+        """A step drafted k tokens on a match of length m and the first `accepted` were taken."""
+        d = self.DECAY
+        for j in range(min(accepted + 1, k)):
+            c = self.acc[self.bucket(m + j)]
+            c[0] *= d
+            c[1] *= d
+            c[int(j == accepted)] += 1.0
 
-    def choose(self, b: int, limit: int, t_base: float, t_draft: float, others: int = 0) -> int:
-        """Draft tokens for the next step: limit caps it (context, tokens still wanted, step
-        budget); t_base is the step's time without these drafts, t_draft what each draft token
-        adds (its row in the step and, for a draft model, its draft step); others: tokens the
-        step gives other sequences."""
+    def choose(self, m: int, limit: int, cost, others: int = 0) -> int:
+        """Draft tokens for the next step on a match of length m: limit caps it (context, tokens
+        still wanted, step budget); cost(k) is the step's seconds with k drafts (its rows, and a
+        draft model's steps); others: tokens the step gives other sequences."""
         limit = min(limit, self.k_max)
         if limit <= 0:
             return 0
         if not self.adaptive:
             return limit
-        a = self.alpha(b)
-        plain = (1.0 + others) / t_base
-        best_k, best = 0, plain * self.MARGIN
-        e, ak = 1.0, 1.0
+        best_k, best = 0, (1.0 + others) / cost(0) * self.MARGIN
+        e = p = 1.0
         for k in range(1, limit + 1):
-            ak *= a
-            e += ak
-            rate = (e + others) / (t_base + t_draft * k)
+            p *= self.alpha(m + k - 1)
+            e += p
+            rate = (e + others) / cost(k)
             if rate > best:
                 best_k, best = k, rate
         if best_k == 0 and self.probes:  # a switched-off draft model learns only by trying
@@ -282,21 +373,28 @@ class Controller:
 
 
 class LookupDrafter:
-    """Prompt lookup over one sequence's tokens: the longest n-gram (n <= NGRAM_MAX) that ends
-    them and occurred before proposes the tokens that followed its latest occurrence (copying
-    on into the proposal itself when that occurrence is recent, so a repeating pattern repeats)."""
+    """Prompt lookup over one sequence's tokens. The longest n-gram (n <= NGRAM_MAX) that ends
+    them and occurred before gives the candidates: its last CANDIDATES occurrences. Of those the
+    one whose preceding tokens match the sequence's furthest back (up to MATCH_CAP tokens; the
+    latest among equals) proposes the tokens that followed it — copying on into the proposal
+    itself when that occurrence is recent, so a repeating pattern repeats. The match's length m
+    is what the controller judges the proposal by."""
 
-    buckets = NGRAM_MAX
-    priors = (0.25, 0.45, 0.6, 0.7)[:NGRAM_MAX]
+    # acceptance by match length, measured on SmolLM2-135M's greedy replies to the benchmark's
+    # prompts (scripts/bench_speculative.py): 1 token 0.17, 2 0.45, 3 0.62, 4 0.7, 5-7 0.82, ...
+    edges = (1, 2, 3, 4, 5, 8, 13, 21, 33)
+    priors = (0.17, 0.45, 0.62, 0.7, 0.82, 0.9, 0.94, 0.96, 0.98)
+    CANDIDATES = 8
+    MATCH_CAP = 64
 
     def __init__(self):
         self._reset()
 
     def _reset(self) -> None:
         self.tokens: list[int] = []
-        # last[n][ngram] = the position after the n-gram's latest occurrence that has a successor
-        self.last: list[dict] = [{} for _ in range(NGRAM_MAX + 1)]
-        self.indexed = 0  # n-grams ending before position indexed are in `last`
+        # occ[n][ngram] = the positions after its occurrences that have a successor, in order
+        self.occ: list[dict] = [{} for _ in range(NGRAM_MAX + 1)]
+        self.indexed = 0  # n-grams ending before position indexed are in `occ`
 
     def _sync(self, history: Sequence[int]) -> None:
         t = self.tokens
@@ -304,22 +402,43 @@ class LookupDrafter:
             self._reset()  # another history (not an extension of ours): start over
             t = self.tokens
         t.extend(history[len(t):])
-        last = self.last
+        occ = self.occ
         for e in range(max(self.indexed, 1), len(t)):
             for n in range(1, min(NGRAM_MAX, e) + 1):
-                last[n][tuple(t[e - n:e])] = e
+                key = tuple(t[e - n:e])
+                at = occ[n].get(key)
+                if at is None:
+                    occ[n][key] = [e]
+                else:
+                    at.append(e)
         self.indexed = max(self.indexed, len(t))
 
     def match(self, history: Sequence[int]) -> tuple[int, int]:
-        """(n, e): the longest n-gram ending history that occurred before, and the position
-        after that occurrence; (0, -1) when there is none."""
+        """(m, e): the match's length and the position after the matched occurrence; (0, -1)
+        when the last token never occurred before."""
         self._sync(history)
         t = self.tokens
         L = len(t)
         for n in range(min(NGRAM_MAX, L - 1), 0, -1):
-            e = self.last[n].get(tuple(t[L - n:]))
-            if e is not None:
-                return n, e
+            at = self.occ[n].get(tuple(t[L - n:]))
+            if at is None:
+                continue
+            if n < NGRAM_MAX:
+                return n, at[-1]
+            best_m, best_e = 0, -1
+            for e in reversed(at[-self.CANDIDATES:]):
+                cap = min(self.MATCH_CAP, e)
+                if cap > best_m and t[e - cap:e] == t[L - cap:]:  # (the common case in a repetition)
+                    m = cap
+                else:
+                    m = n
+                    while m < cap and t[e - 1 - m] == t[L - 1 - m]:
+                        m += 1
+                if m > best_m:
+                    best_m, best_e = m, e
+                    if m == self.MATCH_CAP:
+                        break
+            return best_m, best_e
         return 0, -1
 
     def draft(self, e: int, k: int) -> list[int]:
@@ -337,7 +456,7 @@ class ModelDrafter:
     greedily or by sampling with the target's parameters (keeping each draft's distribution q for
     the acceptance rule)."""
 
-    buckets = 1
+    edges = (0,)
     priors = (0.75,)
 
     def __init__(self, llm, params: SamplingParams):
@@ -481,12 +600,12 @@ class SpecState:
         else:
             self.drafter = ModelDrafter(spec.draft, params)
         d = self.drafter
-        self.ctl = Controller(d.priors, spec.k_max, spec.adaptive, probes=not spec.is_lookup)
+        self.ctl = Controller(d.edges, d.priors, spec.k_max, spec.adaptive, probes=not spec.is_lookup)
         self.params = params
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
-        self._bucket = 0
+        self._m = 0         # lookup: the length of this step's match
         self._e = -1        # lookup: where the proposal of this step copies from
         self._shadow: int | None = None  # lookup: the unused proposal's first token, checked next
 
@@ -498,29 +617,38 @@ class SpecState:
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.shift(n_keep, n_discard)
 
-    def _plan(self, history: list[int], n_context: int, limit: int, t_base: float, t_row: float,
-              others: int) -> int:
-        """The draft length of this step (0: none)."""
+    def calibrate(self, seq=None, base_rows: int = 1) -> None:
+        """Measure the step costs drafting decides by (once per engine; StepCosts.calibrate):
+        the target's for base_rows + k_max rows, a draft model's for its one-token steps."""
+        self.costs.calibrate(self.target, base_rows + self.spec.k_max, seq)
+        if isinstance(self.drafter, ModelDrafter):
+            costs_for(self.drafter.llm).calibrate(self.drafter.llm, 2)
+
+    def _plan(self, history: list[int], n_context: int, limit: int, base_rows: int, others: int) -> int:
+        """The draft length of this step (0: none); base_rows: the step's rows without these drafts."""
         d = self.drafter
+        costs = self.costs
+        t_base = costs.predict(base_rows)
         if isinstance(d, LookupDrafter):
             if self._shadow is not None:  # what the last unused proposal would have given
-                self.ctl.observe(self._bucket, 1, int(history[-1] == self._shadow))
+                self.ctl.observe(self._m, 1, int(history[-1] == self._shadow))
                 self._shadow = None
-            n, e = d.match(history)
-            if n == 0:
+            m, e = d.match(history)
+            if m == 0:
                 return 0
-            self._bucket, self._e = min(n, NGRAM_MAX) - 1, e
-            k = self.ctl.choose(self._bucket, limit, t_base, t_row, others)
+            self._m, self._e = m, e
+            k = self.ctl.choose(m, limit, lambda k: costs.predict(base_rows + k) if k else t_base, others)
             if k == 0 and limit > 0:
                 self._shadow = d.tokens[e]
             return k
         limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
         dc = costs_for(d.llm)
-        if dc.w > 0 and self.costs.w > 0:
+        if dc.times and costs.times:
             t_draft = dc.predict(1)
-        else:  # not measured yet: a decode step costs what its weights take to read
-            t_draft = self.costs.line()[0] * _weight_bytes(d.llm) / _weight_bytes(self.target)
-        return self.ctl.choose(0, limit, t_base, t_row + t_draft, others)
+        else:  # not measured: a decode step costs what its weights take to read
+            t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
+        return self.ctl.choose(0, limit, lambda k: costs.predict(base_rows + k) + k * t_draft if k else t_base,
+                               others)
 
     def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
                guide=None, eog=frozenset()) -> tuple[list[int], int]:
@@ -567,7 +695,7 @@ class SpecState:
             self.drafted += k
             self.accepted += taken
             self.steps += 1
-            self.ctl.observe(self._bucket, k, taken)
+            self.ctl.observe(self._m, k, taken)
         return out, taken
 
 
@@ -605,9 +733,9 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
     out: list[list[int]] = [[] for _ in jobs]
     by_model: dict[int, list] = {}
     for i, (st, history, context, limit) in enumerate(jobs):
-        t0, t1 = st.costs.line()
-        t_base = t0 + t1 * (base_rows - 1)
-        k = st._plan(history, len(context), limit, t_base, t1, others)
+        if st.spec.adaptive:
+            st.calibrate(base_rows=base_rows)
+        k = st._plan(history, len(context), limit, base_rows, others)
         if k <= 0:
             continue
         if isinstance(st.drafter, LookupDrafter):
@@ -656,6 +784,8 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
         raise
     finally:
         stats.prompt_seconds = time.perf_counter() - t0
+    if spec.adaptive:
+        state.calibrate(seq)  # (once per engine: a start-up cost, in neither timing)
     history = list(ids)
     covered = len(ids)  # history[:covered] is in the KV cache (but what a context shift dropped)
     t1 = time.perf_counter()
