@@ -431,31 +431,57 @@ def test_step_costs_calibrate_on_an_engine(model_dir):
 def test_controller():
     cheap = lambda k: 1.0 + 0.1 * k  # noqa: E731
     dear = lambda k: 1.0 + 0.9 * k  # noqa: E731
+
+    def along(ctl, m):  # prompt lookup's rates: draft j extends a match of m by j
+        return lambda j: ctl.alpha(m + j)
+
     ctl = sp.Controller([0], [0.9], k_max=16, adaptive=True, probes=True)
-    assert 4 <= ctl.choose(0, 16, cheap) <= 16  # cheap rows, good guesses: long drafts
-    assert ctl.choose(0, 16, dear) <= 2  # rows almost as dear as a step: short ones
-    assert ctl.choose(0, 5, cheap) == 5  # (within the limit)
+    assert 4 <= ctl.choose(along(ctl, 0), 16, cheap) <= 16  # cheap rows, good guesses: long drafts
+    assert ctl.choose(along(ctl, 0), 16, dear) <= 2  # rows almost as dear as a step: short ones
+    assert ctl.choose(along(ctl, 0), 5, cheap) == 5  # (within the limit)
     for _ in range(20):
-        ctl.observe(0, 4, 0)  # nothing taken: drafting stops...
-    assert ctl.alpha(0) < 0.1
-    assert ctl.choose(0, 16, cheap) == 0
+        ctl.observe([0] * 4, 0)  # nothing taken: drafting stops...
+    assert ctl.alpha(0) < 0.1 and ctl.overall < 0.1
+    assert ctl.choose(along(ctl, 0), 16, cheap) == 0
     ctl = sp.Controller([0], [0.02], k_max=16, adaptive=True, probes=True)
-    picks = [ctl.choose(0, 16, cheap) for _ in range(sp.Controller.PROBE_FIRST)]
+    picks = [ctl.choose(along(ctl, 0), 16, cheap) for _ in range(sp.Controller.PROBE_FIRST)]
     assert picks[:-1] == [0] * (len(picks) - 1) and picks[-1] == 2  # ...but is probed now and then
-    assert sp.Controller([0], [0.9], k_max=3, adaptive=False, probes=False).choose(0, 10, dear) == 3
+    assert sp.Controller([0], [0.9], k_max=3, adaptive=False, probes=False).choose(along(ctl, 0), 10, dear) == 3
     # rates by match length: a draft extends its match, so the rate of draft j is that of m + j
     ctl = sp.Controller([1, 4, 8], [0.1, 0.5, 0.99], k_max=16, adaptive=True, probes=False)
-    assert ctl.choose(1, 16, cheap) == 0 and ctl.choose(8, 16, cheap) == 16
-    assert ctl.choose(6, 16, cheap) >= 12  # two weak drafts are worth it for the strong ones after them
-    assert ctl.choose(4, 16, cheap) <= 4  # four are not
-    ctl.observe(6, 5, 3)  # drafts on matches of 6, 7, 8 taken, of 9 refused, of 10 unseen
+    assert ctl.choose(along(ctl, 1), 16, cheap) == 0 and ctl.choose(along(ctl, 8), 16, cheap) == 16
+    assert ctl.choose(along(ctl, 6), 16, cheap) >= 12  # two weak drafts are worth it for the strong ones after them
+    assert ctl.choose(along(ctl, 4), 16, cheap) <= 4  # four are not
+    ctl.observe(range(6, 11), 3)  # drafts on matches of 6, 7, 8 taken, of 9 refused, of 10 unseen
     assert ctl.acc[1] == pytest.approx([0.5 * 4 * 0.9 ** 2 + 0.9 + 1, 0.5 * 4 * 0.9 ** 2])
     assert ctl.acc[2] == pytest.approx([0.99 * 4 * 0.9 ** 2 + 0.9, 0.01 * 4 * 0.9 ** 2 + 1])
     assert ctl.acc[0] == pytest.approx([0.1 * 4, 0.9 * 4])
     # a staircase of costs: the draft length that fills a tile
     stairs = lambda k: (1.0, 1.2, 1.4, 1.6, 2.3, 2.5, 2.7, 2.9, 3.6)[k]  # noqa: E731
     ctl = sp.Controller([0], [0.9], k_max=8, adaptive=True, probes=False)
-    assert ctl.choose(0, 8, stairs) in (3, 7)
+    assert ctl.choose(along(ctl, 0), 8, stairs) in (3, 7)
+
+
+def test_controller_stops_a_draft_model_where_its_confidence_drops():
+    """A draft model drafts one token at a time while drafting on promises more tokens per
+    second than verifying what it has: confident drafts go on, an unsure one stops them."""
+    ctl = sp.Controller(range(10), [(i + 0.5) / 10 for i in range(10)], k_max=8, adaptive=True, probes=True,
+                        overall=0.8)
+    cost = lambda k: 1.0 + 0.3 * k  # noqa: E731  (a row and a draft step)
+    sure, unsure = ctl.alpha(9), ctl.alpha(1)
+    assert ctl.worth_more([], 8, cost) and ctl.worth_more([sure] * 3, 8, cost)
+    assert not ctl.worth_more([sure, unsure], 8, cost)
+    assert not ctl.worth_more([sure] * 8, 8, cost)  # (the limit)
+    assert sp.Controller([0], [0.1], k_max=8, adaptive=False, probes=False).worth_more([0.1] * 3, 8, cost)
+    ctl.observe([1, 1, 1, 1], 4)  # unsure drafts all taken: the rate of their bucket rises
+    assert ctl.alpha(1) > unsure + 0.3
+    # the confidences a draft model gives its drafts (greedy: its argmax's probability)
+    d = sp.ModelDrafter.__new__(sp.ModelDrafter)
+    d.greedy, d.drafts, d.q, d.keys = True, [], [], []
+    d.sampler = Sampler(GREEDY, 4)
+    d.choose(np.log(np.array([0.05, 0.9, 0.03, 0.02], np.float32)), [])
+    d.choose(np.log(np.array([0.35, 0.2, 0.25, 0.2], np.float32)), [])
+    assert d.drafts == [1, 0] and d.keys == [9, 3]
 
 
 def test_usage_and_stats_report_drafts(model_dir):

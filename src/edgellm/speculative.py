@@ -300,49 +300,58 @@ def costs_for(llm) -> StepCosts:
 
 
 class Controller:
-    """Acceptance rates by the length m of the context the drafter matched (prompt lookup: the
-    tokens before the proposal's source that equal those before the draft; a draft model: one
-    rate), as decaying counts of drafts taken and refused. A draft's rate is that of the match
-    it extends: after the first j drafts are taken the match is m + j long, so a long match
-    drafts far. The draft length is the one that maximizes expected tokens per second under the
-    measured step costs (`StepCosts`), none when nothing beats a plain step."""
+    """Acceptance rates of drafts by a key the drafter gives each: prompt lookup, the length of
+    the context it matched, which grows by one with each draft taken (so a long match drafts
+    far); a draft model, its confidence in the draft, in tenths. Decaying counts of drafts taken
+    and refused per key bucket and over all drafts. Draft lengths maximize expected tokens per
+    second under the measured step costs (`StepCosts`); none when nothing beats a plain step."""
 
     DECAY = 0.9            # per observation of a bucket
     WEIGHT = 4.0           # a prior counts as this many observations
     MARGIN = 1.03          # drafting must promise 3% more tokens per second than a plain step
     PROBE_FIRST, PROBE_MAX = 8, 256
 
-    def __init__(self, edges: Sequence[int], priors: Sequence[float], k_max: int, adaptive: bool, probes: bool):
-        """edges: the least match length of each bucket (ascending, the first 1 or 0); priors:
-        each bucket's initial rate."""
+    def __init__(self, edges: Sequence[int], priors: Sequence[float], k_max: int, adaptive: bool, probes: bool,
+                 overall: float = 0.75):
+        """edges: the least key of each bucket (ascending); priors: each bucket's initial rate;
+        overall: the initial rate over all drafts."""
         self.edges = list(edges)
         self.acc = [[a * self.WEIGHT, (1.0 - a) * self.WEIGHT] for a in priors]
+        self.total = [overall * self.WEIGHT, (1.0 - overall) * self.WEIGHT]
         self.k_max = k_max
         self.adaptive = adaptive
         self.probes = probes
         self.off = 0
         self.probe_every = self.PROBE_FIRST
 
-    def bucket(self, m: int) -> int:
-        return max(0, bisect.bisect_right(self.edges, m) - 1)
+    def bucket(self, key: int) -> int:
+        return max(0, bisect.bisect_right(self.edges, key) - 1)
 
-    def alpha(self, m: int) -> float:
-        a, r = self.acc[self.bucket(m)]
+    def alpha(self, key: int) -> float:
+        a, r = self.acc[self.bucket(key)]
         return a / (a + r)
 
-    def observe(self, m: int, k: int, accepted: int) -> None:
-        """A step drafted k tokens on a match of length m and the first `accepted` were taken."""
-        d = self.DECAY
-        for j in range(min(accepted + 1, k)):
-            c = self.acc[self.bucket(m + j)]
-            c[0] *= d
-            c[1] *= d
-            c[int(j == accepted)] += 1.0
+    @property
+    def overall(self) -> float:
+        a, r = self.total
+        return a / (a + r)
 
-    def choose(self, m: int, limit: int, cost, others: int = 0) -> int:
-        """Draft tokens for the next step on a match of length m: limit caps it (context, tokens
-        still wanted, step budget); cost(k) is the step's seconds with k drafts (its rows, and a
-        draft model's steps); others: tokens the step gives other sequences."""
+    def observe(self, keys: Sequence[int], accepted: int) -> None:
+        """A step's drafts, by their keys: the first `accepted` taken, the next refused (if
+        any), those after it unseen."""
+        d = self.DECAY
+        for j in range(min(accepted + 1, len(keys))):
+            hit = 0 if j < accepted else 1
+            for c in (self.acc[self.bucket(keys[j])], self.total):
+                c[0] *= d
+                c[1] *= d
+                c[hit] += 1.0
+
+    def choose(self, rates, limit: int, cost, others: int = 0) -> int:
+        """Draft tokens for the next step: rates(j) is the rate of its draft j (from 0); limit
+        caps it (context, tokens still wanted, step budget); cost(k) is the step's seconds with
+        k drafts (its rows, and a draft model's steps); others: tokens the step gives other
+        sequences."""
         limit = min(limit, self.k_max)
         if limit <= 0:
             return 0
@@ -351,7 +360,7 @@ class Controller:
         best_k, best = 0, (1.0 + others) / cost(0) * self.MARGIN
         e = p = 1.0
         for k in range(1, limit + 1):
-            p *= self.alpha(m + k - 1)
+            p *= rates(k - 1)
             e += p
             rate = (e + others) / cost(k)
             if rate > best:
@@ -366,6 +375,26 @@ class Controller:
             self.off = 0
             self.probe_every = self.PROBE_FIRST
         return best_k
+
+    def worth_more(self, rates: Sequence[float], limit: int, cost, others: int = 0) -> bool:
+        """A draft model has made len(rates) drafts (rates: what each is expected to be taken
+        with, knowing its confidence): whether drafting on (each next one at the overall rate)
+        promises more tokens per second than verifying these. Not adaptive: until limit."""
+        j, limit = len(rates), min(limit, self.k_max)
+        if j >= limit or not self.adaptive:
+            return j < limit
+        e = p = 1.0
+        for a in rates:
+            p *= a
+            e += p
+        now = (e + others) / cost(j)
+        a = self.overall
+        for n in range(j + 1, limit + 1):
+            p *= a
+            e += p
+            if (e + others) / cost(n) > now:
+                return True
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,12 +481,15 @@ class LookupDrafter:
 
 class ModelDrafter:
     """A draft model's sequence for one target sequence: its KV mirrors the target's tokens (the
-    same context shifts), it catches up on the tokens the target accepted and decodes k drafts,
+    same context shifts), it catches up on the tokens the target accepted and decodes drafts,
     greedily or by sampling with the target's parameters (keeping each draft's distribution q for
-    the acceptance rule)."""
+    the acceptance rule), one at a time while the controller finds drafting on worth it. A
+    draft's key is the draft model's confidence in it, in tenths (greedy: the probability of its
+    argmax; sampling: of the token drawn), whose acceptance rate starts at the confidence (a
+    calibrated draft model that agrees with the target) and is then learnt."""
 
-    edges = (0,)
-    priors = (0.75,)
+    edges = tuple(range(10))
+    priors = tuple((i + 0.5) / 10 for i in range(10))
 
     def __init__(self, llm, params: SamplingParams):
         self.llm = llm
@@ -467,6 +499,7 @@ class ModelDrafter:
         self.seq = None
         self.drafts: list[int] = []
         self.q: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.keys: list[int] = []  # each draft's confidence in tenths
 
     def close(self) -> None:
         if self.seq is not None:
@@ -506,14 +539,17 @@ class ModelDrafter:
     def choose(self, logits: np.ndarray, history: list[int]) -> int:
         if self.greedy:
             tok = self.sampler.sample(logits, history)
+            x = np.asarray(logits, dtype=np.float32)
+            conf = 1.0 / float(np.exp(x - x[tok]).sum(dtype=np.float64))
             self.q.append(None)
         else:
             c = self.sampler.candidates(logits, history)
             p = probabilities(c)
             i = _draw_index(p, self.sampler.rng)
-            tok = int(c.ids[i])
+            tok, conf = int(c.ids[i]), float(p[i])
             self.q.append((c.ids, p))
         self.drafts.append(tok)
+        self.keys.append(min(9, int(conf * 10)))
         return tok
 
 
@@ -530,14 +566,17 @@ def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
 
 def _run_model_drafts(dllm, jobs: list) -> None:
     """Decode every job's drafts on the draft model, the jobs' rows sharing its steps. jobs:
-    (drafter, context, k, tail) with tail the penalty window of the context. A job whose
-    sequence the draft model's KV cache cannot hold gets the drafts it has so far (maybe none)."""
+    (state, context, k, tail) with k the most drafts and tail the penalty window of the context;
+    a job stops early when its state finds more drafts not worth it (SpecState.worth_more). A
+    job whose sequence the draft model's KV cache cannot hold gets the drafts it has so far
+    (maybe none)."""
     pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
     costs = costs_for(dllm)
     with dllm._engine_lock:
         rows = []
-        for d, ctx, k, tail in jobs:
-            d.drafts, d.q = [], []
+        for st, ctx, k, tail in jobs:
+            d = st.drafter
+            d.drafts, d.q, d.keys = [], [], []
             todo = d._catch_up(ctx)
             try:
                 while len(todo) > nb:  # a long catch-up (the prompt) alone, in chunks
@@ -549,26 +588,27 @@ def _run_model_drafts(dllm, jobs: list) -> None:
                 pool.reserve(d.seq, len(todo))
             except KVCacheFullError:
                 continue
-            rows.append((d, todo, k, list(tail)))
+            rows.append((st, todo, k, list(tail)))
         while rows:
             nxt = []
             for chunk in _packed(rows, nb):
                 step = Step()
-                for d, todo, _, _ in chunk:
-                    step.add(d.seq, todo, LOGITS_LAST)
+                for st, todo, _, _ in chunk:
+                    step.add(st.drafter.seq, todo, LOGITS_LAST)
                 t = time.perf_counter()
                 out = step.run(eng, pool)
                 if all(len(todo) == 1 for _, todo, _, _ in chunk):
                     costs.observe(step.n_tokens, time.perf_counter() - t)
-                for (d, todo, k, tail), logits in zip(chunk, out):
+                for (st, todo, k, tail), logits in zip(chunk, out):
+                    d = st.drafter
                     tok = d.choose(logits, tail)
                     tail.append(tok)
-                    if len(d.drafts) < k:
+                    if len(d.drafts) < k and st.worth_more(k):
                         try:
                             pool.reserve(d.seq, 1)
                         except KVCacheFullError:
                             continue
-                        nxt.append((d, [tok], k, tail))
+                        nxt.append((st, [tok], k, tail))
             rows = nxt
 
 
@@ -606,6 +646,7 @@ class SpecState:
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
         self._m = 0         # lookup: the length of this step's match
+        self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
         self._e = -1        # lookup: where the proposal of this step copies from
         self._shadow: int | None = None  # lookup: the unused proposal's first token, checked next
 
@@ -625,19 +666,22 @@ class SpecState:
             costs_for(self.drafter.llm).calibrate(self.drafter.llm, 2)
 
     def _plan(self, history: list[int], n_context: int, limit: int, base_rows: int, others: int) -> int:
-        """The draft length of this step (0: none); base_rows: the step's rows without these drafts."""
+        """The draft length of this step (0: none; for a draft model, the most: it stops
+        earlier when worth_more says so); base_rows: the step's rows without these drafts."""
         d = self.drafter
         costs = self.costs
         t_base = costs.predict(base_rows)
+        ctl = self.ctl
         if isinstance(d, LookupDrafter):
             if self._shadow is not None:  # what the last unused proposal would have given
-                self.ctl.observe(self._m, 1, int(history[-1] == self._shadow))
+                ctl.observe([self._m], int(history[-1] == self._shadow))
                 self._shadow = None
             m, e = d.match(history)
             if m == 0:
                 return 0
             self._m, self._e = m, e
-            k = self.ctl.choose(m, limit, lambda k: costs.predict(base_rows + k) if k else t_base, others)
+            k = ctl.choose(lambda j: ctl.alpha(m + j), limit, lambda k: costs.predict(base_rows + k) if k else t_base,
+                           others)
             if k == 0 and limit > 0:
                 self._shadow = d.tokens[e]
             return k
@@ -647,8 +691,15 @@ class SpecState:
             t_draft = dc.predict(1)
         else:  # not measured: a decode step costs what its weights take to read
             t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
-        return self.ctl.choose(0, limit, lambda k: costs.predict(base_rows + k) + k * t_draft if k else t_base,
-                               others)
+        self._cost = lambda k: costs.predict(base_rows + k) + k * t_draft if k else t_base  # noqa: E731
+        self._others = others
+        a = ctl.overall
+        return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
+
+    def worth_more(self, limit: int) -> bool:
+        """A draft model's drafts so far: whether to draft another (Controller.worth_more)."""
+        ctl = self.ctl
+        return ctl.worth_more([ctl.alpha(key) for key in self.drafter.keys], limit, self._cost, self._others)
 
     def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
                guide=None, eog=frozenset()) -> tuple[list[int], int]:
@@ -695,7 +746,8 @@ class SpecState:
             self.drafted += k
             self.accepted += taken
             self.steps += 1
-            self.ctl.observe(self._m, k, taken)
+            keys = self.drafter.keys[:k] if q is not None else range(self._m, self._m + k)
+            self.ctl.observe(keys, taken)
         return out, taken
 
 
@@ -743,11 +795,11 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
         else:
             w = st.params.repeat_last_n
             tail = context if w < 0 else context[len(context) - w:] if w > 0 else []
-            by_model.setdefault(id(st.drafter.llm), []).append((i, (st.drafter, list(context), k, tail)))
+            by_model.setdefault(id(st.drafter.llm), []).append((i, (st, list(context), k, tail)))
     for group in by_model.values():
-        _run_model_drafts(group[0][1][0].llm, [job for _, job in group])
-        for i, (d, _, _, _) in group:
-            out[i] = list(d.drafts)
+        _run_model_drafts(group[0][1][0].drafter.llm, [job for _, job in group])
+        for i, (st, _, _, _) in group:
+            out[i] = list(st.drafter.drafts)
     return out
 
 
