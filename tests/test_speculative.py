@@ -189,7 +189,7 @@ def _two_tokens(state, sampler, target, draft, prompt):
             drafts = [int(np.argsort(target(ctx))[-2]), 7]
         else:  # the draft model samples two tokens (ModelDrafter.choose keeps their q)
             d = state.drafter
-            d.drafts, d.q = [], []
+            d.drafts, d.q, d.keys = [], [], []
             for _ in range(2):
                 d.choose(draft(ctx + d.drafts), ctx + d.drafts)
             drafts = list(d.drafts)
@@ -482,6 +482,35 @@ def test_controller_stops_a_draft_model_where_its_confidence_drops():
     d.choose(np.log(np.array([0.05, 0.9, 0.03, 0.02], np.float32)), [])
     d.choose(np.log(np.array([0.35, 0.2, 0.25, 0.2], np.float32)), [])
     assert d.drafts == [1, 0] and d.keys == [9, 3]
+
+
+def test_draft_model_takes_lookup_drafts_where_they_promise_more(model_dir):
+    """With a draft model (adaptive), a step takes prompt lookup's drafts where a long match
+    promises more than the draft model (whose steps cost), the draft model's elsewhere; the
+    text is greedy decoding's either way."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
+    st = sp.SpecState(llm, Speculative(draft), GREEDY)
+    st.costs = sp.StepCosts()
+    st.costs.calibrated = True
+    for rows in range(1, 10):
+        st.costs.observe(rows, 0.010 + 0.001 * (rows - 1))
+    dc = sp.costs_for(draft)
+    dc.calibrated = True
+    dc.observe(1, 0.004)
+    h = [1] + [40, 41, 42, 43, 44, 45] * 3
+    drafts = sp.propose([(st, h, h, 8)])[0]
+    assert st._by_lookup and drafts == [40, 41, 42, 43, 44, 45, 40, 41]
+    h = [1, 7, 9, 11, 13]  # no match: the draft model's
+    drafts = sp.propose([(st, h, h, 8)])[0]
+    assert not st._by_lookup and 1 <= len(drafts) <= 8 and drafts == st.model.drafts
+    st.close()
+    fixed = sp.SpecState(llm, Speculative(draft, adaptive=False), GREEDY)
+    assert fixed.lookup is None  # fixed lengths: the draft model's drafts only
+    p = tiny_prompts(1)[2]
+    ref = llm.generate(p, max_tokens=24, temperature=0)
+    assert llm.generate(p, max_tokens=24, temperature=0, speculative=Speculative(draft)) == ref
+    assert llm.last_stats.draft_tokens > 0
 
 
 def test_usage_and_stats_report_drafts(model_dir):

@@ -31,7 +31,9 @@ by one with each draft taken) and chooses the k that maximizes expected tokens p
 this engine's step costs by row count (`StepCosts`: measured at first use, then as steps run);
 k = 0 — no drafting — when nothing beats a plain step. Prompt lookup keeps checking its unused
 proposals against the tokens that come, so it turns back on for free; a switched-off draft
-model is probed now and then.
+model is probed now and then. A draft model drafts one token at a time while its confidence in
+them says drafting on pays, and a step takes prompt lookup's drafts instead when they promise
+more (Speculative.with_lookup): each draft is verified by the rule of the drafter that made it.
 """
 
 from __future__ import annotations
@@ -65,11 +67,14 @@ class Speculative:
     vocabulary (an `LLM`, or an alias / path that `resolve` loads). max_draft: the most draft
     tokens per step (default 16 for lookup, 8 for a draft model). adaptive: the draft length
     follows the acceptance rate and the measured cost, down to no drafting (False: always
-    max_draft tokens when there is a draft)."""
+    max_draft tokens when there is a draft). with_lookup: with a draft model (adaptive), a
+    step takes prompt lookup's drafts instead where they promise more tokens per second (they
+    cost no draft steps), as on a reply that copies its prompt."""
 
     draft: object = LOOKUP
     max_draft: int | None = None
     adaptive: bool = True
+    with_lookup: bool = True
 
     def __post_init__(self):
         m = self.max_draft
@@ -85,6 +90,10 @@ class Speculative:
         if self.max_draft is not None:
             return self.max_draft
         return DEFAULT_MAX_DRAFT_LOOKUP if self.is_lookup else DEFAULT_MAX_DRAFT_MODEL
+
+    @property
+    def k_max_lookup(self) -> int:
+        return self.max_draft if self.max_draft is not None else DEFAULT_MAX_DRAFT_LOOKUP
 
     def describe(self) -> str:
         return "prompt lookup" if self.is_lookup else f"draft model {getattr(self.draft, 'path', self.draft).name}"
@@ -178,7 +187,7 @@ class StepCosts:
     # the x86 kernels and the rows just past them first) while time remains
     CALIBRATION_ROWS = (2, 4, 5, 3, 8, 9, 16, 17, 12, 13, 6, 7, 10, 11, 14, 15, 24, 25, 32, 33)
     CALIBRATION_PAIRS = 3
-    CALIBRATION_SECONDS = 1.0
+    CALIBRATION_SECONDS = 0.5
 
     def __init__(self):
         self.times: dict[int, deque] = {}  # rows -> seconds of its last WINDOW steps
@@ -347,25 +356,28 @@ class Controller:
                 c[1] *= d
                 c[hit] += 1.0
 
-    def choose(self, rates, limit: int, cost, others: int = 0) -> int:
-        """Draft tokens for the next step: rates(j) is the rate of its draft j (from 0); limit
-        caps it (context, tokens still wanted, step budget); cost(k) is the step's seconds with
-        k drafts (its rows, and a draft model's steps); others: tokens the step gives other
-        sequences."""
+    def best(self, rates, limit: int, cost, others: int = 0) -> tuple[int, float]:
+        """The draft length of the next step and the tokens per second it promises: rates(j) is
+        the rate of its draft j (from 0); limit caps it (context, tokens still wanted, step
+        budget); cost(k) is the step's seconds with k drafts (its rows, and a draft model's
+        steps); others: tokens the step gives other sequences. 0 when no length beats a plain
+        step by MARGIN (its rate, times MARGIN, then); not adaptive: the limit."""
         limit = min(limit, self.k_max)
-        if limit <= 0:
-            return 0
-        if not self.adaptive:
-            return limit
         best_k, best = 0, (1.0 + others) / cost(0) * self.MARGIN
         e = p = 1.0
-        for k in range(1, limit + 1):
+        for k in range(1, max(limit, 0) + 1):
             p *= rates(k - 1)
             e += p
             rate = (e + others) / cost(k)
-            if rate > best:
+            if rate > best or (not self.adaptive and k == limit):
                 best_k, best = k, rate
-        if best_k == 0 and self.probes:  # a switched-off draft model learns only by trying
+        return best_k, best
+
+    def choose(self, rates, limit: int, cost, others: int = 0) -> int:
+        """best()'s draft length; a switched-off draft model (probes) drafts 2 now and then,
+        as it learns only by trying."""
+        best_k = self.best(rates, limit, cost, others)[0]
+        if best_k == 0 and self.probes and min(limit, self.k_max) > 0:
             self.off += 1
             if self.off >= self.probe_every:
                 self.off = 0
@@ -536,6 +548,22 @@ class ModelDrafter:
             pool.clear(s)
         return context[s.n:]
 
+    def prefill(self, ids: list[int]) -> None:
+        """Evaluate a prompt ahead of the first drafts (so it is timed with the prompt). A KV
+        cache that cannot hold it leaves the rest to the drafts' catch-up."""
+        pool, eng, nb = self.llm._pool, self.llm._engine, self.llm.n_batch
+        with self.llm._engine_lock:
+            todo = self._catch_up(list(ids) + [0])[:-1]  # (the last token of a context is never held)
+            try:
+                for i in range(0, len(todo), nb):
+                    chunk = todo[i:i + nb]
+                    pool.reserve(self.seq, len(chunk))
+                    step = Step()
+                    step.add(self.seq, chunk, LOGITS_NONE)
+                    step.run(eng, pool)
+            except KVCacheFullError:
+                pass
+
     def choose(self, logits: np.ndarray, history: list[int]) -> int:
         if self.greedy:
             tok = self.sampler.sample(logits, history)
@@ -575,7 +603,7 @@ def _run_model_drafts(dllm, jobs: list) -> None:
     with dllm._engine_lock:
         rows = []
         for st, ctx, k, tail in jobs:
-            d = st.drafter
+            d = st.model
             d.drafts, d.q, d.keys = [], [], []
             todo = d._catch_up(ctx)
             try:
@@ -594,13 +622,13 @@ def _run_model_drafts(dllm, jobs: list) -> None:
             for chunk in _packed(rows, nb):
                 step = Step()
                 for st, todo, _, _ in chunk:
-                    step.add(st.drafter.seq, todo, LOGITS_LAST)
+                    step.add(st.model.seq, todo, LOGITS_LAST)
                 t = time.perf_counter()
                 out = step.run(eng, pool)
                 if all(len(todo) == 1 for _, todo, _, _ in chunk):
                     costs.observe(step.n_tokens, time.perf_counter() - t)
                 for (st, todo, k, tail), logits in zip(chunk, out):
-                    d = st.drafter
+                    d = st.model
                     tok = d.choose(logits, tail)
                     tail.append(tok)
                     if len(d.drafts) < k and st.worth_more(k):
@@ -629,77 +657,111 @@ def _packed(rows: list, n_batch: int):
 
 
 class SpecState:
-    """One sequence's drafting: drafter, controller, and counts (drafted, accepted, steps)."""
+    """One sequence's drafting: its drafters (prompt lookup, a draft model, or both: each step
+    takes the drafts that promise more), their controllers, and counts (drafted, accepted,
+    steps)."""
 
     def __init__(self, target, spec: Speculative, params: SamplingParams):
         self.spec = spec
         self.target = target
         self.costs = costs_for(target)
-        if spec.is_lookup:
-            self.drafter = LookupDrafter()
-        else:
-            self.drafter = ModelDrafter(spec.draft, params)
-        d = self.drafter
-        self.ctl = Controller(d.edges, d.priors, spec.k_max, spec.adaptive, probes=not spec.is_lookup)
         self.params = params
+        self.lookup = LookupDrafter() if spec.is_lookup or (spec.with_lookup and spec.adaptive) else None
+        self.model = None if spec.is_lookup else ModelDrafter(spec.draft, params)
+        L, M = LookupDrafter, ModelDrafter
+        self.lctl = self.mctl = None
+        if self.lookup is not None:
+            self.lctl = Controller(L.edges, L.priors, spec.k_max_lookup, spec.adaptive, probes=False)
+        if self.model is not None:
+            self.mctl = Controller(M.edges, M.priors, spec.k_max, spec.adaptive, probes=True)
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
+        self.lookup_drafted = 0  # of the drafted, prompt lookup's (with a draft model)
+        self._by_lookup = self.model is None  # this step's drafts are prompt lookup's
         self._m = 0         # lookup: the length of this step's match
+        self._e = -1        # lookup: where its proposal copies from
+        self._shadow = None  # lookup: an unused proposal (tokens, m, history length), checked next
         self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
-        self._e = -1        # lookup: where the proposal of this step copies from
-        self._shadow: int | None = None  # lookup: the unused proposal's first token, checked next
+
+    @property
+    def drafter(self):
+        return self.model if self.model is not None else self.lookup
 
     def close(self) -> None:
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.close()
+        if self.model is not None:
+            self.model.close()
 
     def shift(self, n_keep: int, n_discard: int) -> None:
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.shift(n_keep, n_discard)
+        if self.model is not None:
+            self.model.shift(n_keep, n_discard)
 
     def calibrate(self, seq=None, base_rows: int = 1) -> None:
         """Measure the step costs drafting decides by (once per engine; StepCosts.calibrate):
         the target's for base_rows + k_max rows, a draft model's for its one-token steps."""
-        self.costs.calibrate(self.target, base_rows + self.spec.k_max, seq)
-        if isinstance(self.drafter, ModelDrafter):
-            costs_for(self.drafter.llm).calibrate(self.drafter.llm, 2)
+        k = max(self.lctl.k_max if self.lctl else 0, self.mctl.k_max if self.mctl else 0)
+        self.costs.calibrate(self.target, base_rows + k, seq)
+        if self.model is not None:
+            costs_for(self.model.llm).calibrate(self.model.llm, 2)
+
+    def _plan_lookup(self, history: list[int], limit: int, cost, others: int) -> tuple[int, float]:
+        """Prompt lookup's draft length and the rate it promises; checks the last unused
+        proposal against the tokens that came (what drafting it would have given)."""
+        d, ctl = self.lookup, self.lctl
+        if self._shadow is not None:
+            prop, m, n0 = self._shadow
+            came = history[n0:]
+            n = min(len(prop), len(came))
+            taken = 0
+            while taken < n and prop[taken] == came[taken]:
+                taken += 1
+            ctl.observe(range(m, m + n), taken)
+            self._shadow = None
+        m, e = d.match(history)
+        if m == 0:
+            return 0, 0.0
+        self._m, self._e = m, e
+        k, rate = ctl.best(lambda j: ctl.alpha(m + j), limit, cost, others)
+        if k == 0 and limit > 0:
+            self._shadow = (d.draft(e, 1), m, len(history))
+        return k, rate
 
     def _plan(self, history: list[int], n_context: int, limit: int, base_rows: int, others: int) -> int:
         """The draft length of this step (0: none; for a draft model, the most: it stops
         earlier when worth_more says so); base_rows: the step's rows without these drafts."""
-        d = self.drafter
         costs = self.costs
         t_base = costs.predict(base_rows)
-        ctl = self.ctl
-        if isinstance(d, LookupDrafter):
-            if self._shadow is not None:  # what the last unused proposal would have given
-                ctl.observe([self._m], int(history[-1] == self._shadow))
-                self._shadow = None
-            m, e = d.match(history)
-            if m == 0:
-                return 0
-            self._m, self._e = m, e
-            k = ctl.choose(lambda j: ctl.alpha(m + j), limit, lambda k: costs.predict(base_rows + k) if k else t_base,
-                           others)
-            if k == 0 and limit > 0:
-                self._shadow = d.tokens[e]
-            return k
+        rows = lambda k: costs.predict(base_rows + k) if k else t_base  # noqa: E731
+        kl, rate_l = self._plan_lookup(history, limit, rows, others) if self.lookup is not None else (0, 0.0)
+        d, ctl = self.model, self.mctl
+        if d is None:
+            return kl
         limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
         dc = costs_for(d.llm)
         if dc.times and costs.times:
             t_draft = dc.predict(1)
         else:  # not measured: a decode step costs what its weights take to read
             t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
-        self._cost = lambda k: costs.predict(base_rows + k) + k * t_draft if k else t_base  # noqa: E731
+        self._cost = lambda k: rows(k) + k * t_draft  # noqa: E731
         self._others = others
         a = ctl.overall
+        km, rate_m = ctl.best(lambda j: a, limit, self._cost, others)
+        if kl and (rate_l >= rate_m or not km):
+            self._by_lookup = True
+            return kl
+        self._by_lookup = False
+        if kl:  # unused: what it would have given is checked next step
+            self._shadow = (self.lookup.draft(self._e, kl), self._m, len(history))
         return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
+
+    def draft_lookup(self, k: int) -> list[int]:
+        self.lookup_drafted += k if self.model is not None else 0
+        return self.lookup.draft(self._e, k)
 
     def worth_more(self, limit: int) -> bool:
         """A draft model's drafts so far: whether to draft another (Controller.worth_more)."""
-        ctl = self.ctl
-        return ctl.worth_more([ctl.alpha(key) for key in self.drafter.keys], limit, self._cost, self._others)
+        ctl = self.mctl
+        return ctl.worth_more([ctl.alpha(key) for key in self.model.keys], limit, self._cost, self._others)
 
     def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
                guide=None, eog=frozenset()) -> tuple[list[int], int]:
@@ -712,7 +774,7 @@ class SpecState:
         The guide is left as it was; the caller advances it by the tokens. An end-of-generation
         token in eog ends them too."""
         k = len(drafts)
-        q = self.drafter.q if isinstance(self.drafter, ModelDrafter) else None
+        q = None if self._by_lookup else self.model.q
         w = sampler.params.repeat_last_n
         tail = list(history) if w < 0 else list(history[len(history) - w:]) if w > 0 else []
         c = None if guide is None else guide.constraint
@@ -746,8 +808,10 @@ class SpecState:
             self.drafted += k
             self.accepted += taken
             self.steps += 1
-            keys = self.drafter.keys[:k] if q is not None else range(self._m, self._m + k)
-            self.ctl.observe(keys, taken)
+            if self._by_lookup:
+                self.lctl.observe(range(self._m, self._m + k), taken)
+            else:
+                self.mctl.observe(self.model.keys[:k], taken)
         return out, taken
 
 
@@ -790,16 +854,16 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
         k = st._plan(history, len(context), limit, base_rows, others)
         if k <= 0:
             continue
-        if isinstance(st.drafter, LookupDrafter):
-            out[i] = st.drafter.draft(st._e, k)
+        if st._by_lookup:
+            out[i] = st.draft_lookup(k)
         else:
             w = st.params.repeat_last_n
             tail = context if w < 0 else context[len(context) - w:] if w > 0 else []
-            by_model.setdefault(id(st.drafter.llm), []).append((i, (st, list(context), k, tail)))
+            by_model.setdefault(id(st.model.llm), []).append((i, (st, list(context), k, tail)))
     for group in by_model.values():
-        _run_model_drafts(group[0][1][0].drafter.llm, [job for _, job in group])
+        _run_model_drafts(group[0][1][0].model.llm, [job for _, job in group])
         for i, (st, _, _, _) in group:
-            out[i] = list(st.drafter.drafts)
+            out[i] = list(st.model.drafts)
     return out
 
 
@@ -830,6 +894,8 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
     t0 = time.perf_counter()
     try:
         logits = session._prefill(ids)
+        if state.model is not None:
+            state.model.prefill(ids)
     except BaseException:
         session.reset()
         state.close()
