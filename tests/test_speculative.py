@@ -426,6 +426,10 @@ def test_step_costs_calibrate_on_an_engine(model_dir):
     before = {r: list(q) for r, q in c.times.items()}
     c.calibrate(llm, 9)  # once per engine
     assert {r: list(q) for r, q in c.times.items()} == before
+    small = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=4, n_threads=2)
+    c = sp.StepCosts()
+    c.calibrate(small, 17)
+    assert set(c.times) == {1, 2, 3, 4}  # steps of at most n_batch rows
 
 
 def test_controller():

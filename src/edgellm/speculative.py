@@ -246,7 +246,7 @@ class StepCosts:
         if self.calibrated:
             return
         self.calibrated = True
-        rows_list = [r for r in self.CALIBRATION_ROWS if r <= max_rows]
+        rows_list = [r for r in self.CALIBRATION_ROWS if r <= min(max_rows, llm.n_batch)]
         if not rows_list:
             return
         pool, eng = llm._pool, llm._engine
