@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +53,7 @@ def replay(prompt: list[int], gen: list[int], table: list[float], oracle: bool) 
     st = sp.SpecState(Target(), sp.Speculative("lookup"), SamplingParams(temperature=0))
     st.costs.calibrated = True
     for r in range(1, len(table) + 1):
-        st.costs.times[r] = deque([cost(r)], maxlen=st.costs.WINDOW)
+        st.costs.observe(r, cost(r))
     history, i, t, steps, drafted, taken_all = list(prompt) + [gen[0]], 1, 0.0, 0, 0, 0
     n = len(gen)
     while i < n:

@@ -406,6 +406,9 @@ def test_step_costs():
     assert ms(2) == pytest.approx(20) and ms(3) == ms(2)
     c.observe(2, 1.0)  # so a step stalled by the machine does not move it
     assert ms(2) == pytest.approx(20)
+    for _ in range(5):  # the machine slows one-row steps down: every row count follows them
+        c.observe(1, 0.020)
+    assert ms(1) == pytest.approx(20) and ms(2) == pytest.approx(40) and ms(8) == pytest.approx(62)
 
 
 def test_step_costs_calibrate_on_an_engine(model_dir):
@@ -418,18 +421,18 @@ def test_step_costs_calibrate_on_an_engine(model_dir):
     held, blocks = s.tokens, llm._pool.blocks_in_use()
     c = sp.StepCosts()
     c.calibrate(llm, 9, s._seq)
-    assert c.calibrated
-    assert set(c.times) == set(range(1, 10))  # every row count up to 9 (a tiny model: time for all)
+    assert c.calibrated and len(c.ones) > 0
+    assert set(c.ratios) == set(range(2, 10))  # every row count up to 9 (a tiny model: time for all)
     t = [c.predict(r) for r in range(1, 12)]
     assert t[0] > 0 and all(b >= a for a, b in zip(t, t[1:]))
     assert s.tokens == held and llm._pool.blocks_in_use() == blocks
-    before = {r: list(q) for r, q in c.times.items()}
+    before = {r: list(q) for r, q in c.ratios.items()}
     c.calibrate(llm, 9)  # once per engine
-    assert {r: list(q) for r, q in c.times.items()} == before
+    assert {r: list(q) for r, q in c.ratios.items()} == before
     small = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=4, n_threads=2)
     c = sp.StepCosts()
     c.calibrate(small, 17)
-    assert set(c.times) == {1, 2, 3, 4}  # steps of at most n_batch rows
+    assert set(c.ratios) == {2, 3, 4}  # steps of at most n_batch rows
 
 
 def test_controller():

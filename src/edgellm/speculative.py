@@ -171,14 +171,16 @@ def check_vocabulary(target, draft) -> None:
 
 
 class StepCosts:
-    """Seconds per engine step by its row count, measured: seeded once per engine by
-    `calibrate`, then the median of each row count's last WINDOW steps as they run (a median,
-    as a shared machine stalls steps now and then), so the row counts drafting uses follow the
-    machine's load — one it overrates is soon measured and corrected. The gemm kernels take
-    the rows in tiles of a few columns, so the cost is a staircase in the rows, not a line: a
-    row count not measured is interpolated between measured ones, and continued past the last
-    at the mean cost per row of the measured range. Before any measurement, a line of PRIOR_ROW
-    of a one-row step per row (relative units)."""
+    """Seconds per engine step by its row count: the seconds of a one-row step (the median of
+    the last WINDOW) times the step's cost relative to one row (per row count, the median of its
+    last WINDOW steps, each over the one-row median of its time). Seeded once per engine by
+    `calibrate`, then measured on the steps as they run, so the row counts drafting uses are
+    kept up to date, and a change of load moves every count with the one-row steps (medians, as
+    a shared machine stalls steps now and then). The gemm kernels take the rows in tiles of a
+    few columns, so the relative cost is a staircase in the rows, not a line: a row count not
+    measured is interpolated between measured ones, and continued past the last at the mean
+    cost per row of the measured range. Before any measurement, a line of PRIOR_ROW per row
+    (in one-row steps)."""
 
     PRIOR_ROW = 0.35
     WINDOW = 9
@@ -190,56 +192,62 @@ class StepCosts:
     CALIBRATION_SECONDS = 0.5
 
     def __init__(self):
-        self.times: dict[int, deque] = {}  # rows -> seconds of its last WINDOW steps
+        self.ones: deque = deque(maxlen=self.WINDOW)  # seconds of the last one-row steps
+        self.ratios: dict[int, deque] = {}  # rows (> 1) -> its last steps over the one-row median
         self.calibrated = False
-        self._table: list[float] = []  # predict(r) = _table[r] (a cache; [] after a change)
+        self._one = 0.0  # median of ones (0: none yet)
+        self._shape: list[float] = []  # shape(r) = _shape[r] (a cache; [] after a change)
 
     def observe(self, rows: int, seconds: float) -> None:
         if not 0 < rows <= self.MAX_ROWS or seconds <= 0:
             return
-        q = self.times.get(rows)
+        if rows == 1:
+            self.ones.append(seconds)
+            self._one = statistics.median(self.ones)
+            return
+        if self._one <= 0:
+            return
+        q = self.ratios.get(rows)
         if q is None:
-            q = self.times[rows] = deque(maxlen=self.WINDOW)
-        q.append(seconds)
-        self._table = []
+            q = self.ratios[rows] = deque(maxlen=self.WINDOW)
+        q.append(seconds / self._one)
+        self._shape = []
 
     def predict(self, rows: int) -> float:
-        """Seconds of a step of rows rows (relative units before any measurement)."""
+        """Seconds of a step of rows rows (in one-row steps before any is measured)."""
+        return (self._one or 1.0) * self.shape(rows)
+
+    def shape(self, rows: int) -> float:
+        """The cost of a step of rows rows relative to a one-row step."""
         rows = max(1, rows)
-        if rows >= len(self._table):
-            self._table = self._build(max(rows + 1, 2 * len(self._table), 34))
-        return self._table[rows]
+        if rows >= len(self._shape):
+            self._shape = self._build(max(rows + 1, 2 * len(self._shape), 34))
+        return self._shape[rows]
 
     def _build(self, size: int) -> list[float]:
-        t = {r: statistics.median(q) for r, q in self.times.items()}
+        t = {r: statistics.median(q) for r, q in self.ratios.items()}
+        t[1] = 1.0
         ks = sorted(t)
-        if not ks:
-            return [0.0] + [1.0 + self.PRIOR_ROW * (r - 1) for r in range(1, size)]
-        lo, hi = ks[0], ks[-1]
-        if hi > lo:
-            per_row = max(0.0, (t[hi] - t[lo]) / (hi - lo))
-        else:
-            per_row = t[lo] * self.PRIOR_ROW / (1.0 + self.PRIOR_ROW * (lo - 1))
-        out = [0.0] * size
+        hi = ks[-1]
+        per_row = (t[hi] - 1.0) / (hi - 1) if hi > 1 else self.PRIOR_ROW
+        out = [0.0, 1.0] + [0.0] * (size - 2)
         j = 0
-        for r in range(1, size):
-            if r <= lo:
-                v = t[lo] - per_row * (lo - r)
-            elif r >= hi:
+        for r in range(2, size):
+            if r >= hi:
                 v = t[hi] + per_row * (r - hi)
             else:
                 while ks[j + 1] < r:
                     j += 1
                 a, b = ks[j], ks[j + 1]
                 v = t[a] + (t[b] - t[a]) * (r - a) / (b - a)
-            out[r] = max(v, out[r - 1], 1e-9)  # a step of more rows never costs less
+            out[r] = max(v, out[r - 1])  # a step of more rows never costs less
         return out
 
     def calibrate(self, llm, max_rows: int, seq=None) -> None:
         """Measure steps of up to max_rows rows on llm's engine, CALIBRATION_ROWS in order
         while CALIBRATION_SECONDS last: each CALIBRATION_PAIRS times between one-row steps
         and timed against the mean of its two neighbours (so a change of load between steps
-        cancels); a row count's samples are those ratios times the median one-row step. Every
+        cancels); those ratios and the one-row steps are its first samples. Every
         step has logits for each row, as a verification step does. seq: the sequence whose
         context the steps follow (a fork of it is written and dropped; default: a scratch one
         from position 0). Skipped when the KV pool cannot spare the slots."""
@@ -286,12 +294,11 @@ class StepCosts:
                 pass
             finally:
                 pool.release(s)
-        one = statistics.median(ones) if ones else 0.0
-        if one > 0:
-            self.times[1] = deque(ones[-self.WINDOW:], maxlen=self.WINDOW)
-            for r, x in ratios.items():
-                self.times[r] = deque((one * v for v in x), maxlen=self.WINDOW)
-        self._table = []
+        for t in ones:
+            self.observe(1, t)
+        for r, x in ratios.items():
+            self.ratios[r] = deque(x, maxlen=self.WINDOW)
+        self._shape = []
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LLM -> StepCosts
@@ -738,7 +745,7 @@ class SpecState:
             return kl
         limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
         dc = costs_for(d.llm)
-        if dc.times and costs.times:
+        if dc.ones and costs.ones:
             t_draft = dc.predict(1)
         else:  # not measured: a decode step costs what its weights take to read
             t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
