@@ -12,8 +12,13 @@ edgellm without speculation, by edgellm with prompt lookup, and by llama.cpp's l
 after round; decode tokens/s medians per prompt and their ratios.
 
 draft: MODEL converted with `edgellm quantize` into a target (F16) and a draft (Q4_0) in
---work DIR; the target alone, the target with the draft model, and llama-speculative (-m
-target -md draft) on the same two files, same prompts.
+--work DIR; the target alone, the target with the draft model (its default: prompt lookup's
+drafts taken instead where they promise more), with the draft model's drafts only
+(with_lookup=False), and llama-speculative (-m target -md draft) on the same two files, same
+prompts.
+
+Each table ends with the engine's step costs by row count relative to a one-row step (what
+the draft length is chosen by: speculative.StepCosts, measured at first use and as steps run).
 
 Acceptance is drafts taken / drafts verified; "per step" is drafts taken per verification
 step. The machine's load average is printed with the figures: on a shared machine compare
@@ -129,6 +134,15 @@ def _table(title, names, modes, base, res, loads, extra=None):
     return ratios
 
 
+def _costs(llm, label: str) -> None:
+    from edgellm.speculative import costs_for
+
+    c = costs_for(llm)
+    one = c.predict(1)
+    print(f"\n{label} step costs by rows (one row = {one * 1e3:.1f} ms): " +
+          " ".join(f"{r}: {c.predict(r) / one:.2f}" for r in (2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17)))
+
+
 def bench(args, llm, modes, runners, names, prompts):
     res = {m: {n: [] for n in names} for m in modes}
     loads = [_load()]
@@ -162,6 +176,7 @@ def lookup(args) -> None:
         res, loads = bench(args, llm, modes, runners, names, prompts)
         _table(f"prompt lookup, {llm.path.name}, {args.threads} threads, {title}", names, modes, "edgellm", res,
                loads, extra=lambda n: str(len(prompts[n][1])) + " prompt tokens")
+        _costs(llm, llm.path.name)
 
 
 def draft(args) -> None:
@@ -184,8 +199,9 @@ def draft(args) -> None:
     names = list(GROUNDED) + list(FREE)
     prompts = {n: _rendered(llm, f()) for n, f in {**GROUNDED, **FREE}.items()}
     runners = {"target": lambda p: _edgellm_run(llm, p[1], args.n, None),
-               "draft-model": lambda p: _edgellm_run(llm, p[1], args.n, Speculative(dllm))}
-    modes = ["target", "draft-model"]
+               "draft-model": lambda p: _edgellm_run(llm, p[1], args.n, Speculative(dllm)),
+               "draft-only": lambda p: _edgellm_run(llm, p[1], args.n, Speculative(dllm, with_lookup=False))}
+    modes = ["target", "draft-model", "draft-only"]
     if args.llama_bin:
         exe = str(Path(args.llama_bin) / "llama-speculative")
         runners["llama-speculative"] = lambda p: _llama_run(
@@ -196,6 +212,8 @@ def draft(args) -> None:
     res, loads = bench(args, llm, modes, runners, names, prompts)
     _table(f"draft model: {files['target'].name} with {files['draft'].name}, {args.threads} threads", names, modes,
            "target", res, loads)
+    _costs(llm, files["target"].name)
+    _costs(dllm, files["draft"].name)
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 tiny models of every architecture on every engine path and on both real models, the sampling
 rule's distribution (chi-square, and the test failing a wrong rule), seeded prompt lookup giving
 the seed's text, context shift and stop strings, draft models with another vocabulary refused,
-and the parts (n-gram lookup, cost line, controller) on their own."""
+and the parts (n-gram lookup, step costs and their calibration, controller) on their own."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _two_tokens(state, sampler, target, draft, prompt):
             drafts = [int(np.argsort(target(ctx))[-2]), 7]
         else:  # the draft model samples two tokens (ModelDrafter.choose keeps their q)
             d = state.drafter
-            d.drafts, d.q = [], []
+            d.drafts, d.q, d.keys = [], [], []
             for _ in range(2):
                 d.choose(draft(ctx + d.drafts), ctx + d.drafts)
             drafts = list(d.drafts)
@@ -369,36 +369,155 @@ def test_draft_with_another_vocabulary_is_refused(model_dir, monkeypatch, tmp_pa
 
 # -- the parts --------------------------------------------------------------------------------
 
-def test_lookup_proposes_what_followed_the_longest_latest_match():
+def test_lookup_proposes_what_followed_the_longest_match():
     d = sp.LookupDrafter()
     h = [5, 1, 2, 3, 9, 1, 2, 3, 7, 8, 4, 1, 2, 3]
-    n, e = d.match(h)
-    assert (n, e) == (3, 8) and d.draft(e, 3) == [7, 8, 4]  # [1, 2, 3] last seen before 7
+    m, e = d.match(h)
+    assert (m, e) == (3, 8) and d.draft(e, 3) == [7, 8, 4]  # [1, 2, 3] last seen before 7
     h = h + [7, 8, 4, 2, 3]  # appended: the index grows with it
-    n, e = d.match(h)
-    assert n == 2 and d.draft(e, 2) == [7, 8]  # [2, 3]'s latest earlier occurrence
+    m, e = d.match(h)
+    assert m == 2 and d.draft(e, 2) == [7, 8]  # [2, 3]'s latest earlier occurrence
     assert d.match([6, 6, 6]) == (2, 2) and d.draft(2, 4) == [6, 6, 6, 6]  # copies on into itself
     assert d.match([1, 2, 3, 4]) == (0, -1)
+    # [1, 2, 3, 4] twice before: the earlier one is preceded by [7, 8] as the end is, so its
+    # match is 6 tokens long against 4 for the latest (preceded by 9), and it proposes 50
+    h = [7, 8, 1, 2, 3, 4, 50, 9, 1, 2, 3, 4, 60, 7, 8, 1, 2, 3, 4]
+    m, e = d.match(h)
+    assert (m, e) == (6, 6) and d.draft(e, 2) == [50, 9]
+    # equal matches: the latest; a repeating pattern's match runs back to the cap
+    h = [3, 4, 5, 6] * 30
+    m, e = d.match(h)
+    assert e == len(h) - 4 and m == sp.LookupDrafter.MATCH_CAP and d.draft(e, 6) == [3, 4, 5, 6, 3, 4]
 
 
-def test_step_cost_line_and_controller():
+def test_step_costs():
     c = sp.StepCosts()
-    assert c.line() == (1.0, sp.StepCosts.PRIOR_ROW)
-    for rows in [1, 5, 1, 9, 3] * 4:
-        c.observe(rows, 0.010 + 0.002 * (rows - 1))
-    t0, t1 = c.line()
-    assert abs(t0 - 0.010) < 1e-6 and abs(t1 - 0.002) < 1e-6
-    ctl = sp.Controller([0.9], k_max=16, adaptive=True, probes=True)
-    assert 4 <= ctl.choose(0, 16, t0, t1) <= 16  # cheap rows, good guesses: long drafts
-    assert ctl.choose(0, 16, t0, 0.9 * t0) <= 2  # rows almost as dear as a step: short ones
+    assert [c.predict(r) for r in (1, 2, 5)] == pytest.approx([1.0, 1.35, 2.4])  # the prior line, relative
+    for rows, ms in {1: 10, 2: 12, 4: 16, 5: 23, 8: 31, 9: 38}.items():
+        c.observe(rows, ms / 1000)
+    # measured rows as measured, others interpolated, past the last at the mean per row of 1..9
+    ms = lambda r: 1000 * c.predict(r)  # noqa: E731
+    assert [ms(r) for r in (1, 2, 3, 4, 5, 8, 9)] == pytest.approx([10, 12, 14, 16, 23, 31, 38])
+    assert ms(6) == pytest.approx(23 + 8 / 3) and ms(11) == pytest.approx(38 + 2 * 28 / 8)
+    c.observe(3, 0.011)  # noise: a step of more rows never costs less
+    assert ms(3) == pytest.approx(12)
+    for _ in range(40):  # a row count's cost is the median of its last WINDOW steps
+        c.observe(2, 0.020)
+    assert ms(2) == pytest.approx(20) and ms(3) == ms(2)
+    c.observe(2, 1.0)  # so a step stalled by the machine does not move it
+    assert ms(2) == pytest.approx(20)
+    for _ in range(5):  # the machine slows one-row steps down: every row count follows them
+        c.observe(1, 0.020)
+    assert ms(1) == pytest.approx(20) and ms(2) == pytest.approx(40) and ms(8) == pytest.approx(62)
+
+
+def test_step_costs_calibrate_on_an_engine(model_dir):
+    """Calibration times steps on the engine without touching the sequence it follows (a fork)
+    or keeping blocks; its shape starts at 1 and never falls."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    s = edgellm.api.Session(llm)
+    s._set_llama_order(False)
+    s._prefill(list(range(3, 40)))
+    held, blocks = s.tokens, llm._pool.blocks_in_use()
+    c = sp.StepCosts()
+    c.calibrate(llm, 9, s._seq)
+    assert c.calibrated and len(c.ones) > 0
+    assert set(c.ratios) == set(range(2, 10))  # every row count up to 9 (a tiny model: time for all)
+    t = [c.predict(r) for r in range(1, 12)]
+    assert t[0] > 0 and all(b >= a for a, b in zip(t, t[1:]))
+    assert s.tokens == held and llm._pool.blocks_in_use() == blocks
+    before = {r: list(q) for r, q in c.ratios.items()}
+    c.calibrate(llm, 9)  # once per engine
+    assert {r: list(q) for r, q in c.ratios.items()} == before
+    small = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=4, n_threads=2)
+    c = sp.StepCosts()
+    c.calibrate(small, 17)
+    assert set(c.ratios) == {2, 3, 4}  # steps of at most n_batch rows
+
+
+def test_controller():
+    cheap = lambda k: 1.0 + 0.1 * k  # noqa: E731
+    dear = lambda k: 1.0 + 0.9 * k  # noqa: E731
+
+    def along(ctl, m):  # prompt lookup's rates: draft j extends a match of m by j
+        return lambda j: ctl.alpha(m + j)
+
+    ctl = sp.Controller([0], [0.9], k_max=16, adaptive=True, probes=True)
+    assert 4 <= ctl.choose(along(ctl, 0), 16, cheap) <= 16  # cheap rows, good guesses: long drafts
+    assert ctl.choose(along(ctl, 0), 16, dear) <= 2  # rows almost as dear as a step: short ones
+    assert ctl.choose(along(ctl, 0), 5, cheap) == 5  # (within the limit)
     for _ in range(20):
-        ctl.observe(0, 4, 0)  # nothing taken: drafting stops...
-    assert ctl.alpha(0) < 0.1
-    assert ctl.choose(0, 16, t0, t1) == 0
-    ctl = sp.Controller([0.02], k_max=16, adaptive=True, probes=True)
-    picks = [ctl.choose(0, 16, t0, t1) for _ in range(sp.Controller.PROBE_FIRST)]
+        ctl.observe([0] * 4, 0)  # nothing taken: drafting stops...
+    assert ctl.alpha(0) < 0.1 and ctl.overall < 0.1
+    assert ctl.choose(along(ctl, 0), 16, cheap) == 0
+    ctl = sp.Controller([0], [0.02], k_max=16, adaptive=True, probes=True)
+    picks = [ctl.choose(along(ctl, 0), 16, cheap) for _ in range(sp.Controller.PROBE_FIRST)]
     assert picks[:-1] == [0] * (len(picks) - 1) and picks[-1] == 2  # ...but is probed now and then
-    assert sp.Controller([0.9], k_max=3, adaptive=False, probes=False).choose(0, 10, 1, 1) == 3
+    assert sp.Controller([0], [0.9], k_max=3, adaptive=False, probes=False).choose(along(ctl, 0), 10, dear) == 3
+    # rates by match length: a draft extends its match, so the rate of draft j is that of m + j
+    ctl = sp.Controller([1, 4, 8], [0.1, 0.5, 0.99], k_max=16, adaptive=True, probes=False)
+    assert ctl.choose(along(ctl, 1), 16, cheap) == 0 and ctl.choose(along(ctl, 8), 16, cheap) == 16
+    assert ctl.choose(along(ctl, 6), 16, cheap) >= 12  # two weak drafts are worth it for the strong ones after them
+    assert ctl.choose(along(ctl, 4), 16, cheap) <= 4  # four are not
+    ctl.observe(range(6, 11), 3)  # drafts on matches of 6, 7, 8 taken, of 9 refused, of 10 unseen
+    assert ctl.acc[1] == pytest.approx([0.5 * 4 * 0.9 ** 2 + 0.9 + 1, 0.5 * 4 * 0.9 ** 2])
+    assert ctl.acc[2] == pytest.approx([0.99 * 4 * 0.9 ** 2 + 0.9, 0.01 * 4 * 0.9 ** 2 + 1])
+    assert ctl.acc[0] == pytest.approx([0.1 * 4, 0.9 * 4])
+    # a staircase of costs: the draft length that fills a tile
+    stairs = lambda k: (1.0, 1.2, 1.4, 1.6, 2.3, 2.5, 2.7, 2.9, 3.6)[k]  # noqa: E731
+    ctl = sp.Controller([0], [0.9], k_max=8, adaptive=True, probes=False)
+    assert ctl.choose(along(ctl, 0), 8, stairs) in (3, 7)
+
+
+def test_controller_stops_a_draft_model_where_its_confidence_drops():
+    """A draft model drafts one token at a time while drafting on promises more tokens per
+    second than verifying what it has: confident drafts go on, an unsure one stops them."""
+    ctl = sp.Controller(range(10), [(i + 0.5) / 10 for i in range(10)], k_max=8, adaptive=True, probes=True,
+                        overall=0.8)
+    cost = lambda k: 1.0 + 0.3 * k  # noqa: E731  (a row and a draft step)
+    sure, unsure = ctl.alpha(9), ctl.alpha(1)
+    assert ctl.worth_more([], 8, cost) and ctl.worth_more([sure] * 3, 8, cost)
+    assert not ctl.worth_more([sure, unsure], 8, cost)
+    assert not ctl.worth_more([sure] * 8, 8, cost)  # (the limit)
+    assert sp.Controller([0], [0.1], k_max=8, adaptive=False, probes=False).worth_more([0.1] * 3, 8, cost)
+    ctl.observe([1, 1, 1, 1], 4)  # unsure drafts all taken: the rate of their bucket rises
+    assert ctl.alpha(1) > unsure + 0.3
+    # the confidences a draft model gives its drafts (greedy: its argmax's probability)
+    d = sp.ModelDrafter.__new__(sp.ModelDrafter)
+    d.greedy, d.drafts, d.q, d.keys = True, [], [], []
+    d.sampler = Sampler(GREEDY, 4)
+    d.choose(np.log(np.array([0.05, 0.9, 0.03, 0.02], np.float32)), [])
+    d.choose(np.log(np.array([0.35, 0.2, 0.25, 0.2], np.float32)), [])
+    assert d.drafts == [1, 0] and d.keys == [9, 3]
+
+
+def test_draft_model_takes_lookup_drafts_where_they_promise_more(model_dir):
+    """With a draft model (adaptive), a step takes prompt lookup's drafts where a long match
+    promises more than the draft model (whose steps cost), the draft model's elsewhere; the
+    text is greedy decoding's either way."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
+    st = sp.SpecState(llm, Speculative(draft), GREEDY)
+    st.costs = sp.StepCosts()
+    st.costs.calibrated = True
+    for rows in range(1, 10):
+        st.costs.observe(rows, 0.010 + 0.001 * (rows - 1))
+    dc = sp.costs_for(draft)
+    dc.calibrated = True
+    dc.observe(1, 0.004)
+    h = [1] + [40, 41, 42, 43, 44, 45] * 3
+    drafts = sp.propose([(st, h, h, 8)])[0]
+    assert st._by_lookup and drafts == [40, 41, 42, 43, 44, 45, 40, 41]
+    h = [1, 7, 9, 11, 13]  # no match: the draft model's
+    drafts = sp.propose([(st, h, h, 8)])[0]
+    assert not st._by_lookup and 1 <= len(drafts) <= 8 and drafts == st.model.drafts
+    st.close()
+    fixed = sp.SpecState(llm, Speculative(draft, adaptive=False), GREEDY)
+    assert fixed.lookup is None  # fixed lengths: the draft model's drafts only
+    p = tiny_prompts(1)[2]
+    ref = llm.generate(p, max_tokens=24, temperature=0)
+    assert llm.generate(p, max_tokens=24, temperature=0, speculative=Speculative(draft)) == ref
+    assert llm.last_stats.draft_tokens > 0
 
 
 def test_usage_and_stats_report_drafts(model_dir):

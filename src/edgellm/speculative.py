@@ -24,19 +24,26 @@ over its logits) and the standard rule accepts d with probability min(1, p(d) / 
 from the normalized residual max(0, p - q): the text follows the target's distribution, but is
 not the seed's text without speculation (and, with adaptive lengths, may vary between runs).
 
-Adaptive. A `Controller` per sequence estimates the acceptance rate a (per n-gram length for
-prompt lookup) and chooses the k that maximizes expected tokens per second,
-(1 + a + ... + a^k) / (step time with k more rows + k draft steps), from a cost line fitted to
-this engine's measured step times (`StepCosts`); k = 0 — no drafting — when nothing beats a
-plain step. Prompt lookup keeps checking its unused proposals against the tokens that come, so
-it turns back on for free; a switched-off draft model is probed now and then.
+Adaptive. A `Controller` per sequence estimates the acceptance rate of a draft by what the
+drafter knew when it made it (prompt lookup: the length of the context it matched, which grows
+by one with each draft taken) and chooses the k that maximizes expected tokens per second,
+(1 + a1 + a1 a2 + ... + a1...ak) / (seconds of the step with k more rows + k draft steps), from
+this engine's step costs by row count (`StepCosts`: measured at first use, then as steps run);
+k = 0 — no drafting — when nothing beats a plain step. Prompt lookup keeps checking its unused
+proposals against the tokens that come, so it turns back on for free; a switched-off draft
+model is probed now and then. A draft model drafts one token at a time while its confidence in
+them says drafting on pays, and a step takes prompt lookup's drafts instead when they promise
+more (Speculative.with_lookup): each draft is verified by the rule of the drafter that made it.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import statistics
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
@@ -60,11 +67,14 @@ class Speculative:
     vocabulary (an `LLM`, or an alias / path that `resolve` loads). max_draft: the most draft
     tokens per step (default 16 for lookup, 8 for a draft model). adaptive: the draft length
     follows the acceptance rate and the measured cost, down to no drafting (False: always
-    max_draft tokens when there is a draft)."""
+    max_draft tokens when there is a draft). with_lookup: with a draft model (adaptive), a
+    step takes prompt lookup's drafts instead where they promise more tokens per second (they
+    cost no draft steps), as on a reply that copies its prompt."""
 
     draft: object = LOOKUP
     max_draft: int | None = None
     adaptive: bool = True
+    with_lookup: bool = True
 
     def __post_init__(self):
         m = self.max_draft
@@ -80,6 +90,10 @@ class Speculative:
         if self.max_draft is not None:
             return self.max_draft
         return DEFAULT_MAX_DRAFT_LOOKUP if self.is_lookup else DEFAULT_MAX_DRAFT_MODEL
+
+    @property
+    def k_max_lookup(self) -> int:
+        return self.max_draft if self.max_draft is not None else DEFAULT_MAX_DRAFT_LOOKUP
 
     def describe(self) -> str:
         return "prompt lookup" if self.is_lookup else f"draft model {getattr(self.draft, 'path', self.draft).name}"
@@ -157,48 +171,134 @@ def check_vocabulary(target, draft) -> None:
 
 
 class StepCosts:
-    """Seconds per engine step as a line in its rows, t0 + t1 * (rows - 1), fitted (least squares
-    over recent steps, older ones decaying) to the decode steps of one engine. Before the fit has
-    rows of different counts to go by, t1 is PRIOR_ROW * t0 (a row of SmolLM2 Q4_1 on 2 AVX2
-    cores costs about a third of a one-token step)."""
+    """Seconds per engine step by its row count: the seconds of a one-row step (the median of
+    the last WINDOW) times the step's cost relative to one row (per row count, the median of its
+    last WINDOW steps, each over the one-row median of its time). Seeded once per engine by
+    `calibrate`, then measured on the steps as they run, so the row counts drafting uses are
+    kept up to date, and a change of load moves every count with the one-row steps (medians, as
+    a shared machine stalls steps now and then). The gemm kernels take the rows in tiles of a
+    few columns, so the relative cost is a staircase in the rows, not a line: a row count not
+    measured is interpolated between measured ones, and continued past the last at the mean
+    cost per row of the measured range. Before any measurement, a line of PRIOR_ROW per row
+    (in one-row steps)."""
 
     PRIOR_ROW = 0.35
-    DECAY = 0.95
-    MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not fitted
+    WINDOW = 9
+    MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not observed
+    # calibration: the row counts measured, in this order (the ends of the 4-column tiles of
+    # the x86 kernels and the rows just past them first) while time remains
+    CALIBRATION_ROWS = (2, 4, 5, 3, 8, 9, 16, 17, 12, 13, 6, 7, 10, 11, 14, 15, 24, 25, 32, 33)
+    CALIBRATION_PAIRS = 3
+    CALIBRATION_SECONDS = 0.5
 
     def __init__(self):
-        self.w = self.sx = self.sy = self.sxx = self.sxy = 0.0
+        self.ones: deque = deque(maxlen=self.WINDOW)  # seconds of the last one-row steps
+        self.ratios: dict[int, deque] = {}  # rows (> 1) -> its last steps over the one-row median
+        self.calibrated = False
+        self._one = 0.0  # median of ones (0: none yet)
+        self._shape: list[float] = []  # shape(r) = _shape[r] (a cache; [] after a change)
 
     def observe(self, rows: int, seconds: float) -> None:
-        if rows > self.MAX_ROWS or seconds <= 0:
+        if not 0 < rows <= self.MAX_ROWS or seconds <= 0:
             return
-        x = rows - 1.0
-        if self.w > 0:  # a step stalled by the machine (preempted threads) would drag the line
-            seconds = min(seconds, 4.0 * self.predict(rows))
-        d = self.DECAY
-        self.w = self.w * d + 1.0
-        self.sx = self.sx * d + x
-        self.sy = self.sy * d + seconds
-        self.sxx = self.sxx * d + x * x
-        self.sxy = self.sxy * d + x * seconds
-
-    def line(self) -> tuple[float, float]:
-        """(t0, t1); (1, PRIOR_ROW) in relative units before any observation."""
-        if self.w <= 0:
-            return 1.0, self.PRIOR_ROW
-        mx, my = self.sx / self.w, self.sy / self.w
-        var = self.sxx / self.w - mx * mx
-        if var > 0.25:  # rows of different counts seen recently: fit the slope
-            t1 = (self.sxy / self.w - mx * my) / var
-            t0 = my - t1 * mx
-            if t0 > 0 and 0.02 * t0 <= t1 <= 2.0 * t0:
-                return t0, t1
-        t0 = my / (1.0 + self.PRIOR_ROW * mx)
-        return t0, self.PRIOR_ROW * t0
+        if rows == 1:
+            self.ones.append(seconds)
+            self._one = statistics.median(self.ones)
+            return
+        if self._one <= 0:
+            return
+        q = self.ratios.get(rows)
+        if q is None:
+            q = self.ratios[rows] = deque(maxlen=self.WINDOW)
+        q.append(seconds / self._one)
+        self._shape = []
 
     def predict(self, rows: int) -> float:
-        t0, t1 = self.line()
-        return t0 + t1 * (rows - 1)
+        """Seconds of a step of rows rows (in one-row steps before any is measured)."""
+        return (self._one or 1.0) * self.shape(rows)
+
+    def shape(self, rows: int) -> float:
+        """The cost of a step of rows rows relative to a one-row step."""
+        rows = max(1, rows)
+        if rows >= len(self._shape):
+            self._shape = self._build(max(rows + 1, 2 * len(self._shape), 34))
+        return self._shape[rows]
+
+    def _build(self, size: int) -> list[float]:
+        t = {r: statistics.median(q) for r, q in self.ratios.items()}
+        t[1] = 1.0
+        ks = sorted(t)
+        hi = ks[-1]
+        per_row = (t[hi] - 1.0) / (hi - 1) if hi > 1 else self.PRIOR_ROW
+        out = [0.0, 1.0] + [0.0] * (size - 2)
+        j = 0
+        for r in range(2, size):
+            if r >= hi:
+                v = t[hi] + per_row * (r - hi)
+            else:
+                while ks[j + 1] < r:
+                    j += 1
+                a, b = ks[j], ks[j + 1]
+                v = t[a] + (t[b] - t[a]) * (r - a) / (b - a)
+            out[r] = max(v, out[r - 1])  # a step of more rows never costs less
+        return out
+
+    def calibrate(self, llm, max_rows: int, seq=None) -> None:
+        """Measure steps of up to max_rows rows on llm's engine, CALIBRATION_ROWS in order
+        while CALIBRATION_SECONDS last: each CALIBRATION_PAIRS times between one-row steps
+        and timed against the mean of its two neighbours (so a change of load between steps
+        cancels); those ratios and the one-row steps are its first samples. Every
+        step has logits for each row, as a verification step does. seq: the sequence whose
+        context the steps follow (a fork of it is written and dropped; default: a scratch one
+        from position 0). Skipped when the KV pool cannot spare the slots."""
+        if self.calibrated:
+            return
+        self.calibrated = True
+        rows_list = [r for r in self.CALIBRATION_ROWS if r <= min(max_rows, llm.n_batch)]
+        if not rows_list:
+            return
+        pool, eng = llm._pool, llm._engine
+        ratios: dict[int, list[float]] = {}
+        ones: list[float] = []
+        out = np.empty((max(rows_list), llm.n_vocab), dtype=np.float32)
+        with llm._engine_lock:
+            s = pool.fork(seq) if seq is not None else pool.new_sequence()
+            n0 = s.n
+            tok = [int(s.tokens[-1]) if s.tokens else 0]
+
+            def timed(r: int) -> float:
+                pool.reserve(s, r)
+                step = Step()
+                step.add(s, tok * r, LOGITS_ALL)
+                t = time.perf_counter()
+                step.run(eng, pool, out=out)
+                t = time.perf_counter() - t
+                if not pool.truncate(s, n0):  # (a sliding window: never within its margin of 64)
+                    raise KVCacheFullError("the window moved")
+                return t
+
+            try:
+                timed(1)  # warm up
+                deadline = time.perf_counter() + self.CALIBRATION_SECONDS
+                prev = timed(1)
+                ones.append(prev)
+                for r in rows_list:
+                    if time.perf_counter() > deadline:
+                        break
+                    for _ in range(self.CALIBRATION_PAIRS):
+                        tr, one = timed(r), timed(1)
+                        ratios.setdefault(r, []).append(tr / (0.5 * (prev + one)))
+                        ones.append(one)
+                        prev = one
+            except KVCacheFullError:
+                pass
+            finally:
+                pool.release(s)
+        for t in ones:
+            self.observe(1, t)
+        for r, x in ratios.items():
+            self.ratios[r] = deque(x, maxlen=self.WINDOW)
+        self._shape = []
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LLM -> StepCosts
@@ -216,56 +316,75 @@ def costs_for(llm) -> StepCosts:
 
 
 class Controller:
-    """Acceptance rate per bucket (prompt lookup: the length of the matched n-gram) as decaying
-    counts of accepted drafts and of rejections (a geometric model: each draft is taken with
-    probability a if the ones before it were); the draft length that maximizes expected tokens
-    per second under the step costs."""
+    """Acceptance rates of drafts by a key the drafter gives each: prompt lookup, the length of
+    the context it matched, which grows by one with each draft taken (so a long match drafts
+    far); a draft model, its confidence in the draft, in tenths. Decaying counts of drafts taken
+    and refused per key bucket and over all drafts. Draft lengths maximize expected tokens per
+    second under the measured step costs (`StepCosts`); none when nothing beats a plain step."""
 
-    DECAY = 0.85
+    DECAY = 0.9            # per observation of a bucket
+    WEIGHT = 4.0           # a prior counts as this many observations
     MARGIN = 1.03          # drafting must promise 3% more tokens per second than a plain step
     PROBE_FIRST, PROBE_MAX = 8, 256
 
-    def __init__(self, priors: Sequence[float], k_max: int, adaptive: bool, probes: bool):
-        # pseudo-counts: a / (1 - a) accepted against one rejection
-        self.acc = [[a / (1.0 - a), 1.0] for a in priors]
+    def __init__(self, edges: Sequence[int], priors: Sequence[float], k_max: int, adaptive: bool, probes: bool,
+                 overall: float = 0.75):
+        """edges: the least key of each bucket (ascending); priors: each bucket's initial rate;
+        overall: the initial rate over all drafts."""
+        self.edges = list(edges)
+        self.acc = [[a * self.WEIGHT, (1.0 - a) * self.WEIGHT] for a in priors]
+        self.total = [overall * self.WEIGHT, (1.0 - overall) * self.WEIGHT]
         self.k_max = k_max
         self.adaptive = adaptive
         self.probes = probes
         self.off = 0
         self.probe_every = self.PROBE_FIRST
 
-    def alpha(self, b: int) -> float:
-        a, r = self.acc[b]
+    def bucket(self, key: int) -> int:
+        return max(0, bisect.bisect_right(self.edges, key) - 1)
+
+    def alpha(self, key: int) -> float:
+        a, r = self.acc[self.bucket(key)]
         return a / (a + r)
 
-    def observe(self, b: int, k: int, accepted: int) -> None:
-        if k <= 0:
-            return
-        c = self.acc[b]
-        c[0] = c[0] * self.DECAY + accepted
-        c[1] = c[1] * self.DECAY + (1.0 if accepted < k else 0.0)
+    @property
+    def overall(self) -> float:
+        a, r = self.total
+        return a / (a + r)
 
-    def choose(self, b: int, limit: int, t_base: float, t_draft: float, others: int = 0) -> int:
-        """Draft tokens for the next step: limit caps it (context, tokens still wanted, step
-        budget); t_base is the step's time without these drafts, t_draft what each draft token
-        adds (its row in the step and, for a draft model, its draft step); others: tokens the
-        step gives other sequences."""
+    def observe(self, keys: Sequence[int], accepted: int) -> None:
+        """A step's drafts, by their keys: the first `accepted` taken, the next refused (if
+        any), those after it unseen."""
+        d = self.DECAY
+        for j in range(min(accepted + 1, len(keys))):
+            hit = 0 if j < accepted else 1
+            for c in (self.acc[self.bucket(keys[j])], self.total):
+                c[0] *= d
+                c[1] *= d
+                c[hit] += 1.0
+
+    def best(self, rates, limit: int, cost, others: int = 0) -> tuple[int, float]:
+        """The draft length of the next step and the tokens per second it promises: rates(j) is
+        the rate of its draft j (from 0); limit caps it (context, tokens still wanted, step
+        budget); cost(k) is the step's seconds with k drafts (its rows, and a draft model's
+        steps); others: tokens the step gives other sequences. 0 when no length beats a plain
+        step by MARGIN (its rate, times MARGIN, then); not adaptive: the limit."""
         limit = min(limit, self.k_max)
-        if limit <= 0:
-            return 0
-        if not self.adaptive:
-            return limit
-        a = self.alpha(b)
-        plain = (1.0 + others) / t_base
-        best_k, best = 0, plain * self.MARGIN
-        e, ak = 1.0, 1.0
-        for k in range(1, limit + 1):
-            ak *= a
-            e += ak
-            rate = (e + others) / (t_base + t_draft * k)
-            if rate > best:
+        best_k, best = 0, (1.0 + others) / cost(0) * self.MARGIN
+        e = p = 1.0
+        for k in range(1, max(limit, 0) + 1):
+            p *= rates(k - 1)
+            e += p
+            rate = (e + others) / cost(k)
+            if rate > best or (not self.adaptive and k == limit):
                 best_k, best = k, rate
-        if best_k == 0 and self.probes:  # a switched-off draft model learns only by trying
+        return best_k, best
+
+    def choose(self, rates, limit: int, cost, others: int = 0) -> int:
+        """best()'s draft length; a switched-off draft model (probes) drafts 2 now and then,
+        as it learns only by trying."""
+        best_k = self.best(rates, limit, cost, others)[0]
+        if best_k == 0 and self.probes and min(limit, self.k_max) > 0:
             self.off += 1
             if self.off >= self.probe_every:
                 self.off = 0
@@ -276,27 +395,54 @@ class Controller:
             self.probe_every = self.PROBE_FIRST
         return best_k
 
+    def worth_more(self, rates: Sequence[float], limit: int, cost, others: int = 0) -> bool:
+        """A draft model has made len(rates) drafts (rates: what each is expected to be taken
+        with, knowing its confidence): whether drafting on (each next one at the overall rate)
+        promises more tokens per second than verifying these. Not adaptive: until limit."""
+        j, limit = len(rates), min(limit, self.k_max)
+        if j >= limit or not self.adaptive:
+            return j < limit
+        e = p = 1.0
+        for a in rates:
+            p *= a
+            e += p
+        now = (e + others) / cost(j)
+        a = self.overall
+        for n in range(j + 1, limit + 1):
+            p *= a
+            e += p
+            if (e + others) / cost(n) > now:
+                return True
+        return False
+
 
 # ---------------------------------------------------------------------------------------------
 # drafters
 
 
 class LookupDrafter:
-    """Prompt lookup over one sequence's tokens: the longest n-gram (n <= NGRAM_MAX) that ends
-    them and occurred before proposes the tokens that followed its latest occurrence (copying
-    on into the proposal itself when that occurrence is recent, so a repeating pattern repeats)."""
+    """Prompt lookup over one sequence's tokens. The longest n-gram (n <= NGRAM_MAX) that ends
+    them and occurred before gives the candidates: its last CANDIDATES occurrences. Of those the
+    one whose preceding tokens match the sequence's furthest back (up to MATCH_CAP tokens; the
+    latest among equals) proposes the tokens that followed it — copying on into the proposal
+    itself when that occurrence is recent, so a repeating pattern repeats. The match's length m
+    is what the controller judges the proposal by."""
 
-    buckets = NGRAM_MAX
-    priors = (0.25, 0.45, 0.6, 0.7)[:NGRAM_MAX]
+    # acceptance by match length, measured on SmolLM2-135M's greedy replies to the benchmark's
+    # prompts (scripts/bench_speculative.py): 1 token 0.17, 2 0.45, 3 0.62, 4 0.7, 5-7 0.82, ...
+    edges = (1, 2, 3, 4, 5, 8, 13, 21, 33)
+    priors = (0.17, 0.45, 0.62, 0.7, 0.82, 0.9, 0.94, 0.96, 0.98)
+    CANDIDATES = 8
+    MATCH_CAP = 64
 
     def __init__(self):
         self._reset()
 
     def _reset(self) -> None:
         self.tokens: list[int] = []
-        # last[n][ngram] = the position after the n-gram's latest occurrence that has a successor
-        self.last: list[dict] = [{} for _ in range(NGRAM_MAX + 1)]
-        self.indexed = 0  # n-grams ending before position indexed are in `last`
+        # occ[n][ngram] = the positions after its occurrences that have a successor, in order
+        self.occ: list[dict] = [{} for _ in range(NGRAM_MAX + 1)]
+        self.indexed = 0  # n-grams ending before position indexed are in `occ`
 
     def _sync(self, history: Sequence[int]) -> None:
         t = self.tokens
@@ -304,22 +450,43 @@ class LookupDrafter:
             self._reset()  # another history (not an extension of ours): start over
             t = self.tokens
         t.extend(history[len(t):])
-        last = self.last
+        occ = self.occ
         for e in range(max(self.indexed, 1), len(t)):
             for n in range(1, min(NGRAM_MAX, e) + 1):
-                last[n][tuple(t[e - n:e])] = e
+                key = tuple(t[e - n:e])
+                at = occ[n].get(key)
+                if at is None:
+                    occ[n][key] = [e]
+                else:
+                    at.append(e)
         self.indexed = max(self.indexed, len(t))
 
     def match(self, history: Sequence[int]) -> tuple[int, int]:
-        """(n, e): the longest n-gram ending history that occurred before, and the position
-        after that occurrence; (0, -1) when there is none."""
+        """(m, e): the match's length and the position after the matched occurrence; (0, -1)
+        when the last token never occurred before."""
         self._sync(history)
         t = self.tokens
         L = len(t)
         for n in range(min(NGRAM_MAX, L - 1), 0, -1):
-            e = self.last[n].get(tuple(t[L - n:]))
-            if e is not None:
-                return n, e
+            at = self.occ[n].get(tuple(t[L - n:]))
+            if at is None:
+                continue
+            if n < NGRAM_MAX:
+                return n, at[-1]
+            best_m, best_e = 0, -1
+            for e in reversed(at[-self.CANDIDATES:]):
+                cap = min(self.MATCH_CAP, e)
+                if cap > best_m and t[e - cap:e] == t[L - cap:]:  # (the common case in a repetition)
+                    m = cap
+                else:
+                    m = n
+                    while m < cap and t[e - 1 - m] == t[L - 1 - m]:
+                        m += 1
+                if m > best_m:
+                    best_m, best_e = m, e
+                    if m == self.MATCH_CAP:
+                        break
+            return best_m, best_e
         return 0, -1
 
     def draft(self, e: int, k: int) -> list[int]:
@@ -333,12 +500,15 @@ class LookupDrafter:
 
 class ModelDrafter:
     """A draft model's sequence for one target sequence: its KV mirrors the target's tokens (the
-    same context shifts), it catches up on the tokens the target accepted and decodes k drafts,
+    same context shifts), it catches up on the tokens the target accepted and decodes drafts,
     greedily or by sampling with the target's parameters (keeping each draft's distribution q for
-    the acceptance rule)."""
+    the acceptance rule), one at a time while the controller finds drafting on worth it. A
+    draft's key is the draft model's confidence in it, in tenths (greedy: the probability of its
+    argmax; sampling: of the token drawn), whose acceptance rate starts at the confidence (a
+    calibrated draft model that agrees with the target) and is then learnt."""
 
-    buckets = 1
-    priors = (0.75,)
+    edges = tuple(range(10))
+    priors = tuple((i + 0.5) / 10 for i in range(10))
 
     def __init__(self, llm, params: SamplingParams):
         self.llm = llm
@@ -348,6 +518,7 @@ class ModelDrafter:
         self.seq = None
         self.drafts: list[int] = []
         self.q: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.keys: list[int] = []  # each draft's confidence in tenths
 
     def close(self) -> None:
         if self.seq is not None:
@@ -384,17 +555,36 @@ class ModelDrafter:
             pool.clear(s)
         return context[s.n:]
 
+    def prefill(self, ids: list[int]) -> None:
+        """Evaluate a prompt ahead of the first drafts (so it is timed with the prompt). A KV
+        cache that cannot hold it leaves the rest to the drafts' catch-up."""
+        pool, eng, nb = self.llm._pool, self.llm._engine, self.llm.n_batch
+        with self.llm._engine_lock:
+            todo = self._catch_up(list(ids) + [0])[:-1]  # (the last token of a context is never held)
+            try:
+                for i in range(0, len(todo), nb):
+                    chunk = todo[i:i + nb]
+                    pool.reserve(self.seq, len(chunk))
+                    step = Step()
+                    step.add(self.seq, chunk, LOGITS_NONE)
+                    step.run(eng, pool)
+            except KVCacheFullError:
+                pass
+
     def choose(self, logits: np.ndarray, history: list[int]) -> int:
         if self.greedy:
             tok = self.sampler.sample(logits, history)
+            x = np.asarray(logits, dtype=np.float32)
+            conf = 1.0 / float(np.exp(x - x[tok]).sum(dtype=np.float64))
             self.q.append(None)
         else:
             c = self.sampler.candidates(logits, history)
             p = probabilities(c)
             i = _draw_index(p, self.sampler.rng)
-            tok = int(c.ids[i])
+            tok, conf = int(c.ids[i]), float(p[i])
             self.q.append((c.ids, p))
         self.drafts.append(tok)
+        self.keys.append(min(9, int(conf * 10)))
         return tok
 
 
@@ -411,14 +601,17 @@ def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
 
 def _run_model_drafts(dllm, jobs: list) -> None:
     """Decode every job's drafts on the draft model, the jobs' rows sharing its steps. jobs:
-    (drafter, context, k, tail) with tail the penalty window of the context. A job whose
-    sequence the draft model's KV cache cannot hold gets the drafts it has so far (maybe none)."""
+    (state, context, k, tail) with k the most drafts and tail the penalty window of the context;
+    a job stops early when its state finds more drafts not worth it (SpecState.worth_more). A
+    job whose sequence the draft model's KV cache cannot hold gets the drafts it has so far
+    (maybe none)."""
     pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
     costs = costs_for(dllm)
     with dllm._engine_lock:
         rows = []
-        for d, ctx, k, tail in jobs:
-            d.drafts, d.q = [], []
+        for st, ctx, k, tail in jobs:
+            d = st.model
+            d.drafts, d.q, d.keys = [], [], []
             todo = d._catch_up(ctx)
             try:
                 while len(todo) > nb:  # a long catch-up (the prompt) alone, in chunks
@@ -430,26 +623,27 @@ def _run_model_drafts(dllm, jobs: list) -> None:
                 pool.reserve(d.seq, len(todo))
             except KVCacheFullError:
                 continue
-            rows.append((d, todo, k, list(tail)))
+            rows.append((st, todo, k, list(tail)))
         while rows:
             nxt = []
             for chunk in _packed(rows, nb):
                 step = Step()
-                for d, todo, _, _ in chunk:
-                    step.add(d.seq, todo, LOGITS_LAST)
+                for st, todo, _, _ in chunk:
+                    step.add(st.model.seq, todo, LOGITS_LAST)
                 t = time.perf_counter()
                 out = step.run(eng, pool)
                 if all(len(todo) == 1 for _, todo, _, _ in chunk):
                     costs.observe(step.n_tokens, time.perf_counter() - t)
-                for (d, todo, k, tail), logits in zip(chunk, out):
+                for (st, todo, k, tail), logits in zip(chunk, out):
+                    d = st.model
                     tok = d.choose(logits, tail)
                     tail.append(tok)
-                    if len(d.drafts) < k:
+                    if len(d.drafts) < k and st.worth_more(k):
                         try:
                             pool.reserve(d.seq, 1)
                         except KVCacheFullError:
                             continue
-                        nxt.append((d, [tok], k, tail))
+                        nxt.append((st, [tok], k, tail))
             rows = nxt
 
 
@@ -470,57 +664,111 @@ def _packed(rows: list, n_batch: int):
 
 
 class SpecState:
-    """One sequence's drafting: drafter, controller, and counts (drafted, accepted, steps)."""
+    """One sequence's drafting: its drafters (prompt lookup, a draft model, or both: each step
+    takes the drafts that promise more), their controllers, and counts (drafted, accepted,
+    steps)."""
 
     def __init__(self, target, spec: Speculative, params: SamplingParams):
         self.spec = spec
         self.target = target
         self.costs = costs_for(target)
-        if spec.is_lookup:
-            self.drafter = LookupDrafter()
-        else:
-            self.drafter = ModelDrafter(spec.draft, params)
-        d = self.drafter
-        self.ctl = Controller(d.priors, spec.k_max, spec.adaptive, probes=not spec.is_lookup)
         self.params = params
+        self.lookup = LookupDrafter() if spec.is_lookup or (spec.with_lookup and spec.adaptive) else None
+        self.model = None if spec.is_lookup else ModelDrafter(spec.draft, params)
+        L, M = LookupDrafter, ModelDrafter
+        self.lctl = self.mctl = None
+        if self.lookup is not None:
+            self.lctl = Controller(L.edges, L.priors, spec.k_max_lookup, spec.adaptive, probes=False)
+        if self.model is not None:
+            self.mctl = Controller(M.edges, M.priors, spec.k_max, spec.adaptive, probes=True)
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
-        self._bucket = 0
-        self._e = -1        # lookup: where the proposal of this step copies from
-        self._shadow: int | None = None  # lookup: the unused proposal's first token, checked next
+        self.lookup_drafted = 0  # of the drafted, prompt lookup's (with a draft model)
+        self._by_lookup = self.model is None  # this step's drafts are prompt lookup's
+        self._m = 0         # lookup: the length of this step's match
+        self._e = -1        # lookup: where its proposal copies from
+        self._shadow = None  # lookup: an unused proposal (tokens, m, history length), checked next
+        self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
+
+    @property
+    def drafter(self):
+        return self.model if self.model is not None else self.lookup
 
     def close(self) -> None:
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.close()
+        if self.model is not None:
+            self.model.close()
 
     def shift(self, n_keep: int, n_discard: int) -> None:
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.shift(n_keep, n_discard)
+        if self.model is not None:
+            self.model.shift(n_keep, n_discard)
 
-    def _plan(self, history: list[int], n_context: int, limit: int, t_base: float, t_row: float,
-              others: int) -> int:
-        """The draft length of this step (0: none)."""
-        d = self.drafter
-        if isinstance(d, LookupDrafter):
-            if self._shadow is not None:  # what the last unused proposal would have given
-                self.ctl.observe(self._bucket, 1, int(history[-1] == self._shadow))
-                self._shadow = None
-            n, e = d.match(history)
-            if n == 0:
-                return 0
-            self._bucket, self._e = min(n, NGRAM_MAX) - 1, e
-            k = self.ctl.choose(self._bucket, limit, t_base, t_row, others)
-            if k == 0 and limit > 0:
-                self._shadow = d.tokens[e]
-            return k
+    def calibrate(self, seq=None, base_rows: int = 1) -> None:
+        """Measure the step costs drafting decides by (once per engine; StepCosts.calibrate):
+        the target's for base_rows + k_max rows, a draft model's for its one-token steps."""
+        k = max(self.lctl.k_max if self.lctl else 0, self.mctl.k_max if self.mctl else 0)
+        self.costs.calibrate(self.target, base_rows + k, seq)
+        if self.model is not None:
+            costs_for(self.model.llm).calibrate(self.model.llm, 2)
+
+    def _plan_lookup(self, history: list[int], limit: int, cost, others: int) -> tuple[int, float]:
+        """Prompt lookup's draft length and the rate it promises; checks the last unused
+        proposal against the tokens that came (what drafting it would have given)."""
+        d, ctl = self.lookup, self.lctl
+        if self._shadow is not None:
+            prop, m, n0 = self._shadow
+            came = history[n0:]
+            n = min(len(prop), len(came))
+            taken = 0
+            while taken < n and prop[taken] == came[taken]:
+                taken += 1
+            ctl.observe(range(m, m + n), taken)
+            self._shadow = None
+        m, e = d.match(history)
+        if m == 0:
+            return 0, 0.0
+        self._m, self._e = m, e
+        k, rate = ctl.best(lambda j: ctl.alpha(m + j), limit, cost, others)
+        if k == 0 and limit > 0:
+            self._shadow = (d.draft(e, 1), m, len(history))
+        return k, rate
+
+    def _plan(self, history: list[int], n_context: int, limit: int, base_rows: int, others: int) -> int:
+        """The draft length of this step (0: none; for a draft model, the most: it stops
+        earlier when worth_more says so); base_rows: the step's rows without these drafts."""
+        costs = self.costs
+        t_base = costs.predict(base_rows)
+        rows = lambda k: costs.predict(base_rows + k) if k else t_base  # noqa: E731
+        kl, rate_l = self._plan_lookup(history, limit, rows, others) if self.lookup is not None else (0, 0.0)
+        d, ctl = self.model, self.mctl
+        if d is None:
+            return kl
         limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
         dc = costs_for(d.llm)
-        if dc.w > 0 and self.costs.w > 0:
+        if dc.ones and costs.ones:
             t_draft = dc.predict(1)
-        else:  # not measured yet: a decode step costs what its weights take to read
-            t_draft = self.costs.line()[0] * _weight_bytes(d.llm) / _weight_bytes(self.target)
-        return self.ctl.choose(0, limit, t_base, t_row + t_draft, others)
+        else:  # not measured: a decode step costs what its weights take to read
+            t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
+        self._cost = lambda k: rows(k) + k * t_draft  # noqa: E731
+        self._others = others
+        a = ctl.overall
+        km, rate_m = ctl.best(lambda j: a, limit, self._cost, others)
+        if kl and (rate_l >= rate_m or not km):
+            self._by_lookup = True
+            return kl
+        self._by_lookup = False
+        if kl:  # unused: what it would have given is checked next step
+            self._shadow = (self.lookup.draft(self._e, kl), self._m, len(history))
+        return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
+
+    def draft_lookup(self, k: int) -> list[int]:
+        self.lookup_drafted += k if self.model is not None else 0
+        return self.lookup.draft(self._e, k)
+
+    def worth_more(self, limit: int) -> bool:
+        """A draft model's drafts so far: whether to draft another (Controller.worth_more)."""
+        ctl = self.mctl
+        return ctl.worth_more([ctl.alpha(key) for key in self.model.keys], limit, self._cost, self._others)
 
     def verify(self, sampler: Sampler, rows: np.ndarray, history: list[int], drafts: list[int], *,
                guide=None, eog=frozenset()) -> tuple[list[int], int]:
@@ -533,7 +781,7 @@ class SpecState:
         The guide is left as it was; the caller advances it by the tokens. An end-of-generation
         token in eog ends them too."""
         k = len(drafts)
-        q = self.drafter.q if isinstance(self.drafter, ModelDrafter) else None
+        q = None if self._by_lookup else self.model.q
         w = sampler.params.repeat_last_n
         tail = list(history) if w < 0 else list(history[len(history) - w:]) if w > 0 else []
         c = None if guide is None else guide.constraint
@@ -567,7 +815,10 @@ class SpecState:
             self.drafted += k
             self.accepted += taken
             self.steps += 1
-            self.ctl.observe(self._bucket, k, taken)
+            if self._by_lookup:
+                self.lctl.observe(range(self._m, self._m + k), taken)
+            else:
+                self.mctl.observe(self.model.keys[:k], taken)
         return out, taken
 
 
@@ -605,21 +856,21 @@ def propose(jobs: list, *, base_rows: int = 1, others: int = 0) -> list[list[int
     out: list[list[int]] = [[] for _ in jobs]
     by_model: dict[int, list] = {}
     for i, (st, history, context, limit) in enumerate(jobs):
-        t0, t1 = st.costs.line()
-        t_base = t0 + t1 * (base_rows - 1)
-        k = st._plan(history, len(context), limit, t_base, t1, others)
+        if st.spec.adaptive:
+            st.calibrate(base_rows=base_rows)
+        k = st._plan(history, len(context), limit, base_rows, others)
         if k <= 0:
             continue
-        if isinstance(st.drafter, LookupDrafter):
-            out[i] = st.drafter.draft(st._e, k)
+        if st._by_lookup:
+            out[i] = st.draft_lookup(k)
         else:
             w = st.params.repeat_last_n
             tail = context if w < 0 else context[len(context) - w:] if w > 0 else []
-            by_model.setdefault(id(st.drafter.llm), []).append((i, (st.drafter, list(context), k, tail)))
+            by_model.setdefault(id(st.model.llm), []).append((i, (st, list(context), k, tail)))
     for group in by_model.values():
-        _run_model_drafts(group[0][1][0].llm, [job for _, job in group])
-        for i, (d, _, _, _) in group:
-            out[i] = list(d.drafts)
+        _run_model_drafts(group[0][1][0].model.llm, [job for _, job in group])
+        for i, (st, _, _, _) in group:
+            out[i] = list(st.model.drafts)
     return out
 
 
@@ -650,12 +901,16 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
     t0 = time.perf_counter()
     try:
         logits = session._prefill(ids)
+        if state.model is not None:
+            state.model.prefill(ids)
     except BaseException:
         session.reset()
         state.close()
         raise
     finally:
         stats.prompt_seconds = time.perf_counter() - t0
+    if spec.adaptive:
+        state.calibrate(seq)  # (once per engine: a start-up cost, in neither timing)
     history = list(ids)
     covered = len(ids)  # history[:covered] is in the KV cache (but what a context shift dropped)
     t1 = time.perf_counter()
