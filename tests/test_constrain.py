@@ -412,8 +412,9 @@ def test_gbnf_means_what_it_means_to_llamacpp(gbnf, good, bad):
 
 
 def llguidance_matcher(grammar, with_prefix: bool = False):
-    """Whether llguidance accepts a text under `grammar`, byte by byte (no model tokenizer); with
-    with_prefix, (whether the text is a valid prefix, whether it is accepted)."""
+    """Whether llguidance accepts a text under `grammar`, byte by byte (no model tokenizer), and
+    its guard (constrain.guarded) if it has one; with with_prefix, (whether the text is a valid
+    prefix, whether it is accepted)."""
     import llguidance
 
     tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
@@ -421,6 +422,8 @@ def llguidance_matcher(grammar, with_prefix: bool = False):
     def check(text: str):
         m = llguidance.LLMatcher(tok, grammar._grammar, log_level=0)
         prefix = m.consume_tokens(list(text.encode()))
+        if grammar.guard is not None:
+            prefix = prefix and grammar.guard.feed(grammar.guard.start(), text.encode()) is not None
         accepted = prefix and m.is_accepting()
         return (prefix, accepted) if with_prefix else accepted
 

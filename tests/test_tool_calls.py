@@ -11,7 +11,7 @@ import pytest
 
 import template_cases as cases
 from edgellm.constrain import Grammar
-from edgellm.errors import TemplateError
+from edgellm.errors import GrammarError, TemplateError
 from edgellm.tool_calls import (ToolFormat, call_grammar, detect_format, parse, prepare_messages, split_reasoning,
                                 write_calls)
 from llamacpp_source import models_dir
@@ -341,6 +341,217 @@ def test_a_patterns_alternatives_are_searched_each_with_its_own_anchors():
     accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, tool)))
     assert [accepts(write_calls(f, [{"name": "f", "arguments": {"s": s}}])) for s in ("ab", "abc", "xyz", "xab", "yzx")] == \
         [True, True, True, False, False]
+
+
+# each format's texts: valid ones, and ones just off (every one-character deletion of them, and
+# characters swapped in or added, below, are tried too)
+FORMAT_TEXTS = {
+    "date": ["2024-01-31", "2024-02-29", "1999-12-01", "2024-02-30", "2024-04-31", "2024-04-30", "2024-13-01",
+             "2024-00-10", "2024-1-01", "99999-01-01", "2024-01-01T"],
+    "time": ["10:00:00Z", "23:59:60+05:30", "10:00:00.123z", "10:00:00-23:59", "24:00:00Z", "10:00:00",
+             "10:00:00+24:00", "1:00:00Z", "10:60:00Z"],
+    "date-time": ["2024-02-29T10:00:00Z", "2024-02-29t10:00:00.5+01:00", "2024-02-29 10:00:00Z", "2024-02-29T10:00Z",
+                  "2024-06-31T10:00:00Z"],
+    "duration": ["P1Y2M3DT4H5M6S", "P1W", "PT1H", "PT1M", "P1D", "P1M", "P1Y", "P1Y1D", "PT1H1S", "P12M4D", "P", "PT",
+                 "P1H", "P1W1D", "P1DT", "P1.5D"],
+    "email": ["a@b.c", "a.b@c", "x+y/z{}~@host-1.example", "a@[1.2.3.4]", "a..b@c", "a@-b.c", "a@b-.c", "a@[256.1.1.1]",
+              '"a"@b', "a@b_c", "@b", ".a@b", "a@b.", "a b@c"],
+    "hostname": ["a", "a.b", "a.b-c.d", "x" * 63, "x" * 64, "-a", "a-", "a..b", "a_b", "a.", "1.2.3.4"],
+    "ipv4": ["1.2.3.4", "255.255.255.255", "0.0.0.0", "199.249.9.10", "256.1.1.1", "01.2.3.4", "1.2.3", "1.2.3.4.5"],
+    "ipv6": ["::", "::1", "1::", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "1::2:3:4:5:6:7", "fe80::a:b:c:d",
+             "1:2:3::4:5:6", "1:2:3:4:5:6:7:8:9", "1::2::3", "::ffff:1.2.3.4", "12345::", "1:2:3:4:5:6:7::8", ":1::"],
+    "uuid": ["123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-426614174000",
+             "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "g23e4567-e89b-12d3-a456-426614174000"],
+    "uri": ["http://a.b/c?d#e", "x:", "mailto:a@b", "http://[::1]:80/", "http://[v1.x]/", "urn:isbn:123",
+            "http://u:p@h:8080/p/a/t/h?q=1&r=%20#f", "a:/b//c", "a://", "file:///tmp/x", "http://a b", "1http://a",
+            "http://%zz", "http://[1.2.3.4]/", "http://[::1/", "h:?#"],
+    "unknown": ["", "anything at all", "2024-01-01"],
+}
+
+
+def _texts_near(samples: list[str], seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    alphabet = sorted(set("".join(samples)) | set(" x:.-/@[]%ZT0"))
+    out = set(samples)
+    for s in samples:
+        out.update(s[:i] + s[i + 1:] for i in range(len(s)))
+        for _ in range(12):
+            i = rng.randrange(len(s) + 1)
+            c = rng.choice(alphabet)
+            out.update((s[:i] + c + s[i + 1:], s[:i] + c + s[i:]))
+    return sorted(out)
+
+
+def _acceptor(grammar):
+    """Whether llguidance accepts a text under grammar, byte by byte: one matcher, rolled back
+    after each text (test_constrain.llguidance_matcher builds one a text)."""
+    import llguidance
+
+    from test_constrain import _ByteTokenizer
+
+    m = llguidance.LLMatcher(llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer())), grammar._grammar,
+                             log_level=0)
+
+    def check(text: str) -> bool:
+        data = list(text.encode())
+        n = m.try_consume_tokens(data)
+        ok = n == len(data) and m.is_accepting()
+        m.rollback(n)
+        return ok
+
+    return check
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "kimi_k3"])
+@pytest.mark.parametrize("name", sorted(FORMAT_TEXTS))
+def test_xml_text_arguments_follow_a_format_as_the_json_grammar_holds_a_string_to_it(fmt, name):
+    """A text argument with a JSON Schema format takes exactly the texts the JSON grammar takes as
+    the string's content - alone, and with a pattern, lengths and an enum besides."""
+    f = ToolFormat(fmt, True)
+    schemas = [{"type": "string", "format": name}, {"type": "string", "format": name, "pattern": "[0-9]", "minLength": 3, "maxLength": 40},
+               {"type": "string", "format": name, "enum": FORMAT_TEXTS[name][:3] + ["x"]}]
+    texts = _texts_near(FORMAT_TEXTS[name], seed=len(name))
+    for schema in schemas:
+        as_json = _acceptor(Grammar.from_json_schema(schema))
+        tool = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"s": schema}, "required": ["s"]}}}]
+        as_text = _acceptor(Grammar.from_lark(call_grammar(f, tool)))
+        wrong = [t for t in texts if as_text(write_calls(f, [{"name": "f", "arguments": {"s": t}}]))
+                 != as_json(json.dumps(t, ensure_ascii=False))]
+        assert not wrong, (schema, wrong[:10])
+        if schema.get("enum") is None:
+            assert sum(as_json(json.dumps(t)) for t in texts) > (0 if "pattern" in schema else 2)  # (not all refused)
+
+
+def test_an_unknown_format_is_named_as_the_json_grammar_names_it():
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "s": {"type": "string", "format": "uri-template"}}}}}]
+    for fmt in ("qwen3_coder", "hermes"):
+        with pytest.raises(GrammarError, match="Unknown format: uri-template"):
+            Grammar.from_lark(call_grammar(ToolFormat(fmt, True), tool))
+
+
+# ten arguments (more than common.MAX_ANY_ORDER): text, numbers and an array, two required
+TEN = [{"type": "function", "function": {"name": "form", "parameters": {"type": "object", "properties": {
+    **{f"t{i}": {"type": "string"} for i in range(4)}, **{f"n{i}": {"type": "integer"} for i in range(5)},
+    "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["t0", "n4"]}}}]
+TEN_ARGS = {**{f"t{i}": f"v{i}" for i in range(4)}, **{f"n{i}": i for i in range(5)}, "tags": ["a", "b"]}
+XML_FORMATS = ["qwen3_coder", "seed_oss", "glm", "minimax_m2", "deepseek_v32", "deepseek_v4", "hy3", "minicpm5", "kimi_k3"]
+
+
+class _Pairs:
+    """Arguments as a call may write them, a key more than once (xml.write reads .items())."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def items(self):
+        return self.pairs
+
+
+def _twice(f, args: dict, key: str) -> str:
+    """A call of `args` with argument `key` written a second time, at the end."""
+    return write_calls(f, [{"name": "form", "arguments": _Pairs(list(args.items()) + [(key, args[key])])}])
+
+
+@pytest.mark.parametrize("fmt", XML_FORMATS)
+def test_any_number_of_xml_arguments_come_in_any_order_each_once(fmt):
+    """Beyond the orders a grammar can list, an XML call's arguments still come in any order, each
+    at most once (the grammar's ArgumentGuard), with the required ones before the call ends; and
+    the grammar grows with the arguments, not with their orders."""
+    import random
+
+    f = ToolFormat(fmt, True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, TEN)))
+    rng = random.Random(7)
+
+    def call(keys):
+        return write_calls(f, [{"name": "form", "arguments": {k: TEN_ARGS[k] for k in keys}}])
+
+    keys = list(TEN_ARGS)
+    for _ in range(6):
+        rng.shuffle(keys)
+        assert accepts(call(keys)), keys
+        some = keys[:rng.randrange(len(keys))]
+        assert accepts(call(some)) == ({"t0", "n4"} <= set(some)), some
+    assert not accepts(call(["t0"])) and not accepts(call(["n4", "t1"]))
+    for key in ("t0", "n2", "tags", "t3"):  # each argument once
+        assert not accepts(_twice(f, {k: TEN_ARGS[k] for k in reversed(keys)}, key)), key
+    def numbers(n):
+        return [{"type": "function", "function": {"name": "form", "parameters": {"type": "object", "properties": {
+            f"a{i}": {"type": "integer"} for i in range(n)}}}}]
+
+    assert len(call_grammar(f, numbers(20))) < 2.2 * len(call_grammar(f, numbers(10)))
+
+
+def test_argument_guard_reads_values_as_the_grammar_writes_them():
+    """Text that looks like an argument's opening inside a value (raw text, or a JSON string) is the
+    value's; arguments not listed (where the schema allows them) may come between listed ones
+    but may not be listed ones again; parallel calls each have their own arguments; a JSON
+    answer (call_or_json_grammar) is no call's."""
+    from edgellm.tool_calls import call_or_json_grammar
+
+    f = ToolFormat("qwen3_coder", True)
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, TEN)))
+    tricky = dict(TEN_ARGS, t1="see <parameter=t0>\nx", tags=["\n</parameter>\n<parameter=t0>\n", "}"])
+    assert accepts(write_calls(f, [{"name": "form", "arguments": tricky}]))
+    assert not accepts(_twice(f, tricky, "t0"))
+    loose = [{"type": "function", "function": {"name": "form", "parameters": dict(TEN[0]["function"]["parameters"],
+                                                                                     additionalProperties=True)}}]
+    accepts = llguidance_matcher(Grammar.from_lark(call_grammar(f, loose)))
+    mixed = {"t0": "a", "extra": "b", "n4": 1, "more": "c"}
+    assert accepts(write_calls(f, [{"name": "form", "arguments": mixed}]))
+    assert not accepts(_twice(f, mixed, "t0"))
+    assert not accepts(write_calls(f, [{"name": "form", "arguments": {"extra": "b"}}]))  # (t0, n4 required)
+    several = llguidance_matcher(Grammar.from_lark(call_grammar(f, TEN, parallel=True)))
+    one = write_calls(f, [{"name": "form", "arguments": TEN_ARGS}])
+    assert several(one + "\n" + one)
+    assert not several(one + "\n" + _twice(f, TEN_ARGS, "n1"))
+    either = llguidance_matcher(Grammar.from_lark(call_or_json_grammar(f, TEN, {"type": "object"})))
+    assert either('{"note": "<tool_call>\\n<function=form>\\n"}') and either(one)
+    assert not either(_twice(f, TEN_ARGS, "n1"))
+
+
+def test_argument_guard_masks_tokens_in_a_real_vocabulary():
+    """Token by token in Qwen3.5's vocabulary: the mask and allows() agree, an argument's opening
+    written before is out of the mask (whole or begun), the call's end is out while a required
+    argument is missing, and rolling back restores what was allowed."""
+    import numpy as np
+
+    from edgellm.constrain import allowed
+    from edgellm.gguf_file import GGUFFile
+    from edgellm.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_metadata(dict(GGUFFile(models_dir() / "ggml-vocab-qwen35.gguf").metadata))
+    f = ToolFormat("qwen3_coder", True)
+    grammar = Grammar.from_lark(call_grammar(f, TEN))
+    c = grammar.constraint(tok)
+    text = write_calls(f, [{"name": "form", "arguments": {"n2": 2, "t0": "hi"}}])
+    body = text[:text.index("</function>")]
+    ids = tok.encode(body, add_bos=False)
+    assert tok.decode(ids) == body
+    for t in ids:
+        assert c.allows(t) and allowed(c.compute_mask(), t)
+        c.accept(t)
+    mask = c.compute_mask()
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little", count=tok.n_vocab).view(bool)
+    again = tok.encode("<parameter=t0>\n", add_bos=False)
+    other = tok.encode("<parameter=t1>\n", add_bos=False)
+    end = tok.encode("</function>", add_bos=False)
+    assert bits[other[0]] and c.allows(other[0])  # ("<": another argument, or the end)
+    assert c.valid_prefix(other) == len(other) and c.valid_prefix(again) < len(again)
+    assert c.valid_prefix(end) < len(end)  # (n4 is missing)
+    sample = np.flatnonzero(bits)
+    assert all(c.allows(int(t)) for t in sample)
+    for t in other[:-1]:
+        c.accept(t)
+    mask2 = c.compute_mask()
+    bits2 = np.unpackbits(mask2.view(np.uint8), bitorder="little", count=tok.n_vocab).view(bool)
+    assert all(c.allows(int(t)) == bool(bits2[t]) for t in range(tok.n_vocab) if c._m.validate_tokens([t]))
+    c.rollback(len(other) - 1)
+    assert np.array_equal(c.compute_mask(), mask)
 
 
 def test_lfm2_calls_are_read_as_python_literals_never_run():
@@ -690,6 +901,38 @@ def test_gpt_oss_template_on_a_real_model_a_json_answer_and_a_required_call(smol
              for s in range(3)]
     done = [c for c in calls if c["finish_reason"] == "tool_calls"]  # (or a 135M model thinks until max_tokens)
     assert done and all(c["message"]["tool_calls"][0]["function"]["name"] in ("get_weather", "get_time") for c in done)
+
+
+TRIP = [{"type": "function", "function": {"name": "book_trip", "parameters": {"type": "object", "properties": {
+    "origin": {"type": "string", "maxLength": 16}, "destination": {"type": "string", "maxLength": 16},
+    "date": {"type": "string", "format": "date"}, "return_date": {"type": "string", "format": "date"},
+    "adults": {"type": "integer", "minimum": 1, "maximum": 9}, "children": {"type": "integer", "minimum": 0, "maximum": 9},
+    "cabin": {"type": "string", "enum": ["economy", "business"]}, "direct_only": {"type": "boolean"},
+    "contact": {"type": "string", "format": "email"}, "notes": {"type": "string", "maxLength": 20}},
+    "required": ["origin", "destination", "date", "adults"]}}}]
+
+
+@pytest.mark.real
+def test_a_required_ten_argument_xml_call_on_a_real_model(smollm2_path):
+    """SmolLM2 with Qwen3-Coder's template, a tool of ten arguments (more than a grammar can list
+    the orders of): every call it is made to write has the required arguments, each argument
+    once, dates and emails as their formats say."""
+    import re
+
+    import edgellm
+    from edgellm.tool_calls.string_formats import STRING_FORMATS
+
+    llm = edgellm.LLM(smollm2_path, n_ctx=2048, chat_template=template("Qwen3-Coder"))
+    ask = [{"role": "user", "content": "Book a trip from Lisbon to Oslo on 14 March 2026 for two adults."}]
+    f = ToolFormat("qwen3_coder", True)
+    for seed in range(3):
+        raw = llm.chat(ask, tools=TRIP, tool_choice="required", max_tokens=400, seed=seed, temperature=1.0)
+        (call,) = parse(f, raw, TRIP)[1]
+        args = json.loads(call["function"]["arguments"])
+        assert {"origin", "destination", "date", "adults"} <= set(args), raw
+        assert all(raw.count(f"<parameter={key}>") == 1 for key in args), raw
+        for key, fmt in (("date", "date"), ("return_date", "date"), ("contact", "email")):
+            assert key not in args or re.fullmatch(STRING_FORMATS[fmt], args[key]), raw
 
 
 @pytest.mark.real

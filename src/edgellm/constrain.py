@@ -107,7 +107,7 @@ def lltokenizer(tokenizer):
     """llguidance's LLTokenizer for an edgellm Tokenizer (cached while the tokenizer lives)."""
     cached = _VOCABS.get(tokenizer)
     if cached is not None:
-        return cached
+        return cached[0]
     ll = _llguidance()
     pieces, special = _token_pieces(tokenizer)
 
@@ -126,8 +126,33 @@ def lltokenizer(tokenizer):
 
     eog = sorted(tokenizer.eog_ids) or [Source.eos_token_id]
     lt = ll.LLTokenizer(ll.TokenizerWrapper(Source()), n_vocab=tokenizer.n_vocab, eos_token=eog)
-    _VOCABS[tokenizer] = lt
+    _VOCABS[tokenizer] = [lt, pieces, None]
     return lt
+
+
+def token_index(tokenizer):
+    """The tokens' texts as llguidance sees them, indexed for a guard (built once per tokenizer)."""
+    lltokenizer(tokenizer)
+    cached = _VOCABS[tokenizer]
+    if cached[2] is None:
+        from .tool_calls.argument_guard import TokenIndex
+
+        cached[2] = TokenIndex(cached[1])
+    return cached[2]
+
+
+class _Guarded(str):
+    guard = None
+
+
+def guarded(lark: str, guard) -> str:
+    """Lark text with a guard: the state its grammar cannot hold, kept beside the matcher (a
+    tool_calls.argument_guard.ArgumentGuard: start(), feed(state, bytes) -> state or None,
+    refused(state, index, allowed) -> the tokens it takes out of a mask). Grammar.from_lark
+    keeps it; text made from this text does not (pass it on with guarded())."""
+    out = _Guarded(lark)
+    out.guard = guard
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,8 +162,9 @@ class Grammar:
     """A compiled constraint, shareable by any number of sequences. Build with a from_* method;
     each raises GrammarError naming what is wrong with the schema, grammar or regex."""
 
-    def __init__(self, llg_grammar: str, kind: str, schema: dict | None = None):
+    def __init__(self, llg_grammar: str, kind: str, schema: dict | None = None, guard=None):
         self._grammar = llg_grammar
+        self.guard = guard  # (see guarded())
         self.kind = kind  # "json_schema" | "gbnf" | "lark" | "regex"
         self.schema = schema  # the JSON schema, for kind "json_schema"
         err = _llguidance().LLMatcher.validate_grammar(llg_grammar)
@@ -181,7 +207,7 @@ class Grammar:
     @classmethod
     def from_lark(cls, text: str) -> Grammar:
         """A grammar in llguidance's Lark syntax (start rule `start`)."""
-        return cls(_llguidance().LLMatcher.grammar_from_lark(text), "lark")
+        return cls(_llguidance().LLMatcher.grammar_from_lark(text), "lark", guard=getattr(text, "guard", None))
 
     @classmethod
     def from_regex(cls, pattern: str) -> Grammar:
@@ -247,41 +273,77 @@ class Constraint:
         self.n_vocab = tokenizer.n_vocab
         self._m = ll.LLMatcher(lltokenizer(tokenizer), grammar._grammar, log_level=0)
         self._check()
+        self._guard = grammar.guard
+        if self._guard is not None:  # its state after each token accepted (the first: before any)
+            self._index = token_index(tokenizer)
+            self._states = [self._guard.start()]
 
     def _check(self):
         if self._m.is_error():
             raise GrammarError(f"{_KIND_NAMES[self.grammar.kind]}: {_one_line(self._m.get_error())}")
 
+    def _guarded(self, state, token: int):
+        """The guard's state after token, or None where it refuses it."""
+        return self._guard.feed(state, self._index.pieces[token])
+
     def compute_mask(self, out: np.ndarray | None = None) -> np.ndarray:
         """Bitmask of the tokens allowed next: int32 [ceil(n_vocab / 32)], bit t % 32 of word
-        t // 32 for token t. Releases the GIL while it works."""
+        t // 32 for token t. Releases the GIL while it works (a guard's part aside)."""
         if out is None:
             out = np.empty((self.n_vocab + 31) // 32, dtype=np.int32)
         self._m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         self._check()
+        if self._guard is not None:
+            allowed = np.unpackbits(out.view(np.uint8), bitorder="little", count=self.n_vocab).view(bool)
+            words = out.view(np.uint32)
+            for ids in self._guard.refused(self._states[-1], self._index, allowed):
+                ids = np.asarray(ids, dtype=np.int64)
+                if ids.size:
+                    np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
         return out
 
     def allows(self, token: int) -> bool:
         """Whether `token` may come next (one token's check: far cheaper than the mask)."""
-        return self._m.validate_tokens([int(token)]) == 1
+        if self._m.validate_tokens([int(token)]) != 1:
+            return False
+        return self._guard is None or self._guarded(self._states[-1], int(token)) is not None
 
     def accept(self, token: int) -> None:
+        if self._guard is not None:
+            state = self._guarded(self._states[-1], int(token))
+            if state is None:
+                raise GrammarError(f"token {token} is not allowed here: it repeats an argument or leaves out a required one")
         if not self._m.consume_token(int(token)):
             raise GrammarError(f"token {token} is not allowed here: {_one_line(self._m.get_error())}")
+        if self._guard is not None:
+            self._states.append(state)
+
+    def _guard_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of tokens, from the first, the guard allows in a row from here."""
+        state = self._states[-1]
+        for i, t in enumerate(tokens):
+            state = self._guarded(state, int(t))
+            if state is None:
+                return i
+        return len(tokens)
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of tokens, from the first, the grammar allows in a row from here (speculative
         decoding cuts its drafts there)."""
-        return self._m.validate_tokens([int(t) for t in tokens]) if len(tokens) else 0
+        n = self._m.validate_tokens([int(t) for t in tokens]) if len(tokens) else 0
+        return n if self._guard is None else self._guard_prefix(tokens[:n])
 
     def rollback(self, n: int) -> None:
         """Undo the last n accepted tokens."""
         if n and not self._m.rollback(int(n)):
             raise GrammarError(f"could not undo {n} tokens: {_one_line(self._m.get_error())}")
+        if n and self._guard is not None:
+            del self._states[-n:]
 
     def forced_tokens(self) -> list[int]:
         """Tokens the grammar admits as the only continuation from here (not yet accepted)."""
-        return self._m.compute_ff_tokens()
+        forced = self._m.compute_ff_tokens()
+        return forced if self._guard is None else forced[:self._guard_prefix(forced)]
 
     @property
     def accepting(self) -> bool:

@@ -188,5 +188,8 @@ def call_or_json_grammar(fmt: ToolFormat, tools: list[dict], schema: dict) -> st
     tool_choice "auto" with a JSON response_format (the answer, when it is not a call, is that JSON)."""
     if fmt.name == "gpt_oss":
         return harmony.call_or_answer_grammar(tools, schema)
+    from ..constrain import guarded
+
     call = call_grammar(fmt, tools)
-    return f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {json_rule(schema)}"
+    return guarded(f"start: tool_call | answer\ntool_call: {call[len('start: '):]}\nanswer: {json_rule(schema)}",
+                   getattr(call, "guard", None))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-from .common import argument_list, dump, grammar_rules, json_rule, lit, parameters
+from ..constrain import guarded
+from .common import MAX_ANY_ORDER, argument_list, dump, grammar_rules, json_rule, lit, parameters
+from .string_formats import STRING_FORMATS
 
 DSML = "｜DSML｜"  # DeepSeek V3.2 / V4's markers' prefix
 HY = ":opensource"  # Hunyuan 3's markers' suffix
@@ -127,7 +129,8 @@ def _terminals(name: str, texts: dict[str, str]) -> str:
     texts the schemas hold to a pattern or lengths, and a call's number."""
     end = _rx(XML[name][4])
     out = f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /{_no_end(name)}{end}/\nXML_INDEX: /[1-9][0-9]*/"
-    return out + "".join(f"\n{term}: ({body}) /{end}/" for body, term in texts.items())
+    return out + "".join(f"\n{term}: ({body})" + ("" if term.startswith("XML_KEY") else f" /{end}/")
+                         for body, term in texts.items())
 
 
 def _alternatives(rx: str) -> list[str]:
@@ -169,22 +172,33 @@ def _searched(pattern: str) -> str:
 
 
 def _text_value(name: str, schema: dict, texts: dict[str, str]) -> str:
-    """A text value and the end after it: the schema's const or one of its enum as written, else
-    text held to its pattern and lengths as the JSON grammar holds a string to them (texts: the
-    terminals of such texts, by their regexes)."""
+    """A text value and the end after it, held to what the JSON grammar holds a string to: its
+    const or one of its enum as written, its pattern, lengths and format, all of them at once
+    (texts: the terminals of such texts, by their regexes). A format the table does not know
+    goes to the JSON grammar, which names it as unknown."""
     end = XML[name][4]
     enum = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
-        return "(" + " | ".join(lit(e + end) for e in enum) + ")"
-    limits = [_no_end(name)]
+    words = isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum)
+    limits = []
     if isinstance(schema.get("pattern"), str):
         limits.append(_searched(schema["pattern"]))
     lo, hi = schema.get("minLength"), schema.get("maxLength")
     if isinstance(lo, int) or isinstance(hi, int):
         limits.append(f"[\\s\\S]{{{lo if isinstance(lo, int) else 0},{hi if isinstance(hi, int) else ''}}}")
-    if len(limits) == 1:
+    fmt = schema.get("format")
+    if isinstance(fmt, str):
+        if fmt not in STRING_FORMATS:
+            return f"{json_rule(schema)} {lit(end)}"
+        if STRING_FORMATS[fmt] is not None:
+            limits.append(STRING_FORMATS[fmt].replace("/", "\\/"))
+    if words and not limits:
+        return "(" + " | ".join(lit(e + end) for e in enum) + ")"
+    if words:
+        limits.append("|".join(_rx(e) for e in enum))
+    if not limits:
         return "XML_TEXT_END"
-    return texts.setdefault(" & ".join(f"/{r}/" for r in limits), f"XML_TEXT_{len(texts)}")
+    body = " & ".join(f"/{r}/" for r in [_no_end(name)] + limits)
+    return texts.setdefault(body, f"XML_TEXT_{len(texts)}")
 
 
 def _value(name: str, schema, texts: dict[str, str]) -> str:
@@ -194,10 +208,11 @@ def _value(name: str, schema, texts: dict[str, str]) -> str:
     return f"{json_rule(schema if isinstance(schema, dict) else {})} {lit(XML[name][4])}"
 
 
-def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str]) -> str:
+def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str], free: bool) -> str:
     """One call of `tool`: its listed arguments in any order (argument_list: the templates write
     them in the order they are given), those not required skippable, any others (after them)
-    only where its schema allows them."""
+    only where its schema allows them, under keys it does not list. free: the listed ones any
+    number of times, the others among them (an ArgumentGuard keeps each to once)."""
     o, n, k, _, _, e = XML[name]
     params = parameters(tool)
     named = lit(o + tool["function"]["name"] + n) if isinstance(n, str) else \
@@ -208,30 +223,51 @@ def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str]) 
     for key, schema in props.items():
         kind = _SCHEMA_KIND.get(schema.get("type"), "object") if isinstance(schema, dict) else "object"
         items.append((f"{lit(k + key + _kv(name, kind))} {_value(name, schema, texts)}", key in required))
-    parts = [named + argument_list(items, "", rules, rule)]
+    other = None
     if params.get("additionalProperties") is not False:
-        parts.append(f"({lit(k)} XML_KEY {lit(_kv(name, 'string'))} XML_TEXT_END)*")
-    return " ".join(parts + [lit(e)])
+        key = "XML_KEY"
+        if props:  # (a listed key is written as listed)
+            key = texts.setdefault("/[^<>\\n]+/ & ~/(" + "|".join(_rx(p) for p in props) + ")/", f"XML_KEY_{len(texts)}")
+        other = f"{lit(k)} {key} {lit(_kv(name, 'string'))} XML_TEXT_END"
+    if free:
+        return f"{named} ({' | '.join(f'({it})' for it, _ in items + [(other, False)] if it)})* {lit(e)}"
+    return " ".join([named + argument_list(items, "", rules, rule)] + ([f"({other})*"] if other else []) + [lit(e)])
 
 
-def call_rules(name: str, tools: list[dict], around=None) -> str:
+def free_order(tools: list[dict]) -> bool:
+    """Whether a grammar of `tools` lets some call's arguments repeat (more than MAX_ANY_ORDER):
+    an ArgumentGuard must go with it."""
+    return any(len(parameters(t).get("properties") or {}) > MAX_ANY_ORDER for t in tools)
+
+
+def call_rules(name: str, tools: list[dict], around=None, free: bool = False) -> str:
     """Lark: the rule `one`, a call of one of `tools` in format `name` (its block aside; around:
-    a tool -> the texts written before and after its call), and the rules and terminals it needs."""
+    a tool -> the texts written before and after its call), and the rules and terminals it needs.
+    free: the arguments of a tool with more than MAX_ANY_ORDER in any order and number (the
+    grammar needs an ArgumentGuard then); else in the order listed beyond that."""
     rules: dict[str, str] = {}
     texts: dict[str, str] = {}
     calls = []
     for i, t in enumerate(tools):
         before, after = around(t) if around else ("", "")
-        call = _call(name, t, rules, f"args{i}", texts)
+        many = free and len(parameters(t).get("properties") or {}) > MAX_ANY_ORDER
+        call = _call(name, t, rules, f"args{i}", texts, many)
         calls.append(f"({lit(before) + ' ' if before else ''}{call}{' ' + lit(after) if after else ''})")
     return f"one: {' | '.join(calls)}{grammar_rules(rules)}{_terminals(name, texts)}"
 
 
 def grammar(name: str, tools: list[dict], parallel: bool) -> str:
+    free = free_order(tools)
+    rules = call_rules(name, tools, free=free)
     if name in XML_BLOCK:  # the calls in one block
-        return (f"start: {lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {lit(XML_BLOCK[name][1])}\n"
-                f"{call_rules(name, tools)}")
-    return f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\n{call_rules(name, tools)}"
+        text = f"start: {lit(XML_BLOCK[name][0])} one{' one*' if parallel else ''} {lit(XML_BLOCK[name][1])}\n{rules}"
+    else:
+        text = f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\n{rules}"
+    if not free:
+        return text
+    from .argument_guard import ArgumentGuard
+
+    return guarded(text, ArgumentGuard(name, tools, parallel))
 
 
 def read(name: str, s, tools):
