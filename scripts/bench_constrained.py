@@ -88,7 +88,7 @@ def stepwise(llm, prompt_ids, target_ids, grammar=None):
 TOOL = [{"type": "function", "function": {"name": "book_trip", "parameters": {"type": "object", "properties": {
     "origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string", "format": "date"},
     "return_date": {"type": "string", "format": "date"}, "adults": {"type": "integer", "minimum": 1, "maximum": 9},
-    "children": {"type": "integer", "minimum": 0, "maximum": 9}, "cabin": {"enum": ["economy", "business", "first"]},
+    "children": {"type": "integer", "minimum": 0, "maximum": 9}, "cabin": {"type": "string", "enum": ["economy", "business", "first"]},
     "max_price": {"type": "number"}, "direct_only": {"type": "boolean"}, "notes": {"type": "string", "maxLength": 80}},
     "required": ["origin", "destination", "date", "adults"]}}}]
 ARGS = {"origin": "Lisbon", "destination": "Oslo", "date": "2026-03-14", "return_date": "2026-03-21", "adults": 2,

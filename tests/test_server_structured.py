@@ -200,6 +200,28 @@ def test_required_tool_call_streamed_as_openai_streams_it(request, server):
     assert msg["logprobs"] == [t.token for t in c.logprobs.content]
 
 
+def test_a_ten_argument_xml_call_through_the_server(coder):
+    """Qwen3-Coder's XML format with a tool of ten arguments (more than a grammar lists the orders
+    of: the ArgumentGuard keeps them each once), sampled: the call follows the
+    tool's schema, dates as their format says, and the stream adds up to the same message."""
+    import re
+
+    from edgellm.tool_calls.string_formats import STRING_FORMATS
+    from test_tool_calls import TRIP
+
+    kw = dict(model=MODEL, messages=ask("Book a trip from Lisbon to Oslo on 14 March 2026 for two adults."), tools=TRIP,
+              tool_choice="required", max_tokens=300, seed=2, temperature=0.8, parallel_tool_calls=False)
+    r = coder.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c.message
+    for call in c.message.tool_calls:
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, TRIP[0]["function"]["parameters"])
+        assert all(re.fullmatch(STRING_FORMATS["date"], args[k]) for k in ("date", "return_date") if k in args)
+    msg, reasons = streamed(coder, **kw)
+    assert reasons == ["tool_calls"] and msg["tool_calls"] == calls_of(c.message)
+
+
 def test_named_tool_choice(qwen):
     r = qwen.chat.completions.create(model=MODEL, messages=ask("What time is it in Tokyo?"), tools=TOOLS, seed=0,
                                      tool_choice={"type": "function", "function": {"name": "get_time"}}, max_tokens=60)

@@ -908,7 +908,7 @@ TRIP = [{"type": "function", "function": {"name": "book_trip", "parameters": {"t
     "date": {"type": "string", "format": "date"}, "return_date": {"type": "string", "format": "date"},
     "adults": {"type": "integer", "minimum": 1, "maximum": 9}, "children": {"type": "integer", "minimum": 0, "maximum": 9},
     "cabin": {"type": "string", "enum": ["economy", "business"]}, "direct_only": {"type": "boolean"},
-    "contact": {"type": "string", "format": "email"}, "notes": {"type": "string", "maxLength": 20}},
+    "contact": {"type": "string", "format": "email", "maxLength": 40}, "notes": {"type": "string", "maxLength": 20}},
     "required": ["origin", "destination", "date", "adults"]}}}]
 
 

@@ -277,14 +277,20 @@ class Constraint:
         if self._guard is not None:  # its state after each token accepted (the first: before any)
             self._index = token_index(tokenizer)
             self._states = [self._guard.start()]
+            self._peek = (None, None, None)
 
     def _check(self):
         if self._m.is_error():
             raise GrammarError(f"{_KIND_NAMES[self.grammar.kind]}: {_one_line(self._m.get_error())}")
 
     def _guarded(self, state, token: int):
-        """The guard's state after token, or None where it refuses it."""
-        return self._guard.feed(state, self._index.pieces[token])
+        """The guard's state after token, or None where it refuses it (the last answer kept:
+        accept() follows allows())."""
+        if self._peek[:2] == (state, token):
+            return self._peek[2]
+        after = self._guard.feed(state, self._index.pieces[token])
+        self._peek = (state, token, after)
+        return after
 
     def compute_mask(self, out: np.ndarray | None = None) -> np.ndarray:
         """Bitmask of the tokens allowed next: int32 [ceil(n_vocab / 32)], bit t % 32 of word
@@ -294,9 +300,8 @@ class Constraint:
         self._m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         self._check()
         if self._guard is not None:
-            allowed = np.unpackbits(out.view(np.uint8), bitorder="little", count=self.n_vocab).view(bool)
             words = out.view(np.uint32)
-            for ids in self._guard.refused(self._states[-1], self._index, allowed):
+            for ids in self._guard.refused(self._states[-1], self._index, words):
                 ids = np.asarray(ids, dtype=np.int64)
                 if ids.size:
                     np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))

@@ -71,24 +71,32 @@ class ArgumentGuard:
 
     def feed(self, state: tuple, data: bytes) -> tuple | None:
         """The state after `data`, or None where the data breaks the arguments' rule."""
-        for b in data:
-            state = self._byte(state, b)
+        i = 0
+        while i < len(data):
+            phase, calls, buf, tool, seen, _ = state
+            if phase in (_DONE, _OFF):
+                return state
+            if phase == _TEXT:  # (a text value runs to its end's first occurrence)
+                text = buf + data[i:]
+                at = text.find(self.v)
+                if at < 0:
+                    return (_TEXT, calls, text[-len(self.v):], tool, seen, None)
+                i += at + len(self.v) - len(buf)
+                state = (_ARGS, calls, b"", tool, seen, None)
+                continue
+            state = self._byte(state, data[i])
             if state is None:
                 return None
+            i += 1
         return state
 
     def _byte(self, state: tuple, b: int):
         phase, calls, buf, tool, seen, json = state
-        if phase in (_DONE, _OFF):
-            return state
         c = bytes((b,))
         if phase == _HEAD:
             return self._head(calls, buf + c)
         if phase == _ARGS:
             return self._args(calls, buf + c, tool, seen)
-        if phase == _TEXT:
-            tail = (buf + c)[-len(self.v):]
-            return (_ARGS, calls, b"", tool, seen, None) if tail == self.v else (_TEXT, calls, tail, tool, seen, None)
         if phase == _JSON:
             depth, in_str, esc = json
             if in_str:
@@ -158,9 +166,9 @@ class ArgumentGuard:
 
     # -- masks -------------------------------------------------------------------------------
 
-    def refused(self, state: tuple, vocab: TokenIndex, allowed: np.ndarray) -> list:
-        """The tokens the grammar allows here (allowed: a bool per token) that the guard refuses:
-        id arrays and lists."""
+    def refused(self, state: tuple, vocab: TokenIndex, mask: np.ndarray) -> list:
+        """The tokens the grammar allows here (mask: uint32 words, bit t % 32 of word t // 32 for
+        token t) that the guard refuses: id arrays and lists."""
         phase, calls, w, tool, seen, _ = state
         if phase in (_DONE, _OFF):
             return []
@@ -181,9 +189,15 @@ class ArgumentGuard:
                 for j in range(1, len(r)):
                     maybe.update(vocab.by_text.get(r[:j], ()))
         steps = vocab.containing(self.steps)
-        maybe.update(steps[allowed[steps]].tolist())
-        out.append([t for t in maybe if allowed[t] and self.feed(state, vocab.pieces[t]) is None])
+        maybe.update(steps[_on(mask, steps)].tolist())
+        maybe = np.fromiter(maybe, dtype=np.int64, count=len(maybe))
+        out.append([t for t in maybe[_on(mask, maybe)].tolist() if self.feed(state, vocab.pieces[t]) is None])
         return out
+
+
+def _on(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Whether each of ids is in the mask."""
+    return ((mask[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
 
 
 class TokenIndex:
