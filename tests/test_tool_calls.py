@@ -512,6 +512,11 @@ def test_argument_guard_reads_values_as_the_grammar_writes_them():
     either = llguidance_matcher(Grammar.from_lark(call_or_json_grammar(f, TEN, {"type": "object"})))
     assert either('{"note": "<tool_call>\\n<function=form>\\n"}') and either(one)
     assert not either(_twice(f, TEN_ARGS, "n1"))
+    # keys holding what ends a key (an opening might begin another's): the schema's order, no guard
+    odd = [{"type": "function", "function": {"name": "form", "parameters": {"type": "object", "properties": {
+        f"a>{i}": {"type": "integer"} for i in range(8)}}}}]
+    assert Grammar.from_lark(call_grammar(f, odd)).guard is None
+    assert Grammar.from_lark(call_grammar(f, TEN)).guard is not None
 
 
 def test_argument_guard_masks_tokens_in_a_real_vocabulary():

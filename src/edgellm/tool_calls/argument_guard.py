@@ -28,11 +28,11 @@ class _Tool:
     required: frozenset  # indices
     names: frozenset  # the keys (bytes)
     extras: bool  # arguments it does not list are allowed (as text)
-    prefixes: frozenset  # openings and the call end that another opening starts with
 
 
 class ArgumentGuard:
-    """The guard of a grammar of XML calls of `tools` in format `name` (xml.grammar's layout)."""
+    """The guard of a grammar of XML calls of `tools` in format `name` (xml.grammar's layout; no
+    argument's opening begins another's: xml._free)."""
 
     def __init__(self, name: str, tools: list[dict], parallel: bool):
         from . import xml
@@ -46,18 +46,15 @@ class ArgumentGuard:
         self.index = (n[0].encode(), n[1].encode()) if not isinstance(n, str) else None
         self.heads: dict[bytes, _Tool] = {}
         for t in tools:
-            params = xml.parameters(t)
-            props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+            params, props = xml.parameters(t), xml.properties(t)
             required = set(params.get("required") or [])
             opens = {}
             for i, (key, schema) in enumerate(props.items()):
                 kind = xml._SCHEMA_KIND.get(schema.get("type"), "object") if isinstance(schema, dict) else "object"
                 opens[(k + key + xml._kv(name, kind)).encode()] = (i, xml._is_text(schema))
-            lits = list(opens) + [self.e]
             head = (o + t["function"]["name"] + (n if isinstance(n, str) else n[0])).encode()
             self.heads[head] = _Tool(opens, frozenset(i for i, key in enumerate(props) if key in required),
-                                     frozenset(key.encode() for key in props), params.get("additionalProperties") is not False,
-                                     frozenset(a for a in lits if any(b != a and b.startswith(a) for b in lits)))
+                                     frozenset(key.encode() for key in props), params.get("additionalProperties") is not False)
         self.parallel = parallel
         # a token that steps from a value's end or a head's into the next argument holds the end's
         # last byte then the first of an opening or of the call end
@@ -113,7 +110,8 @@ class ArgumentGuard:
     def _head(self, calls: int, buf: bytes):
         leads = ([self.block[0]] if calls == 0 else [b""]) if self.block else [b"" if calls == 0 else b"\n"]
         if self.block and calls and self.block[1].startswith(buf):
-            return (_DONE, calls, b"", None, frozenset(), None) if buf == self.block[1] else (_HEAD, calls, buf, None, frozenset(), None)
+            done = buf == self.block[1]
+            return (_DONE if done else _HEAD, calls, b"" if done else buf, None, frozenset(), None)
         for lead in leads:
             for head, tool in self.heads.items():
                 whole = lead + head
@@ -132,9 +130,9 @@ class ArgumentGuard:
 
     def _args(self, calls: int, w: bytes, tool: _Tool, seen: frozenset):
         hit = tool.opens.get(w)
-        if hit is not None and w not in tool.prefixes:  # (_live refused it already if written)
+        if hit is not None:  # (one not written: _live refused the others before they ended)
             return (_TEXT if hit[1] else _JSON, calls, b"", tool, seen | {hit[0]}, None if hit[1] else (0, False, False))
-        if w == self.e and self.e not in tool.prefixes:
+        if w == self.e:
             if not tool.required <= seen:
                 return None
             return (_HEAD, calls + 1, b"", None, frozenset(), None) if self.parallel or self.block else \
@@ -181,11 +179,7 @@ class ArgumentGuard:
                 if not f.startswith(w):
                     continue
                 r = f[len(w):]
-                ids = vocab.starting_with(r)
-                if f in tool.prefixes:
-                    maybe.update(ids.tolist())
-                else:
-                    out.append(ids)
+                out.append(vocab.starting_with(r))  # (f whole: no opening allowed begins with it)
                 for j in range(1, len(r)):
                     maybe.update(vocab.by_text.get(r[:j], ()))
         steps = vocab.containing(self.steps)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 
-from ..constrain import guarded
 from .common import MAX_ANY_ORDER, argument_list, dump, grammar_rules, json_rule, lit, parameters
 from .string_formats import STRING_FORMATS
 
@@ -126,7 +125,8 @@ def _no_end(name: str) -> str:
 
 def _terminals(name: str, texts: dict[str, str]) -> str:
     """An argument's key, a text value with the text that ends it (one terminal), those of the
-    texts the schemas hold to a pattern or lengths, and a call's number."""
+    texts the schemas hold to a pattern, lengths or a format, the keys of a tool's arguments it
+    does not list (XML_KEY_n: any but those it lists), and a call's number."""
     end = _rx(XML[name][4])
     out = f"\nXML_KEY: /[^<>\\n]+/\nXML_TEXT_END: /{_no_end(name)}{end}/\nXML_INDEX: /[1-9][0-9]*/"
     return out + "".join(f"\n{term}: ({body})" + ("" if term.startswith("XML_KEY") else f" /{end}/")
@@ -217,7 +217,7 @@ def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str], 
     params = parameters(tool)
     named = lit(o + tool["function"]["name"] + n) if isinstance(n, str) else \
         f"{lit(o + tool['function']['name'] + n[0])} XML_INDEX {lit(n[1])}"
-    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    props = properties(tool)
     required = set(params.get("required") or [])
     items = []
     for key, schema in props.items():
@@ -234,23 +234,37 @@ def _call(name: str, tool: dict, rules: dict, rule: str, texts: dict[str, str], 
     return " ".join([named + argument_list(items, "", rules, rule)] + ([f"({other})*"] if other else []) + [lit(e)])
 
 
+def properties(tool: dict) -> dict:
+    """The arguments a tool lists: name -> schema."""
+    props = parameters(tool).get("properties")
+    return props if isinstance(props, dict) else {}
+
+
+def _free(tool: dict) -> bool:
+    """Whether a call of `tool` takes its arguments in any order and number, for an ArgumentGuard
+    to keep each to once: more than MAX_ANY_ORDER of them, none of whose keys holds what ends a
+    key (so no argument's opening begins another's)."""
+    props = properties(tool)
+    return len(props) > MAX_ANY_ORDER and not any(c in key for key in props for c in "<>\n")
+
+
 def free_order(tools: list[dict]) -> bool:
-    """Whether a grammar of `tools` lets some call's arguments repeat (more than MAX_ANY_ORDER):
-    an ArgumentGuard must go with it."""
-    return any(len(parameters(t).get("properties") or {}) > MAX_ANY_ORDER for t in tools)
+    """Whether a grammar of `tools` lets some call's arguments repeat: an ArgumentGuard must go
+    with it."""
+    return any(_free(t) for t in tools)
 
 
 def call_rules(name: str, tools: list[dict], around=None, free: bool = False) -> str:
     """Lark: the rule `one`, a call of one of `tools` in format `name` (its block aside; around:
     a tool -> the texts written before and after its call), and the rules and terminals it needs.
-    free: the arguments of a tool with more than MAX_ANY_ORDER in any order and number (the
+    free: the arguments of a tool with more than MAX_ANY_ORDER in any order and number (_free; the
     grammar needs an ArgumentGuard then); else in the order listed beyond that."""
     rules: dict[str, str] = {}
     texts: dict[str, str] = {}
     calls = []
     for i, t in enumerate(tools):
         before, after = around(t) if around else ("", "")
-        many = free and len(parameters(t).get("properties") or {}) > MAX_ANY_ORDER
+        many = free and _free(t)
         call = _call(name, t, rules, f"args{i}", texts, many)
         calls.append(f"({lit(before) + ' ' if before else ''}{call}{' ' + lit(after) if after else ''})")
     return f"one: {' | '.join(calls)}{grammar_rules(rules)}{_terminals(name, texts)}"
@@ -265,6 +279,7 @@ def grammar(name: str, tools: list[dict], parallel: bool) -> str:
         text = f"start: one{' (' + lit(chr(10)) + ' one)*' if parallel else ''}\n{rules}"
     if not free:
         return text
+    from ..constrain import guarded
     from .argument_guard import ArgumentGuard
 
     return guarded(text, ArgumentGuard(name, tools, parallel))
