@@ -327,3 +327,27 @@ def test_activation_quantizers(t, backend):
     w = QType.Q4_0 if t == QType.Q8_0 else QType.Q4_1  # a weight type whose dot takes t
     got = quant_ops.quantize_activation(w, x, backend)
     assert np.array_equal(got, _act_oracle(x, t == QType.Q8_1))
+
+
+@pytest.mark.parametrize("t", [QType.F32, QType.F16, QType.BF16])
+def test_numba_float_matmul_equals_its_dot_products(t):
+    """The numba engine's matmul of a float type converts each row once; every output is still
+    the bits of vec_dot_<t>_<t>_generic on that weight row and activation row (specials too)."""
+    from edgellm.kernels.numba_engine import _kernels_for
+
+    rng = np.random.default_rng(7)
+    k, n, m = 96, 37, 5
+    w = rng.standard_normal((n, k)).astype(np.float32) * 3
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w[0, 5], w[1, 7], w[2, 9], x[3, 11] = np.inf, np.nan, 1e-6, -np.inf  # inf, nan, an f16 subnormal
+    w[4, :] = 60000.0  # products and sums past f16's range
+    wb = quant_ops.quantize_rows(t, w, backend="numba")
+    xb = quant_ops.quantize_rows(t, x, backend="numba")
+    assert wb.shape == (n, type_info(t).row_bytes(k))
+    act, _, matmul = _kernels_for(t)
+    assert act == t
+    out = np.empty((m, n), np.float32)
+    matmul(k, wb, xb, out)
+    dot = getattr(numba_quants, f"vec_dot_{t.name.lower()}_{t.name.lower()}_generic")
+    want = np.array([[dot(k, wb[r], xb[i]) for r in range(n)] for i in range(m)], np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))

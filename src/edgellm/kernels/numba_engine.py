@@ -34,7 +34,25 @@ def _kernels_for(t: QType):
     quant = getattr(_module(act), qname) if act != QType.F32 else None
 
     dot = getattr(_module(t), f"_dot_{_lname(t)}_{_lname(act)}", None)  # takes its scratch (numba_quants)
-    if dot is None:
+    floats = getattr(_module(t), f"{_lname(t)}_row_floats", None) if act == t else None
+    if floats is not None:
+        @numba.njit(parallel=True, cache=False)
+        def matmul(k, w, a, out):  # float types: each row converted once, then vec_dot's products and sums
+            m_rows = a.shape[0]
+            af = np.empty((m_rows, k), np.float32)
+            for m in range(m_rows):
+                floats(k, a[m], af[m])
+            n_rows = w.shape[0]
+            for c in numba.prange((n_rows + _CHUNK - 1) // _CHUNK):
+                wf = np.empty(k, np.float32)
+                for r in range(c * _CHUNK, min(n_rows, (c + 1) * _CHUNK)):
+                    floats(k, w[r], wf)
+                    for m in range(m_rows):
+                        total = 0.0
+                        for i in range(k):
+                            total += float(wf[i] * af[m, i])
+                        out[m, r] = np.float32(total)
+    elif dot is None:
         @numba.njit(parallel=True, cache=False)
         def matmul(k, w, a, out):  # w uint8 [N, rb]; a uint8 [M, rba]; out float32 [M, N]
             n_rows = w.shape[0]

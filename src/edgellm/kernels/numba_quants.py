@@ -551,6 +551,32 @@ def vec_dot_bf16_bf16_generic(n, x, y):
     return np.float32(total)
 
 
+# Float rows as float32, each value converted as the dot products above convert it (for a matmul
+# that converts every row once instead of once per product: numba_engine; same products, same sums)
+
+
+@njit(cache=True)
+def f32_row_floats(n, x, out):
+    _check_float_dot(n, x.size, 4 * n, 4)
+    xf = x.view(np.float32)
+    for i in range(n):
+        out[i] = xf[i]
+
+
+@njit(cache=True)
+def f16_row_floats(n, x, out):
+    _check_float_dot(n, x.size, 2 * n, 2)
+    for i in range(n):
+        out[i] = _get_half(x, 2 * i)
+
+
+@njit(cache=True)
+def bf16_row_floats(n, x, out):
+    _check_float_dot(n, x.size, 2 * n, 2)
+    for i in range(n):
+        out[i] = _bf16_to_float(_get_u16(x, 2 * i))
+
+
 # The legacy dot products take their scratch (acc: float32[8], iw: int64[SCRATCH_INTS]) from the
 # caller, so a matmul allocates it once per chunk of rows instead of once per row (numba_engine);
 # vec_dot_<t>_<act>_generic is the same with its own.
