@@ -13,11 +13,16 @@
 # two configuration steps the check needs (the system users, ld.so's cache). Maintainer scripts
 # are not run: under emulation debootstrap's second stage took 23 minutes on the 2-core VM.
 # Programs run through arm64_chroot.py (qemu-aarch64-static in a private binfmt_misc instance).
-# The userland, its virtual environment and pip's downloads are cached in
-# $EDGELLM_ARM64_CACHE (default ~/.cache/edgellm/arm64-rootfs), keyed by a hash of the recipe
+# The userland and its virtual environment (with the dependencies pip installed in it) are cached
+# in $EDGELLM_ARM64_CACHE (default ~/.cache/edgellm/arm64-rootfs), keyed by a hash of the recipe
 # below; every run installs the current sources afresh and builds their C kernels with the
 # userland's gcc. The model comes from the host's edgellm cache (bind-mounted read-only), where
 # the host run fetches it through edgellm's resolver.
+#
+# The one departure from the README's commands: pip is told not to byte-compile what it installs
+# (`pip install --no-compile .`; the same files are installed, Python compiles what it imports on
+# first use). Under emulation compiling numpy's, numba's and llvmlite's thousands of modules costs
+# ~50 s of CPU, an eighth of a first run, and proves nothing about edgellm.
 #
 # Environment: PYTHON (the host's python with edgellm installed; default python3),
 # EDGELLM_DEBIAN_MIRROR (default http://deb.debian.org/debian), EDGELLM_ARM64_CACHE,
@@ -113,11 +118,20 @@ run_arm64() {  # $1: CPU; the rest: a shell command run as root in the userland'
         /bin/sh -c "cd /root/edgellm && $*"
 }
 
-# ---- the README's install, as a Pi 4
+# ---- the README's install, as a Pi 4 (the virtual environment persists in the cached userland)
+if ! [ -f "$ROOTFS/root/edgellm-venv/.complete" ]; then
+    start
+    rm -rf "$ROOTFS/root/edgellm-venv"
+    run_arm64 cortex-a72 'python3 -m venv ~/edgellm-venv' || fail "python3 -m venv failed in the arm64 userland"
+    touch "$ROOTFS/root/edgellm-venv/.complete"
+    took; say "python3 -m venv ~/edgellm-venv: $TOOK"
+fi
+rm -rf "$ROOTFS"/root/edgellm-venv/lib/python3*/site-packages/edgellm \
+       "$ROOTFS"/root/edgellm-venv/lib/python3*/site-packages/edgellm-*.dist-info  # a previous run's build
 start
-run_arm64 cortex-a72 '[ -x ~/edgellm-venv/bin/python ] || python3 -m venv ~/edgellm-venv; . ~/edgellm-venv/bin/activate; pip install -q .' ||
+run_arm64 cortex-a72 '. ~/edgellm-venv/bin/activate; pip install -q --no-compile .' ||
     fail "pip install . failed in the arm64 userland"
-took; say "pip install . (C kernels built by the userland's gcc under qemu): $TOOK"
+took; say "pip install --no-compile . (dependencies as aarch64 wheels from PyPI, the C kernels built by the userland's gcc under qemu): $TOOK"
 
 # ---- generate on each CPU
 for cpu in $CPUS; do
