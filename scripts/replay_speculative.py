@@ -51,9 +51,7 @@ def replay(prompt: list[int], gen: list[int], table: list[float], oracle: bool) 
         pass
 
     st = sp.SpecState(Target(), sp.Speculative("lookup"), SamplingParams(temperature=0))
-    st.costs.calibrated = True
-    for r in range(1, len(table) + 1):
-        st.costs.observe(r, cost(r))
+    st.costs = sp.StepCosts.known([cost(r) for r in range(1, len(table) + 1)])
     history, i, t, steps, drafted, taken_all = list(prompt) + [gen[0]], 1, 0.0, 0, 0, 0
     n = len(gen)
     while i < n:
