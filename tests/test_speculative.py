@@ -188,7 +188,7 @@ def _two_tokens(state, sampler, target, draft, prompt):
         if draft is None:  # prompt lookup's point mass: a fixed guess
             drafts = [int(np.argsort(target(ctx))[-2]), 7]
         else:  # the draft model samples two tokens (ModelDrafter.choose keeps their q)
-            d = state.drafter
+            d = state.model
             d.drafts, d.q, d.keys = [], [], []
             for _ in range(2):
                 d.choose(draft(ctx + d.drafts), ctx + d.drafts)

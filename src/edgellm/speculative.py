@@ -719,16 +719,11 @@ class SpecState:
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
-        self.lookup_drafted = 0  # of the drafted, prompt lookup's (with a draft model)
         self._by_lookup = self.model is None  # this step's drafts are prompt lookup's
         self._m = 0         # lookup: the length of this step's match
         self._e = -1        # lookup: where its proposal copies from
         self._shadow = None  # lookup: an unused proposal (tokens, m, history length), checked next
         self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
-
-    @property
-    def drafter(self):
-        return self.model if self.model is not None else self.lookup
 
     def close(self) -> None:
         if self.model is not None:
@@ -797,7 +792,6 @@ class SpecState:
         return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
 
     def draft_lookup(self, k: int) -> list[int]:
-        self.lookup_drafted += k if self.model is not None else 0
         return self.lookup.draft(self._e, k)
 
     def worth_more(self, limit: int) -> bool:
