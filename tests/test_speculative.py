@@ -501,11 +501,6 @@ def test_controller_stops_a_draft_model_where_its_confidence_drops():
     assert ctl.worth_more([], 8, cost) and ctl.worth_more([sure] * 3, 8, cost)
     assert not ctl.worth_more([sure, unsure], 8, cost)
     assert not ctl.worth_more([sure] * 8, 8, cost)  # (the limit)
-    # the next draft is expected at the last one's rate: a sure draft goes on however poor
-    # the drafts were overall, an unsure one stops however good they were
-    low = sp.Controller(range(10), [(i + 0.5) / 10 for i in range(10)], k_max=8, adaptive=True, probes=True,
-                        overall=0.3)
-    assert low.worth_more([sure], 8, cost) and not ctl.worth_more([sure, unsure], 8, cost)
     assert sp.Controller([0], [0.1], k_max=8, adaptive=False, probes=False).worth_more([0.1] * 3, 8, cost)
     ctl.observe([1, 1, 1, 1], 4)  # unsure drafts all taken: the rate of their bucket rises
     assert ctl.alpha(1) > unsure + 0.3

@@ -425,10 +425,8 @@ class Controller:
 
     def worth_more(self, rates: Sequence[float], limit: int, cost, others: int = 0) -> bool:
         """A draft model has made len(rates) drafts (rates: what each is expected to be taken
-        with, knowing its confidence): whether drafting on promises more tokens per second than
-        verifying these, each next draft expected at the last one's rate (a draft model's
-        confidence persists: of SmolLM2 Q4_0's greedy drafts at >= 0.9, 70% are followed by
-        another, of those < 0.5, 13%), the first at the overall rate. Not adaptive: until limit."""
+        with, knowing its confidence): whether drafting on (each next one at the overall rate)
+        promises more tokens per second than verifying these. Not adaptive: until limit."""
         j, limit = len(rates), min(limit, self.k_max)
         if j >= limit or not self.adaptive:
             return j < limit
@@ -437,7 +435,7 @@ class Controller:
             p *= a
             e += p
         now = (e + others) / cost(j)
-        a = rates[-1] if rates else self.overall
+        a = self.overall
         for n in range(j + 1, limit + 1):
             p *= a
             e += p
@@ -534,15 +532,11 @@ class ModelDrafter:
     greedily or by sampling with the target's parameters (keeping each draft's distribution q for
     the acceptance rule), one at a time while the controller finds drafting on worth it. A
     draft's key is the draft model's confidence in it, in tenths (greedy: the probability of its
-    argmax; sampling: of the token drawn), whose acceptance rate starts at a prior and is then
-    learnt. Greedy: GREEDY_PRIORS, how often SmolLM2-135M Q4_0's argmax was the token its Q4_1
-    chose greedily, by confidence, over the benchmark's replies (a low-bit quant of the target
-    agrees more often than its confidence says); sampling: the confidence (a calibrated draft
-    model)."""
+    argmax; sampling: of the token drawn), whose acceptance rate starts at the confidence (a
+    calibrated draft model that agrees with the target) and is then learnt."""
 
     edges = tuple(range(10))
     priors = tuple((i + 0.5) / 10 for i in range(10))
-    GREEDY_PRIORS = (0.23, 0.31, 0.5, 0.65, 0.75, 0.87, 0.93, 0.97, 0.98, 0.98)
 
     def __init__(self, llm, params: SamplingParams):
         self.llm = llm
@@ -714,8 +708,7 @@ class SpecState:
         if self.lookup is not None:
             self.lctl = Controller(L.edges, L.priors, spec.k_max_lookup, spec.adaptive, probes=False)
         if self.model is not None:
-            priors = M.GREEDY_PRIORS if params.greedy else M.priors
-            self.mctl = Controller(M.edges, priors, spec.k_max, spec.adaptive, probes=True)
+            self.mctl = Controller(M.edges, M.priors, spec.k_max, spec.adaptive, probes=True)
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
