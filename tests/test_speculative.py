@@ -188,7 +188,7 @@ def _two_tokens(state, sampler, target, draft, prompt):
         if draft is None:  # prompt lookup's point mass: a fixed guess
             drafts = [int(np.argsort(target(ctx))[-2]), 7]
         else:  # the draft model samples two tokens (ModelDrafter.choose keeps their q)
-            d = state.drafter
+            d = state.model
             d.drafts, d.q, d.keys = [], [], []
             for _ in range(2):
                 d.choose(draft(ctx + d.drafts), ctx + d.drafts)
@@ -393,22 +393,44 @@ def test_lookup_proposes_what_followed_the_longest_match():
 def test_step_costs():
     c = sp.StepCosts()
     assert [c.predict(r) for r in (1, 2, 5)] == pytest.approx([1.0, 1.35, 2.4])  # the prior line, relative
-    for rows, ms in {1: 10, 2: 12, 4: 16, 5: 23, 8: 31, 9: 38}.items():
-        c.observe(rows, ms / 1000)
-    # measured rows as measured, others interpolated, past the last at the mean per row of 1..9
+    c = sp.StepCosts.known([0.010, 0.012, 0.014, 0.016, 0.023, 0.026, 0.028, 0.031, 0.038])
     ms = lambda r: 1000 * c.predict(r)  # noqa: E731
+    assert [ms(r) for r in (1, 2, 3, 4, 5, 8, 9)] == pytest.approx([10, 12, 14, 16, 23, 31, 38])
+    c = sp.StepCosts()
+    for rows, t in {1: 10, 2: 12, 4: 16, 5: 23, 8: 31, 9: 38}.items():  # each after a one-row step
+        c.observe(1, 0.010)
+        c.observe(rows, t / 1000)
+    c.observe(1, 0.010)
+    # measured rows as measured, others interpolated, past the last at the mean per row of 1..9
     assert [ms(r) for r in (1, 2, 3, 4, 5, 8, 9)] == pytest.approx([10, 12, 14, 16, 23, 31, 38])
     assert ms(6) == pytest.approx(23 + 8 / 3) and ms(11) == pytest.approx(38 + 2 * 28 / 8)
     c.observe(3, 0.011)  # noise: a step of more rows never costs less
+    c.observe(1, 0.010)
     assert ms(3) == pytest.approx(12)
-    for _ in range(40):  # a row count's cost is the median of its last WINDOW steps
+    for _ in range(40):  # a row count's cost is the median of its last WINDOW ratios
         c.observe(2, 0.020)
+        c.observe(1, 0.010)
     assert ms(2) == pytest.approx(20) and ms(3) == ms(2)
     c.observe(2, 1.0)  # so a step stalled by the machine does not move it
+    c.observe(1, 0.010)
     assert ms(2) == pytest.approx(20)
     for _ in range(5):  # the machine slows one-row steps down: every row count follows them
         c.observe(1, 0.020)
     assert ms(1) == pytest.approx(20) and ms(2) == pytest.approx(40) and ms(8) == pytest.approx(62)
+    # a ratio is a step over its one-row neighbours: the load changing between the one-row
+    # steps before and after a stretch of multi-row steps moves no ratio
+    c = sp.StepCosts.known([0.010, 0.012, 0.014, 0.016, 0.023])
+    for one in (0.010, 0.010, 0.010, 0.010, 0.010, 0.030, 0.030):
+        c.observe(1, one)
+    c.observe(4, 0.048)  # 1.6 x the one-row steps of its time (30 ms), 4.8 x the median (10 ms)
+    c.observe(4, 0.048)
+    c.observe(1, 0.030)
+    assert c.shape(4) == pytest.approx(1.6)
+    # multi-row steps more than MAX_GAP steps from a one-row step before them: not timed
+    for _ in range(sp.StepCosts.MAX_GAP + 1):
+        c.observe(5, 0.500)
+    c.observe(1, 0.030)
+    assert c.shape(5) == pytest.approx(2.3)
 
 
 def test_step_costs_calibrate_on_an_engine(model_dir):
@@ -498,10 +520,7 @@ def test_draft_model_takes_lookup_drafts_where_they_promise_more(model_dir):
     llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
     draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
     st = sp.SpecState(llm, Speculative(draft), GREEDY)
-    st.costs = sp.StepCosts()
-    st.costs.calibrated = True
-    for rows in range(1, 10):
-        st.costs.observe(rows, 0.010 + 0.001 * (rows - 1))
+    st.costs = sp.StepCosts.known([0.010 + 0.001 * (rows - 1) for rows in range(1, 10)])
     dc = sp.costs_for(draft)
     dc.calibrated = True
     dc.observe(1, 0.004)

@@ -173,30 +173,37 @@ def check_vocabulary(target, draft) -> None:
 class StepCosts:
     """Seconds per engine step by its row count: the seconds of a one-row step (the median of
     the last WINDOW) times the step's cost relative to one row (per row count, the median of its
-    last WINDOW steps, each over the one-row median of its time). Seeded once per engine by
-    `calibrate`, then measured on the steps as they run, so the row counts drafting uses are
-    kept up to date, and a change of load moves every count with the one-row steps (medians, as
-    a shared machine stalls steps now and then). The gemm kernels take the rows in tiles of a
-    few columns, so the relative cost is a staircase in the rows, not a line: a row count not
-    measured is interpolated between measured ones, and continued past the last at the mean
-    cost per row of the measured range. Before any measurement, a line of PRIOR_ROW per row
-    (in one-row steps)."""
+    last WINDOW ratios). A ratio is a step's seconds over the mean of the one-row steps next to
+    it in time (the last before it and the first after it, at most MAX_GAP steps away), as
+    `calibrate` measures them at first use: a change of load between steps cancels, and a
+    one-row median from another time (say, before a copying stretch of only multi-row steps)
+    does not enter; steps with no one-row step near them leave the ratios as they are. So a
+    change of load moves every count with the one-row steps, while the shape stays what the
+    kernels make it (medians, as a shared machine stalls steps now and then). The gemm kernels
+    take the rows in tiles of a few columns, so the relative cost is a staircase in the rows,
+    not a line: a row count not measured is interpolated between measured ones, and continued
+    past the last at the mean cost per row of the measured range. Before any measurement, a
+    line of PRIOR_ROW per row (in one-row steps)."""
 
     PRIOR_ROW = 0.35
     WINDOW = 9
     MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not observed
+    MAX_GAP = 4    # a multi-row step is timed against one-row steps at most this many steps away
     # calibration: the row counts measured, in this order (the ends of the 4-column tiles of
     # the x86 kernels and the rows just past them first) while time remains
     CALIBRATION_ROWS = (2, 4, 5, 3, 8, 9, 16, 17, 12, 13, 6, 7, 10, 11, 14, 15, 24, 25, 32, 33)
     CALIBRATION_PAIRS = 3
     CALIBRATION_SECONDS = 0.5
+    CALIBRATION_ONES = 60  # ...or this many one-row steps' time, if longer (a loaded machine)
 
     def __init__(self):
         self.ones: deque = deque(maxlen=self.WINDOW)  # seconds of the last one-row steps
-        self.ratios: dict[int, deque] = {}  # rows (> 1) -> its last steps over the one-row median
+        self.ratios: dict[int, deque] = {}  # rows (> 1) -> its last steps over their one-row neighbours
         self.calibrated = False
         self._one = 0.0  # median of ones (0: none yet)
         self._shape: list[float] = []  # shape(r) = _shape[r] (a cache; [] after a change)
+        self._before = 0.0  # the last one-row step's seconds (0: none within MAX_GAP steps)
+        self._waiting: list[tuple[int, float]] = []  # multi-row steps since then: (rows, seconds)
 
     def observe(self, rows: int, seconds: float) -> None:
         if not 0 < rows <= self.MAX_ROWS or seconds <= 0:
@@ -204,14 +211,34 @@ class StepCosts:
         if rows == 1:
             self.ones.append(seconds)
             self._one = statistics.median(self.ones)
+            if self._waiting:
+                ref = 0.5 * (self._before + seconds)
+                for r, t in self._waiting:
+                    q = self.ratios.get(r)
+                    if q is None:
+                        q = self.ratios[r] = deque(maxlen=self.WINDOW)
+                    q.append(t / ref)
+                self._waiting = []
+                self._shape = []
+            self._before = seconds
             return
-        if self._one <= 0:
+        if not self._before:
             return
-        q = self.ratios.get(rows)
-        if q is None:
-            q = self.ratios[rows] = deque(maxlen=self.WINDOW)
-        q.append(seconds / self._one)
-        self._shape = []
+        if len(self._waiting) >= self.MAX_GAP:  # too far from the one-row step before them
+            self._before, self._waiting = 0.0, []
+            return
+        self._waiting.append((rows, seconds))
+
+    @classmethod
+    def known(cls, seconds: Sequence[float]) -> "StepCosts":
+        """Costs taken as known (no calibration): seconds[r - 1] for a step of r rows."""
+        c = cls()
+        c.calibrated = True
+        c.ones.append(seconds[0])
+        c._one = seconds[0]
+        for r, t in enumerate(seconds[1:], 2):
+            c.ratios[r] = deque([t / seconds[0]], maxlen=cls.WINDOW)
+        return c
 
     def predict(self, rows: int) -> float:
         """Seconds of a step of rows rows (in one-row steps before any is measured)."""
@@ -245,10 +272,10 @@ class StepCosts:
 
     def calibrate(self, llm, max_rows: int, seq=None) -> None:
         """Measure steps of up to max_rows rows on llm's engine, CALIBRATION_ROWS in order
-        while CALIBRATION_SECONDS last: each CALIBRATION_PAIRS times between one-row steps
-        and timed against the mean of its two neighbours (so a change of load between steps
-        cancels); those ratios and the one-row steps are its first samples. Every
-        step has logits for each row, as a verification step does. seq: the sequence whose
+        while CALIBRATION_SECONDS (or CALIBRATION_ONES one-row steps, if longer) last: each
+        CALIBRATION_PAIRS times between one-row steps and timed against the mean of its two
+        neighbours (so a change of load between steps cancels); those ratios and the one-row
+        steps are its first samples. Every step has logits for each row, as a verification step does. seq: the sequence whose
         context the steps follow (a fork of it is written and dropped; default: a scratch one
         from position 0). Skipped when the KV pool cannot spare the slots."""
         if self.calibrated:
@@ -279,8 +306,8 @@ class StepCosts:
 
             try:
                 timed(1)  # warm up
-                deadline = time.perf_counter() + self.CALIBRATION_SECONDS
                 prev = timed(1)
+                deadline = time.perf_counter() + max(self.CALIBRATION_SECONDS, self.CALIBRATION_ONES * prev)
                 ones.append(prev)
                 for r in rows_list:
                     if time.perf_counter() > deadline:
@@ -299,6 +326,7 @@ class StepCosts:
         for r, x in ratios.items():
             self.ratios[r] = deque(x, maxlen=self.WINDOW)
         self._shape = []
+        self._before = 0.0  # (steps after it are timed against their own neighbours)
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LLM -> StepCosts
@@ -684,16 +712,11 @@ class SpecState:
         self.drafted = 0    # draft tokens verified
         self.accepted = 0   # of them, taken
         self.steps = 0      # verification steps with at least one draft
-        self.lookup_drafted = 0  # of the drafted, prompt lookup's (with a draft model)
         self._by_lookup = self.model is None  # this step's drafts are prompt lookup's
         self._m = 0         # lookup: the length of this step's match
         self._e = -1        # lookup: where its proposal copies from
         self._shadow = None  # lookup: an unused proposal (tokens, m, history length), checked next
         self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
-
-    @property
-    def drafter(self):
-        return self.model if self.model is not None else self.lookup
 
     def close(self) -> None:
         if self.model is not None:
@@ -762,7 +785,6 @@ class SpecState:
         return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
 
     def draft_lookup(self, k: int) -> list[int]:
-        self.lookup_drafted += k if self.model is not None else 0
         return self.lookup.draft(self._e, k)
 
     def worth_more(self, limit: int) -> bool:
