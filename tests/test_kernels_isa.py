@@ -376,6 +376,20 @@ def test_gemm_more_columns_than_a_pass(kern, t):
     np.testing.assert_array_equal(_bits(out), _bits(kern.vec_dot_all(t, n, w, a)))
 
 
+@pytest.mark.parametrize("t", [t for t in TYPES if type_info(t).block_size == 32], ids=lambda t: t.name)
+def test_gemm_rows_too_long_to_prepare(kern, t):
+    """The AVX-512 legacy gemm prepares a group of columns on the stack (LEGACY_PREP_BYTES); rows
+    longer than it holds (8,320 values: 260 blocks) take the unprepared tiles for several columns
+    at once: vec_dot's bits either way."""
+    rng = np.random.default_rng(9100 + int(t))
+    n, rows, cols = 260 * 32, 5, 6
+    w = _raw_weights(t, rows, n, rng)
+    a = kern.quantize_act(t, _acts(cols, n, rng))
+    out = np.full((cols, rows), np.nan, dtype=np.float32)
+    kern.gemm(t, n, w, a, out, 0, rows, 0, cols)
+    np.testing.assert_array_equal(_bits(out), _bits(kern.vec_dot_all(t, n, w, a)))
+
+
 # ---------------------------------------------------------------- through the dispatch vs generic
 
 @pytest.mark.parametrize("n_threads", [1, 2])
