@@ -105,9 +105,10 @@ static inline __attribute__((always_inline)) void legacy_col(const int type, con
 }
 
 /* A group of C <= 8 columns prepared once (legacy_gemm) for all the row tiles that share it, laid
- * out so the tile's inner loop only loads: per column c and block b (index c * nb + b) the values
- * and the seed (types with an offset) already in both register halves, and d; per block the eight
- * columns' s side by side (types with a min; lanes past C zero). The values legacy_col gives. */
+ * out so the tile's inner loop only loads, from one cursor: per block b and column c (index
+ * b * C + c) the values and the seed (types with an offset) already in both register halves, and
+ * d; per block the eight columns' s side by side (types with a min; lanes past C zero). The
+ * values legacy_col gives. */
 typedef struct {
     __m512i *av, *seed;
     float *ad, *s;
@@ -121,7 +122,7 @@ static inline __attribute__((always_inline)) void legacy_prepare(const int type,
             lcol col;
             if (c < C) legacy_col(type, A + (size_t)c * lda + (size_t)b * ab, &col);
             if (c < C) {
-                const size_t i = (size_t)c * nb + b;
+                const size_t i = (size_t)b * C + c;
                 _mm512_storeu_si512(pp->av + i, _mm512_broadcast_i64x4(col.av));
                 if (legacy_offset(type)) _mm512_storeu_si512(pp->seed + i, _mm512_broadcast_i64x4(col.seed));
                 pp->ad[i] = col.ad;
@@ -192,7 +193,7 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
             __m512i av, seed;
             __m512 ad;
             if (prepared) {
-                const size_t i = (size_t)c * nb + b;
+                const size_t i = (size_t)b * C + c;
                 av = _mm512_loadu_si512(pp->av + i);
                 seed = legacy_offset(type) ? _mm512_loadu_si512(pp->seed + i) : _mm512_setzero_si512();
                 ad = _mm512_set1_ps(pp->ad[i]);
