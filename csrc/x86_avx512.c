@@ -279,6 +279,7 @@ static inline __attribute__((always_inline)) void legacy_gemm(const int type, lt
         }                                                                 \
     } while (0)
 #define LG_TILE_P(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, 1, pp, CC, out, ldo)
+/* (unprepared groups hold at most 4 columns: the 8-column shape is never asked for unprepared) */
 #define LG_TILE_U(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, 0, NULL, (CC) > 4 ? 4 : (CC), out, ldo)
 #define LEGACY_KERNELS(tname, TYPE, RT, RT1)                                                       \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
