@@ -82,7 +82,7 @@ static inline __m512i legacy_unpack_pair(int type, const uint8_t *b0, const uint
 }
 
 #define LT_RMAX 4
-#define LT_CMAX 4
+#define LT_CMAX 8  /* prepared columns; 4 unprepared */
 
 /* one activation column at one block: values, the seed (types with an offset), d and s */
 typedef struct {
@@ -90,14 +90,45 @@ typedef struct {
     float ad, s;
 } lcol;
 
+static inline int legacy_offset(const int type) {
+    return type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
+}
+
 static inline __attribute__((always_inline)) void legacy_col(const int type, const uint8_t *a0, lcol *o) {
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
-    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : type == EL_Q8_0 ? 128 : 0;
+    const int off = legacy_offset(type);
     o->av = _mm256_loadu_si256((const __m256i *)(a0 + (has_m ? 4 : 2)));
     o->ad = _cvtsh_ss(load_u16(a0));
     o->s = has_m ? _cvtsh_ss(load_u16(a0 + 2)) : 0.0f;
     const __m256i zero = _mm256_setzero_si256();
     o->seed = off ? _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char)off), o->av)) : zero;
+}
+
+/* A group of C <= 8 columns prepared once (legacy_gemm) for all the row tiles that share it, laid
+ * out so the tile's inner loop only loads, from one cursor: per block b and column c (index
+ * b * C + c) the values and the seed (types with an offset) already in both register halves, and
+ * d; per block the eight columns' s side by side (types with a min; lanes past C zero). The
+ * values legacy_col gives. */
+typedef struct {
+    __m512i *av, *seed;
+    float *ad, *s;
+} lprep;
+
+static inline __attribute__((always_inline)) void legacy_prepare(const int type, const uint8_t *A, size_t lda,
+                                                                 int C, int nb, const lprep *pp) {
+    const size_t ab = type == EL_Q4_1 || type == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    for (int c = 0; c < LT_CMAX; c++)
+        for (int b = 0; b < nb; b++) {
+            lcol col;
+            if (c < C) legacy_col(type, A + (size_t)c * lda + (size_t)b * ab, &col);
+            if (c < C) {
+                const size_t i = (size_t)b * C + c;
+                _mm512_storeu_si512(pp->av + i, _mm512_broadcast_i64x4(col.av));
+                if (legacy_offset(type)) _mm512_storeu_si512(pp->seed + i, _mm512_broadcast_i64x4(col.seed));
+                pp->ad[i] = col.ad;
+            }
+            if (pp->s) pp->s[LT_CMAX * b + c] = c < C ? col.s : 0.0f;
+        }
 }
 
 static inline float hsum8_avx(__m256 v) {  /* el_hsum8 of common.h */
@@ -123,16 +154,17 @@ static inline __attribute__((always_inline)) __m128 insert_lane_ps(__m128 v, __m
     }
 }
 
-/* cols: NULL, or the C columns prepared (column c, block b at cols[c * nb + b]) */
+/* prepared: the C columns come from pp (legacy_prepare), else from a (lda apart) */
 static inline __attribute__((always_inline)) void legacy_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                               const int R, const uint8_t *a, size_t lda,
-                                                              const lcol *cols, const int C, float *out, size_t ldo) {
+                                                              const int prepared, const lprep *pp, const int C,
+                                                              float *out, size_t ldo) {
     const int nb = n / 32, P = (R + 1) / 2;
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
     const size_t wbs = (size_t)legacy_block_bytes(type);
     const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     __m512 acc[LT_RMAX / 2][LT_CMAX];
-    __m512 accm = _mm512_setzero_ps();
+    __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};  /* columns 0..3, 4..7 */
     for (int p = 0; p < P; p++)
         for (int c = 0; c < C; c++) acc[p][c] = _mm512_setzero_ps();
     /* header lane 2r: d of row r, lane 2r + 1: m (types with a min) */
@@ -158,85 +190,124 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
         }
         __m128 sv = _mm_setzero_ps();  /* lane c: s of column c */
         for (int c = 0; c < C; c++) {
-            lcol own;
-            const lcol *col = cols ? cols + (size_t)c * nb + b : &own;
-            if (!cols) legacy_col(type, a + (size_t)c * lda + (size_t)b * abs_, &own);
-            const __m512i av = _mm512_broadcast_i64x4(col->av);
-            const __m512i seed = _mm512_broadcast_i64x4(col->seed);
-            const __m512 ad = _mm512_set1_ps(col->ad);
-            if (has_m) sv = C == 1 ? _mm_set1_ps(col->s) : insert_lane_ps(sv, _mm_set_ss(col->s), c);
+            __m512i av, seed;
+            __m512 ad;
+            if (prepared) {
+                const size_t i = (size_t)b * C + c;
+                av = _mm512_loadu_si512(pp->av + i);
+                seed = legacy_offset(type) ? _mm512_loadu_si512(pp->seed + i) : _mm512_setzero_si512();
+                ad = _mm512_set1_ps(pp->ad[i]);
+            } else {
+                lcol col;
+                legacy_col(type, a + (size_t)c * lda + (size_t)b * abs_, &col);
+                av = _mm512_broadcast_i64x4(col.av);
+                seed = _mm512_broadcast_i64x4(col.seed);
+                ad = _mm512_set1_ps(col.ad);
+                if (has_m) sv = C == 1 ? _mm_set1_ps(col.s) : insert_lane_ps(sv, _mm_set_ss(col.s), c);
+            }
             for (int p = 0; p < P; p++) {
                 const __m512 x = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(seed, wq[p], av));
                 acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd[p], ad), x, acc[p][c]);
             }
         }
-        if (has_m)
-            accm = _mm512_fmadd_ps(_mm512_permutexvar_ps(msel, hf), _mm512_broadcast_f32x4(sv), accm);
+        if (has_m) {
+            const __m512 hm = _mm512_permutexvar_ps(msel, hf);
+            if (prepared) sv = _mm_loadu_ps(pp->s + LT_CMAX * b);
+            accm[0] = _mm512_fmadd_ps(hm, _mm512_broadcast_f32x4(sv), accm[0]);
+            if (C > 4) accm[1] = _mm512_fmadd_ps(hm, _mm512_broadcast_f32x4(_mm_loadu_ps(pp->s + LT_CMAX * b + 4)), accm[1]);
+        }
     }
-    float m[16];
-    _mm512_storeu_ps(m, accm);
+    float m[2][16];
+    _mm512_storeu_ps(m[0], accm[0]);
+    _mm512_storeu_ps(m[1], accm[1]);
     for (int c = 0; c < C; c++)
         for (int r = 0; r < R; r++) {
             const __m512 v = acc[r / 2][c];
             float s = hsum8_avx(r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
-            if (has_m) s += m[4 * r + c];
+            if (has_m) s += m[c / 4][4 * r + c % 4];
             out[(size_t)c * ldo + r] = s;
         }
 }
 
-/* Legacy gemm: columns in groups of CT (the last group holds what is left), each group of two or
- * more prepared once into `buf` (when given: it holds CT * nb columns) and shared by all its row
- * tiles; a single column goes unprepared, RT1 rows at a time. Prepared or not, the same values
- * enter the same operations. */
+/* Legacy gemm: columns in groups of 8 prepared once (legacy_prepare) into `buf` and shared by all
+ * the group's row tiles, then (fewer left) of 4, 3 or 2; groups of at most 4 prepared where 8 do not
+ * fit the stack buffer, unprepared where 4 do not either; a single column goes unprepared, RT1 rows
+ * at a time. Prepared or not, the same values enter the same operations. */
 typedef void (*ltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda,
-                         const lcol *cols, int C, float *out, size_t ldo);
+                         const lprep *pp, int C, float *out, size_t ldo);
+
+/* 64-byte units of a group of ct prepared columns: values, seeds (types with an offset), d, and s
+ * (LT_CMAX lanes per block whatever ct) */
+static inline size_t legacy_prep_vecs(int type, int ct, int nb) {
+    const size_t cells = (size_t)ct * nb;
+    return (legacy_offset(type) ? 2 : 1) * cells + ((cells + (size_t)LT_CMAX * nb) * 4 + 63) / 64;
+}
 
 static inline __attribute__((always_inline)) void legacy_gemm(const int type, ltile_fn tile, const int RT,
-                                                              const int CT, const int RT1, lcol *buf, int n,
+                                                              const int ct, const int RT1, __m512i *buf, int n,
                                                               const void *w, size_t ldw, int nr, const void *a,
                                                               size_t lda, int nc, float *out, size_t ldo) {
     const uint8_t *W = w, *A = a;
-    const int nb = n / 32;
-    const size_t ab = type == EL_Q4_1 || type == EL_Q5_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    for (int c = 0; c < nc; c += CT) {
-        const int C = EL_MIN(CT, nc - c), R = C == 1 ? RT1 : RT;
-        const lcol *cols = C > 1 ? buf : NULL;
-        if (cols)
-            for (int j = 0; j < C; j++)
-                for (int b = 0; b < nb; b++) legacy_col(type, A + (size_t)(c + j) * lda + (size_t)b * ab, &buf[j * nb + b]);
+    const int nb = n / 32, has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t cells = (size_t)ct * nb;
+    float *fl = buf ? (float *)(buf + (legacy_offset(type) ? 2 : 1) * cells) : NULL;
+    const lprep prep = {buf, legacy_offset(type) ? buf + cells : NULL, fl, has_m && fl ? fl + cells : NULL};
+    for (int c = 0; c < nc;) {
+        const int C = nc - c >= ct ? ct : EL_MIN(4, nc - c), R = C == 1 ? RT1 : RT;
+        const lprep *pp = C > 1 && buf ? &prep : NULL;
+        if (pp) legacy_prepare(type, A + c * lda, lda, C, nb, pp);
         int r = 0;
-        for (; r + R <= nr; r += R) tile(n, W + r * ldw, ldw, R, A + c * lda, lda, cols, C, out + c * ldo + r, ldo);
-        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, cols, C, out + c * ldo + r, ldo);
+        for (; r + R <= nr; r += R) tile(n, W + r * ldw, ldw, R, A + c * lda, lda, pp, C, out + c * ldo + r, ldo);
+        for (; r < nr; r++) tile(n, W + r * ldw, ldw, 1, A + c * lda, lda, pp, C, out + c * ldo + r, ldo);
+        c += C;
     }
 }
 
-#define LEGACY_PREP_BYTES 65536  /* stack for prepared columns; beyond it columns go unprepared */
+/* stack for a prepared column group (64 + 64 + 8 bytes per column and block with an offset) */
+#define LEGACY_PREP_BYTES 131072
 
-/* single columns come unprepared (cols NULL) */
-#define LG_TILE(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, (CC) > 1 ? cols : NULL, CC, out, ldo)
-#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1)                                                   \
+/* the tile shapes legacy_gemm asks for: RT or 1 rows x 8, 4, 3 or 2 prepared columns, or 4, 3, 2
+ * unprepared ones; RT1 or 1 rows x 1 column */
+#define LEGACY_SHAPES(CALL, X, RT, RT1, R, C)                             \
+    do {                                                                  \
+        switch (C) {                                                      \
+        case 8: if ((R) == (RT)) CALL(X, RT, 8); else CALL(X, 1, 8); break; \
+        case 4: if ((R) == (RT)) CALL(X, RT, 4); else CALL(X, 1, 4); break; \
+        case 3: if ((R) == (RT)) CALL(X, RT, 3); else CALL(X, 1, 3); break; \
+        case 2: if ((R) == (RT)) CALL(X, RT, 2); else CALL(X, 1, 2); break; \
+        default: if ((R) == (RT1)) CALL(X, RT1, 1); else CALL(X, 1, 1);  \
+        }                                                                 \
+    } while (0)
+#define LG_TILE_P(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, 1, pp, CC, out, ldo)
+/* (unprepared groups hold at most 4 columns: the 8-column shape is never asked for unprepared) */
+#define LG_TILE_U(T, RR, CC) legacy_tile(T, n, w, ldw, RR, a, lda, 0, NULL, (CC) > 4 ? 4 : (CC), out, ldo)
+#define LEGACY_KERNELS(tname, TYPE, RT, RT1)                                                       \
     static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
-                                    size_t lda, const lcol *cols, int C, float *out, size_t ldo) { \
-        TILE_SHAPES(LG_TILE, TYPE, RT, CT, RT1, R, C);                                             \
+                                    size_t lda, const lprep *pp, int C, float *out, size_t ldo) {  \
+        if (pp && C > 1) LEGACY_SHAPES(LG_TILE_P, TYPE, RT, RT1, R, C);                            \
+        else LEGACY_SHAPES(LG_TILE_U, TYPE, RT, RT1, R, C);                                        \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
-        const size_t need = (size_t)CT * (n / 32);                                                 \
-        const int prep = nc >= 2 && need * sizeof(lcol) <= LEGACY_PREP_BYTES;                      \
-        lcol buf[prep ? need : 1];                                                                 \
-        legacy_gemm(TYPE, tname##_tile_avx512, RT, CT, RT1, prep ? buf : NULL, n, w, ldw, nr, a, lda, nc, out, ldo); \
+        const int nb = n / 32;                                                                     \
+        const int ct = legacy_prep_vecs(TYPE, 8, nb) * 64 <= LEGACY_PREP_BYTES ? 8 : 4;            \
+        const int prep = nc >= 2 && legacy_prep_vecs(TYPE, ct, nb) * 64 <= LEGACY_PREP_BYTES;     \
+        __m512i buf[prep ? legacy_prep_vecs(TYPE, ct, nb) : 1];                                    \
+        legacy_gemm(TYPE, tname##_tile_avx512, RT, prep ? ct : 4, RT1, prep ? buf : NULL, n, w, ldw, nr, a, lda, \
+                    nc, out, ldo);                                                                 \
     }                                                                                              \
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
-        legacy_tile(TYPE, n, x, 0, 1, y, 0, NULL, 1, s, 0);                                        \
+        legacy_tile(TYPE, n, x, 0, 1, y, 0, 0, NULL, 1, s, 0);                                     \
     }
 
-LEGACY_KERNELS(q4_0, EL_Q4_0, 4, 4, 4)
-LEGACY_KERNELS(q4_1, EL_Q4_1, 4, 4, 4)
-LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 4, 4)
-LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 4, 4)
-LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4, 4)
+LEGACY_KERNELS(q4_0, EL_Q4_0, 4, 4)
+LEGACY_KERNELS(q4_1, EL_Q4_1, 4, 4)
+LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 4)
+LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 4)
+LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4)
 #undef LEGACY_KERNELS
-#undef LG_TILE
+#undef LG_TILE_P
+#undef LG_TILE_U
 
 /* ------------------------------------------------------------------------------------------
  * K-quants, a quarter super-block (64 values) per step. Per (row, column) and super-block the

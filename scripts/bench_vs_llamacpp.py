@@ -19,7 +19,9 @@ own CLI binary when --llama-cli points at one (llama-completion / llama-cli buil
 (built from the same llama.cpp source: cmake --build build --target llama-batched-bench) against
 `edgellm bench --batch` on the same file, threads and sizes (-p prompt tokens, -n generated tokens
 per sequence), alternately in each round; the table gives S_PP and S_TG (aggregate tokens/s) per
-sequence count, medians over rounds, and the ratios.
+sequence count, medians over rounds, and the ratios. --baseline-python PY adds another build's
+`edgellm bench --batch` (PY -m edgellm, e.g. a virtualenv holding the code before a change) to each
+round: before and after beside llama.cpp in one run.
 """
 
 from __future__ import annotations
@@ -182,6 +184,8 @@ def main() -> None:
                                           "for -d, -ctk, -ctv)")
     ap.add_argument("--batched", help="comma-separated sequence counts: llama-batched-bench's test instead")
     ap.add_argument("--batched-bench", help="llama.cpp's llama-batched-bench binary (with --batched)")
+    ap.add_argument("--baseline-python", help="with --batched: also run `edgellm bench --batch` with this Python "
+                                              "(another build, e.g. before a change) in each round, as 'baseline'")
     args = ap.parse_args()
     if args.batched:
         return batched(args)
@@ -284,19 +288,23 @@ def batched(args) -> None:
                     if line.startswith("{"):
                         d = json.loads(line)
                         raw.setdefault((m, t, d["pl"]), {}).setdefault("llama.cpp", []).append((d["speed_pp"], d["speed_tg"]))
-                r = subprocess.run([sys.executable, "-m", "edgellm", "bench", path, "--batch", ",".join(map(str, seqs)),
-                                    "-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(t), "-r", "1", "-o", "json"],
-                                   capture_output=True, text=True, timeout=7200, env=env)
-                if r.returncode != 0:
-                    sys.exit(f"edgellm bench failed: {r.stderr[-2000:]}")
-                for d in json.loads(r.stdout)["results"]:
-                    raw.setdefault((m, t, d["n_seqs"]), {}).setdefault("edgellm", []).append((d["s_pp"], d["s_tg"]))
-                    raw.setdefault("isa", d["backend"])
+                sides = [("edgellm", sys.executable)] + ([("baseline", args.baseline_python)] if args.baseline_python else [])
+                for side, python in sides:
+                    r = subprocess.run([python, "-m", "edgellm", "bench", path, "--batch", ",".join(map(str, seqs)),
+                                        "-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(t), "-r", "1", "-o",
+                                        "json"], capture_output=True, text=True, timeout=7200, env=env)
+                    if r.returncode != 0:
+                        sys.exit(f"edgellm bench ({python}) failed: {r.stderr[-2000:]}")
+                    for d in json.loads(r.stdout)["results"]:
+                        raw.setdefault((m, t, d["n_seqs"]), {}).setdefault(side, []).append((d["s_pp"], d["s_tg"]))
+                        raw.setdefault("isa", d["backend"])
                 print(f"round {rnd + 1}: {m} t={t} done", file=sys.stderr)
     print(f"\nMachine: {machine()}; edgellm ISA path: {raw.get('isa')}; median of {args.rounds} alternating rounds; "
           f"pp {args.n_prompt}, tg {args.n_gen} per sequence\n")
-    print("| model | threads | B | llama.cpp S_PP | edgellm S_PP | ratio | llama.cpp S_TG | edgellm S_TG | ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base = args.baseline_python is not None
+    print("| model | threads | B | llama.cpp S_PP | edgellm S_PP | ratio | llama.cpp S_TG | edgellm S_TG | ratio |"
+          + (" baseline S_TG | edgellm / baseline |" if base else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
     table = []
     for key, sides in raw.items():
         if not isinstance(key, tuple):
@@ -308,8 +316,11 @@ def batched(args) -> None:
         et = statistics.median(x[1] for x in sides["edgellm"])
         table.append(dict(model=m, threads=t, n_seqs=b, llama_s_pp=lp, llama_s_tg=lt, edgellm_s_pp=ep, edgellm_s_tg=et,
                           samples=sides))
+        bt = statistics.median(x[1] for x in sides["baseline"]) if base else 0.0
+        if base:
+            table[-1]["baseline_s_tg"] = bt
         print(f"| {Path(str(resolve(m))).name} | {t} | {b} | {lp:.1f} | {ep:.1f} | {ep / lp:.2f}x | {lt:.1f} | "
-              f"{et:.1f} | {et / lt:.2f}x |")
+              f"{et:.1f} | {et / lt:.2f}x |" + (f" {bt:.1f} | {et / bt:.2f}x |" if base else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=2))
 

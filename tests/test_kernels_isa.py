@@ -376,6 +376,22 @@ def test_gemm_more_columns_than_a_pass(kern, t):
     np.testing.assert_array_equal(_bits(out), _bits(kern.vec_dot_all(t, n, w, a)))
 
 
+@pytest.mark.parametrize("blocks", [19, 260])
+@pytest.mark.parametrize("t", [t for t in TYPES if type_info(t).block_size == 32], ids=lambda t: t.name)
+def test_gemm_column_groups(kern, t, blocks):
+    """The AVX-512 legacy gemm takes prepared groups of 8 columns, then of 4, 3, 2 (13 columns:
+    8 + 4 + 1); rows too long for 8 prepared columns on its stack (LEGACY_PREP_BYTES; 260
+    blocks) take groups of 4, prepared (Q4_1, Q5_1) or not (the types with an offset). vec_dot's
+    bits every way."""
+    rng = np.random.default_rng(9100 + int(t) + blocks)
+    n, rows, cols = blocks * 32, 5, 13
+    w = _raw_weights(t, rows, n, rng)
+    a = kern.quantize_act(t, _acts(cols, n, rng))
+    out = np.full((cols, rows), np.nan, dtype=np.float32)
+    kern.gemm(t, n, w, a, out, 0, rows, 0, cols)
+    np.testing.assert_array_equal(_bits(out), _bits(kern.vec_dot_all(t, n, w, a)))
+
+
 # ---------------------------------------------------------------- through the dispatch vs generic
 
 @pytest.mark.parametrize("n_threads", [1, 2])
