@@ -67,17 +67,21 @@ def float_to_half(f):
     return sign | (((e - 1 + 15) << 10) + sig - 1024)
 
 
+_HALF_SCALES = tuple(2.0 ** (e - 25) for e in range(32))  # a normal half is (m + 1024) * 2^(e - 25)
+
+
 @njit(cache=True)
 def half_to_float(h):
-    """float32 value of IEEE binary16 bits h (NaN payloads are not kept; dequantize_row_f16 keeps them)."""
+    """float32 value of IEEE binary16 bits h (NaN payloads are not kept; dequantize_row_f16 keeps them).
+    Exact: an 11-bit integer times a power of two (a multiplication, several times faster than ldexp)."""
     e = (h >> 10) & 0x1F
     m = h & 0x3FF
     if e == 0x1F:
         v = math.inf if m == 0 else math.nan
     elif e == 0:
-        v = math.ldexp(float(m), -24)
+        v = float(m) * 5.9604644775390625e-08  # subnormal: m * 2^-24
     else:
-        v = math.ldexp(float(m + 1024), e - 25)
+        v = float(m + 1024) * _HALF_SCALES[e]
     return np.float32(-v if h & 0x8000 else v)
 
 
