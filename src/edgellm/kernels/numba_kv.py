@@ -61,6 +61,17 @@ def _rows(fn, src, dst):
     _rows_impl(fn, src, dst)
 
 
+@numba.njit(cache=True, inline='always')
+def _quant_at(row, o, i, q4):
+    """Value i (0..31) of the q8_0 / q4_0 block at row[o:], as a signed integer (q4_0: value i is the
+    low nibble of byte i, value i + 16 its high nibble, minus 8)."""
+    if q4:
+        byte = np.int64(row[o + 2 + (i & 15)])
+        return ((byte & 15) if i < 16 else (byte >> 4)) - 8
+    v = np.int64(row[o + 2 + i])
+    return v - 256 if v > 127 else v
+
+
 @numba.njit(cache=True)
 def _scores(q4, k, qq, out):
     """out[j, s] = q_j . k_s: per block b, the exact integer dot product of the quants (q4_0:
@@ -74,15 +85,7 @@ def _scores(q4, k, qq, out):
                 ok, oq = b * bsz, b * 34
                 isum = 0
                 for i in range(32):
-                    qi = np.int64(qq[j, oq + 2 + i])
-                    qi = qi - 256 if qi > 127 else qi
-                    if q4:
-                        byte = np.int64(k[s, ok + 2 + (i & 15)])
-                        ki = ((byte & 15) if i < 16 else (byte >> 4)) - 8
-                    else:
-                        ki = np.int64(k[s, ok + 2 + i])
-                        ki = ki - 256 if ki > 127 else ki
-                    isum += ki * qi
+                    isum += _quant_at(k[s], ok, i, q4) * _quant_at(qq[j], oq, i, False)
                 acc = nq._fmaf(nq._get_half(k[s], ok) * nq._get_half(qq[j], oq), np.float32(isum), acc)
             out[j, s] = acc
 
@@ -110,13 +113,7 @@ def _pv(q4, rows, w, acc):
                 o = b * bsz
                 d = nq._get_half(rows[s], o)
                 for i in range(32):
-                    if q4:
-                        byte = np.int32(rows[s, o + 2 + (i & 15)])
-                        qi = ((byte & 15) if i < 16 else (byte >> 4)) - 8
-                    else:
-                        qi = np.int32(rows[s, o + 2 + i])
-                        qi = qi - 256 if qi > 127 else qi
-                    x = d * np.float32(qi)
+                    x = d * np.float32(_quant_at(rows[s], o, i, q4))
                     acc[r, b * 32 + i] = nq._fmaf(ws, x, acc[r, b * 32 + i])
 
 
