@@ -338,3 +338,12 @@ def test_stats_line_after_an_interrupted_prompt():
     llm.last_stats = GenerationStats(prompt_tokens=40, prompt_seconds=0.5, generated_tokens=10, decode_seconds=1.0,
                                      stop_reason="interrupted")
     assert _stats_line(llm) == "[prompt: 40 tok, 80.0 tok/s | answer: 10 tok, 10.0 tok/s | c, 2 threads]"
+
+
+def test_a_warning_is_one_line(tiny_path):
+    """A warning from the CLI is its text on one line, not Python's file, line and source line."""
+    r = run_cli("generate", str(tiny_path), "-p", "the cat", "-n", "1", "--temp", "0", "-t", "999")
+    assert r.returncode == 0, r.stderr
+    warning = [ln for ln in r.stderr.splitlines() if "threads requested" in ln]
+    assert len(warning) == 1 and warning[0].startswith("warning: "), r.stderr
+    assert ".py:" not in r.stderr and "return LLM(" not in r.stderr, r.stderr

@@ -202,6 +202,10 @@ def _limit(max_tokens: int):
 @click.version_option(__version__, prog_name="edgellm")
 def main():
     """Run GGUF language models fast on this CPU."""
+    import warnings
+
+    # a warning is one line of its text, not Python's file, line number and source line
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
 
 
 @main.command()
