@@ -9,17 +9,26 @@
  * The pool also adapts how many of its threads take part in a run. A thread that is not running
  * when its peers reach a barrier makes them wait: when another program holds one of the cores,
  * two threads run at less than the speed of one. After every run the caller looks at the longest
- * time one of the threads spent waiting; when that is a large share of the run twice in a row,
- * the next runs use one thread fewer, and from time to time a run tries one more again (the
- * interval doubles while the cores stay busy). Which threads compute what never changes a result
+ * time one of the threads spent waiting; when that is a large share of the run and the kernel
+ * often took a core from the threads during it (involuntary context switches: another program
+ * wanted it), twice in a row, the next runs use one thread fewer, and from time to time a run
+ * tries one more again (the interval doubles while the cores stay busy). Waiting alone is not
+ * enough: on a virtual machine the host stops a virtual CPU now and then, which makes a peer wait
+ * just as long, but no thread of ours is switched out for it and fewer threads would not help -
+ * on a 2-vCPU VM, deciding on waiting alone cut Gemma-3 decode from ~50 to 31-46 tok/s. (Where the kernel
+ * does not count a thread's switches, as on macOS, waiting alone decides.) Which threads compute what never changes a result
  * (tasks split rows, never a sum), so this is a schedule only; el_pool_set_adaptive(pool, 0)
  * turns it off.
  *
  * Every waiter publishes that it sleeps (an atomic count) before re-checking its condition
  * under the mutex; every waker changes the condition first and then looks at the count, so a
  * wake-up is never lost (all atomics are sequentially consistent). */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* RUSAGE_THREAD */
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <time.h>
 #include "el_internal.h"
@@ -51,11 +60,25 @@
 #define ADAPT_MIN_RUN_NS 200000
 #define ADAPT_WAIT_PCT 35
 #define ADAPT_STREAK 2
+/* ... and its threads were switched out at least once per ADAPT_SWITCH_NS of it. Measured on a
+ * 2-vCPU VM, 2 threads, Gemma-3 decode steps of 17-50 ms: beside a busy loop 0.8-1.3 switches per
+ * ms; alone 0-6 per step (under 0.3 per ms) even when the host's pauses made a thread wait 50-70 %
+ * of a step. */
+#define ADAPT_SWITCH_NS 2000000
 #define PROBE_FIRST_NS 200000000LL
 #define PROBE_MAX_NS 3200000000LL
 
 /* time this thread spent waiting in the current run (at barriers; the caller also for the end) */
 static _Thread_local int64_t tl_wait_ns;
+
+/* Involuntary context switches of the calling thread so far; -1 where they are not counted. */
+static long preemptions(void) {
+#ifdef RUSAGE_THREAD
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) return ru.ru_nivcsw;
+#endif
+    return -1;
+}
 
 typedef struct {
     el_pool *pool;
@@ -80,6 +103,7 @@ struct el_pool {
     atomic_int bar_count;
     atomic_int bar_phase;
     int64_t *wait_ns;      /* per thread, the current run */
+    long *preempted;       /* per thread, involuntary switches in the current run (-1: unknown) */
     int adaptive, active, streak;
     int64_t probe_at, probe_gap;
     long long runs, reduced_runs;
@@ -133,8 +157,10 @@ static void *worker_main(void *arg) {
         spin = wa->ith < nth;
         if (!spin) continue;
         tl_wait_ns = 0;
+        const long sw = p->adaptive ? preemptions() : -1;
         p->fn(p->arg, wa->ith, nth);
         p->wait_ns[wa->ith] = tl_wait_ns;
+        p->preempted[wa->ith] = sw < 0 ? -1 : preemptions() - sw;
         if (atomic_fetch_add(&p->n_done, 1) == nth - 2) {
             /* the last worker: the caller may be asleep on n_done (it waits on the count, which
              * has a value it cannot see again until the next task) */
@@ -159,7 +185,8 @@ el_pool *el_pool_new(int n_threads) {
         pool->threads = calloc((size_t)n_threads, sizeof(pthread_t));
         pool->args = calloc((size_t)n_threads, sizeof(worker_arg));
         pool->wait_ns = calloc((size_t)n_threads, sizeof(int64_t));
-        if (!pool->threads || !pool->args || !pool->wait_ns) { el_pool_free(pool); return NULL; }
+        pool->preempted = calloc((size_t)n_threads, sizeof(long));
+        if (!pool->threads || !pool->args || !pool->wait_ns || !pool->preempted) { el_pool_free(pool); return NULL; }
         for (int i = 1; i < n_threads; i++) {
             pool->args[i].pool = pool;
             pool->args[i].ith = i;
@@ -189,6 +216,7 @@ void el_pool_free(el_pool *pool) {
     free(pool->threads);
     free(pool->args);
     free(pool->wait_ns);
+    free(pool->preempted);
     free(pool);
 }
 
@@ -212,8 +240,12 @@ void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long 
 static void adapt(el_pool *p, int nth, int probe, int64_t t0, int64_t t1) {
     if (nth == 1 || t1 - t0 < ADAPT_MIN_RUN_NS) return;  /* no peer to wait for, or too short */
     int64_t w = 0;
-    for (int i = 0; i < nth; i++) w = EL_MAX(w, p->wait_ns[i]);
-    const int contended = w * 100 > (t1 - t0) * ADAPT_WAIT_PCT;
+    long sw = 0;
+    for (int i = 0; i < nth; i++) {
+        w = EL_MAX(w, p->wait_ns[i]);
+        sw = p->preempted[i] < 0 || sw < 0 ? -1 : sw + p->preempted[i];
+    }
+    const int contended = w * 100 > (t1 - t0) * ADAPT_WAIT_PCT && (sw < 0 || sw * ADAPT_SWITCH_NS >= t1 - t0);
     if (probe) {
         if (contended) p->probe_gap = EL_MIN(2 * p->probe_gap, PROBE_MAX_NS);
         else { p->active = nth; p->probe_gap = PROBE_FIRST_NS; p->streak = 0; }
@@ -248,6 +280,7 @@ void el_pool_run(el_pool *pool, el_task_fn fn, void *arg) {
     atomic_store(&pool->ticket, (int)(run << NTH_BITS | (unsigned)nth));
     wake(pool, &pool->task_cv, &pool->task_sleepers);
     tl_wait_ns = 0;
+    const long sw = pool->adaptive ? preemptions() : -1;
     fn(arg, 0, nth);
     /* wait for n_done == nth - 1: spin on its value, sleep once the spin runs out */
     const int64_t tw = now_ns();
@@ -264,6 +297,7 @@ void el_pool_run(el_pool *pool, el_task_fn fn, void *arg) {
     }
     const int64_t t1 = now_ns();
     pool->wait_ns[0] = tl_wait_ns + (t1 - tw);
+    pool->preempted[0] = sw < 0 ? -1 : preemptions() - sw;
     if (pool->adaptive) adapt(pool, nth, probe, t0, t1);
 }
 
