@@ -14,11 +14,11 @@
  * wanted it), twice in a row, the next runs use one thread fewer, and from time to time a run
  * tries one more again (the interval doubles while the cores stay busy). Waiting alone is not
  * enough: on a virtual machine the host stops a virtual CPU now and then, which makes a peer wait
- * just as long, but no thread of ours is switched out for it and fewer threads would not help -
- * on a 2-vCPU VM, deciding on waiting alone cut Gemma-3 decode from ~50 to 31-46 tok/s. (Where the kernel
- * does not count a thread's switches, as on macOS, waiting alone decides.) Which threads compute what never changes a result
- * (tasks split rows, never a sum), so this is a schedule only; el_pool_set_adaptive(pool, 0)
- * turns it off.
+ * just as long, but no thread of ours is switched out and fewer threads do not help (on a 2-vCPU
+ * VM, deciding on waiting alone cut Gemma-3 decode from ~50 to 31-46 tok/s). Where the kernel
+ * does not count a thread's switches (macOS), waiting alone decides. Which threads compute what
+ * never changes a result (tasks split rows, never a sum), so this is a schedule only;
+ * el_pool_set_adaptive(pool, 0) turns it off.
  *
  * Every waiter publishes that it sleeps (an atomic count) before re-checking its condition
  * under the mutex; every waker changes the condition first and then looks at the count, so a
@@ -186,7 +186,10 @@ el_pool *el_pool_new(int n_threads) {
         pool->args = calloc((size_t)n_threads, sizeof(worker_arg));
         pool->wait_ns = calloc((size_t)n_threads, sizeof(int64_t));
         pool->preempted = calloc((size_t)n_threads, sizeof(long));
-        if (!pool->threads || !pool->args || !pool->wait_ns || !pool->preempted) { el_pool_free(pool); return NULL; }
+        if (!pool->threads || !pool->args || !pool->wait_ns || !pool->preempted) {
+            el_pool_free(pool);
+            return NULL;
+        }
         for (int i = 1; i < n_threads; i++) {
             pool->args[i].pool = pool;
             pool->args[i].ith = i;
@@ -245,7 +248,8 @@ static void adapt(el_pool *p, int nth, int probe, int64_t t0, int64_t t1) {
         w = EL_MAX(w, p->wait_ns[i]);
         sw = p->preempted[i] < 0 || sw < 0 ? -1 : sw + p->preempted[i];
     }
-    const int contended = w * 100 > (t1 - t0) * ADAPT_WAIT_PCT && (sw < 0 || sw * ADAPT_SWITCH_NS >= t1 - t0);
+    const int contended =
+        w * 100 > (t1 - t0) * ADAPT_WAIT_PCT && (sw < 0 || sw * ADAPT_SWITCH_NS >= t1 - t0);
     if (probe) {
         if (contended) p->probe_gap = EL_MIN(2 * p->probe_gap, PROBE_MAX_NS);
         else { p->active = nth; p->probe_gap = PROBE_FIRST_NS; p->streak = 0; }
