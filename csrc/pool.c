@@ -249,7 +249,7 @@ static void adapt(el_pool *p, int nth, int probe, int64_t t0, int64_t t1) {
         sw = p->preempted[i] < 0 || sw < 0 ? -1 : sw + p->preempted[i];
     }
     const int contended =
-        w * 100 > (t1 - t0) * ADAPT_WAIT_PCT && (sw < 0 || sw * ADAPT_SWITCH_NS >= t1 - t0);
+        w * 100 > (t1 - t0) * ADAPT_WAIT_PCT && (sw < 0 || (int64_t)sw * ADAPT_SWITCH_NS >= t1 - t0);
     if (probe) {
         if (contended) p->probe_gap = EL_MIN(2 * p->probe_gap, PROBE_MAX_NS);
         else { p->active = nth; p->probe_gap = PROBE_FIRST_NS; p->streak = 0; }
