@@ -17,4 +17,4 @@ fi
 
 python3 -m pip install -q ".[test]"
 # run from tests/ so the installed package (with its compiled kernels) is what gets imported
-exec python3 -m pytest -q -p no:cacheprovider --rootdir=. tests "$@"
+exec python3 -m pytest -q -p no:cacheprovider --durations=15 --rootdir=. tests "$@"
