@@ -7,6 +7,7 @@
     python scripts/bench_serve.py --url http://127.0.0.1:8080 -c 8      # a server already running
     python scripts/bench_serve.py -c 1,8 --json-schema scripts/bench_serve_schema.json --llama-server ...
     python scripts/bench_serve.py gemma3-270m --vs-generate 4 -r 3     # one client against `edgellm generate`
+    python scripts/bench_serve.py -c 8,16 -r 3 --llama-server ... --base-python /other/venv/bin/python  # before/after
 
 Each client holds one keep-alive connection and sends streaming chat completions back to back:
 a shared system prompt, a user message of its own, 128 tokens each (end-of-generation tokens
@@ -16,7 +17,11 @@ then edgellm, --rounds times; medians over rounds), both started once, on the sa
 count and slots (llama-server's -c is --parallel x --seq-ctx, edgellm's -c is --seq-ctx). Reported:
 aggregate generated tok/s (all tokens / wall time of the level), time to first token p50/p95/p99,
 end-to-end latency p50/p99, per-stream decode tok/s (median of (tokens - 1) / (end - first token)),
-errors; and the ratios edgellm / llama-server. --json-schema FILE sends every request with
+errors, tokens per second of the server's CPU time (what load from other programs disturbs
+least), and for edgellm where its engine steps' wall time went (ms per step by phase, from
+/metrics); and the ratios edgellm / llama-server. --base-python PYTHON runs a second edgellm,
+"edgellm-base", from another environment (an older build) taking turns with the others, for
+before/after figures in one run. --json-schema FILE sends every request with
 response_format json_schema (both servers constrain it; replies end where the schema does, so
 their lengths vary and tok/s counts usage.completion_tokens). --soak MINUTES keeps -c clients busy that long and
 prints each minute's throughput (content events streamed within it), the server's resident memory,
@@ -259,7 +264,7 @@ def median_of(rounds: list[dict]) -> dict:
 
 COLUMNS = [("agg tok/s", "agg_tps", "{:.1f}"), ("TTFT p50", "ttft_p50", "{:.3f}"), ("p95", "ttft_p95", "{:.3f}"),
            ("p99", "ttft_p99", "{:.3f}"), ("E2E p50", "e2e_p50", "{:.2f}"), ("p99", "e2e_p99", "{:.2f}"),
-           ("stream tok/s", "stream_tps", "{:.1f}")]
+           ("stream tok/s", "stream_tps", "{:.1f}"), ("tok/server CPU s", "tok_per_cpu_s", "{:.1f}")]
 
 
 def table(levels: dict[int, dict[str, dict]]) -> str:
@@ -269,11 +274,41 @@ def table(levels: dict[int, dict[str, dict]]) -> str:
         for name, s in by_server.items():
             cells = [fmt.format(s[key]) for _, key, fmt in COLUMNS]
             lines.append(f"| {n} | {name} | " + " | ".join(cells) + f" | {s['errors']}/{s['requests']} |")
-        if len(by_server) == 2:
-            a, b = by_server["edgellm"], by_server["llama-server"]
-            cells = [f"{a[key] / b[key]:.2f}x" if b[key] else "-" for _, key, _ in COLUMNS]
-            lines.append(f"| {n} | edgellm / llama | " + " | ".join(cells) + " | |")
+        b = by_server.get("llama-server")
+        for name, a in by_server.items():
+            if b is not None and name != "llama-server":
+                cells = [f"{a[key] / b[key]:.2f}x" if b[key] else "-" for _, key, _ in COLUMNS]
+                lines.append(f"| {n} | {name} / llama | " + " | ".join(cells) + " | |")
     return "\n".join(lines)
+
+
+def step_phases(host: str, port: int, headers: dict) -> dict[str, float] | None:
+    """edgellm's engine_step_seconds by phase and its step count, from /metrics (None: another server)."""
+    req = urllib.request.Request(f"http://{host}:{port}/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'edgellm_engine_step_seconds_total\{phase="(\w+)"\} (\S+)', line)
+        if m:
+            out[m[1]] = float(m[2])
+        elif line.startswith("edgellm_engine_steps_total "):
+            out["steps"] = float(line.split()[1])
+    return out if "steps" in out and len(out) > 1 else None
+
+
+def phases_text(before: dict | None, after: dict | None) -> str:
+    """ms per step by phase between two step_phases() readings."""
+    if not before or not after or after["steps"] <= before["steps"]:
+        return ""
+    steps = after["steps"] - before["steps"]
+    ms = {k: 1000 * (after[k] - before[k]) / steps for k in after if k != "steps"}
+    python = sum(v for k, v in ms.items() if k != "decode")
+    return (f"{steps:.0f} steps, ms per step: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
+            + f" (Python {100 * python / (python + ms.get('decode', 0)):.0f}% of the step)")
 
 
 def tail_ratios(s: dict) -> str:
@@ -387,6 +422,7 @@ async def bench_levels(servers: list[Server], levels: list[int], args, fields) -
         rounds: dict[str, list[dict]] = {s.name: [] for s in servers}
         for r in range(args.rounds):
             for s in servers:
+                phases = step_phases(s.host, s.port, s.headers)
                 cpu, busy = cpu_seconds(s.pid), machine_busy_seconds()
                 results, wall = await run_clients(s.host, s.port, s.model, n, n_tokens=args.n_tokens, fields=fields,
                                                   headers=s.headers, requests_each=args.requests)
@@ -396,11 +432,14 @@ async def bench_levels(servers: list[Server], levels: list[int], args, fields) -
                 # included): a busy machine slows a server whose threads wait for each other
                 summary["server_cores"] = (cpu_seconds(s.pid) - cpu) / wall
                 summary["other_cores"] = (machine_busy_seconds() - busy) / wall - summary["server_cores"]
+                summary["tok_per_cpu_s"] = summary["agg_tps"] / summary["server_cores"] if summary["server_cores"] else 0.0
+                summary["phases"] = phases_text(phases, step_phases(s.host, s.port, s.headers))
                 rounds[s.name].append(summary)
                 print(f"  {n} clients, round {r + 1}, {s.name}: {summary['agg_tps']:.1f} tok/s, "
                       f"TTFT p99 {summary['ttft_p99']:.3f} s, errors {summary['errors']}/{summary['requests']}"
                       + (f" e.g. {summary['error_examples'][0]}" if summary["error_examples"] else "")
-                      + f"; CPU cores: server {summary['server_cores']:.2f}, everything else {summary['other_cores']:.2f}",
+                      + f"; CPU cores: server {summary['server_cores']:.2f}, everything else {summary['other_cores']:.2f}"
+                      + (f"; {summary['phases']}" if summary["phases"] else ""),
                       file=sys.stderr, flush=True)
         out[n] = {name: median_of(rs) for name, rs in rounds.items()}
     return out
@@ -540,6 +579,7 @@ def main() -> None:
     ap.add_argument("--seq-ctx", type=int, default=2048, help="context per sequence")
     ap.add_argument("--max-queue", type=int, default=256, help="edgellm's --max-queue")
     ap.add_argument("--llama-server", help="llama-server binary: run it too, same prompts, same run")
+    ap.add_argument("--base-python", help="also run edgellm from this Python (another build) as edgellm-base")
     ap.add_argument("--url", help="benchmark a server already running here (http://127.0.0.1:PORT) instead")
     ap.add_argument("--api-key", default=os.environ.get("EDGELLM_API_KEY"), help="for --url servers that need one")
     ap.add_argument("--soak", type=float, metavar="MINUTES", help="run the first -c level this long; per minute")
@@ -578,10 +618,12 @@ def main() -> None:
                 servers.append(start("llama-server", [args.llama_server, "-m", str(path), "-t", str(args.threads),
                                                       "-c", str(args.seq_ctx * args.parallel), "-np", str(args.parallel),
                                                       "--host", "127.0.0.1", "--port", str(port)], port, logdir))
-            port = free_port()
-            servers.append(start("edgellm", [sys.executable, "-m", "edgellm", "serve", str(path), "-t", str(args.threads),
-                                             "-c", str(args.seq_ctx), "--parallel", str(args.parallel),
-                                             "--max-queue", str(args.max_queue), "--port", str(port)], port, logdir))
+            builds = ([("edgellm-base", args.base_python)] if args.base_python else []) + [("edgellm", sys.executable)]
+            for name, python in builds:
+                port = free_port()
+                servers.append(start(name, [python, "-m", "edgellm", "serve", str(path), "-t", str(args.threads),
+                                            "-c", str(args.seq_ctx), "--parallel", str(args.parallel),
+                                            "--max-queue", str(args.max_queue), "--port", str(port)], port, logdir))
         if args.json_schema:  # the schema ends each reply: no banned end tokens, lengths vary (usage counts them)
             schema = json.loads(Path(args.json_schema).read_text())
             fields = {"response_format": {"type": "json_schema", "json_schema": {"name": "bench", "schema": schema}}}
@@ -612,7 +654,8 @@ def main() -> None:
             for n, by in results.items():
                 for name, s in by.items():
                     print(f"{n} clients, {name}: {tail_ratios(s)}; RSS {s['rss_mib']:.1f} MiB; CPU cores: server "
-                          f"{s['server_cores']:.2f}, everything else {s['other_cores']:.2f} (medians of rounds)")
+                          f"{s['server_cores']:.2f}, everything else {s['other_cores']:.2f} (medians of rounds)"
+                          + (f"; last round: {s['phases']}" if s.get("phases") else ""))
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
     finally:

@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -139,6 +140,57 @@ def test_prefix_cache_and_forks_give_the_same_tokens(model_dir, monkeypatch, bac
     assert [r.generated for r in group] == single
     assert llm._pool.cow_copies > 0  # the forks shared the prompt's partial block until they wrote
     assert llm._pool.blocks_in_use() == 0
+
+
+def test_logit_bias_on_forks_and_among_others_gives_the_tokens_alone(model_dir, monkeypatch):
+    """logit_bias is added to a row of the step's logits in place, except on the row n > 1
+    forks share (sampled by each sibling, then the leader): each fork and each request among
+    others gets what it gets alone with the same bias."""
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
+    ps = prompts(4, seed=31)
+    bias = {t: 40.0 for t in range(40, 60)} | {t: -100.0 for t in range(3, 20)}
+
+    def hot(i):  # the tiny model's logits spread over ~100: a high temperature lets the bias show
+        return SamplingParams(temperature=20.0, top_k=0, top_p=1.0, min_p=0.0, seed=i)
+
+    def alone(p, sp):
+        eng = BatchEngine(llm, prefix_cache=False)
+        req = eng.submit(p, max_tokens=8, sampling=sp, logit_bias=bias)
+        eng.run_until_done([req])
+        return req.generated
+
+    eng = BatchEngine(llm, max_seqs=8)
+    group = eng.submit(ps[0], max_tokens=8, sampling=hot(3), n=3, logit_bias=bias)
+    others = [eng.submit(p, max_tokens=8, sampling=hot(10 + i), logit_bias=bias) for i, p in enumerate(ps[1:])]
+    eng.run_until_done(group + others)
+    assert [r.generated for r in group] == [alone(ps[0], hot(3 + i)) for i in range(3)]
+    assert [r.generated for r in others] == [alone(p, hot(10 + i)) for i, p in enumerate(ps[1:])]
+    picked = [t for r in group + others for t in r.generated]
+    assert sum(40 <= t < 60 for t in picked) > len(picked) // 4 and not any(3 <= t < 20 for t in picked)
+
+
+def test_step_listeners_and_phase_times(model_dir, monkeypatch):
+    """Events of a step are emitted inside it (in_step) and step listeners run after each step,
+    on the stepping thread; the phases' times add up to the steps' wall time."""
+    use_engine_path(monkeypatch, BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=2)
+    eng = BatchEngine(llm, max_seqs=4)
+    log = []
+    eng.add_step_listener(lambda: log.append(("step", eng.in_step())))
+    reqs = [eng.submit(p, max_tokens=4, sampling=GREEDY, on_event=lambda r, ev: log.append(("ev", eng.in_step())))
+            for p in prompts(3, seed=41)]
+    assert not eng.in_step()
+    t = time.perf_counter_ns()
+    eng.run_until_done(reqs)
+    wall = time.perf_counter_ns() - t
+    assert ("ev", False) not in log and ("step", True) not in log
+    assert log.count(("step", False)) == eng.steps and log[-1] == ("step", False)
+    assert sum(1 for k, _ in log if k == "ev") >= 3 * (4 + 1)  # 4 tokens and the end of each
+    ph = eng.stats()["step_seconds"]
+    assert set(ph) == {"schedule", "batch", "decode", "sample", "emit"}
+    assert min(ph.values()) > 0
+    assert 0.5 * wall < 1e9 * sum(ph.values()) <= wall
 
 
 def test_requests_sharing_a_prompt_sent_together_evaluate_it_once(model_dir, monkeypatch):

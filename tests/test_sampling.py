@@ -15,6 +15,7 @@ from edgellm.sampling import (
     apply_penalties,
     find_stop,
     min_p,
+    sample_rows,
     top_k,
     top_p,
 )
@@ -446,6 +447,39 @@ def test_stop_checker_rejects_bad_stops():
     with pytest.raises(ValueError, match="non-empty"):
         StopChecker(["</s>", ""])
     assert StopChecker([]).feed("anything") == ("anything", False)
+
+
+@pytest.mark.parametrize("n_vocab", [49152, 64 * 700 + 37])
+def test_sample_rows_draws_what_each_row_draws_alone(n_vocab):
+    """sample_rows (a step's rows sampled together, the vocabulary-wide passes shared) gives each
+    row the token, and leaves its random generator in the state, that sample() on that row alone
+    does: rows of several top_k values (the batched ones), ties at the cut, rows that fall back
+    (greedy, penalties, top_k off or too wide, -inf and +inf logits, NaN), over steps."""
+    rng = np.random.default_rng(7)
+    kinds = [dict(top_k=40), dict(top_k=40, top_p=1.0, min_p=0.0), dict(top_k=5, temperature=2.0),
+             dict(top_k=40, min_p=0.2), dict(top_k=40), dict(temperature=0.0), dict(top_k=0),
+             dict(top_k=40, repeat_penalty=1.3), dict(top_k=5000), dict(top_k=40), dict(top_k=40), dict(top_k=40)]
+    params = [SamplingParams(**{**dict(temperature=0.8, top_p=0.95, min_p=0.05, seed=i), **kw}) for i, kw in enumerate(kinds)]
+    together = [Sampler(p, n_vocab) for p in params]
+    alone = [Sampler(p, n_vocab) for p in params]
+    history = list(range(30))
+    for step in range(6):
+        x = (rng.standard_normal((len(params) + 2, n_vocab)) * 3).astype(np.float32)
+        x[1] = np.round(x[1])  # many ties, at the cut too
+        x[9, 17] = -np.inf  # a banned token: the row falls back
+        x[10, 5] = np.inf if step % 2 else np.float32(1e30)
+        if step == 3:
+            x[11, 8] = np.nan
+        rows = [r + 1 for r in range(len(params))][::-1]  # not in order, and not the block's first row
+        got = sample_rows(together[::-1], x, rows, [history] * len(params))[::-1]
+        for i, s in enumerate(alone):
+            try:
+                want = s.sample(x[i + 1], history)
+            except ValueError as exc:
+                want = str(exc)
+            assert (str(got[i]) if isinstance(got[i], ValueError) else got[i]) == want, (step, i)
+    for a, b in zip(together, alone):  # the generators went through the same draws
+        assert a.rng.random() == b.rng.random()
 
 
 @pytest.mark.parametrize("n_allowed, top_k, top_p",

@@ -219,6 +219,9 @@ def test_metrics(client, server):
         assert after[f"edgellm_{hist}_count"] == before.get(f"edgellm_{hist}_count", 0) + 1
     key = 'edgellm_http_requests_total{route="/v1/chat/completions",status="200"}'
     assert after[key] == before.get(key, 0) + 1
+    for phase in ("schedule", "batch", "decode", "sample", "emit"):  # where the engine steps' time went
+        key = f'edgellm_engine_step_seconds_total{{phase="{phase}"}}'
+        assert after[key] > before.get(key, 0)
 
 
 def test_a_shared_system_prompt_comes_from_the_prefix_cache(client):

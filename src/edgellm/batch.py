@@ -9,6 +9,7 @@ the slots, so that stays true).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Sequence as Seq
 
@@ -30,6 +31,9 @@ class Step:
     def __init__(self):
         self.entries: list[Entry] = []
         self.n_tokens = 0
+        self.decode_ns = 0  # the engine call's wall time (run)
+        self.logits = None  # after run: all the step's rows of logits, [rows wanted, n_vocab]
+        self.rows: list[int | None] = []  # after run: each entry's first row in self.logits (None: no logits)
 
     def add(self, seq: Sequence, tokens: Seq[int], logits: int = LOGITS_LAST) -> None:
         self.entries.append(Entry(seq, [int(t) for t in tokens], logits))
@@ -65,10 +69,14 @@ class Step:
             seq_len[i] = e.seq.n
             tables[:, i] = e.seq.tables[:, :mb]
             r += k
+        t = time.perf_counter_ns()
         logits = engine.decode(n, len(ents), mb, llama_order=llama_order, out=out)
+        self.decode_ns = time.perf_counter_ns() - t
         results, o = [], 0
+        self.logits, self.rows = logits, []
         for e in ents:
             pool.commit(e.seq, e.tokens)
+            self.rows.append(o if e.logits != LOGITS_NONE else None)
             if e.logits == LOGITS_ALL:
                 results.append(logits[o:o + len(e.tokens)])
                 o += len(e.tokens)

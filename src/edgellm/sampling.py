@@ -156,9 +156,19 @@ def top_k(c: Candidates, k: int) -> Candidates:
     n = c.ids.shape[0]
     if k <= 0 or k >= n:
         return c
-    if n // _TOP_K_ROWS >= _TOP_K_MIN_COLUMNS * k:
+    if _narrows(n, k):
         c = _top_k_contenders(c, k)
-        n = c.ids.shape[0]
+    return _top_k_among(c, k)
+
+
+def _narrows(n: int, k: int) -> bool:
+    """Whether top_k over n tokens first narrows them to contenders (0 < k < n)."""
+    return n // _TOP_K_ROWS >= _TOP_K_MIN_COLUMNS * k
+
+
+def _top_k_among(c: Candidates, k: int) -> Candidates:
+    """top_k once c holds the k best and their ties (the contenders, or everything)."""
+    n = c.ids.shape[0]
     cut = np.partition(c.logits, n - k)[n - k]  # O(n) selection: the k-th largest value
     best = np.flatnonzero(c.logits >= cut)
     extra = best.shape[0] - k
@@ -190,6 +200,61 @@ def _top_k_contenders(c: Candidates, k: int) -> Candidates:
     idx = np.concatenate((rows * cols + hit[j], body + np.flatnonzero(tail >= floor)))
     idx.sort()
     return Candidates(c.ids[idx], x[idx])
+
+
+def _contenders_of_rows(x: np.ndarray, members: list[int], k: int, ids: np.ndarray) -> list[Candidates]:
+    """_top_k_contenders(all_candidates(x[r], ids), k) for each row r of members, exactly (the
+    same floors: an order statistic has one value), with the column maxima of all of x's rows
+    taken in one numpy call and the floors in another, instead of one of each per row."""
+    n = x.shape[1]
+    cols = n // _TOP_K_ROWS
+    body = cols * _TOP_K_ROWS
+    grid = x[:, :body].reshape(x.shape[0], _TOP_K_ROWS, cols)  # (a view when n is a multiple of 64)
+    col_max = grid.max(axis=1)
+    tail = x[:, body:]
+    maxima = np.concatenate((col_max[members], tail[members]), axis=1)
+    m = maxima.shape[1]
+    floors = np.partition(maxima, m - k, axis=1)[:, m - k]
+    out = []
+    for r, floor in zip(members, floors):
+        hit = np.flatnonzero(col_max[r] >= floor)
+        rr, j = np.nonzero(grid[r][:, hit] >= floor)
+        idx = np.concatenate((rr * cols + hit[j], body + np.flatnonzero(tail[r] >= floor)))
+        idx.sort()
+        out.append(Candidates(ids[idx], x[r][idx]))
+    return out
+
+
+def sample_rows(samplers: list, x: np.ndarray, rows: list[int], histories: list) -> list:
+    """[samplers[i].sample(x[rows[i]], histories[i]) for each i]: the same tokens (and random
+    draws), with the passes over the vocabulary made once for all rows where they can be. Rows
+    whose sampler draws (temperature > 0) with no penalties and a top_k that narrows, and whose
+    logits are finite, share one call each for the maxima, the minima and the top-k contenders
+    (_contenders_of_rows); the rest are sampled one by one. x: float32 [rows, n_vocab] (the
+    step's logits; the rows between the first and the last of `rows` are read). A row whose
+    sampler raises ValueError gets the exception in its place."""
+    out: list = [None] * len(rows)
+    if len(rows) > 1 and x.dtype == np.float32 and x.ndim == 2:
+        lo = min(rows)
+        xs = x[lo:max(rows) + 1]
+        best, worst = xs.max(axis=1), xs.min(axis=1)
+        finite = np.isfinite(best) & np.isfinite(worst)
+        groups: dict[int, list[int]] = {}  # top_k -> positions in rows
+        for i, s in enumerate(samplers):
+            if finite[rows[i] - lo] and s._batchable(x.shape[1], histories[i]):
+                groups.setdefault(s.params.top_k, []).append(i)
+        for k, members in groups.items():
+            if len(members) > 1:
+                cands = _contenders_of_rows(xs, [rows[i] - lo for i in members], k, samplers[members[0]]._ids)
+                for i, c in zip(members, cands):
+                    out[i] = samplers[i]._draw_top_k(c)
+    for i, s in enumerate(samplers):
+        if out[i] is None:
+            try:
+                out[i] = s.sample(x[rows[i]], histories[i])
+            except ValueError as exc:
+                out[i] = exc
+    return out
 
 
 def _softmax_weights(logits: np.ndarray) -> np.ndarray:
@@ -346,10 +411,10 @@ class Sampler:
     def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Next token id in [0, n_vocab) given this step's logits and the ids so far (prompt and
         generated, the window penalties look at)."""
-        x = self._penalized(logits, history)
+        x, best = self._penalized(logits, history)
         if self.params.greedy:
             return int(np.argmax(x))  # first of the tied maxima, as llama.cpp's greedy
-        return draw(self._filtered(x), self._rng)
+        return draw(self._filtered(x, best), self._rng)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -359,9 +424,11 @@ class Sampler:
     def candidates(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
         """What sample() draws from (temperature > 0): the tokens the filters keep and their
         logits after temperature, whose softmax is the distribution of the draw."""
-        return self._filtered(self._penalized(logits, history))
+        return self._filtered(*self._penalized(logits, history))
 
-    def _penalized(self, logits, history) -> np.ndarray:
+    def _penalized(self, logits, history) -> tuple[np.ndarray, np.float32]:
+        """The logits after penalties, and their maximum (the filters reuse it: one pass fewer
+        over the vocabulary)."""
         p = self.params
         x = apply_penalties(
             self._check_logits(logits),
@@ -376,7 +443,7 @@ class Sampler:
             raise ValueError("logits contain NaN")
         if best == -np.inf:
             raise ValueError("every logit is -inf: no token can be chosen")
-        return x
+        return x, best
 
     def _top_k_skips_masked(self, x: np.ndarray) -> bool:
         """Whether top-k over all of ``x`` keeps exactly what it keeps over the tokens not at
@@ -389,9 +456,9 @@ class Sampler:
         masked = int(np.count_nonzero(x == -np.inf))
         return 2 * masked < n and n - masked >= k
 
-    def _filtered(self, x: np.ndarray) -> Candidates:
+    def _filtered(self, x: np.ndarray, best) -> Candidates:
         p = self.params
-        if x.max() == np.inf:  # +inf tokens take all the probability, shared equally
+        if best == np.inf:  # +inf tokens take all the probability, shared equally
             x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
         c = all_candidates(x, self._ids)
         if x.min() == -np.inf and not self._top_k_skips_masked(x):
@@ -400,7 +467,24 @@ class Sampler:
             # values is ~16x slower (9 ms instead of 0.6 on Gemma's 262k).
             live = np.flatnonzero(x != -np.inf)
             c = Candidates(c.ids[live], x[live])
-        c = top_k(c, p.top_k)
+        return self._nucleus(top_k(c, p.top_k))
+
+    def _batchable(self, n_vocab: int, history) -> bool:
+        """Whether sample() on finite float32 logits of this vocabulary is _draw_top_k of their
+        top-k contenders: a draw, no penalties, a top_k that narrows (sample_rows)."""
+        p = self.params
+        no_penalties = (p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0) \
+            or p.repeat_last_n == 0 or len(history) == 0
+        return (not p.greedy and no_penalties and n_vocab == self.n_vocab and 0 < p.top_k < n_vocab
+                and _narrows(n_vocab, p.top_k))
+
+    def _draw_top_k(self, contenders: Candidates) -> int:
+        """sample()'s token given the top-k contenders of its logits (sample_rows)."""
+        return draw(self._nucleus(_top_k_among(contenders, self.params.top_k)), self._rng)
+
+    def _nucleus(self, c: Candidates) -> Candidates:
+        """min_p and top_p, then temperature: the filters after top_k."""
+        p = self.params
         if p.min_p > 0 and p.top_p < 1:
             # min_p(top_p(c)): both keep a best-first prefix of c, so this is the shorter prefix,
             # found faster by cutting with min_p first (one mask) and running top_p on the few

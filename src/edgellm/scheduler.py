@@ -40,7 +40,7 @@ import numpy as np
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .errors import ContextOverflowError, EdgeLLMError
 from .kv_cache import BLOCK, SWA_MARGIN, KVCacheFullError
-from .sampling import Sampler, SamplingParams, StopChecker
+from .sampling import Sampler, SamplingParams, StopChecker, sample_rows
 from .speculative import SpecState, costs_for
 from .speculative import propose as propose_drafts
 from .speculative import resolve as resolve_speculative
@@ -50,6 +50,11 @@ _ENGINE_DEFAULT = object()  # submit(speculative=): the engine's setting
 DEFAULT_MAX_SEQS = 16
 DEFAULT_MAX_TOKENS = 256
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API
+# a step's wall time, in the order it runs: cancellations, admissions and planning; filling the
+# batch arrays and committing slots; the engine call (C, the GIL released); logit_bias and the
+# samplers; the rest of handling each new token (detokenizing, stop strings, events to listeners;
+# speculative rows' verification)
+STEP_PHASES = ("schedule", "batch", "decode", "sample", "emit")
 
 
 class QueueFullError(EdgeLLMError):
@@ -106,6 +111,11 @@ class Request:
         self.sampling = sampling
         self.logprobs = logprobs
         self.logit_bias = logit_bias
+        self._bias = None  # logit_bias as arrays (ids, biases): x[ids] += biases adds each as `x[tok] += bias` would
+        if logit_bias:
+            values = list(logit_bias.values())
+            self._bias = (np.fromiter(logit_bias, dtype=np.int64, count=len(values)),
+                          np.array(values, dtype=np.result_type(np.float32, *values)))
         self.on_event = on_event
         llm = engine.llm
         self.sampler = Sampler(sampling, llm.n_vocab)
@@ -233,6 +243,11 @@ class BatchEngine:
         self.draft_tokens = 0
         self.accepted_tokens = 0
         self._decode_rows = 0  # rows of the planned step that decode (the rest: prompt chunks)
+        # where steps' wall time went (ns, see STEP_PHASES); _sample_ns: this step's sampler calls
+        self.phase_ns = dict.fromkeys(STEP_PHASES, 0)
+        self._sample_ns = 0
+        self._step_listeners: list[Callable[[], None]] = []
+        self._stepping: int | None = None  # the thread running a step
 
     # -- the public interface --
 
@@ -354,7 +369,8 @@ class BatchEngine:
                     kv_blocks_cached=pool.blocks_cached(), kv_blocks_total=pool.limit_blocks,
                     kv_block_tokens=BLOCK, prompt_tokens_cached=pool.hits, steps=self.steps,
                     tokens_generated=self.tokens_generated, preemptions=self.preemptions,
-                    draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens)
+                    draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens,
+                    step_seconds={k: v * 1e-9 for k, v in self.phase_ns.items()})
 
     @property
     def idle(self) -> bool:
@@ -436,10 +452,26 @@ class BatchEngine:
         """One scheduling step: cancellations, admissions, one engine call, sampling. Returns
         False when there was nothing to do."""
         with self._step_lock:
-            return self._step()
+            self._stepping = threading.get_ident()
+            try:
+                return self._step()
+            finally:
+                self._stepping = None
+                for fn in self._step_listeners:
+                    fn()
+
+    def add_step_listener(self, fn: Callable[[], None]) -> None:
+        """Call fn() after every step, on the thread that ran it, when the step's events have all
+        been emitted: a listener that holds events back during a step (in_step) hands them on."""
+        self._step_listeners.append(fn)
+
+    def in_step(self) -> bool:
+        """Whether the calling thread is running a step (step listeners will run after it)."""
+        return self._stepping == threading.get_ident()
 
     def _step(self) -> bool:
         llm = self.llm
+        t0 = time.perf_counter_ns()
         with self._lock:
             for r in [r for r in self._running + self._waiting if r._cancel]:
                 self._drop(r)
@@ -455,16 +487,32 @@ class BatchEngine:
             step, fed = self._plan(running)
             if not len(step):
                 return False
-            t = time.perf_counter()
+            t1 = time.perf_counter_ns()
             results = step.run(llm._engine, llm._pool)
+        t2 = time.perf_counter_ns()
         self.steps += 1
-        for (req, sample), logits in zip(fed, results):
-            if sample and req._draft:
+        plain, rows = [], []  # requests that only draw a token (sampled together), their rows
+        for (req, sample), logits, row in zip(fed, results, step.rows):
+            if not sample or req.finish_reason is not None:
+                continue
+            if req._draft:
                 self._verify(req, logits)
-            elif sample:
+            elif req.group is None and req.guide is None:
+                plain.append(req)
+                rows.append(row)
+            else:  # forks to make (n > 1), a grammar to follow
                 self._sample(req, logits)
+        self._sample_rows(step.logits, plain, rows)
+        t3 = time.perf_counter_ns()
         if self._decode_rows == step.n_tokens:  # the cost line speculation decides by
-            costs_for(llm).observe(step.n_tokens, time.perf_counter() - t)
+            costs_for(llm).observe(step.n_tokens, (t2 - t1) * 1e-9)
+        ph = self.phase_ns
+        ph["schedule"] += t1 - t0
+        ph["batch"] += t2 - t1 - step.decode_ns
+        ph["decode"] += step.decode_ns
+        ph["emit"] += t3 - t2 - self._sample_ns
+        ph["sample"] += self._sample_ns
+        self._sample_ns = 0
         return True
 
     # -- inside a step --
@@ -619,10 +667,10 @@ class BatchEngine:
         if req.finish_reason is not None:
             return
         x = rows
-        if req.logit_bias:
+        if req._bias is not None:
+            ids, vals = req._bias
             x = np.array(rows)
-            for tok, bias in req.logit_bias.items():
-                x[:, int(tok)] += bias
+            x[:, ids] += vals
         eog = frozenset() if req.ignore_eos else self.llm.tokenizer.eog_ids
         try:
             toks, taken = req.spec.verify(req.sampler, x, req.history, drafts, guide=req.guide, eog=eog)
@@ -651,7 +699,9 @@ class BatchEngine:
             self._waiting.insert(0, req)
             self.preemptions += 1
 
-    def _sample(self, req: Request, logits: np.ndarray) -> None:
+    def _sample(self, req: Request, logits: np.ndarray, shared: bool = False) -> None:
+        """Sample req's next token from its row of the step's logits, which it may change in
+        place (logit_bias) unless shared (a sibling's row, sampled before its leader's)."""
         if req.finish_reason is not None:
             return
         siblings = [s for s in (req.group or []) if s.leader is req and s.seq is None and s.finish_reason is None]
@@ -660,18 +710,47 @@ class BatchEngine:
                 sib.seq = self.llm._pool.fork(req.seq)
             sib.usage.cached_tokens = req.usage.cached_tokens
             sib.leader = None
-            self._sample(sib, logits)
-        x = logits
-        if req.logit_bias:
-            x = np.array(logits)
-            for tok, bias in req.logit_bias.items():
-                x[int(tok)] += bias
+            self._sample(sib, logits, shared=True)
+        t = time.perf_counter_ns()
         try:
-            tok = req.sampler.sample(x, req.history) if req.guide is None else req.guide.sample(req.sampler, x, req.history)
+            tok, x = self._draw(req, logits, shared)
         except (ValueError, EdgeLLMError) as exc:
             self._fail(req, str(exc))
             return
+        finally:
+            self._sample_ns += time.perf_counter_ns() - t
         self._take(req, tok, x)
+
+    def _sample_rows(self, x: np.ndarray, reqs: list[Request], rows: list[int]) -> None:
+        """Sample reqs, whose logits are rows of x (their logit_bias added in place), in one
+        sampling.sample_rows call, then hand each its token."""
+        if not reqs:
+            return
+        t = time.perf_counter_ns()
+        for req, r in zip(reqs, rows):
+            if req._bias is not None:
+                ids, vals = req._bias
+                x[r, ids] += vals
+        got = sample_rows([r.sampler for r in reqs], x, rows, [r.history for r in reqs])
+        self._sample_ns += time.perf_counter_ns() - t
+        for req, r, tok in zip(reqs, rows, got):
+            if isinstance(tok, BaseException):
+                self._fail(req, str(tok))
+            else:
+                self._take(req, tok, x[r])
+
+    @staticmethod
+    def _draw(req: Request, logits: np.ndarray, shared: bool = False) -> tuple[int, np.ndarray]:
+        """req's next token from its row of logits, and the logits it came from (with its
+        logit_bias, added in place unless the row is shared)."""
+        x = logits
+        if req._bias is not None:
+            if shared:
+                x = np.array(logits)
+            ids, vals = req._bias
+            x[ids] += vals
+        tok = req.sampler.sample(x, req.history) if req.guide is None else req.guide.sample(req.sampler, x, req.history)
+        return tok, x
 
     def _take(self, req: Request, tok: int, x: np.ndarray) -> None:
         """req's next token is tok (x: the logits it came from)."""

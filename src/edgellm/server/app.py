@@ -3,6 +3,7 @@ Starlette's 404/405, anything unexpected) answered as OpenAI's error JSON and co
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import threading
@@ -16,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
+from .bridge import Outbox
 from .errors import APIError, server_error, unauthorized
 from .metrics import Metrics
 from .routes import ROUTES
@@ -46,6 +48,7 @@ class Context:
         self.fingerprint = f"fp_edgellm_{__version__}"
         self._close_lock = threading.Lock()
         self._closed = False
+        self._outboxes: dict = {}  # event loop -> its Outbox
         max_n = MAX_CHOICES if self.max_queue is None else max(1, min(self.max_queue, MAX_CHOICES))
         self.limits = dict(max_n=max_n, n_ctx=self.llm.n_ctx, n_vocab=self.llm.n_vocab,
                            models={self.model_id})
@@ -57,6 +60,14 @@ class Context:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
+
+    def outbox(self) -> Outbox:
+        """The running event loop's Outbox (made at its first request)."""
+        loop = asyncio.get_running_loop()
+        box = self._outboxes.get(loop)
+        if box is None:
+            box = self._outboxes[loop] = Outbox(self.engine, loop)
+        return box
 
     def check_key(self, request: Request) -> None:
         if self.api_key is None:

@@ -2,27 +2,64 @@
 started (n choices, or several prompts), with their events delivered to the loop in order.
 
 The engine calls `on_event(req, event)` on its own thread, and `on_event(req, None)` when `req`
-has finished; each call becomes one `call_soon_threadsafe` onto the loop, so the engine never
-waits for a client. What a slow client has not read yet waits in the submission's queue (bounded
-by max_tokens), and the response writes it as fast as the socket takes it (uvicorn pauses the
-writer when the socket's buffer is full). Leaving a submission (client gone, error, shutdown)
+has finished; the loop's `Outbox` collects a step's events and hands them to the loop in one
+`call_soon_threadsafe` after the step, so the engine never waits for a client and wakes the loop
+once per step, not once per token. What a slow client has not read yet waits in the submission's
+queue (bounded by max_tokens), and the response writes it as fast as the socket takes it (uvicorn
+pauses the writer when the socket's buffer is full). Leaving a submission (client gone, error, shutdown)
 cancels whatever is still running, and the engine frees its KV on its next step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from typing import AsyncIterator, Sequence
 
 from ..sampling import SamplingParams
 
 
+class Outbox:
+    """Events from the engine's thread to one event loop's queues. Those emitted during a step
+    wait for its end and go in one loop callback (each call_soon_threadsafe writes to the loop's
+    self-pipe and wakes it: one per step instead of one per running request); those emitted
+    outside a step (a cancellation, the engine closing) go at once."""
+
+    def __init__(self, engine, loop: asyncio.AbstractEventLoop):
+        self._engine = engine
+        self._loop = loop
+        self._items: list = []
+        self._lock = threading.Lock()
+        engine.add_step_listener(self.flush)
+
+    def put(self, queue: asyncio.Queue, item) -> None:  # any thread
+        with self._lock:
+            self._items.append((queue, item))
+        if not self._engine.in_step():
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:  # held while scheduling: two flushes reach the loop in the order they took their items
+            if not self._items:
+                return
+            items, self._items = self._items, []
+            try:
+                self._loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+
+def _deliver(items: list) -> None:  # on the loop
+    for queue, item in items:
+        queue.put_nowait(item)
+
+
 class Submission:
-    def __init__(self, engine, metrics):
+    def __init__(self, engine, metrics, outbox: Outbox):
         self._engine = engine
         self._metrics = metrics
-        self._loop = asyncio.get_running_loop()
+        self._outbox = outbox
         self._queue: asyncio.Queue = asyncio.Queue()
         self.requests: list = []  # choice index -> engine request
         self._index: dict[int, int] = {}  # id(request) -> choice index
@@ -32,10 +69,7 @@ class Submission:
     def _on_event(self, req, event) -> None:  # engine thread
         if event is None:  # counted here, so a choice whose client has left is counted too
             self._metrics.sequence_done(req)
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (req, event))
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
+        self._outbox.put(self._queue, (req, event))
 
     def submit(self, ids: Sequence[int], *, n: int, max_tokens: int, sampling: SamplingParams, stop: list[str],
                logprobs: int | None, logit_bias: dict[int, float] | None, grammar=None,

@@ -37,6 +37,12 @@ class _EngineCollector:
             for key, (name, doc) in table.items():
                 if stats.get(key) is not None:
                     yield family(f"{PREFIX}_{name}", doc, value=stats[key])
+        steps = CounterMetricFamily(f"{PREFIX}_engine_step_seconds", "Engine steps' wall time by phase: schedule, "
+                                    "batch (arrays and slots), decode (the C engine call), sample, emit (tokens to "
+                                    "text, stop strings, events).", labels=["phase"])
+        for phase, seconds in stats.get("step_seconds", {}).items():
+            steps.add_metric([phase], seconds)
+        yield steps
 
 
 class Metrics:

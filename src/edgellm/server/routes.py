@@ -111,7 +111,7 @@ async def _generate(ctx, request: Request, gen: Generation, prompts: list[list[i
     if ctx.draining:
         raise shutting_down()
     budgets = [_max_tokens(ctx, ids, gen, what) for ids in prompts]
-    sub = Submission(ctx.engine, ctx.metrics)
+    sub = Submission(ctx.engine, ctx.metrics, ctx.outbox())
     spec = _speculative(ctx, gen)
 
     def submit_all():
