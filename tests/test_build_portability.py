@@ -8,6 +8,7 @@
   library, and a two-line <sys/sysctl.h> declaring sysctlbyname as macOS does. That compiles the
   __APPLE__ branches (dotprod from sysctlbyname("hw.optional.arm.FEAT_DotProd")) and proves no
   Linux-only header or call (getauxval, <sys/auxv.h>) is left unguarded; it is not a macOS build.
+- Every build (setup.py loads csrc/build_ffi.py) compiles the C files side by side, one per core.
 
 Needs Debian's clang (and libc6-dev-arm64-cross for the arm64 macOS headers); skipped, saying
 so, without them.
@@ -16,6 +17,7 @@ so, without them.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -82,3 +84,46 @@ def test_macos_branches_compile(clang, mac_stubs, target):
                       f"-isystem{mac_stubs}", *libc, *neon_build.compile_args(), f"-I{CSRC}", str(src)])
         assert r.returncode == 0, f"{src.name} does not compile for {target}:\n{r.stderr}"
         assert r.stderr == "", f"{src.name} ({target}): warnings:\n{r.stderr}"
+
+
+def test_build_compiles_the_c_files_side_by_side(tmp_path, monkeypatch):
+    """csrc/build_ffi.py (which setup.py loads at every install) makes distutils compile the
+    extension's C files side by side, EDGELLM_BUILD_JOBS (default: the usable cores) at a time:
+    with 2 jobs, each of two files' compilations waits at a barrier for the other (a one-by-one
+    build breaks the barrier at its timeout), and compile returns every object, in the sources'
+    order, as distutils' own does."""
+    import threading
+
+    from distutils.ccompiler import CCompiler, new_compiler
+
+    monkeypatch.setattr(CCompiler, "compile", CCompiler.compile)  # put back after the test
+    monkeypatch.setenv("EDGELLM_BUILD_JOBS", "2")
+    spec = importlib.util.spec_from_file_location("edgellm_build_ffi", CSRC / "build_ffi.py")
+    build_ffi = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_ffi)
+    assert CCompiler.compile is build_ffi._compile_in_parallel, "this setuptools' distutils lacks the hooks"
+
+    sources = []
+    for name, size in (("small.c", 1), ("large.c", 200)):  # the larger file is started first
+        (tmp_path / name).write_text("int x;\n" * size)
+        sources.append(str(tmp_path / name))
+    meet = threading.Barrier(2, timeout=30)
+    started = []
+
+    def fake_compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
+        started.append(os.path.basename(src))
+        meet.wait()  # BrokenBarrierError unless the other file is being compiled meanwhile
+        Path(obj).write_text("")
+
+    cc = new_compiler()
+    cc._compile = fake_compile
+    objects = cc.compile(sources, output_dir=str(tmp_path / "build"))
+    assert [Path(o).stem for o in objects] == ["small", "large"]
+    assert all(Path(o).exists() for o in objects)
+
+    # one job: one after another, the largest first (the longest compile is not left for last)
+    monkeypatch.setenv("EDGELLM_BUILD_JOBS", "1")
+    started.clear()
+    meet = threading.Barrier(1)
+    cc.compile(sources, output_dir=str(tmp_path / "build1"))
+    assert started == ["large.c", "small.c"]

@@ -1,4 +1,4 @@
-"""ARM NEON kernels (csrc/arm_neon.c) without ARM hardware: cross-compiled for aarch64 and run
+"""ARM NEON kernels (csrc/arm_neon*.c) without ARM hardware: cross-compiled for aarch64 and run
 under qemu-user on CPU models with and without the dot product extension.
 
 The checker (tests/neon/test_neon.c, linked with the whole library) compares every NEON kernel
@@ -74,23 +74,36 @@ def checker(cross_cc, library, tmp_path_factory) -> Path:
     return out
 
 
+# the global symbols of the NEON files: the entry points dispatch.c and the checker call, and the
+# registration each kernel file gives arm_neon.c; every kernel is static
+NEON_EXPORTS = {
+    "arm_neon.c": {"el_register_neon", "el_register_neon_level", "el_neon_has_dotprod"},
+    "arm_neon_q32.c": {"el_neon_register_q32"},
+    "arm_neon_kquants.c": {"el_neon_register_kquants"},
+    "arm_neon_iq4.c": {"el_neon_register_iq4"},
+    "arm_neon_attn.c": {"el_neon_register_vops"},
+}
+
+
 def test_every_csrc_file_compiles_for_aarch64(cross_cc, library, tmp_path):
     """The package's build (every csrc/*.c, its flags, no -march) works on aarch64 with GCC and
-    with clang: every file without a warning, the x86 files compile to nothing there, arm_neon.c
-    to its kernels, and the objects link into one shared library with no undefined symbol."""
-    assert CSRC / "arm_neon.c" in [src for src, _, _ in library]
+    with clang: every file without a warning, the x86 files compile to nothing there, each NEON
+    file (arm_neon*.c, one translation unit per kind of kernel) to its kernels with only its
+    entry points global, and the objects link into one shared library with no undefined symbol."""
+    assert sorted(NEON_EXPORTS) == sorted(p.name for p in CSRC.glob("arm_neon*.c"))
     assert [src for src, _, _ in library] == sorted(CSRC.glob("*.c"))
     objects = []
+    nm = shutil.which("aarch64-linux-gnu-nm") or "nm"
     for src, obj, warnings in library:
         objects.append(str(obj))
         assert warnings == "", f"{src.name} compiles with warnings ({cross_cc[0]}):\n{warnings}"
-        nm = shutil.which("aarch64-linux-gnu-nm") or "nm"
         defined = subprocess.run([nm, "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
         if src.name.startswith("x86_"):
             assert defined.strip() == "", f"{src.name} defines symbols on aarch64:\n{defined}"
-        if src.name == "arm_neon.c":
-            for sym in ("el_register_neon", "el_register_neon_level", "el_neon_has_dotprod"):
-                assert re.search(rf" T {sym}$", defined, re.M), f"arm_neon.o lacks {sym}"
+        if src.name in NEON_EXPORTS:
+            exported = set(re.findall(r" [A-Z] (\S+)$", defined, re.M))
+            assert exported == NEON_EXPORTS[src.name], f"{src.name}'s global symbols:\n{defined}"
+            assert re.search(r" t ", defined), f"{src.name} compiled to no kernels:\n{defined}"
     r = subprocess.run(
         [*cross_cc, "-shared", "-Wl,--no-undefined", *objects, "-o", str(tmp_path / "kernels.so"), "-lm", "-lpthread"],
         capture_output=True, text=True,

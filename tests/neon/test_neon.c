@@ -1,4 +1,4 @@
-/* Checks csrc/arm_neon.c against the generic twins, at every NEON level this CPU can run
+/* Checks csrc/arm_neon*.c against the generic twins, at every NEON level this CPU can run
  * (plain NEON always; sdot only where the CPU reports FEAT_DotProd). Built for aarch64 and run
  * under qemu-aarch64 by tests/test_neon_qemu.py; see build.py next to this file.
  *

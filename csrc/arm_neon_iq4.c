@@ -1,8 +1,11 @@
-/* IQ4_NL and IQ4_XS kernels of arm_neon.c (which includes this after its shared pieces), at
- * both NEON levels (dp: sdot). The float steps are the generic twins' (iquants_generic.c) on
- * exact integer sums, so the results are their bits at both levels for any block bytes, and
- * gemm's are vec_dot's whatever the tile. Nibbles become table values by one tbl on
+/* AArch64 NEON kernels of IQ4_NL and IQ4_XS, at both levels (plain NEON and sdot;
+ * arm_neon_common.h). The float steps are the generic twins' (iquants_generic.c) on exact integer
+ * sums, so the results are their bits at both levels for any block bytes, and gemm's are
+ * vec_dot's whatever the tile (tiled as the K-quants). Nibbles become table values by one tbl on
  * el_iq4nl_values. */
+#if defined(__aarch64__)
+
+#include "arm_neon_common.h"
 
 /* the 32 table values of a packed group: values 0..15 in *lo, 16..31 in *hi */
 EL_INLINE void iq4_group(const int8x16_t table, const uint8_t *qs, int8x16_t *lo, int8x16_t *hi) {
@@ -107,3 +110,13 @@ EL_INLINE void gemm_iq4(const int T, const int small, int n, const uint8_t *w, s
         for (; r < nr; r++) tile_iq4(T, nb, w + (size_t)r * ldw, ldw, 1, A, lda, m, O + r, ldo, dp);
     }
 }
+
+DEFINE_QGEMM_LEVELS(iq4_nl, gemm_iq4, EL_IQ4_NL, 0)
+DEFINE_QGEMM_LEVELS(iq4_xs, gemm_iq4, EL_IQ4_XS, 0)
+
+void el_neon_register_iq4(el_type_traits *t, int dp) {
+    NEON_SET(t, EL_IQ4_NL, iq4_nl, dp);
+    NEON_SET(t, EL_IQ4_XS, iq4_xs, dp);
+}
+
+#endif /* __aarch64__ */
