@@ -240,11 +240,17 @@ static void gemm_loop(const el_type_traits *tt, int type, int m, int small, int 
 }
 
 void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,
-                    size_t lda, int m, float *y, size_t ldy, int ith, int nth) {
+                    size_t lda, int m, float *y, size_t ldy, int cols, int ith, int nth) {
     const el_type_traits *tt = &c->traits[w->type];
     int64_t r0, r1;
     el_split(nrows, ith, nth, ROW_ALIGN, &r0, &r1);
     const uint8_t *wd = (const uint8_t *)w->data + (size_t)row0 * w->row_bytes;
+    if (c->plan.b->llama_order && el_float_llama_type(w->type)) {  /* float_llama.c */
+        if (r1 > r0)
+            el_float_llama_gemm(w->type, el_float_llama_tinyblas(nrows, (int)w->ne0, cols), (int)w->ne0,
+                                wd + (size_t)r0 * w->row_bytes, w->row_bytes, (int)(r1 - r0), a, lda, m, y + r0, ldy);
+        return;
+    }
     const int64_t rt = m == 1 ? EL_MAX(1, r1 - r0) : ROW_TILE;
     for (int64_t rb = r0; rb < r1; rb += rt) {
         const int nr = (int)EL_MIN(rt, r1 - rb);
@@ -262,7 +268,8 @@ static void matmul(el_engine *c, act_state *st, const el_tensor *w, const float 
     const int k = (int)w->ne0, vdt = tt->vec_dot_type;
     quantize_acts(c, st, vdt, x, m, k, ldx, ith, nth);
     st->in_use = 1;
-    el_matmul_acts(c, w, 0, w->ne1, c->actq, el_row_size(vdt, k), m, y, (size_t)ldy, ith, nth);
+    el_matmul_acts(c, w, 0, w->ne1, c->actq, el_row_size(vdt, k), m, y, (size_t)ldy, st->cols ? st->cols : m, ith,
+                   nth);
 }
 
 void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
@@ -406,9 +413,12 @@ static void forward_task(void *arg, int ith, int nth) {
         sync(c, &st);
         TRACE("ffn_inp", l, c->x, n, E, E);
         TRACE("ffn_norm", l, c->tmp, n, E, E);
-        /* feed-forward block: c->tmp <- its output */
+        /* feed-forward block: c->tmp <- its output. llama.cpp's last layer keeps only the rows
+         * that want logits before it, so its matmuls see that many columns (their order) */
+        if (b->llama_order && l == d->n_layer - 1 && pl->n_out) st.cols = pl->n_out;
         if (d->n_expert) el_moe_ffn(c, &st, l, ith, nth);
         else el_gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, d->n_ff, d->act, c->tmp, ith, nth);
+        st.cols = 0;
         TRACE("ffn_out", l, c->tmp, n, E, E);
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;

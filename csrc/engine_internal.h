@@ -111,13 +111,16 @@ typedef struct {
     const float *src;  /* what actq holds (this thread's view; identical on every thread) */
     int type, m, k;
     int in_use;        /* actq may be read by another thread since the last barrier */
+    int cols;          /* llama_order: the columns llama.cpp's matmuls see (0: the step's rows) */
 } act_state;
 
 /* engine.c, for the FFN variants in their own files, inside a forward pass (every thread calls
  * them alike): el_task_matmul is the forward pass's matmul, y[m, :] = W . x[m, :] (no barrier at
  * the end); el_task_sync its barrier; el_matmul_acts this thread's share of rows [row0, row0 +
  * nrows) of W times m activation rows already quantized in W's vec_dot type (lda bytes apart):
- * y[j * ldy + r - row0] for row r, activation row j, in the order the step's matmuls use. */
+ * y[j * ldy + r - row0] for row r, activation row j, in the order the step's matmuls use (on
+ * llama_order steps, llama.cpp's for a matmul of `cols` columns; 0: its ggml_mul_mat_id's, the
+ * experts'). */
 void el_task_matmul(el_engine *c, act_state *st, const el_tensor *w, const float *x, int m, int ldx,
                     float *y, int ldy, int ith, int nth);
 void el_task_sync(el_engine *c, act_state *st);
@@ -128,7 +131,15 @@ int el_weight_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne
 void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
                   const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth);
 void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,
-                    size_t lda, int m, float *y, size_t ldy, int ith, int nth);
+                    size_t lda, int m, float *y, size_t ldy, int cols, int ith, int nth);
+/* float_llama.c: float weights in llama.cpp's orders, for llama_order steps. The type is one it
+ * covers (F32, F16); tinyblas: whether llama.cpp takes tinyBLAS for a weight of `rows` rows of n
+ * values times `cols` activation rows (0: ggml_mul_mat_id, which never does); the gemm has el_gemm_fn's
+ * contract, in tinyBLAS's order or ggml_vec_dot_f32 / _f16's. */
+int el_float_llama_type(int type);
+int el_float_llama_tinyblas(int64_t rows, int n, int cols);
+void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                         size_t lda, int nc, float *out, size_t ldo);
 /* moe.c: the routed-expert FFN. init checks the expert tensors and allocates the scratch (0, or
  * -1 with a message in err); el_moe_ffn replaces c->tmp's n rows (the normed FFN input) by the
  * FFN's output, as the dense FFN does. */

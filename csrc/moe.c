@@ -202,7 +202,7 @@ static void expert_matmul(const el_engine *c, const struct moe_state *M, const e
                           const uint8_t *act, size_t rs, float *y, int ith, int nth) {
     if (!M->count[e]) return;
     el_matmul_acts(c, w, (int64_t)e * rows, rows, act + (size_t)M->row0[e] * rs, rs, M->count[e],
-                   y + (size_t)M->row0[e] * rows, (size_t)rows, ith, nth);
+                   y + (size_t)M->row0[e] * rows, (size_t)rows, 0, ith, nth);
 }
 
 void el_moe_ffn(el_engine *c, act_state *st, int l, int ith, int nth) {

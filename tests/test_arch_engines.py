@@ -30,6 +30,16 @@ RUNS = sorted(REFS)
 PATHS = engine_paths()
 # the batch-vs-token and batched-engine checks, kept lean: the best C path and numba
 LEAN_PATHS = PATHS[-2:] if len(PATHS) > 1 else PATHS
+# The models whose C engine gives llama.cpp's own numbers on the single-stream path (llama_order,
+# float weights in ggml's orders: csrc/float_llama.c): every log-probability within the references'
+# 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as far from the
+# batch one as llama.cpp's own - no near-tie allowance. numba keeps its own (batch-invariant) order.
+EXACT = {"qwen2moe", "qwen3moe"}
+REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
+
+
+def _exact(name, path) -> bool:
+    return name in EXACT and path != "numba"
 
 
 @pytest.fixture(scope="module")
@@ -90,15 +100,19 @@ def _llm(built, name, path, monkeypatch, n_batch=64):
 def _near_ties(name, differ) -> bool:
     """Whether every greedy step where the engine chose another token than llama.cpp is a near-tie:
     the engine's top two closer than llama.cpp's own largest token-by-token |Δ log-prob| on this file
-    (batch_envelope max_abs), a perturbation llama.cpp itself shows - as at qwen2moe's step 20, where
-    the engine's top two are 0.0045 apart and llama.cpp's own largest |Δ| is 0.0052."""
+    (batch_envelope max_abs), a perturbation llama.cpp itself shows - as at qwen2moe's step 20 on
+    numba, where the top two are 0.001-0.0045 apart and llama.cpp's own largest |Δ| is 0.0052 (a
+    router near-tie 0.00013 wide in layer 1, decided by the last bits of float sums). Not for the
+    EXACT models on C paths."""
     return all(margin < REFS[name]["batch_envelope"]["max_abs"] for *_, margin in differ)
 
 
-def _greedy_steps_differing(llm, prompt, ids):
+def _greedy_steps_differing(llm, prompt, ids, llama_order=True):
     """Along llama.cpp's greedy continuation (each of its tokens fed back): the steps where the
-    engine's argmax is another token, with the engine's margin between its top two there."""
+    engine's argmax is another token, with the engine's margin between its top two there - in the
+    single-stream arithmetic (llama_order) or the batch-invariant one BatchEngine uses."""
     s, out = llm.session(), []
+    s._set_llama_order(llama_order)
     z = np.array(s._feed(prompt))
     for i, want in enumerate(ids):
         if int(np.argmax(z)) != want:
@@ -130,9 +144,12 @@ def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
     detail = f"{name} on {path}: top-1 {top1:.4f}, mean |Δ| {diff.mean():.4f} over {len(tf['ids'])} positions"
     assert top1 >= 0.99, detail
     assert diff.mean() < 0.01, detail
-    # llama.cpp's 32 greedy tokens, every one but a near-tie (_near_ties)
     differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])
-    assert _near_ties(name, differ), (name, differ)
+    if _exact(name, path):  # llama.cpp's numbers: its 32 greedy tokens, every one
+        assert diff.max() < REF_DECIMALS, (detail, float(diff.max()))
+        assert not differ, (name, differ)
+    else:  # llama.cpp's 32 greedy tokens, every one but a near-tie (_near_ties)
+        assert _near_ties(name, differ), (name, differ)
 
 
 @pytest.mark.parametrize("path", LEAN_PATHS)
@@ -144,13 +161,13 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     decision at a near-tie gone the other way; every position whose top-1 differs a near-tie: its
     top two closer (in the batch evaluation) than llama.cpp's max_abs, so a perturbation llama.cpp
     itself shows explains the flip; and the token-by-token top-1 meets the issue's bar against
-    llama.cpp's (>= 99%). (Comparing flip counts with llama.cpp's own is comparing luck at ties: at
-    gemma2's position 280 our batch top two are 0.0004 apart, and llama-linear flips at 5 positions,
-    all under 0.019 apart. Likewise a MoE router: in qwen3moe, position 237's last layer ranks its
+    llama.cpp's (>= 99%). The EXACT models on C paths compute llama.cpp's own numbers both ways, so
+    none of their positions may be beyond llama.cpp's max_abs. (Comparing flip counts with
+    llama.cpp's own is comparing luck at ties: at gemma2's position 280 our batch top two are 0.0004
+    apart, and llama-linear flips at 5 positions, all under 0.019 apart. Likewise a MoE router: in qwen3moe, position 237's last layer ranks its
     2nd and 3rd experts 0.0013 apart in the float64 reference, under the ~0.001 the C engine's
     token-by-token and batch evaluations move a router's logits; on avx512 the expert changes and
-    that position's log-probabilities move by 0.7, while its other positions are 0.0012 apart on
-    average against llama.cpp's 0.0014.)"""
+    that position's log-probabilities moved by 0.7 before the C engine took ggml's float orders.)"""
     ref = REFS[name]
     ids, top = ref["teacher_forced"]["ids"], np.array(ref["teacher_forced"]["top_ids"])
     llm = _llm(built, name, path, monkeypatch)
@@ -162,7 +179,8 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     margins = top2[flips, 1] - top2[flips, 0]  # a log-prob difference is the logits'
     env = ref["batch_envelope"]
     beyond = d.max(1) > env["max_abs"]
-    assert beyond.sum() <= len(ids) // 100, (np.nonzero(beyond)[0], d.max(1)[beyond], env)
+    allowed = 0 if _exact(name, path) else len(ids) // 100
+    assert beyond.sum() <= allowed, (np.nonzero(beyond)[0], d.max(1)[beyond], env)
     assert d[~beyond].mean() <= env["mean_abs"], (d[~beyond].mean(), env)
     assert float(np.mean(one_best == top[:, 0])) >= 0.99
     assert np.all(margins < env["max_abs"]), [(int(i), float(m)) for i, m in zip(flips, margins)]
@@ -172,7 +190,10 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
 @pytest.mark.parametrize("name", RUNS)
 def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
     """llama.cpp's greedy prompt beside three other sequences in one BatchEngine (the
-    batch-invariant path): llama.cpp's 32 tokens, and every sequence the tokens it gets alone."""
+    batch-invariant path): llama.cpp's 32 tokens up to the first step where the batch-invariant
+    arithmetic decides a near-tie the other way (qwen2moe's step 20: its float sums are not ggml's,
+    so that router near-tie is not llama.cpp's decision there), and every sequence the tokens it
+    gets alone."""
     g = REFS[name]["greedy"]
     ids = REFS[name]["teacher_forced"]["ids"]
     llm = _llm(built, name, path, monkeypatch)
@@ -187,7 +208,8 @@ def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
         return [r.generated for r in reqs]
 
     together = run(prompts)
-    differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])  # near-ties: test_engine_matches_llama_cpp
+    differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"], llama_order=False)
+    assert _near_ties(name, differ), (name, differ)
     k = differ[0][0] if differ else len(g["ids"])
     assert together[0][:k] == g["ids"][:k]
     assert together == [run([p])[0] for p in prompts]
