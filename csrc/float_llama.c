@@ -14,11 +14,18 @@
  *   taking values i, i + 16, ... by FMA, reduced by el_sum16.
  *
  * An F16 weight meets activations rounded to F16, so every product is exact in float and the
- * FMA is an add; F32 products need fmaf. Portable C only: every ISA path gives these bits. */
+ * FMA is an add; F32 products need fmaf. Portable C (halves converted to floats by the ISA's
+ * converter, exact for every half): every ISA path gives these bits. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include "engine_internal.h"
 
-static inline float value(int type, const uint8_t *p, int i) {
-    return type == EL_F32 ? ((const float *)p)[i] : el_half_to_float(((const el_half *)p)[i]);
+/* n values of a row from value i as floats (F16: the ISA's converter, exact for every half) */
+static inline const float *floats(int type, const uint8_t *p, int i, int n, float *buf) {
+    if (type == EL_F32) return (const float *)p + i;
+    el_vops.f16_to_f32(n, (const el_half *)p + i, buf);
+    return buf;
 }
 
 /* acc + x * y rounded once */
@@ -26,35 +33,44 @@ static inline float madd(int type, float x, float y, float acc) {
     return type == EL_F32 ? fmaf(x, y, acc) : acc + x * y;  /* f16 x f16 is exact in float */
 }
 
-static inline __attribute__((always_inline)) float dot_vec(const int type, int n, const uint8_t *x, const uint8_t *y) {
-    float acc[4][16] = {{0}};
+/* The two orders over rows as stored (F32, or F16 converted 64 values at a time: where no buffer
+ * for whole rows could be had). type: the weight's, which decides the rounding. */
+static inline __attribute__((always_inline)) float dot_vec(const int type, int n, const uint8_t *px,
+                                                           const uint8_t *py) {
+    float acc[4][16] = {{0}}, bx[64], by[64];
     const int np = n & ~63;
-    for (int i = 0; i < np; i += 64)
+    for (int i = 0; i < np; i += 64) {
+        const float *x = floats(type, px, i, 64, bx), *y = floats(type, py, i, 64, by);
         for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 16; l++) {
-                const int d = i + 16 * j + l;
-                acc[j][l] = madd(type, value(type, x, d), value(type, y, d), acc[j][l]);
-            }
+            for (int l = 0; l < 16; l++) acc[j][l] = madd(type, x[16 * j + l], y[16 * j + l], acc[j][l]);
+    }
     for (int l = 0; l < 16; l++) {
         acc[0][l] = acc[0][l] + acc[2][l];
         acc[1][l] = acc[1][l] + acc[3][l];
     }
     for (int l = 0; l < 16; l++) acc[0][l] = acc[0][l] + acc[1][l];
     const float r = el_sum16(acc[0]);
+    if (np == n) return r;
+    const float *x = floats(type, px, np, n - np, bx), *y = floats(type, py, np, n - np, by);
     if (type == EL_F16) {
         double s = (double)r;
-        for (int i = np; i < n; i++) s += (double)(value(type, x, i) * value(type, y, i));
+        for (int i = 0; i < n - np; i++) s += (double)(x[i] * y[i]);
         return (float)s;
     }
     float s = r;
-    for (int i = np; i < n; i++) s = fmaf(value(type, x, i), value(type, y, i), s);
+    for (int i = 0; i < n - np; i++) s = fmaf(x[i], y[i], s);
     return s;
 }
 
-static inline __attribute__((always_inline)) float dot_tinyblas(const int type, int n, const uint8_t *x, const uint8_t *y) {
-    float acc[16] = {0};
-    for (int i = 0; i < n; i += 16)
-        for (int l = 0; l < 16; l++) acc[l] = madd(type, value(type, x, i + l), value(type, y, i + l), acc[l]);
+static inline __attribute__((always_inline)) float dot_tinyblas(const int type, int n, const uint8_t *px,
+                                                                const uint8_t *py) {
+    float acc[16] = {0}, bx[64], by[64];
+    for (int i = 0; i < n; i += 64) {  /* n is a multiple of 16 */
+        const int k = EL_MIN(64, n - i);
+        const float *x = floats(type, px, i, k, bx), *y = floats(type, py, i, k, by);
+        for (int u = 0; u < k; u += 16)
+            for (int l = 0; l < 16; l++) acc[l] = madd(type, x[u + l], y[u + l], acc[l]);
+    }
     return el_sum16(acc);
 }
 
@@ -64,19 +80,130 @@ int el_float_llama_tinyblas(int64_t rows, int n, int cols) {
     return cols >= 2 && rows % 4 == 0 && n % 16 == 0;
 }
 
+/* F16 rows as floats: the same lanes as 16-float vectors held in registers (GCC / clang vector
+ * types: each lane's multiply and add as the scalar code's; products of halves are exact) */
+typedef float v16 __attribute__((vector_size(64)));
+
+static inline v16 load16(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float sum16(v16 v) {
+    float t[16];
+    memcpy(t, &v, sizeof t);
+    return el_sum16(t);
+}
+
+/* dot_vec's order, F16 values as floats */
+static inline float dot_vec_f16(int n, const float *x, const float *y) {
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        a0 = a0 + load16(x + i) * load16(y + i);
+        a1 = a1 + load16(x + i + 16) * load16(y + i + 16);
+        a2 = a2 + load16(x + i + 32) * load16(y + i + 32);
+        a3 = a3 + load16(x + i + 48) * load16(y + i + 48);
+    }
+    const float r = sum16((a0 + a2) + (a1 + a3));
+    if (np == n) return r;
+    double s = (double)r;
+    for (int i = np; i < n; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
+/* tinyBLAS's order for four columns of one row at once, F16 values as floats */
+static inline void dot_tinyblas4_f16(int n, const float *x, const float *y, size_t ldy, float *out, size_t ldo) {
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int i = 0; i < n; i += 16) {
+        const v16 w = load16(x + i);
+        a0 = a0 + w * load16(y + i);
+        a1 = a1 + w * load16(y + ldy + i);
+        a2 = a2 + w * load16(y + 2 * ldy + i);
+        a3 = a3 + w * load16(y + 3 * ldy + i);
+    }
+    out[0] = sum16(a0);
+    out[ldo] = sum16(a1);
+    out[2 * ldo] = sum16(a2);
+    out[3 * ldo] = sum16(a3);
+}
+
+static inline float dot_tinyblas_f16(int n, const float *x, const float *y) {
+    v16 a = {0};
+    for (int i = 0; i < n; i += 16) a = a + load16(x + i) * load16(y + i);
+    return sum16(a);
+}
+
+/* This thread's buffer for F16 rows as floats (one weight row and up to COLS activation rows),
+ * kept between calls and freed when the thread ends; NULL when it cannot grow (then rows are
+ * converted 64 values at a time). */
+#define COLS 64
+typedef struct {
+    size_t cap;
+    float v[];
+} row_buf;
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static int buf_key_ok;
+
+static void make_key(void) { buf_key_ok = pthread_key_create(&buf_key, free) == 0; }
+
+static float *row_buffer(size_t n) {
+    pthread_once(&buf_once, make_key);
+    if (!buf_key_ok) return NULL;
+    row_buf *b = pthread_getspecific(buf_key);
+    if (!b || b->cap < n) {
+        row_buf *nb = realloc(b, sizeof(row_buf) + n * sizeof(float));
+        if (!nb) return NULL;
+        nb->cap = n;
+        if (pthread_setspecific(buf_key, nb) != 0) {
+            free(nb);
+            return NULL;
+        }
+        b = nb;
+    }
+    return b->v;
+}
+
 /* the loops with the type and the order constant, so each is compiled on its own */
 static inline __attribute__((always_inline)) void gemm(const int type, const int tinyblas, int n, const uint8_t *w,
                                                        size_t ldw, int nr, const uint8_t *a, size_t lda, int nc,
                                                        float *out, size_t ldo) {
-    for (int c = 0; c < nc; c++)
+    float *xs = type == EL_F16 ? row_buffer((size_t)n * (EL_MIN(nc, COLS) + 1)) : NULL, *ys = xs ? xs + n : NULL;
+    for (int c0 = 0; c0 < nc; c0 += COLS) {
+        const int c1 = EL_MIN(nc, c0 + COLS);
+        for (int c = c0; ys && c < c1; c++)
+            el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
         for (int r = 0; r < nr; r++) {
-            const uint8_t *x = w + (size_t)r * ldw, *y = a + (size_t)c * lda;
-            out[(size_t)c * ldo + r] = tinyblas ? dot_tinyblas(type, n, x, y) : dot_vec(type, n, x, y);
+            const uint8_t *x = w + (size_t)r * ldw;
+            if (xs) el_vops.f16_to_f32(n, (const el_half *)x, xs);
+            int c = c0;
+            if (xs && tinyblas)
+                for (; c + 4 <= c1; c += 4)
+                    dot_tinyblas4_f16(n, xs, ys + (size_t)(c - c0) * n, (size_t)n, out + (size_t)c * ldo + r, ldo);
+            for (; xs && c < c1; c++)
+                out[(size_t)c * ldo + r] = tinyblas ? dot_tinyblas_f16(n, xs, ys + (size_t)(c - c0) * n)
+                                                    : dot_vec_f16(n, xs, ys + (size_t)(c - c0) * n);
+            for (; c < c1; c++) {
+                const uint8_t *y = a + (size_t)c * lda;
+                out[(size_t)c * ldo + r] = tinyblas ? dot_tinyblas(type, n, x, y) : dot_vec(type, n, x, y);
+            }
         }
+    }
 }
 
-void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
-                         size_t lda, int nc, float *out, size_t ldo) {
+/* compiled for AVX-512 and AVX2 as well where the loader picks a clone at run time (x86-64 ELF):
+ * the same operations in the same order, on wider vectors */
+#if defined(__x86_64__) && defined(__ELF__) && !defined(EL_NO_CLONES) && \
+    (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6)
+#define EL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EL_CLONES
+#endif
+
+EL_CLONES void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr,
+                                   const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
     if (type == EL_F16) {
         if (tinyblas) gemm(EL_F16, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
         else gemm(EL_F16, 0, n, w, ldw, nr, a, lda, nc, out, ldo);
