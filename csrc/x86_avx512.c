@@ -579,6 +579,186 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
             out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc6[r][c]) : res[4 * r + c];
 }
 
+/* the few operations of the column-lane tiles at W = 16 or 8 lanes (8: the low halves, as ymm) */
+static inline __attribute__((always_inline)) __m512i cl_dpbusd(const int W, __m512i s, __m512i u, __m512i a) {
+    if (W == 16) return _mm512_dpbusd_epi32(s, u, a);
+    return _mm512_castsi256_si512(_mm256_dpbusd_epi32(_mm512_castsi512_si256(s), _mm512_castsi512_si256(u),
+                                                      _mm512_castsi512_si256(a)));
+}
+static inline __attribute__((always_inline)) __m512i cl_load(const int W, const __m512i *p) {
+    return W == 16 ? _mm512_loadu_si512(p) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __attribute__((always_inline)) __m512 cl_loadf(const int W, const __m512 *p) {
+    return W == 16 ? _mm512_loadu_ps(p) : _mm512_castps256_ps512(_mm256_loadu_ps((const float *)p));
+}
+/* the 4 bytes at p in every dword lane: one load (vbroadcastss from memory, no shuffle) */
+static inline __attribute__((always_inline)) __m512i cl_bcast32(const int W, const uint8_t *p) {
+    if (W == 16) return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss((const float *)p)));
+    return _mm512_castsi256_si512(_mm256_castps_si256(_mm256_broadcast_ss((const float *)p)));
+}
+static inline __attribute__((always_inline)) __m512 cl_setf(const int W, float v) {
+    return W == 16 ? _mm512_set1_ps(v) : _mm512_castps256_ps512(_mm256_set1_ps(v));
+}
+static inline __attribute__((always_inline)) __m512 cl_sub(const int W, __m512 a, __m512 b) {
+    return W == 16 ? _mm512_sub_ps(a, b) : _mm512_castps256_ps512(_mm256_sub_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b)));
+}
+static inline __attribute__((always_inline)) __m512 cl_mul(const int W, __m512 a, __m512 b) {
+    return W == 16 ? _mm512_mul_ps(a, b) : _mm512_castps256_ps512(_mm256_mul_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b)));
+}
+static inline __attribute__((always_inline)) __m512 cl_fma(const int W, __m512 a, __m512 b, __m512 c) {
+    return W == 16 ? _mm512_fmadd_ps(a, b, c)
+                   : _mm512_castps256_ps512(_mm256_fmadd_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b),
+                                                            _mm512_castps512_ps256(c)));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Q4_K, Q5_K with many columns: one activation column per int32 lane (16 lanes), so the row's
+ * 4-value groups are broadcast (one load each) to all the columns. Within a super-block
+ * everything is an exact integer, so the lanes may gather it in any order: per group a vpdpbusd of
+ * the row's unsigned values and the columns' quants, chained over a sub-block (32 values), times
+ * its scale (vpmulld), the mins from the columns' bsums by vpdpwssd; then the generic twin's
+ * float steps lane by lane (as many per column as vec_dot's). (Q6_K, with 16 scales per
+ * super-block, measured no faster this way at 16 columns and slower at 9: it keeps its tiles.)
+ * ------------------------------------------------------------------------------------------ */
+
+#define CL_RMAX 2
+
+/* a group of C <= 16 columns, per super-block i: a[64i + g] lane c = quants 4g..4g+3 of column c,
+ * bs[8i + k] lane c = its bsums 2k, 2k+1 as an int16 pair, d[i] lane c = its d; lanes past C zero */
+typedef struct {
+    __m512i *a, *bs;
+    __m512 *d;
+} kclprep;
+
+static inline size_t kcl_prep_vecs(int nb) { return (size_t)nb * (64 + 8 + 1); }
+
+static void kcl_prepare(const uint8_t *A, size_t lda, int C, int nb, __m512i *buf, kclprep *pp) {
+    pp->a = buf;
+    pp->bs = buf + (size_t)64 * nb;
+    pp->d = (__m512 *)(pp->bs + (size_t)8 * nb);
+    for (int i = 0; i < nb; i++) {
+        uint32_t q[64][16], bp[8][16];
+        float d[16];
+        for (int c = 0; c < 16; c++) {
+            const block_q8_K *y = (const block_q8_K *)(A + (size_t)c * lda) + i;
+            for (int g = 0; g < 64; g++) q[g][c] = c < C ? load_u32(y->qs + 4 * g) : 0;
+            for (int k = 0; k < 8; k++) bp[k][c] = c < C ? load_u32(y->bsums + 2 * k) : 0;
+            d[c] = c < C ? y->d : 0.0f;
+        }
+        for (int g = 0; g < 64; g++) _mm512_storeu_si512(pp->a + 64 * i + g, _mm512_loadu_si512(q[g]));
+        for (int k = 0; k < 8; k++) _mm512_storeu_si512(pp->bs + 8 * i + k, _mm512_loadu_si512(bp[k]));
+        _mm512_storeu_ps(pp->d + i, _mm512_loadu_ps(d));
+    }
+}
+
+static inline __attribute__((always_inline)) __m512i cl_dpwssd(const int W, __m512i s, __m512i u, __m512i a) {
+    if (W == 16) return _mm512_dpwssd_epi32(s, u, a);
+    return _mm512_castsi256_si512(_mm256_dpwssd_epi32(_mm512_castsi512_si256(s), _mm512_castsi512_si256(u),
+                                                      _mm512_castsi512_si256(a)));
+}
+static inline __attribute__((always_inline)) __m512i cl_mullo(const int W, __m512i a, int v) {
+    if (W == 16) return _mm512_mullo_epi32(a, _mm512_set1_epi32(v));
+    return _mm512_castsi256_si512(_mm256_mullo_epi32(_mm512_castsi512_si256(a), _mm256_set1_epi32(v)));
+}
+static inline __attribute__((always_inline)) __m512i cl_addi(const int W, __m512i a, __m512i b) {
+    if (W == 16) return _mm512_add_epi32(a, b);
+    return _mm512_castsi256_si512(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b)));
+}
+static inline __attribute__((always_inline)) __m512 cl_cvt(const int W, __m512i a) {
+    if (W == 16) return _mm512_cvtepi32_ps(a);
+    return _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(a)));
+}
+static inline __attribute__((always_inline)) __m512 cl_fnmadd(const int W, __m512 a, __m512 b, __m512 c) {
+    return W == 16 ? _mm512_fnmadd_ps(a, b, c)
+                   : _mm512_castps256_ps512(_mm256_fnmadd_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b),
+                                                             _mm512_castps512_ps256(c)));
+}
+
+/* int16 pair (lo, hi) as an int32 */
+static inline int pair16(int lo, int hi) { return (int)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
+
+/* R <= 2 weight rows x the C columns of pp (W lanes); Q4_K or Q5_K, the batch order */
+static inline __attribute__((always_inline)) void kcl_tile(const int type, const int W, int n, const uint8_t *w,
+                                                           size_t ldw, const int R, const kclprep *pp, const int C,
+                                                           float *out, size_t ldo) {
+    const int nb = n / QK_K;
+    const size_t wbs = (size_t)kquant_block_bytes(type);
+    __m512 acc[CL_RMAX], accm[CL_RMAX];
+    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (int i = 0; i < nb; i++) {
+        pf_step(&pf, R, ldw, wbs);
+        const __m512 da = cl_loadf(W, pp->d + i);
+        const __m512i *a = pp->a + 64 * i, *bs = pp->bs + 8 * i;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *x = w + (size_t)r * ldw + (size_t)i * wbs;
+            uint8_t wu[QK_K] __attribute__((aligned(64)));
+            for (int j = 0; j < 4; j++) _mm512_store_si512(wu + 64 * j, kquant_quarter(type, x, j));
+            __asm__ volatile("" : "+m"(wu));  /* reloaded by broadcasts, not shuffled out */
+            uint32_t scw[2], mw[2];
+            k4_scales_mins(x + offsetof(block_q4_K, scales), scw, mw);
+            uint8_t sc[8], m[8];
+            memcpy(sc, scw, 8);
+            memcpy(m, mw, 8);
+            const float dw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, d)));
+            const float dmw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, dmin)));
+            __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
+            const __m512 dd = cl_mul(W, cl_setf(W, dw), da), dm = cl_mul(W, cl_setf(W, dmw), da);
+            for (int j = 0; j < 8; j++) {  /* sub-blocks of 32 */
+                __m512i t = _mm512_setzero_si512();
+                for (int u = 0; u < 8; u++) t = cl_dpbusd(W, t, cl_bcast32(W, wu + 32 * j + 4 * u), cl_load(W, a + 8 * j + u));
+                I = cl_addi(W, I, cl_mullo(W, t, sc[j]));
+                M = cl_dpwssd(W, M, cl_load(W, bs + j), _mm512_set1_epi32(pair16(m[j], m[j])));
+                if (type == EL_Q4_K && j % 2) {  /* float steps per 64 values */
+                    acc[r] = cl_fma(W, cl_cvt(W, I), dd, acc[r]);
+                    accm[r] = cl_fma(W, cl_cvt(W, M), dm, accm[r]);
+                    I = M = _mm512_setzero_si512();
+                }
+            }
+            if (type == EL_Q5_K)
+                acc[r] = cl_fma(W, cl_fnmadd(W, cl_setf(W, dmw), cl_cvt(W, M), cl_mul(W, cl_cvt(W, I), cl_setf(W, dw))), da,
+                                acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float o[16];
+        _mm512_storeu_ps(o, type == EL_Q4_K ? cl_sub(W, acc[r], accm[r]) : acc[r]);
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = o[c];
+    }
+}
+
+/* stack for a column-lane group: 73 * 64 bytes per super-block */
+#define KCL_PREP_BYTES 262144
+/* fewer columns go through the 2 x 4 tiles (at 8 lanes the column-lane tile measured slower) */
+#define KCL_MIN 9
+
+typedef void (*kcltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp, int W, int C, float *out,
+                           size_t ldo);
+
+/* K-quant gemm: column-lane groups of up to 16 while KCL_MIN columns are left and the row fits
+ * the stack buffer, the rest by gemm_tiles */
+static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, tile_fn tile, const int RT, const int CT,
+                                                              const int RT1, int n, const void *w, size_t ldw, int nr,
+                                                              const void *a, size_t lda, int nc, float *out,
+                                                              size_t ldo) {
+    const uint8_t *Wt = w, *A = a;
+    const int nb = n / QK_K;
+    int c = 0;
+    if (nc >= KCL_MIN && kcl_prep_vecs(nb) * 64 <= KCL_PREP_BYTES) {
+        __m512i buf[kcl_prep_vecs(nb)];
+        while (nc - c >= KCL_MIN) {
+            const int L = 16, C = EL_MIN(L, nc - c);
+            kclprep kp;
+            kcl_prepare(A + c * lda, lda, C, nb, buf, &kp);
+            int r = 0;
+            for (; r + CL_RMAX <= nr; r += CL_RMAX) cl(n, Wt + r * ldw, ldw, CL_RMAX, &kp, L, C, out + c * ldo + r, ldo);
+            for (; r < nr; r++) cl(n, Wt + r * ldw, ldw, 1, &kp, L, C, out + c * ldo + r, ldo);
+            c += C;
+        }
+    }
+    if (c < nc) gemm_tiles(tile, RT, CT, RT1, n, Wt, ldw, nr, A + c * lda, lda, nc - c, out + c * ldo, ldo);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* tiling: gemm_tiles in x86_common.h */
 
@@ -595,15 +775,35 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         kquant_tile(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                       \
     }
+/* the batch-order kernels of Q4_K, Q5_K: column-lane groups first (kquant_gemm) */
+#define KCL_KERNELS(tname, TYPE, RT, CT, RT1)                                                      \
+    static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
+                                    size_t lda, int C, float *out, size_t ldo) {                   \
+        TILE_SHAPES(KQ_TILE, (TYPE, 0), RT, CT, RT1, R, C);                                        \
+    }                                                                                              \
+    static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp,   \
+                                  int L, int C, float *out, size_t ldo) {                          \
+        (void)L; /* 16 lanes */                                                                    \
+        if (R == CL_RMAX) kcl_tile(TYPE, 16, n, w, ldw, CL_RMAX, pp, C, out, ldo);                 \
+        else kcl_tile(TYPE, 16, n, w, ldw, 1, pp, C, out, ldo);                                    \
+    }                                                                                              \
+    static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
+                                    size_t lda, int nc, float *out, size_t ldo) {                  \
+        kquant_gemm(tname##_cl_avx512, tname##_tile_avx512, RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo); \
+    }                                                                                              \
+    static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
+        kquant_tile(TYPE, 0, n, x, 0, 1, y, 0, 1, s, 0);                                           \
+    }
 
 KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
-KERNELS(q4_K, EL_Q4_K, 0, 2, 4, 2)
+KCL_KERNELS(q4_K, EL_Q4_K, 2, 4, 2)
 KERNELS(q4_K_small, EL_Q4_K, 1, 2, 4, 2)
-KERNELS(q5_K, EL_Q5_K, 0, 2, 4, 2)
+KCL_KERNELS(q5_K, EL_Q5_K, 2, 4, 2)
 KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
+#undef KCL_KERNELS
 #undef KQ_TILE
 
 #include "x86_avx512_iq4.h"

@@ -3,7 +3,8 @@ quantization + the engine's 16-row x 8-token gemm tiles), single thread by defau
 
   matvec: one activation row against a matrix of about --mb MB (bigger than L2, like real
           layers); reported as GB/s of weights streamed.
-  gemm:   --tokens activation rows against a K x N matrix; reported as GFLOP/s (2*K*N*tokens).
+  gemm:   --tokens activation rows (a comma list: one column each) against a K x N matrix;
+          reported as GFLOP/s (2*K*N*tokens). --mb 0 skips the matvec.
 
 Weights are random blocks with sane scales (speed does not depend on the values); --file puts
 the matrix in a temporary file and maps it, as models are. Single-threaded runs are timed by
@@ -78,7 +79,7 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=30.0, help="matvec matrix size in MB")
     ap.add_argument("--k", type=int, default=2048, help="gemm row length")
     ap.add_argument("--rows", type=int, default=2048, help="gemm weight rows")
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", default="64", help="activation rows of the gemm, e.g. 1,4,5,8,16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--file", action="store_true", help="map the matvec matrix from a file")
@@ -89,11 +90,12 @@ def main() -> None:
     isas = args.isas.split(",") if args.isas else [ISA_NAMES[i] for i in range(best + 1) if ISA_NAMES[i] != "neon"]
     rng = np.random.default_rng(0)
     n = 4096
-    print(f"threads={args.threads}  matvec: ~{args.mb:.0f} MB, K={n}   gemm: K={args.k} N={args.rows} tokens={args.tokens}")
-    print(f"{'type':6} {'isa':12} {'matvec GB/s':>12} {'gemm GFLOP/s':>13}")
+    tokens = [int(v) for v in args.tokens.split(",")]
+    print(f"threads={args.threads}  matvec: ~{args.mb:.0f} MB, K={n}   gemm: K={args.k} N={args.rows} (GFLOP/s per token count)")
+    print(f"{'type':6} {'isa':12} {'matvec GB/s':>12} " + " ".join(f"{'m=' + str(m):>8}" for m in tokens))
     for name in args.types.split(","):
         t = QType[name]
-        rows = max(16, int(args.mb * 1e6 / type_info(t).row_bytes(n)))
+        rows = max(16, int(args.mb * 1e6 / type_info(t).row_bytes(n))) if args.mb > 0 else 0
         w = random_weights(t, rows, n, rng)
         if args.file:
             with tempfile.NamedTemporaryFile(suffix=".bin") as f:
@@ -101,7 +103,7 @@ def main() -> None:
                 w = np.memmap(f.name, dtype=np.uint8, mode="r", shape=w.shape)
         x1 = rng.standard_normal((1, n)).astype(np.float32)
         wg = random_weights(t, args.rows, args.k, rng)
-        xg = rng.standard_normal((args.tokens, args.k)).astype(np.float32)
+        xgs = [rng.standard_normal((m, args.k)).astype(np.float32) for m in tokens]
         for isa in isas:
             variants = [isa] + (["avx2-novnni"] if isa == "avx2" else [])
             for v in variants:
@@ -113,11 +115,10 @@ def main() -> None:
                     print(f"{name:6} {v:12} {'(this CPU runs ' + got + ')':>26}", flush=True)
                     continue
                 slow = v == "generic"
-                tv = b.matmul_time(t, w, n, x1, args.threads, 2 if slow else args.repeat)
-                tg = b.matmul_time(t, wg, args.k, xg, args.threads, 1 if slow else args.repeat)
-                gbs = w.nbytes / tv / 1e9
-                gflops = 2.0 * args.k * args.rows * args.tokens / tg / 1e9
-                print(f"{name:6} {v:12} {gbs:12.1f} {gflops:13.1f}", flush=True)
+                gbs = w.nbytes / b.matmul_time(t, w, n, x1, args.threads, 2 if slow else args.repeat) / 1e9 if rows else 0.0
+                gflops = [2.0 * args.k * args.rows * xg.shape[0] / b.matmul_time(t, wg, args.k, xg, args.threads, 1 if slow else args.repeat) / 1e9
+                          for xg in xgs]
+                print(f"{name:6} {v:12} {gbs:12.1f} " + " ".join(f"{g:8.1f}" for g in gflops), flush=True)
     b.lib.el_set_isa(-1)
 
 
