@@ -29,7 +29,7 @@ void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
         hi = ceilf(yarn_corr_dim(n_rot, d->n_ctx_orig, d->yarn_beta_slow, base));
         lo = EL_MAX(0, lo);
         hi = EL_MIN(n_rot - 1, hi);
-        mscale *= 1.0f + 0.1f * logf(1.0f / scale);
+        mscale *= fmaf(0.1f, logf(1.0f / scale), 1.0f);
     }
     float theta = pos;
     for (int i = 0; i < n_rot / 2; i++) {
@@ -38,7 +38,8 @@ void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
         if (ext != 0.0f) {
             const float y = (i - lo) / EL_MAX(0.001f, hi - lo);
             const float ramp = (1.0f - EL_MIN(1.0f, EL_MAX(0.0f, y))) * ext;
-            t = t * (1.0f - ramp) + extrap * ramp;
+            /* llama.cpp's ggml-cpu is built with FMA and GCC's default contraction: one fma here */
+            t = fmaf(extrap, ramp, t * (1.0f - ramp));
         }
         cache[2 * i] = cosf(t) * mscale;
         cache[2 * i + 1] = sinf(t) * mscale;
