@@ -22,14 +22,14 @@
 #include "engine_internal.h"
 
 /* n values of a row from value i as floats (F16: the ISA's converter, exact for every half) */
-static inline const float *floats(int type, const uint8_t *p, int i, int n, float *buf) {
+static inline __attribute__((always_inline)) const float *floats(int type, const uint8_t *p, int i, int n, float *buf) {
     if (type == EL_F32) return (const float *)p + i;
     el_vops.f16_to_f32(n, (const el_half *)p + i, buf);
     return buf;
 }
 
 /* acc + x * y rounded once */
-static inline float madd(int type, float x, float y, float acc) {
+static inline __attribute__((always_inline)) float madd(int type, float x, float y, float acc) {
     return type == EL_F32 ? fmaf(x, y, acc) : acc + x * y;  /* f16 x f16 is exact in float */
 }
 
@@ -84,29 +84,22 @@ int el_float_llama_tinyblas(int64_t rows, int n, int cols) {
  * types: each lane's multiply and add as the scalar code's; products of halves are exact) */
 typedef float v16 __attribute__((vector_size(64)));
 
-static inline v16 load16(const float *p) {
-    v16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float sum16(v16 v) {
-    float t[16];
-    memcpy(t, &v, sizeof t);
-    return el_sum16(t);
-}
+/* (macros, not functions: a 64-byte vector passed or returned by value has another ABI with and
+ * without AVX-512, which compilers warn about in the clones) */
+#define LOAD16(p) ({ v16 v_; memcpy(&v_, (p), sizeof v_); v_; })
+#define SUM16(v) ({ float t_[16]; const v16 s_ = (v); memcpy(t_, &s_, sizeof t_); el_sum16(t_); })
 
 /* dot_vec's order, F16 values as floats */
-static inline float dot_vec_f16(int n, const float *x, const float *y) {
+static inline __attribute__((always_inline)) float dot_vec_f16(int n, const float *x, const float *y) {
     v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     const int np = n & ~63;
     for (int i = 0; i < np; i += 64) {
-        a0 = a0 + load16(x + i) * load16(y + i);
-        a1 = a1 + load16(x + i + 16) * load16(y + i + 16);
-        a2 = a2 + load16(x + i + 32) * load16(y + i + 32);
-        a3 = a3 + load16(x + i + 48) * load16(y + i + 48);
+        a0 = a0 + LOAD16(x + i) * LOAD16(y + i);
+        a1 = a1 + LOAD16(x + i + 16) * LOAD16(y + i + 16);
+        a2 = a2 + LOAD16(x + i + 32) * LOAD16(y + i + 32);
+        a3 = a3 + LOAD16(x + i + 48) * LOAD16(y + i + 48);
     }
-    const float r = sum16((a0 + a2) + (a1 + a3));
+    const float r = SUM16((a0 + a2) + (a1 + a3));
     if (np == n) return r;
     double s = (double)r;
     for (int i = np; i < n; i++) s += (double)(x[i] * y[i]);
@@ -114,25 +107,25 @@ static inline float dot_vec_f16(int n, const float *x, const float *y) {
 }
 
 /* tinyBLAS's order for four columns of one row at once, F16 values as floats */
-static inline void dot_tinyblas4_f16(int n, const float *x, const float *y, size_t ldy, float *out, size_t ldo) {
+static inline __attribute__((always_inline)) void dot_tinyblas4_f16(int n, const float *x, const float *y, size_t ldy, float *out, size_t ldo) {
     v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (int i = 0; i < n; i += 16) {
-        const v16 w = load16(x + i);
-        a0 = a0 + w * load16(y + i);
-        a1 = a1 + w * load16(y + ldy + i);
-        a2 = a2 + w * load16(y + 2 * ldy + i);
-        a3 = a3 + w * load16(y + 3 * ldy + i);
+        const v16 w = LOAD16(x + i);
+        a0 = a0 + w * LOAD16(y + i);
+        a1 = a1 + w * LOAD16(y + ldy + i);
+        a2 = a2 + w * LOAD16(y + 2 * ldy + i);
+        a3 = a3 + w * LOAD16(y + 3 * ldy + i);
     }
-    out[0] = sum16(a0);
-    out[ldo] = sum16(a1);
-    out[2 * ldo] = sum16(a2);
-    out[3 * ldo] = sum16(a3);
+    out[0] = SUM16(a0);
+    out[ldo] = SUM16(a1);
+    out[2 * ldo] = SUM16(a2);
+    out[3 * ldo] = SUM16(a3);
 }
 
-static inline float dot_tinyblas_f16(int n, const float *x, const float *y) {
+static inline __attribute__((always_inline)) float dot_tinyblas_f16(int n, const float *x, const float *y) {
     v16 a = {0};
-    for (int i = 0; i < n; i += 16) a = a + load16(x + i) * load16(y + i);
-    return sum16(a);
+    for (int i = 0; i < n; i += 16) a = a + LOAD16(x + i) * LOAD16(y + i);
+    return SUM16(a);
 }
 
 /* This thread's buffer for F16 rows as floats (one weight row and up to COLS activation rows),
@@ -193,17 +186,9 @@ static inline __attribute__((always_inline)) void gemm(const int type, const int
     }
 }
 
-/* compiled for AVX-512 and AVX2 as well where the loader picks a clone at run time (x86-64 ELF):
- * the same operations in the same order, on wider vectors */
-#if defined(__x86_64__) && defined(__ELF__) && !defined(EL_NO_CLONES) && \
-    (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6)
-#define EL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EL_CLONES
-#endif
-
-EL_CLONES void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr,
-                                   const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
+static inline __attribute__((always_inline)) void gemm_types(int type, int tinyblas, int n, const uint8_t *w,
+                                                             size_t ldw, int nr, const uint8_t *a, size_t lda, int nc,
+                                                             float *out, size_t ldo) {
     if (type == EL_F16) {
         if (tinyblas) gemm(EL_F16, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
         else gemm(EL_F16, 0, n, w, ldw, nr, a, lda, nc, out, ldo);
@@ -211,4 +196,33 @@ EL_CLONES void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t 
         if (tinyblas) gemm(EL_F32, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
         else gemm(EL_F32, 0, n, w, ldw, nr, a, lda, nc, out, ldo);
     }
+}
+
+/* On x86-64 the same source compiled for AVX-512 and AVX2 as well, picked by the CPU at run time:
+ * the same operations in the same order, on wider vectors. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EL_FLOAT_ISA_COPIES 1
+#define GEMM_COPY(name, isa)                                                                                   \
+    __attribute__((target(isa))) static void name(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, \
+                                                  int nr, const uint8_t *a, size_t lda, int nc, float *out,   \
+                                                  size_t ldo) {                                                \
+        gemm_types(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);                                      \
+    }
+GEMM_COPY(gemm_avx512, "avx512f")
+GEMM_COPY(gemm_avx2, "avx2")
+#endif
+
+void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                         size_t lda, int nc, float *out, size_t ldo) {
+#ifdef EL_FLOAT_ISA_COPIES
+    if (__builtin_cpu_supports("avx512f")) {
+        gemm_avx512(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
+        return;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        gemm_avx2(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
+        return;
+    }
+#endif
+    gemm_types(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
 }
