@@ -33,6 +33,13 @@ static inline __attribute__((always_inline)) float madd(int type, float x, float
     return type == EL_F32 ? fmaf(x, y, acc) : acc + x * y;  /* f16 x f16 is exact in float */
 }
 
+/* an F16 dot product's values past the last multiple of 64, added to r in double (as ggml) */
+static inline float f16_tail(float r, int k, const float *x, const float *y) {
+    double s = (double)r;
+    for (int i = 0; i < k; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
 /* The two orders over rows as stored (F32, or F16 converted 64 values at a time: where no buffer
  * for whole rows could be had). type: the weight's, which decides the rounding. */
 static inline __attribute__((always_inline)) float dot_vec(const int type, int n, const uint8_t *px,
@@ -52,11 +59,7 @@ static inline __attribute__((always_inline)) float dot_vec(const int type, int n
     const float r = el_sum16(acc[0]);
     if (np == n) return r;
     const float *x = floats(type, px, np, n - np, bx), *y = floats(type, py, np, n - np, by);
-    if (type == EL_F16) {
-        double s = (double)r;
-        for (int i = 0; i < n - np; i++) s += (double)(x[i] * y[i]);
-        return (float)s;
-    }
+    if (type == EL_F16) return f16_tail(r, n - np, x, y);
     float s = r;
     for (int i = 0; i < n - np; i++) s = fmaf(x[i], y[i], s);
     return s;
@@ -100,10 +103,7 @@ static inline __attribute__((always_inline)) float dot_vec_f16(int n, const floa
         a3 = a3 + LOAD16(x + i + 48) * LOAD16(y + i + 48);
     }
     const float r = SUM16((a0 + a2) + (a1 + a3));
-    if (np == n) return r;
-    double s = (double)r;
-    for (int i = np; i < n; i++) s += (double)(x[i] * y[i]);
-    return (float)s;
+    return np == n ? r : f16_tail(r, n - np, x + np, y + np);
 }
 
 /* tinyBLAS's order for four columns of one row at once, F16 values as floats */
