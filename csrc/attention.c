@@ -278,6 +278,7 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     }
     const float scale = d->attn_scale, softcap = d->attn_softcap;
     const int capped = softcap > 0;
+    const float uncap = capped ? 1.0f / softcap : 0.0f;  /* llama.cpp scales by the float 1 / cap */
     float lmax[nh * KT];  /* per row and lane: the maximum of the tiles it sees whole */
     for (int i = 0; i < nh * KT; i++) lmax[i] = -INFINITY;
     const size_t kbytes = e->kl.part;
@@ -323,8 +324,9 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
             for (int u = 0; u < KT; u++) {
                 float v = -INFINITY;
                 if (cls[j] == 1 || (u < nt && visible(ps[u], p, swa, d->n_swa))) {
-                    v = src[u] * scale;
-                    if (capped) v = softcap * tanhf(v / softcap);
+                    /* soft-capped as llama.cpp's graph: tanh(s * (1 / cap)) * cap, then the
+                     * softmax's scale */
+                    v = capped ? tanhf(src[u] * uncap) * softcap * scale : src[u] * scale;
                     m = v > m ? v : m;
                 }
                 dst[u] = v;

@@ -441,12 +441,13 @@ static void forward_task(void *arg, int ith, int nth) {
     if (d->output_bias.data || d->logit_scale != 1.0f || d->final_softcap > 0) {
         int64_t r0, r1;
         el_split((int64_t)mo * d->n_vocab, ith, nth, 64, &r0, &r1);
-        const float cap = d->final_softcap, *ob = d->output_bias.data;
+        const float cap = d->final_softcap, uncap = cap > 0 ? 1.0f / cap : 0.0f, *ob = d->output_bias.data;
         for (int64_t i = r0; i < r1; i++) {
             float z = pl->logits[i];
             if (ob) z += ob[i % d->n_vocab];
             z *= d->logit_scale;
-            pl->logits[i] = cap > 0 ? cap * tanhf(z / cap) : z;
+            /* as llama.cpp's graph: scaled by the float 1 / cap, tanh, scaled by cap */
+            pl->logits[i] = cap > 0 ? tanhf(z * uncap) * cap : z;
         }
     }
 }

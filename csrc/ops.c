@@ -38,8 +38,10 @@ void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
         if (ext != 0.0f) {
             const float y = (i - lo) / EL_MAX(0.001f, hi - lo);
             const float ramp = (1.0f - EL_MIN(1.0f, EL_MAX(0.0f, y))) * ext;
-            /* llama.cpp's ggml-cpu is built with FMA and GCC's default contraction: one fma here */
-            t = fmaf(extrap, ramp, t * (1.0f - ramp));
+            /* llama.cpp's ggml-cpu is built with FMA and GCC's default contraction, which fuses the
+             * first product of rope_yarn's `interp * (1 - mix) + extrap * mix` (its disassembly:
+             * vfmadd132ss on interp, 1 - mix and the rounded extrap * mix) */
+            t = fmaf(t, 1.0f - ramp, extrap * ramp);
         }
         cache[2 * i] = cosf(t) * mscale;
         cache[2 * i + 1] = sinf(t) * mscale;

@@ -76,7 +76,7 @@ class ModelConfig:
     layers: tuple[LayerConfig, ...]
     n_swa: int = 0
     embd_scale: float = 1.0
-    attn_softcap: float = 0.0   # scores s become c * tanh(s / c) before attn_scale and the softmax
+    attn_softcap: float = 0.0   # scores s become tanh(s * (1/c)) * c before attn_scale and the softmax
     q_scale: float = 1.0        # multiplies q after RoPE, before its f16 rounding (llama.cpp's gemma graphs)
     final_softcap: float = 0.0
     yarn_ext_factor: float = 0.0
