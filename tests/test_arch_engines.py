@@ -164,8 +164,9 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     itself shows explains the flip; and the token-by-token top-1 meets the issue's bar against
     llama.cpp's (>= 99%). The EXACT models on C paths compute llama.cpp's own numbers both ways, so
     none of their positions may be beyond llama.cpp's max_abs. (Comparing flip counts with
-    llama.cpp's own is comparing luck at ties: at gemma2's position 280 our batch top two are 0.0004
-    apart, and llama-linear flips at 5 positions, all under 0.019 apart. Likewise a MoE router: in qwen3moe, position 237's last layer ranks its
+    llama.cpp's own is comparing luck at ties: before the C paths took ggml's orders, gemma2's batch
+    top two at position 280 were 0.0004 apart, and llama-linear flipped at 5 positions, all under
+    0.019 apart. Likewise a MoE router: in qwen3moe, position 237's last layer ranks its
     2nd and 3rd experts 0.0013 apart in the float64 reference, under the ~0.001 the C engine's
     token-by-token and batch evaluations move a router's logits; on avx512 the expert changes and
     that position's log-probabilities moved by 0.7 before the C engine took ggml's float orders.)"""
