@@ -277,7 +277,7 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
         if (d->n_rot) {
             el_rope_cache(rc, d->n_rot, (float)(-n_discard), L->rope_base, L->rope_scale, d->rope_freqs.data, &dd);
             if (d->yarn_ext_factor != 0.0f) {  /* undo the magnitude term el_rope_cache folded in */
-                const float ms = 1.0f + 0.1f * logf(1.0f / L->rope_scale);
+                const float ms = fmaf(0.1f, logf(1.0f / L->rope_scale), 1.0f);  /* as el_rope_cache's */
                 for (int i = 0; i < d->n_rot; i++) rc[i] /= ms;
             }
         }
