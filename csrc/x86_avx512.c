@@ -579,38 +579,6 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
             out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc6[r][c]) : res[4 * r + c];
 }
 
-/* the few operations of the column-lane tiles at W = 16 or 8 lanes (8: the low halves, as ymm) */
-static inline __attribute__((always_inline)) __m512i cl_dpbusd(const int W, __m512i s, __m512i u, __m512i a) {
-    if (W == 16) return _mm512_dpbusd_epi32(s, u, a);
-    return _mm512_castsi256_si512(_mm256_dpbusd_epi32(_mm512_castsi512_si256(s), _mm512_castsi512_si256(u),
-                                                      _mm512_castsi512_si256(a)));
-}
-static inline __attribute__((always_inline)) __m512i cl_load(const int W, const __m512i *p) {
-    return W == 16 ? _mm512_loadu_si512(p) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline __attribute__((always_inline)) __m512 cl_loadf(const int W, const __m512 *p) {
-    return W == 16 ? _mm512_loadu_ps(p) : _mm512_castps256_ps512(_mm256_loadu_ps((const float *)p));
-}
-/* the 4 bytes at p in every dword lane: one load (vbroadcastss from memory, no shuffle) */
-static inline __attribute__((always_inline)) __m512i cl_bcast32(const int W, const uint8_t *p) {
-    if (W == 16) return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss((const float *)p)));
-    return _mm512_castsi256_si512(_mm256_castps_si256(_mm256_broadcast_ss((const float *)p)));
-}
-static inline __attribute__((always_inline)) __m512 cl_setf(const int W, float v) {
-    return W == 16 ? _mm512_set1_ps(v) : _mm512_castps256_ps512(_mm256_set1_ps(v));
-}
-static inline __attribute__((always_inline)) __m512 cl_sub(const int W, __m512 a, __m512 b) {
-    return W == 16 ? _mm512_sub_ps(a, b) : _mm512_castps256_ps512(_mm256_sub_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b)));
-}
-static inline __attribute__((always_inline)) __m512 cl_mul(const int W, __m512 a, __m512 b) {
-    return W == 16 ? _mm512_mul_ps(a, b) : _mm512_castps256_ps512(_mm256_mul_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b)));
-}
-static inline __attribute__((always_inline)) __m512 cl_fma(const int W, __m512 a, __m512 b, __m512 c) {
-    return W == 16 ? _mm512_fmadd_ps(a, b, c)
-                   : _mm512_castps256_ps512(_mm256_fmadd_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b),
-                                                            _mm512_castps512_ps256(c)));
-}
-
 /* ------------------------------------------------------------------------------------------
  * Q4_K, Q5_K with many columns: one activation column per int32 lane (16 lanes), so the row's
  * 4-value groups are broadcast (one load each) to all the columns. Within a super-block
@@ -651,34 +619,16 @@ static void kcl_prepare(const uint8_t *A, size_t lda, int C, int nb, __m512i *bu
     }
 }
 
-static inline __attribute__((always_inline)) __m512i cl_dpwssd(const int W, __m512i s, __m512i u, __m512i a) {
-    if (W == 16) return _mm512_dpwssd_epi32(s, u, a);
-    return _mm512_castsi256_si512(_mm256_dpwssd_epi32(_mm512_castsi512_si256(s), _mm512_castsi512_si256(u),
-                                                      _mm512_castsi512_si256(a)));
-}
-static inline __attribute__((always_inline)) __m512i cl_mullo(const int W, __m512i a, int v) {
-    if (W == 16) return _mm512_mullo_epi32(a, _mm512_set1_epi32(v));
-    return _mm512_castsi256_si512(_mm256_mullo_epi32(_mm512_castsi512_si256(a), _mm256_set1_epi32(v)));
-}
-static inline __attribute__((always_inline)) __m512i cl_addi(const int W, __m512i a, __m512i b) {
-    if (W == 16) return _mm512_add_epi32(a, b);
-    return _mm512_castsi256_si512(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b)));
-}
-static inline __attribute__((always_inline)) __m512 cl_cvt(const int W, __m512i a) {
-    if (W == 16) return _mm512_cvtepi32_ps(a);
-    return _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(a)));
-}
-static inline __attribute__((always_inline)) __m512 cl_fnmadd(const int W, __m512 a, __m512 b, __m512 c) {
-    return W == 16 ? _mm512_fnmadd_ps(a, b, c)
-                   : _mm512_castps256_ps512(_mm256_fnmadd_ps(_mm512_castps512_ps256(a), _mm512_castps512_ps256(b),
-                                                             _mm512_castps512_ps256(c)));
-}
-
 /* int16 pair (lo, hi) as an int32 */
 static inline int pair16(int lo, int hi) { return (int)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
-/* R <= 2 weight rows x the C columns of pp (W lanes); Q4_K or Q5_K, the batch order */
-static inline __attribute__((always_inline)) void kcl_tile(const int type, const int W, int n, const uint8_t *w,
+/* the 4 bytes at p in every dword lane: one load (vbroadcastss from memory, no shuffle) */
+static inline __m512i bcast32(const uint8_t *p) {
+    return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss((const float *)p)));
+}
+
+/* R <= 2 weight rows x the C columns of pp; Q4_K or Q5_K, the batch order */
+static inline __attribute__((always_inline)) void kcl_tile(const int type, int n, const uint8_t *w,
                                                            size_t ldw, const int R, const kclprep *pp, const int C,
                                                            float *out, size_t ldo) {
     const int nb = n / QK_K;
@@ -688,7 +638,7 @@ static inline __attribute__((always_inline)) void kcl_tile(const int type, const
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
         pf_step(&pf, R, ldw, wbs);
-        const __m512 da = cl_loadf(W, pp->d + i);
+        const __m512 da = _mm512_loadu_ps(pp->d + i);
         const __m512i *a = pp->a + 64 * i, *bs = pp->bs + 8 * i;
         for (int r = 0; r < R; r++) {
             const uint8_t *x = w + (size_t)r * ldw + (size_t)i * wbs;
@@ -703,37 +653,37 @@ static inline __attribute__((always_inline)) void kcl_tile(const int type, const
             const float dw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, d)));
             const float dmw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, dmin)));
             __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
-            const __m512 dd = cl_mul(W, cl_setf(W, dw), da), dm = cl_mul(W, cl_setf(W, dmw), da);
+            const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(dw), da), dm = _mm512_mul_ps(_mm512_set1_ps(dmw), da);
             for (int j = 0; j < 8; j++) {  /* sub-blocks of 32 */
                 __m512i t = _mm512_setzero_si512();
-                for (int u = 0; u < 8; u++) t = cl_dpbusd(W, t, cl_bcast32(W, wu + 32 * j + 4 * u), cl_load(W, a + 8 * j + u));
-                I = cl_addi(W, I, cl_mullo(W, t, sc[j]));
-                M = cl_dpwssd(W, M, cl_load(W, bs + j), _mm512_set1_epi32(pair16(m[j], m[j])));
+                for (int u = 0; u < 8; u++) t = _mm512_dpbusd_epi32(t, bcast32(wu + 32 * j + 4 * u), _mm512_loadu_si512(a + 8 * j + u));
+                I = _mm512_add_epi32(I, _mm512_mullo_epi32(t, _mm512_set1_epi32(sc[j])));
+                M = _mm512_dpwssd_epi32(M, _mm512_loadu_si512(bs + j), _mm512_set1_epi32(pair16(m[j], m[j])));
                 if (type == EL_Q4_K && j % 2) {  /* float steps per 64 values */
-                    acc[r] = cl_fma(W, cl_cvt(W, I), dd, acc[r]);
-                    accm[r] = cl_fma(W, cl_cvt(W, M), dm, accm[r]);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dd, acc[r]);
+                    accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), dm, accm[r]);
                     I = M = _mm512_setzero_si512();
                 }
             }
             if (type == EL_Q5_K)
-                acc[r] = cl_fma(W, cl_fnmadd(W, cl_setf(W, dmw), cl_cvt(W, M), cl_mul(W, cl_cvt(W, I), cl_setf(W, dw))), da,
-                                acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_set1_ps(dmw), _mm512_cvtepi32_ps(M),
+                                                          _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(dw))),
+                                         da, acc[r]);
         }
     }
     for (int r = 0; r < R; r++) {
         float o[16];
-        _mm512_storeu_ps(o, type == EL_Q4_K ? cl_sub(W, acc[r], accm[r]) : acc[r]);
+        _mm512_storeu_ps(o, type == EL_Q4_K ? _mm512_sub_ps(acc[r], accm[r]) : acc[r]);
         for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = o[c];
     }
 }
 
 /* stack for a column-lane group: 73 * 64 bytes per super-block */
 #define KCL_PREP_BYTES 262144
-/* fewer columns go through the 2 x 4 tiles (at 8 lanes the column-lane tile measured slower) */
+/* fewer columns go through the 2 x 4 tiles (a column-lane tile at 8 lanes measured slower) */
 #define KCL_MIN 9
 
-typedef void (*kcltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp, int W, int C, float *out,
-                           size_t ldo);
+typedef void (*kcltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp, int C, float *out, size_t ldo);
 
 /* K-quant gemm: column-lane groups of up to 16 while KCL_MIN columns are left and the row fits
  * the stack buffer, the rest by gemm_tiles */
@@ -747,12 +697,12 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
     if (nc >= KCL_MIN && kcl_prep_vecs(nb) * 64 <= KCL_PREP_BYTES) {
         __m512i buf[kcl_prep_vecs(nb)];
         while (nc - c >= KCL_MIN) {
-            const int L = 16, C = EL_MIN(L, nc - c);
+            const int C = EL_MIN(16, nc - c);
             kclprep kp;
             kcl_prepare(A + c * lda, lda, C, nb, buf, &kp);
             int r = 0;
-            for (; r + CL_RMAX <= nr; r += CL_RMAX) cl(n, Wt + r * ldw, ldw, CL_RMAX, &kp, L, C, out + c * ldo + r, ldo);
-            for (; r < nr; r++) cl(n, Wt + r * ldw, ldw, 1, &kp, L, C, out + c * ldo + r, ldo);
+            for (; r + CL_RMAX <= nr; r += CL_RMAX) cl(n, Wt + r * ldw, ldw, CL_RMAX, &kp, C, out + c * ldo + r, ldo);
+            for (; r < nr; r++) cl(n, Wt + r * ldw, ldw, 1, &kp, C, out + c * ldo + r, ldo);
             c += C;
         }
     }
@@ -782,10 +732,9 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
         TILE_SHAPES(KQ_TILE, (TYPE, 0), RT, CT, RT1, R, C);                                        \
     }                                                                                              \
     static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp,   \
-                                  int L, int C, float *out, size_t ldo) {                          \
-        (void)L; /* 16 lanes */                                                                    \
-        if (R == CL_RMAX) kcl_tile(TYPE, 16, n, w, ldw, CL_RMAX, pp, C, out, ldo);                 \
-        else kcl_tile(TYPE, 16, n, w, ldw, 1, pp, C, out, ldo);                                    \
+                                  int C, float *out, size_t ldo) {                                 \
+        if (R == CL_RMAX) kcl_tile(TYPE, n, w, ldw, CL_RMAX, pp, C, out, ldo);                     \
+        else kcl_tile(TYPE, n, w, ldw, 1, pp, C, out, ldo);                                        \
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
