@@ -40,7 +40,7 @@
                           one-token step's keys from DRAM twice as fast); values are read in order
                           within a value group and are not prefetched (that measured slower) */
 static inline void prefetch(const void *p, size_t n) {
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }
 
 typedef struct { int32_t lo, hi, full; } tile_sum;  /* positions of a tile's valid slots; all 16 valid */

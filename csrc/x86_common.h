@@ -61,7 +61,7 @@ static inline pf_cursor pf_start(const uint8_t *w, size_t ldw, int R, size_t row
 /* prefetch `bytes` more of every row, then advance */
 static inline void pf_step(pf_cursor *p, int R, size_t ldw, size_t bytes) {
     for (int r = 0; r < R; r++)
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p->row + (size_t)r * ldw + p->off + o, 0, 3);
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p->row + (size_t)r * ldw + p->off + o, 0, 2);
     p->off += bytes;
     while (p->off >= p->row_len && p->row_len) {
         p->off -= p->row_len;
