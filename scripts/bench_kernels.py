@@ -84,6 +84,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--file", action="store_true", help="map the matvec matrix from a file")
     args = ap.parse_args()
+    names = args.types.split(",")
+    for name in names:  # bad input: one line, before any work
+        if name not in QType.__members__:
+            raise SystemExit(f"unknown type {name!r} (known: {', '.join(QType.__members__)})")
+        if args.k % type_info(QType[name]).block_size:
+            raise SystemExit(f"--k {args.k} is not a multiple of {name}'s block size {type_info(QType[name]).block_size}")
 
     b = Bench()
     best = b.lib.el_cpu_isa_best()
@@ -93,7 +99,7 @@ def main() -> None:
     tokens = [int(v) for v in args.tokens.split(",")]
     print(f"threads={args.threads}  matvec: ~{args.mb:.0f} MB, K={n}   gemm: K={args.k} N={args.rows} (GFLOP/s per token count)")
     print(f"{'type':6} {'isa':12} {'matvec GB/s':>12} " + " ".join(f"{'m=' + str(m):>8}" for m in tokens))
-    for name in args.types.split(","):
+    for name in names:
         t = QType[name]
         rows = max(16, int(args.mb * 1e6 / type_info(t).row_bytes(n))) if args.mb > 0 else 0
         w = random_weights(t, rows, n, rng)

@@ -86,7 +86,7 @@ def load_models(path: str | os.PathLike | None = None) -> dict:
             with resources.files("edgellm").joinpath("models.toml").open("rb") as f:
                 table = tomllib.load(f)
     except OSError as e:
-        raise ModelsFileError(f"cannot read models file {path}: {e.strerror or e}") from e
+        raise ModelsFileError(f"cannot read models file {where}: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ModelsFileError(f"{where}: not valid TOML: {e}") from e
     _validate(table, where)
