@@ -38,7 +38,9 @@
 #define PF_TILES 2     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
                           hardware's streams follow too late (scripts/bench_attention_kernels.c: a
                           one-token step's keys from DRAM twice as fast); values are read in order
-                          within a value group and are not prefetched (that measured slower) */
+                          within a value group and are not prefetched (that measured slower, into L1
+                          or L2). Into L2 (locality 2): a burst of L1 prefetches (a whole tile) stalls
+                          on the L1 miss buffers; f16 keys at hk = 256 read twice as fast into L2 */
 static inline void prefetch(const void *p, size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }

@@ -38,7 +38,8 @@ static inline void q3_K_scales_biased(const uint8_t *s, uint32_t v[4]) {
  * rows side by side, then gemm moves on to the next R rows; the cursor points at what the tile
  * (or the next ones) will read PF_DIST bytes of total progress from now, i.e. PF_DIST / R bytes
  * further along every row, continuing into the following tiles' rows. 8 KB measured best on a
- * Zen 5 (1 KB reached half the bandwidth). */
+ * Zen 5 (1 KB reached half the bandwidth). Into L2 (prefetcht1): on a Zen 4 VM prefetching into L1
+ * stalled on its miss buffers and halved a one-token decode step beside a busy core. */
 #define PF_DIST 8192
 
 typedef struct {
