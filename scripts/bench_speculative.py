@@ -143,9 +143,6 @@ def _costs(llm, label: str) -> None:
           " ".join(f"{r}: {c.predict(r) / one:.2f}" for r in (2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17)))
     if c.per_draft:
         print(f"{label} as a draft model: {c.draft_seconds() * 1e3:.1f} ms per draft (whole drafting phases)")
-    if c.realized:
-        print(f"{label}: whole generation steps took {c.factor():.2f}x their prediction " +
-              ("(its drafting steps)" if c.per_draft else "(plain steps)"))
 
 
 def bench(args, llm, modes, runners, names, prompts):
