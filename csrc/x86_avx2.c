@@ -258,7 +258,9 @@ static inline __attribute__((always_inline)) void float_tile(const int type, int
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) accf[r][c] = _mm256_setzero_ps(), accd[r][c] = _mm256_setzero_pd();
     const int n8 = n & ~7;
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)n * es);  /* (x86_common.h: decode streams the rows) */
     for (int i = 0; i < n8; i += 8) {
+        if ((i * es & 63) == 0 && ldw) pf_step(&pf, R, ldw, 64);
         __m256 wv[FT_RMAX];
         for (int r = 0; r < R; r++) wv[r] = load8_float(type, w + r * ldw + i * es);
         for (int c = 0; c < C; c++) {

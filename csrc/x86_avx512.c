@@ -756,6 +756,7 @@ KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KQ_TILE
 
 #include "x86_avx512_iq4.h"
+#include "x86_avx512_float.h"
 
 /* ---- attention and activation helpers (el_vec_ops; the portable twins are in dispatch.c) ---- */
 
@@ -1242,5 +1243,6 @@ void el_register_avx512(el_type_traits *t) {
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
+    fz_register(t);
 }
 #endif

@@ -141,6 +141,8 @@ def _costs(llm, label: str) -> None:
     one = c.predict(1)
     print(f"\n{label} step costs by rows (one row = {one * 1e3:.1f} ms): " +
           " ".join(f"{r}: {c.predict(r) / one:.2f}" for r in (2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17)))
+    if c.per_draft:
+        print(f"{label} as a draft model: {c.draft_seconds() * 1e3:.1f} ms per draft (whole drafting phases)")
 
 
 def bench(args, llm, modes, runners, names, prompts):

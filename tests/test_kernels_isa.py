@@ -413,6 +413,39 @@ def test_gemm_column_lane_groups(kern, t, blocks):
         np.testing.assert_array_equal(_bits(out), _bits(want[:cols]), err_msg=f"{cols} columns")
 
 
+FLOAT_TYPES = [QType.F32, QType.F16, QType.BF16]
+
+
+@pytest.mark.parametrize("n", [8, 192, 203, 1029])
+@pytest.mark.parametrize("t", FLOAT_TYPES, ids=lambda t: t.name)
+def test_float_gemm_is_the_avx2_tile(kern, t, n):
+    """The float types have one order on x86 (x86_avx2.c float_tile: 8 float lanes flushed into
+    double lanes every 64 values): every variant's gemm gives the AVX2 vec_dot's bits for every
+    (row, column), whatever the column count of the call (1..9: the AVX-512 kernel's column
+    groups of 4 and its 4-row tiles, odd rows included) and the row length (one group of 8, whole
+    flushes, a tail, a partial flush)."""
+    rng = np.random.default_rng(9300 + int(t) + n)
+    rows = 11
+    # values around 2^-11 with a few around 2^13: float lanes summing products of very different
+    # sizes, so which values share a lane and when it restarts shows in the bits (the order of
+    # the double additions hardly can: the result is rounded to float)
+    def wide(shape):
+        return (rng.standard_normal(shape) * np.where(rng.random(shape) < 0.05, 2.0 ** 13, 2.0 ** -11)).astype(np.float32)
+
+    w = kern.quantize_act(t, wide((rows, n)))  # (rows of the weight type: F32 / F16 / BF16 as the activations)
+    a = kern.quantize_act(t, wide((9, n)))
+    kern.select("avx2")
+    want = kern.vec_dot_all(t, n, w, a)
+    kern.select(kern.variant)
+    assert np.all(np.isfinite(want))
+    for cols in range(1, 10):
+        for r0, nr in ((0, rows), (3, 5), (2, 1)):
+            out = np.full((cols, rows), np.nan, dtype=np.float32)
+            kern.gemm(t, n, w, a, out, r0, nr, 0, cols)
+            np.testing.assert_array_equal(_bits(out[:, r0:r0 + nr]), _bits(want[:cols, r0:r0 + nr]),
+                                          err_msg=f"{cols} columns, rows {r0}..{r0 + nr}")
+
+
 # ---------------------------------------------------------------- through the dispatch vs generic
 
 @pytest.mark.parametrize("n_threads", [1, 2])

@@ -513,6 +513,52 @@ def test_controller_stops_a_draft_model_where_its_confidence_drops():
     assert d.drafts == [1, 0] and d.keys == [9, 3]
 
 
+def test_draft_model_drafts_only_while_its_steps_pay(model_dir):
+    """A draft model drafts while its drafting steps, timed whole (its catch-up and steps, the
+    target's step, sampling), give at least as many tokens per second as plain steps, whatever
+    the step costs promise; switched off it is probed now and then, and while it drafts a plain
+    step is timed again every REFRESH steps (the load changes)."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
+    st = sp.SpecState(llm, Speculative(draft, with_lookup=False), GREEDY)
+    st.costs = sp.StepCosts.known([0.010 + 0.001 * (rows - 1) for rows in range(1, 10)])  # cheap rows
+    sp.costs_for(draft).observe_drafts(0.004, 4)  # and 1 ms drafts: the step costs say drafting pays
+    h = [1, 7, 9, 11, 13]
+    plan = lambda: st._plan(h, len(h), 8, 1, 0)  # noqa: E731
+    assert plan() == 8  # (the most; worth_more stops it earlier)
+
+    def drafting(seconds, tokens, n=1):
+        for _ in range(n):
+            st._by_lookup = False
+            st.observe_step(seconds, 3, tokens)
+
+    drafting(0.030, 2, sp.SpecState.MIN_RUNS - 1)  # 67 tokens/s, plain steps 100 (the step costs')
+    assert st.model_pays() and plan() == 8  # (too few to judge by)
+    drafting(0.030, 2)
+    assert not st.model_pays()
+    picks = [plan() for _ in range(sp.Controller.PROBE_FIRST)]
+    assert picks == [0] * (sp.Controller.PROBE_FIRST - 1) + [8]  # off, but probed
+    for _ in range(3):
+        st.observe_step(0.025, 0, 1)  # plain steps timed slower (40 tokens/s): drafting pays
+    assert st.model_pays() and plan() == 8
+    drafting(0.030, 2, sp.SpecState.REFRESH - 1)
+    assert plan() == 8
+    drafting(0.030, 2)
+    assert plan() == 0  # REFRESH drafting steps: a plain one
+    st.observe_step(0.025, 0, 1)
+    assert plan() == 8
+    drafting(0.020, 1, sp.SpecState.GUARD_WINDOW)  # the last GUARD_WINDOW: 50 tokens/s, plain 40
+    assert st.model_pays()
+    drafting(0.030, 1, sp.SpecState.GUARD_WINDOW // 2 + 1)  # 33 tokens/s over the window's last
+    assert not st.model_pays()
+    assert Speculative(draft, adaptive=False).adaptive is False
+    fixed = sp.SpecState(llm, Speculative(draft, adaptive=False), GREEDY)
+    fixed._model_runs.extend([(1.0, 1)] * sp.SpecState.GUARD_WINDOW)  # fixed lengths: drafts whatever the timings
+    assert fixed._plan(h, len(h), 8, 1, 0) == 8
+    st.close()
+    fixed.close()
+
+
 def test_draft_model_takes_lookup_drafts_where_they_promise_more(model_dir):
     """With a draft model (adaptive), a step takes prompt lookup's drafts where a long match
     promises more than the draft model (whose steps cost), the draft model's elsewhere; the

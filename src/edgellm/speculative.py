@@ -29,11 +29,16 @@ drafter knew when it made it (prompt lookup: the length of the context it matche
 by one with each draft taken) and chooses the k that maximizes expected tokens per second,
 (1 + a1 + a1 a2 + ... + a1...ak) / (seconds of the step with k more rows + k draft steps), from
 this engine's step costs by row count (`StepCosts`: measured at first use, then as steps run);
-k = 0 — no drafting — when nothing beats a plain step. Prompt lookup keeps checking its unused
-proposals against the tokens that come, so it turns back on for free; a switched-off draft
-model is probed now and then. A draft model drafts one token at a time while its confidence in
-them says drafting on pays, and a step takes prompt lookup's drafts instead when they promise
-more (Speculative.with_lookup): each draft is verified by the rule of the drafter that made it.
+k = 0 — no drafting — when nothing beats a plain step. A draft model's draft costs what its
+drafting phases took per draft (its catch-up on the tokens taken, its steps, sampling: timed as
+they run). Prompt lookup keeps checking its unused proposals against the tokens that come, so it
+turns back on for free; a switched-off draft model is probed now and then. A draft model drafts
+one token at a time while its confidence in them says drafting on pays, and a step takes prompt
+lookup's drafts instead when they promise more (Speculative.with_lookup): each draft is verified
+by the rule of the drafter that made it. And a draft model drafts only while its drafting steps,
+timed whole in this stream, give at least the tokens per second of its plain steps
+(SpecState.model_pays; a plain step is timed again every REFRESH drafting steps): what no cost
+model holds — two engines taking turns on the cores, a machine whose load changes — shows there.
 """
 
 from __future__ import annotations
@@ -204,6 +209,9 @@ class StepCosts:
         self._shape: list[float] = []  # shape(r) = _shape[r] (a cache; [] after a change)
         self._before = 0.0  # the last one-row step's seconds (0: none within MAX_GAP steps)
         self._waiting: list[tuple[int, float]] = []  # multi-row steps since then: (rows, seconds)
+        # as a draft model: the seconds of its last drafting phases per draft made (its
+        # catch-up on the tokens taken, its steps, sampling, Python: observe_drafts)
+        self.per_draft: deque = deque(maxlen=self.WINDOW)
 
     def observe(self, rows: int, seconds: float) -> None:
         if not 0 < rows <= self.MAX_ROWS or seconds <= 0:
@@ -228,6 +236,16 @@ class StepCosts:
             self._before, self._waiting = 0.0, []
             return
         self._waiting.append((rows, seconds))
+
+    def observe_drafts(self, seconds: float, drafts: int) -> None:
+        """A drafting phase of this (draft) model: seconds for drafts tokens."""
+        if drafts > 0 and seconds > 0:
+            self.per_draft.append(seconds / drafts)
+
+    def draft_seconds(self) -> float:
+        """Seconds a draft costs, as drafting phases took them (the median of the last WINDOW;
+        0: none measured)."""
+        return statistics.median(self.per_draft) if self.per_draft else 0.0
 
     @classmethod
     def known(cls, seconds: Sequence[float]) -> "StepCosts":
@@ -411,7 +429,11 @@ class Controller:
     def choose(self, rates, limit: int, cost, others: int = 0) -> int:
         """best()'s draft length; a switched-off draft model (probes) drafts 2 now and then,
         as it learns only by trying."""
-        best_k = self.best(rates, limit, cost, others)[0]
+        return self.probe(self.best(rates, limit, cost, others)[0], limit)
+
+    def probe(self, best_k: int, limit: int) -> int:
+        """best_k, but 2 now and then where it is 0 (with probes): a switched-off draft model
+        learns only by trying (after PROBE_FIRST steps, then twice as many each time)."""
         if best_k == 0 and self.probes and min(limit, self.k_max) > 0:
             self.off += 1
             if self.off >= self.probe_every:
@@ -635,6 +657,7 @@ def _run_model_drafts(dllm, jobs: list) -> None:
     (maybe none)."""
     pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
     costs = costs_for(dllm)
+    t0 = time.perf_counter()
     with dllm._engine_lock:
         rows = []
         for st, ctx, k, tail in jobs:
@@ -673,6 +696,7 @@ def _run_model_drafts(dllm, jobs: list) -> None:
                             continue
                         nxt.append((st, [tok], k, tail))
             rows = nxt
+    costs.observe_drafts(time.perf_counter() - t0, sum(len(st.model.drafts) for st, _, _, _ in jobs))
 
 
 def _packed(rows: list, n_batch: int):
@@ -696,6 +720,11 @@ class SpecState:
     takes the drafts that promise more), their controllers, and counts (drafted, accepted,
     steps)."""
 
+    GUARD_WINDOW = 8   # the draft model's drafting steps model_pays judges by
+    MIN_RUNS = 4       # ...at least
+    PLAIN_WINDOW = 5   # plain steps it compares them with
+    REFRESH = 16       # drafting steps after which a plain one is timed again (the load changes)
+
     def __init__(self, target, spec: Speculative, params: SamplingParams):
         self.spec = spec
         self.target = target
@@ -717,6 +746,11 @@ class SpecState:
         self._e = -1        # lookup: where its proposal copies from
         self._shadow = None  # lookup: an unused proposal (tokens, m, history length), checked next
         self._cost, self._others = None, 0  # a draft model: this step's cost by drafts, others' tokens
+        # what this stream's steps really took (observe_step): a draft model drafts only while
+        # its steps give more tokens per second than plain ones (model_pays)
+        self._model_runs: deque = deque(maxlen=self.GUARD_WINDOW)  # drafting steps: (seconds, tokens)
+        self._plain_runs: deque = deque(maxlen=self.PLAIN_WINDOW)  # plain steps: seconds
+        self._since_plain = 0  # the draft model's drafting steps since the last plain step
 
     def close(self) -> None:
         if self.model is not None:
@@ -768,21 +802,48 @@ class SpecState:
             return kl
         limit = min(limit, d.llm.n_ctx - n_context)  # the draft model's context holds them
         dc = costs_for(d.llm)
-        if dc.ones and costs.ones:
+        t_draft = dc.draft_seconds()  # as drafting phases took them
+        if not t_draft and dc.ones and costs.ones:  # none yet: the draft model's steps
             t_draft = dc.predict(1)
-        else:  # not measured: a decode step costs what its weights take to read
+        elif not t_draft:  # not measured: a decode step costs what its weights take to read
             t_draft = t_base * _weight_bytes(d.llm) / _weight_bytes(self.target)
         self._cost = lambda k: rows(k) + k * t_draft  # noqa: E731
         self._others = others
         a = ctl.overall
-        km, rate_m = ctl.best(lambda j: a, limit, self._cost, others)
+        pays = not ctl.adaptive or self.model_pays(base_rows)
+        km, rate_m = ctl.best(lambda j: a, limit, self._cost, others) if pays else (0, 0.0)
         if kl and (rate_l >= rate_m or not km):
             self._by_lookup = True
             return kl
         self._by_lookup = False
         if kl:  # unused: what it would have given is checked next step
             self._shadow = (self.lookup.draft(self._e, kl), self._m, len(history))
-        return limit if ctl.choose(lambda j: a, limit, self._cost, others) else 0
+        if ctl.adaptive and self._since_plain >= self.REFRESH:  # time a plain step again
+            return 0
+        return limit if ctl.probe(km, limit) else 0
+
+    def observe_step(self, seconds: float, drafted: int, tokens: int) -> None:
+        """A whole generation step (drafting, the engine step, verification) took seconds and
+        gave tokens: a plain one (no drafts) or one of the draft model's drafts (prompt lookup's
+        are judged by the step costs alone: they cost no draft steps)."""
+        if not drafted:
+            self._plain_runs.append(seconds)
+            self._since_plain = 0
+        elif not self._by_lookup:
+            self._model_runs.append((seconds, tokens))
+            self._since_plain += 1
+
+    def model_pays(self, base_rows: int = 1) -> bool:
+        """Whether the draft model's last GUARD_WINDOW drafting steps gave at least as many
+        tokens per second as plain steps (this stream's last PLAIN_WINDOW, or the engine's step
+        cost before there are any). What the step costs leave out — the two engines taking turns
+        on the cores, the draft model's catch-up, sampling, Python — is in these timings; the
+        acceptance too. True until there are MIN_RUNS of them."""
+        runs = self._model_runs
+        if len(runs) < self.MIN_RUNS:
+            return True
+        plain = statistics.median(self._plain_runs) if self._plain_runs else self.costs.predict(base_rows)
+        return sum(n for _, n in runs) * plain >= sum(t for t, _ in runs)
 
     def draft_lookup(self, k: int) -> list[int]:
         return self.lookup.draft(self._e, k)
@@ -978,6 +1039,7 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
             if limit is not None:
                 room = min(room, limit - stats.generated_tokens - 1)
             context = history if spec.is_lookup else seq.tokens + unfed  # (differ after a shift)
+            t_step = time.perf_counter()
             drafts = propose([(state, history, context, room)])[0]
             if guide is not None and drafts:
                 drafts = drafts[:guide.constraint.valid_prefix(drafts)]
@@ -1005,7 +1067,10 @@ def generate(llm, session, ids: list[int], params: SamplingParams, max_tokens, s
                 pending = [sampler.sample(got, history)]
             else:
                 pending = [guide.sample(sampler, got, history)]
-            state.costs.observe(rows, time.perf_counter() - ts)
+            t_end = time.perf_counter()
+            state.costs.observe(rows, t_end - ts)
+            if spec.adaptive:
+                state.observe_step(t_end - t_step, len(drafts), len(pending))
         if stats.stop_reason != "stop":
             tail, stopped = checker.feed(detok.flush())
             if not stopped:
