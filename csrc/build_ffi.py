@@ -28,6 +28,12 @@ def _cdef() -> str:
     return "\n".join(parts)
 
 
+def _depends() -> list[str]:
+    """Every header the sources include: a build whose .so is newer than all sources is skipped
+    by build_ext unless a header it depends on changed too."""
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "*.h")) + _headers())
+
+
 def _sources() -> list[str]:
     # relative to the project root, where setup.py runs
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "*.c")))
@@ -69,14 +75,16 @@ if all(hasattr(CCompiler, m) for m in ("_setup_compile", "_get_cc_args", "_compi
 def make_builder(absolute: bool = False) -> FFI:
     ffi = FFI()
     ffi.cdef(_cdef())
-    sources = _sources()
+    sources, depends = _sources(), _depends()
     if absolute:
         sources = [os.path.join(ROOT, s) for s in sources]
+        depends = [os.path.join(ROOT, s) for s in depends]
     ffi.set_source(
         "edgellm._kernels",
         '#include "common.h"\n' + "\n".join(f'#include "api/{os.path.basename(p)}"' for p in _headers()),
         sources=sources,
         include_dirs=[HERE],
+        depends=depends,
         extra_compile_args=COMPILE_ARGS,
         libraries=["m", "pthread"],
     )
