@@ -469,6 +469,11 @@ static inline __attribute__((always_inline)) void lrt_unpack(const int type, con
  * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
  * rows at once, then one cvt and one fma per column for the 16 rows */
 #define LRT_C 4
+/* Open: at one column over a matrix streamed from DRAM (Gemma's 262144 x 640 Q8_0 logits) this
+ * tile measured 0.45-0.8x of the llama-order legacy_tile (bench_kernels --k 640 --rows 262144
+ * --tokens 1 --threads 2 [--order batch]), though at par or faster in cache; the batched engine's
+ * B = 1 decode pays for it (about 0.75x of single-stream there). The gather is not the cause
+ * (16 scalar header loads measured no better). */
 static inline __attribute__((always_inline)) void lrt_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                            const int R, const uint8_t *a, size_t lda, const int C,
                                                            float *out, size_t ldo) {
