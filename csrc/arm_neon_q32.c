@@ -2,10 +2,11 @@
  * against Q8_0 / Q8_1), at both levels (plain NEON and sdot; arm_neon_common.h).
  *
  * Numerics: integer sums are exact (int32) and the float steps are the generic twins'
- * (quants_generic.c): per (row, activation) pair the twins' 8 lanes as two float32x4 (lane i:
- * values 4i..4i+3, one fma per block), reduced at the end in el_hsum8's order, plus the scalar
- * min chain of Q4_1 / Q5_1. Results are the twins' bits at both levels, and gemm's are vec_dot's
- * whatever the tile.
+ * (quants_generic.c). The llama order (vec_dot / gemm): per (row, activation) pair the twins'
+ * 8 lanes as two float32x4 (lane i: values 4i..4i+3, one fma per block), reduced at the end in
+ * el_hsum8's order, plus the scalar min chain of Q4_1 / Q5_1. The batch order (vec_dot_batch /
+ * gemm_batch): tile_q32_batch below. Results are the twins' bits at both levels, and gemm's are
+ * vec_dot's whatever the tile.
  *
  * gemm tiles: 4 weight rows (a remainder row alone) by 2 activation rows with the accumulators
  * in registers; for more activation rows, 16 blocks of 4 rows are decoded ahead and shared by
@@ -223,12 +224,82 @@ DEFINE_QGEMM_LEVELS(q5_0, gemm_q32, EL_Q5_0, 0)
 DEFINE_QGEMM_LEVELS(q5_1, gemm_q32, EL_Q5_1, 0)
 DEFINE_QGEMM_LEVELS(q8_0, gemm_q32, EL_Q8_0, 0)
 
+/* ------------------------------------------------------------------------------------------
+ * The batch order (quants_generic.c): per (row, column, block) the exact integer sum of the
+ * block's 32 products, then one fma with dx * dy. Tiles of 4 weight rows x C <= QB activation
+ * rows: each block of the 4 rows decoded once, each column's 4 row sums reduced pairwise into the
+ * lanes of one vector (lane r: row r), one fma for the 4 rows.
+ * ------------------------------------------------------------------------------------------ */
+#define QB 4  /* activation rows per batch-order tile */
+
+EL_INLINE void tile_q32_batch(const int T, int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a,
+                              size_t lda, const int C, float *out, size_t ldo, const int dp) {
+    const size_t bsz = q32_size(T);
+    const int q81 = T == EL_Q4_1 || T == EL_Q5_1;
+    const size_t asz = q81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    float32x4_t acc[QB], accm[QB];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = vdupq_n_f32(0.0f);
+    for (int b = 0; b < nb; b++) {
+        int8x16_t lo[4], hi[4];
+        const el_half *dptr[4], *mp[4];
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *blk = w + (size_t)(r < R ? r : 0) * ldw + (size_t)b * bsz;  /* rows past R: ignored */
+            q32_decode(T, blk, &lo[r], &hi[r]);
+            dptr[r] = (const el_half *)blk;
+            mp[r] = (const el_half *)blk + 1;
+        }
+        const float32x4_t dx = row_halves(dptr, 4), mx = q81 ? row_halves(mp, 4) : vdupq_n_f32(0.0f);
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ablk = a + (size_t)c * lda + (size_t)b * asz;
+            const int8_t *yq = q81 ? ((const block_q8_1 *)ablk)->qs : ((const block_q8_0 *)ablk)->qs;
+            const int8x16_t y0 = vld1q_s8(yq), y1 = vld1q_s8(yq + 16);
+            int32x4_t v[4];
+            for (int r = 0; r < 4; r++) v[r] = dot_s8(dot_s8(vdupq_n_s32(0), lo[r], y0, dp), hi[r], y1, dp);
+            const int32x4_t isum = vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));  /* lane r: row r */
+            acc[c] = vfmaq_f32(acc[c], vcvtq_f32_s32(isum), vmulq_n_f32(dx, h2f((const el_half *)ablk)));
+            if (q81) accm[c] = vfmaq_n_f32(accm[c], mx, h2f(&((const block_q8_1 *)ablk)->s));
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float o[4];
+        vst1q_f32(o, q81 ? vaddq_f32(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
+    }
+}
+
+EL_INLINE void gemm_q32_batch(const int T, const int small, int n, const uint8_t *w, size_t ldw, int nr,
+                              const uint8_t *a, size_t lda, int nc, float *out, size_t ldo, const int dp) {
+    (void)small;
+    for (int r = 0; r < nr; r += 4)
+        for (int c = 0; c < nc; c += QB) {
+            const int R = EL_MIN(4, nr - r), C = EL_MIN(QB, nc - c);
+            const uint8_t *W = w + (size_t)r * ldw, *A = a + (size_t)c * lda;
+            float *O = out + (size_t)c * ldo + r;
+            if (R == 4 && C == QB) tile_q32_batch(T, n / QK8_0, W, ldw, 4, A, lda, QB, O, ldo, dp);
+            else tile_q32_batch(T, n / QK8_0, W, ldw, R, A, lda, C, O, ldo, dp);
+        }
+}
+
+DEFINE_QGEMM_LEVELS(q4_0_batch, gemm_q32_batch, EL_Q4_0, 0)
+DEFINE_QGEMM_LEVELS(q4_1_batch, gemm_q32_batch, EL_Q4_1, 0)
+DEFINE_QGEMM_LEVELS(q5_0_batch, gemm_q32_batch, EL_Q5_0, 0)
+DEFINE_QGEMM_LEVELS(q5_1_batch, gemm_q32_batch, EL_Q5_1, 0)
+DEFINE_QGEMM_LEVELS(q8_0_batch, gemm_q32_batch, EL_Q8_0, 0)
+#define NEON_SET_BATCH(t, id, NAME, dp)                                             \
+    ((t)[id].vec_dot_batch = (dp) ? vec_dot_##NAME##_dotprod : vec_dot_##NAME##_neon, \
+     (t)[id].gemm_batch = (dp) ? gemm_##NAME##_dotprod : gemm_##NAME##_neon)
+
 void el_neon_register_q32(el_type_traits *t, int dp) {
     NEON_SET(t, EL_Q4_0, q4_0, dp);
     NEON_SET(t, EL_Q4_1, q4_1, dp);
     NEON_SET(t, EL_Q5_0, q5_0, dp);
     NEON_SET(t, EL_Q5_1, q5_1, dp);
     NEON_SET(t, EL_Q8_0, q8_0, dp);
+    NEON_SET_BATCH(t, EL_Q4_0, q4_0_batch, dp);
+    NEON_SET_BATCH(t, EL_Q4_1, q4_1_batch, dp);
+    NEON_SET_BATCH(t, EL_Q5_0, q5_0_batch, dp);
+    NEON_SET_BATCH(t, EL_Q5_1, q5_1_batch, dp);
+    NEON_SET_BATCH(t, EL_Q8_0, q8_0_batch, dp);
 }
 
 #endif /* __aarch64__ */

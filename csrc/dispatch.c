@@ -190,7 +190,7 @@ static void quantize_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, 
 static void dequantize_row_f32(const void *x, float *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 
 void el_register_generic(el_type_traits *t) {
-#define T(id, b, sz, vdt, ff, tf, vd) t[id] = (el_type_traits){b, sz, vdt, ff, tf, vd, NULL, NULL, NULL}
+#define T(id, b, sz, vdt, ff, tf, vd) t[id] = (el_type_traits){b, sz, vdt, ff, tf, vd, NULL, NULL, NULL, NULL, NULL}
     T(EL_F32, 1, 4, EL_F32, quantize_row_f32, dequantize_row_f32, vec_dot_f32_f32_generic);
     T(EL_F16, 1, 2, EL_F16, quantize_row_f16_ref, dequantize_row_f16, vec_dot_f16_f16_generic);
     T(EL_BF16, 1, 2, EL_BF16, quantize_row_bf16_ref, dequantize_row_bf16, vec_dot_bf16_bf16_generic);
@@ -211,6 +211,11 @@ void el_register_generic(el_type_traits *t) {
 #undef T
     t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
     t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;
+    t[EL_Q4_0].vec_dot_batch = vec_dot_q4_0_q8_0_batch_generic;
+    t[EL_Q4_1].vec_dot_batch = vec_dot_q4_1_q8_1_batch_generic;
+    t[EL_Q5_0].vec_dot_batch = vec_dot_q5_0_q8_0_batch_generic;
+    t[EL_Q5_1].vec_dot_batch = vec_dot_q5_1_q8_1_batch_generic;
+    t[EL_Q8_0].vec_dot_batch = vec_dot_q8_0_q8_0_batch_generic;
 }
 
 /* ---- CPU features ---- */

@@ -37,6 +37,10 @@ typedef struct {
      * el_small_rows); NULL where it does not. Same contract as vec_dot / gemm. */
     el_vec_dot_fn vec_dot_small;
     el_gemm_fn gemm_small;
+    /* the batch-invariant steps' order where it is not vec_dot's (the legacy types: one float
+     * update per block, quants_generic.c); NULL where vec_dot / gemm serve both. Same contract. */
+    el_vec_dot_fn vec_dot_batch;
+    el_gemm_fn gemm_batch;
 } el_type_traits;
 
 /* How many of a batch's m activation rows (from the end) llama.cpp computes with its

@@ -4,9 +4,9 @@
  * One el_engine_decode call evaluates a batch: every pool thread runs `forward_task`, which walks
  * the layers; phases are split by rows (or attention work items) across threads and separated by
  * barriers. Activations are quantized once per matmul input into the weight's vec_dot type. Every
- * row is computed with the same kernels whatever the batch holds (the main vec_dot / gemm of each
- * type, which give the same bits for a row in any tile), so a sequence's numbers do not depend on
- * its company; llama_order batches instead take llama.cpp's small-batch kernels for the tail rows,
+ * row is computed with the same kernels whatever the batch holds (the batch-order vec_dot / gemm
+ * of each type, which give the same bits for a row in any tile), so a sequence's numbers do not
+ * depend on its company; llama_order batches instead take llama.cpp's small-batch kernels for the tail rows,
  * as the single-stream API does to give llama.cpp's numbers. Keys and values go to the paged KV
  * storage of kv.c through the batch's block tables; attention.c reads them back.
  */
@@ -227,10 +227,15 @@ static void gemm_with(el_gemm_fn gemm, el_vec_dot_fn vec_dot, int n, const uint8
             vec_dot(n, out + (size_t)ci * ldo + r, w + (size_t)r * ldw, a + (size_t)ci * lda);
 }
 
-/* activation rows [c0, c0 + nc) of a batch of m; with `small`, the last el_small_rows(m) go
- * through the small-batch kernels, as llama.cpp does */
+/* activation rows [c0, c0 + nc) of a batch of m; with `small` (a llama_order step), the last
+ * el_small_rows(m) go through the small-batch kernels, as llama.cpp does; without it, the type's
+ * batch-order kernels where it has them */
 static void gemm_loop(const el_type_traits *tt, int type, int m, int small, int c0, int n, const uint8_t *w,
                       size_t ldw, int nr, const uint8_t *a, size_t lda, int nc, float *out, size_t ldo) {
+    if (!small && tt->vec_dot_batch) {
+        gemm_with(tt->gemm_batch, tt->vec_dot_batch, n, w, ldw, nr, a, lda, nc, out, ldo);
+        return;
+    }
     const int split = small && tt->vec_dot_small ? m - el_small_rows(type, m) : m;
     const int nmain = EL_MAX(0, EL_MIN(nc, split - c0));
     if (nmain) gemm_with(tt->gemm, tt->vec_dot, n, w, ldw, nr, a, lda, nmain, out, ldo);
@@ -533,6 +538,7 @@ typedef struct {
     float *y;
     uint8_t *actq;
     el_pool *pool;
+    int llama_order;
 } mm_args;
 
 static void mm_task(void *arg, int ith, int nth) {
@@ -548,17 +554,21 @@ static void mm_task(void *arg, int ith, int nth) {
     for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
         const int nr = (int)EL_MIN(ROW_TILE, r1 - rb);
         for (int mb = 0; mb < a->m; mb += TOK_TILE)
-            gemm_loop(tt, w->type, a->m, 1, mb, k, (const uint8_t *)w->data + (size_t)rb * w->row_bytes, w->row_bytes, nr,
+            gemm_loop(tt, w->type, a->m, a->llama_order, mb, k, (const uint8_t *)w->data + (size_t)rb * w->row_bytes, w->row_bytes, nr,
                       a->actq + (size_t)mb * rs, rs, EL_MIN(TOK_TILE, a->m - mb), a->y + (size_t)mb * w->ne1 + rb,
                       (size_t)w->ne1);
     }
 }
 
 int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads) {
+    return el_matmul_order(w, x, m, y, n_threads, 1);
+}
+
+int el_matmul_order(const el_tensor *w, const float *x, int m, float *y, int n_threads, int llama_order) {
     el_get_isa();
     if (w->type < 0 || w->type >= EL_NTYPES || !el_traits[w->type].vec_dot) return -2;
     if (w->ne0 % el_traits[w->type].blck) return -2;
-    mm_args a = {w, x, m, y, amalloc((size_t)m * w->ne0 * 4 + 1024), el_pool_new(n_threads)};
+    mm_args a = {w, x, m, y, amalloc((size_t)m * w->ne0 * 4 + 1024), el_pool_new(n_threads), llama_order};
     if (!a.actq || !a.pool) { free(a.actq); el_pool_free(a.pool); return -3; }
     el_pool_run(a.pool, mm_task, &a);
     free(a.actq);

@@ -303,14 +303,23 @@ void vec_dot_bf16_bf16_generic(int n, float *s, const void *vx, const void *vy) 
     *s = (float)sum;
 }
 
-/* Quantized types: integer dot per block, scaled and summed in float. Each block's float
- * expression is ggml's, operand order included. */
-/* The legacy dot products, all in one order: the one llama.cpp's x86 builds use (its AVX2
- * vec_dot_*_q8_* and tinyBLAS's Q8_0-activation gemm), which the reference outputs we are held
- * to come from. Per block, 8 float lanes: lane i takes the exact integer sum of the products of
- * values 4i..4i+3 and adds it times d = dx * dy with one fma; lanes are summed at the end by
- * el_hsum8 (common.h). Types with a min add sum(m * y.s) through a separate scalar chain of
- * fmas, added last. Every SIMD path reproduces these bits. */
+/* Quantized types: integer dot per block, scaled and summed in float.
+ *
+ * The legacy types have two orders:
+ * - the llama order (vec_dot_*_generic; llama_order steps, i.e. the single-stream API): the one
+ *   llama.cpp's x86 builds use (its AVX2 vec_dot_*_q8_* and tinyBLAS's Q8_0-activation gemm),
+ *   which the reference outputs we are held to come from. Per block, 8 float lanes: lane i takes
+ *   the exact integer sum of the products of values 4i..4i+3 and adds it times d = dx * dy with
+ *   one fma; lanes are summed at the end by el_hsum8 (common.h). Types with a min add
+ *   sum(m * y.s) through a separate scalar chain of fmas, added last.
+ * - the batch order (vec_dot_*_batch_generic; the batched engine's batch-invariant steps): per
+ *   block the exact integer sum isum of its 32 products, then ONE float update
+ *   acc = fmaf((float)isum, dx * dy, acc), block after block from 0 (as ggml's scalar
+ *   ggml_vec_dot_q8_0_q8_0_generic, with the fma spelled out). (float)isum and dx * dy (two
+ *   halves) are exact, so the fma is the only rounding: any SIMD layout of the integer sums gives
+ *   these bits, which is what lets the SIMD kernels put 16 columns in the lanes of one register.
+ *   Types with a min: summs = fmaf(m, y.s, summs) block after block, and the result acc + summs.
+ * Every SIMD path reproduces these bits. */
 static inline void legacy_lanes(float acc[8], float d, const int q[32], const int8_t *y) {
     for (int i = 0; i < 8; i++) {
         const int v = q[4 * i] * y[4 * i] + q[4 * i + 1] * y[4 * i + 1] + q[4 * i + 2] * y[4 * i + 2] + q[4 * i + 3] * y[4 * i + 3];
@@ -387,4 +396,76 @@ void vec_dot_q8_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) 
         legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
     }
     *s = el_hsum8(acc);
+}
+
+
+/* ---------------------------------------------------------------- the batch order */
+
+static inline int dot32(const int q[32], const int8_t *y) {
+    int s = 0;
+    for (int j = 0; j < 32; j++) s += q[j] * y[j];
+    return s;
+}
+
+void vec_dot_q4_0_q8_0_batch_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_0 *x = vx;
+    const block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK8_0; i++) {
+        int q[32];
+        unpack_4bit(x[i].qs, 8, q);
+        acc = fmaf((float)dot32(q, y[i].qs), el_half_to_float(x[i].d) * el_half_to_float(y[i].d), acc);
+    }
+    *s = acc;
+}
+
+void vec_dot_q4_1_q8_1_batch_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_1 *x = vx;
+    const block_q8_1 *y = vy;
+    float acc = 0.0f, summs = 0.0f;
+    for (int i = 0; i < n / QK8_1; i++) {
+        int q[32];
+        unpack_4bit(x[i].qs, 0, q);
+        acc = fmaf((float)dot32(q, y[i].qs), el_half_to_float(x[i].d) * el_half_to_float(y[i].d), acc);
+        summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
+    }
+    *s = acc + summs;
+}
+
+void vec_dot_q5_0_q8_0_batch_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_0 *x = vx;
+    const block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK8_0; i++) {
+        int q[QK5_0];
+        unpack_5bit(x[i].qs, x[i].qh, q);
+        for (int j = 0; j < QK5_0; j++) q[j] -= 16;
+        acc = fmaf((float)dot32(q, y[i].qs), el_half_to_float(x[i].d) * el_half_to_float(y[i].d), acc);
+    }
+    *s = acc;
+}
+
+void vec_dot_q5_1_q8_1_batch_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    float acc = 0.0f, summs = 0.0f;
+    for (int i = 0; i < n / QK8_1; i++) {
+        int q[QK5_1];
+        unpack_5bit(x[i].qs, x[i].qh, q);
+        acc = fmaf((float)dot32(q, y[i].qs), el_half_to_float(x[i].d) * el_half_to_float(y[i].d), acc);
+        summs = fmaf(el_half_to_float(x[i].m), el_half_to_float(y[i].s), summs);
+    }
+    *s = acc + summs;
+}
+
+void vec_dot_q8_0_q8_0_batch_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q8_0 *x = vx;
+    const block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK8_0; i++) {
+        int q[32];
+        for (int j = 0; j < 32; j++) q[j] = x[i].qs[j];
+        acc = fmaf((float)dot32(q, y[i].qs), el_half_to_float(x[i].d) * el_half_to_float(y[i].d), acc);
+    }
+    *s = acc;
 }

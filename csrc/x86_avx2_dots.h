@@ -279,6 +279,122 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4, 4, 2)
 #undef LG_TILE
 
 /* ------------------------------------------------------------------------------------------
+ * The legacy types in the batch order (quants_generic.c): per (row, column, block) the exact
+ * integer sum of the block's 32 products, then one fma with dw * da. A tile of R <= 8 rows x C <= 4
+ * columns: per block the rows unpacked once; per column each row's 8 int32 lanes (legacy_tile's)
+ * reduced by a vphaddd tree shared by the 8 rows (lane r: row r), then one cvt and one fma.
+ * ------------------------------------------------------------------------------------------ */
+
+/* lane r: the sum of the 8 lanes of v[r] */
+static inline __m256i KFN(rows8_sums)(const __m256i v[8]) {
+    const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
+    /* halves of g0: rows 0..3 over lanes 0..3, then over lanes 4..7; g1: rows 4..7 */
+    const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+#define LB_C 4  /* columns per batch-order tile */
+
+/* R <= 8 rows x C <= LB_C columns: per block the rows' values unpacked once (to a small stack
+ * panel), then per column 8 dot products and one reduction tree */
+static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int type, int n, const uint8_t *w,
+                                                                   size_t ldw, const int R, const uint8_t *a,
+                                                                   size_t lda, const int C, float *out, size_t ldo) {
+    const int nb = n / 32;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int aqs = has_m ? 4 : 2;
+    const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : (type == EL_Q8_0 && EL_VNNI) ? 128 : 0;
+    const int signed_q8 = type == EL_Q8_0 && !EL_VNNI;  /* |w| against sign(w)*a */
+    __m256 acc[LB_C], accm[LB_C];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (size_t b = 0; b < (size_t)nb; b++) {
+        pf_step(&pf, R, ldw, wbs);
+        __m256i wq[8];
+        uint16_t hd[8] = {0}, hm[8] = {0};
+        for (int r = 0; r < 8; r++) {
+            if (r >= R) {
+                wq[r] = _mm256_setzero_si256();
+                continue;
+            }
+            const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
+            wq[r] = legacy_unpack(type, blk);
+            if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
+            memcpy(&hd[r], blk, 2);
+            if (has_m) memcpy(&hm[r], blk + 2, 2);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)hd[0], (short)hd[1], (short)hd[2], (short)hd[3],
+                                                         (short)hd[4], (short)hd[5], (short)hd[6], (short)hd[7]));
+        const __m256 mf = _mm256_cvtph_ps(_mm_setr_epi16((short)hm[0], (short)hm[1], (short)hm[2], (short)hm[3],
+                                                         (short)hm[4], (short)hm[5], (short)hm[6], (short)hm[7]));
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + b * abs_;
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
+            uint16_t h;
+            memcpy(&h, ab, 2);
+            const float ad = _cvtsh_ss(h);
+            __m256i seed = _mm256_setzero_si256();
+            if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
+            __m256i v[8];
+            for (int r = 0; r < 8; r++) {
+                if (r >= R) v[r] = _mm256_setzero_si256();
+                else if (signed_q8)
+                    v[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]), _mm256_sign_epi8(av, wq[r])),
+                                             _mm256_set1_epi16(1));
+                else v[r] = KFN(dot_us)(seed, wq[r], av);
+            }
+            const __m256i isum = KFN(rows8_sums)(v);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(ad)), acc[c]);
+            if (has_m) {
+                memcpy(&h, ab + 2, 2);
+                accm[c] = _mm256_fmadd_ps(mf, _mm256_set1_ps(_cvtsh_ss(h)), accm[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float o[8];
+        _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
+    }
+}
+
+#define LB_SHAPE(TYPE, RR)                                                                  \
+    switch (C) {                                                                            \
+    case 4: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 4, out, ldo); break;               \
+    case 3: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 3, out, ldo); break;               \
+    case 2: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 2, out, ldo); break;               \
+    default: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 1, out, ldo);                     \
+    }
+#define LBATCH_KERNELS(tname, TYPE)                                                                \
+    static void KFN(tname##_batch_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, \
+                                        size_t lda, int C, float *out, size_t ldo) {               \
+        if (R == 8) LB_SHAPE(TYPE, 8)                                                              \
+        else LB_SHAPE(TYPE, R)                                                                     \
+    }                                                                                              \
+    static void KFN(tname##_batch_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,   \
+                                        size_t lda, int nc, float *out, size_t ldo) {              \
+        const uint8_t *W = w, *A = a;                                                              \
+        for (int r = 0; r < nr; r += 8)                                                            \
+            for (int c = 0; c < nc; c += LB_C)                                                     \
+                KFN(tname##_batch_tile)(n, W + r * ldw, ldw, EL_MIN(8, nr - r), A + c * lda, lda,  \
+                                        EL_MIN(LB_C, nc - c), out + c * ldo + r, ldo);             \
+    }                                                                                              \
+    static void KFN(tname##_batch_vec_dot)(int n, float *s, const void *x, const void *y) {        \
+        KFN(lbatch_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
+    }
+
+LBATCH_KERNELS(q4_0, EL_Q4_0)
+LBATCH_KERNELS(q4_1, EL_Q4_1)
+LBATCH_KERNELS(q5_0, EL_Q5_0)
+LBATCH_KERNELS(q5_1, EL_Q5_1)
+LBATCH_KERNELS(q8_0, EL_Q8_0)
+#undef LBATCH_KERNELS
+#undef LB_SHAPE
+
+/* ------------------------------------------------------------------------------------------
  * K-quants (256-value super-blocks) against Q8_K. Per super-block and (row, column) the
  * integer sums are exact (int32 lanes), and the float steps are the generic twins' own
  * (kquants_generic.c), so these kernels return exactly what the generic twins return. Weight
@@ -736,6 +852,13 @@ static void KFN(register)(el_type_traits *t) {
     SET(EL_Q4_K, q4_K);
     SET(EL_Q5_K, q5_K);
     SET(EL_Q6_K, q6_K);
+#undef SET
+#define SET(id, name) t[id].vec_dot_batch = KFN(name##_batch_vec_dot), t[id].gemm_batch = KFN(name##_batch_gemm)
+    SET(EL_Q4_0, q4_0);
+    SET(EL_Q4_1, q4_1);
+    SET(EL_Q5_0, q5_0);
+    SET(EL_Q5_1, q5_1);
+    SET(EL_Q8_0, q8_0);
 #undef SET
     t[EL_Q4_K].vec_dot_small = KFN(q4_K_small_vec_dot), t[EL_Q4_K].gemm_small = KFN(q4_K_small_gemm);
     t[EL_Q6_K].vec_dot_small = KFN(q6_K_small_vec_dot), t[EL_Q6_K].gemm_small = KFN(q6_K_small_gemm);

@@ -309,6 +309,289 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 4)
 #undef LG_TILE_P
 #undef LG_TILE_U
 
+/* the 4 bytes at p in every dword lane: one load (vbroadcastss from memory, no shuffle) */
+static inline __m512i bcast32(const uint8_t *p) {
+    return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss((const float *)p)));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Legacy types in the batch order (quants_generic.c: per block the exact integer sum of its 32
+ * products, then one fma with dw * da per (row, column, block)). The integers may be gathered in
+ * any layout, so two tiles share the work:
+ * - many columns (lcl_tile): one column per int32 lane (16 lanes); the weight row's values as
+ *   unsigned bytes u = q + offset (legacy_unpack_pair), each 4 of them broadcast against 4 quants
+ *   of every column (laid out once per group by lcl_prepare), the lane seeded with
+ *   -offset * sum(quants); then one cvt and one fma for 16 columns.
+ * - few columns (lrt_tile): 16 rows x up to 4 columns, four rows per register (a 128-bit lane
+ *   each); each row's 4 vpdpbusd lanes reduced to one integer by a shuffle tree shared by the 16
+ *   rows (lrt_reduce), then one cvt and one fma per column for 16 rows.
+ * ------------------------------------------------------------------------------------------ */
+
+/* a group of C <= 16 columns, per block b: a[8b + g] lane c = quants 4g..4g+3 of column c,
+ * seed[b] lane c = -offset * (sum of its 32 quants), d[b] lane c = its d, s[b] lane c = its s
+ * (types with a min); lanes past C zero */
+typedef struct {
+    __m512i *a, *seed;
+    __m512 *d, *s;
+} lclprep;
+
+#define LCL_R 4  /* rows per column-lane tile (two pairs) */
+static inline size_t lcl_prep_vecs(int nb) { return (size_t)nb * 11; }
+/* stack for a column-lane group: 11 * 64 bytes per block */
+#define LCL_PREP_BYTES 262144
+/* fewer columns go through lrt_tile */
+#define LCL_MIN 12
+
+static inline __attribute__((always_inline)) void lcl_prepare(const int type, const uint8_t *A, size_t lda,
+                                                              int C, int nb, __m512i *buf, lclprep *pp) {
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
+    const size_t ab = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0), qo = has_m ? 4 : 2;
+    pp->a = buf;
+    pp->seed = buf + (size_t)8 * nb;
+    pp->d = (__m512 *)(pp->seed + nb);
+    pp->s = pp->d + nb;
+    for (int b = 0; b < nb; b++) {
+        uint32_t q[8][16];
+        uint16_t dh[16], sh[16];
+        for (int c = 0; c < 16; c++) {
+            const uint8_t *y = A + (size_t)c * lda + (size_t)b * ab;
+            for (int g = 0; g < 8; g++) q[g][c] = c < C ? load_u32(y + qo + 4 * g) : 0;
+            dh[c] = c < C ? load_u16(y) : 0;
+            sh[c] = c < C && has_m ? load_u16(y + 2) : 0;
+        }
+        __m512i sum = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++) {
+            const __m512i v = _mm512_loadu_si512(q[g]);
+            _mm512_storeu_si512(pp->a + 8 * b + g, v);
+            if (off) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8((char)off), v);
+        }
+        _mm512_storeu_si512(pp->seed + b, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+        _mm512_storeu_ps(pp->d + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
+        _mm512_storeu_ps(pp->s + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sh)));
+    }
+}
+
+/* R <= LCL_R weight rows x the C columns of pp */
+static inline __attribute__((always_inline)) void lcl_tile(const int type, int n, const uint8_t *w, size_t ldw,
+                                                           const int R, const lclprep *pp, const int C, float *out,
+                                                           size_t ldo) {
+    const int nb = n / 32, P = (R + 1) / 2;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
+    const size_t wbs = (size_t)legacy_block_bytes(type);
+    __m512 acc[LCL_R], accm[LCL_R];
+    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (int b = 0; b < nb; b++) {
+        if (b % 2 == 0) pf_step(&pf, R, ldw, 2 * wbs);
+        const uint8_t *wb = w + (size_t)b * wbs;
+        uint8_t wu[LCL_R / 2][64] __attribute__((aligned(64)));
+        for (int p = 0; p < P; p++)
+            _mm512_store_si512(wu[p], legacy_unpack_pair(type, wb + (size_t)(2 * p) * ldw,
+                                                         2 * p + 1 < R ? wb + (size_t)(2 * p + 1) * ldw : zero_block));
+        __asm__ volatile("" : "+m"(wu));  /* reloaded by broadcasts, not shuffled out */
+        const __m512i seed = off ? _mm512_loadu_si512(pp->seed + b) : _mm512_setzero_si512();
+        __m512i i0[LCL_R], i1[LCL_R];
+        for (int r = 0; r < R; r++) i0[r] = seed, i1[r] = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g += 2) {
+            const __m512i a0 = _mm512_loadu_si512(pp->a + 8 * b + g), a1 = _mm512_loadu_si512(pp->a + 8 * b + g + 1);
+            for (int r = 0; r < R; r++) {
+                const uint8_t *u = wu[r / 2] + 32 * (r % 2) + 4 * g;
+                i0[r] = _mm512_dpbusd_epi32(i0[r], bcast32(u), a0);
+                i1[r] = _mm512_dpbusd_epi32(i1[r], bcast32(u + 4), a1);
+            }
+        }
+        const __m512 da = _mm512_loadu_ps(pp->d + b);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *x = wb + (size_t)r * ldw;
+            const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(load_u16(x))), da);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0[r], i1[r])), dd, acc[r]);
+            if (has_m)
+                accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(load_u16(x + 2))), _mm512_loadu_ps(pp->s + b), accm[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float o[16];
+        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = o[c];
+    }
+}
+
+/* t[i] 128-bit lane L: the 4 partial sums of row 4i + L -> lane j: the whole sum of row
+ * 4 (j % 4) + j / 4 (lrt_lane gives a row's lane) */
+static inline __m512i lrt_reduce(const __m512i t[4]) {
+    __m512i x[2];
+    for (int j = 0; j < 2; j++)  /* lane L of x[j]: rows 8j + L, 8j + 4 + L, 2 partial sums each */
+        x[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]), _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
+    const __m512 x0 = _mm512_castsi512_ps(x[0]), x1 = _mm512_castsi512_ps(x[1]);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+static inline int lrt_lane(int r) { return 4 * (r % 4) + r / 4; }  /* and lane j holds row lrt_lane(j) */
+
+/* 16 bytes at each of p[0..3], in the four 128-bit lanes */
+static inline __m512i quad16(const uint8_t *const p[4], size_t off) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[0] + off)));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[1] + off)), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[2] + off)), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[3] + off)), 3);
+}
+
+/* the blocks of 4 rows as unsigned bytes u = value + offset: *lo lane L = values 0..15 of row L,
+ * *hi = values 16..31 */
+static inline __attribute__((always_inline)) void lrt_unpack(const int type, const uint8_t *const p[4], __m512i *lo,
+                                                             __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (type == EL_Q8_0) {
+        *lo = _mm512_xor_si512(quad16(p, offsetof(block_q8_0, qs)), _mm512_set1_epi8((char)0x80));
+        *hi = _mm512_xor_si512(quad16(p, offsetof(block_q8_0, qs) + 16), _mm512_set1_epi8((char)0x80));
+        return;
+    }
+    const size_t qo = type == EL_Q4_0 ? offsetof(block_q4_0, qs) : type == EL_Q4_1 ? offsetof(block_q4_1, qs)
+                    : type == EL_Q5_0 ? offsetof(block_q5_0, qs) : offsetof(block_q5_1, qs);
+    const __m512i z = quad16(p, qo);
+    *lo = _mm512_and_si512(z, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    if (type == EL_Q5_0 || type == EL_Q5_1) {  /* bit j of qh: the fifth bit of value j */
+        const size_t ho = type == EL_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+        uint64_t ml = 0, mh = 0;
+        for (int r = 0; r < 4; r++) {
+            const uint64_t h = load_u32(p[r] + ho);
+            ml |= (h & 0xFFFF) << (16 * r);
+            mh |= (h >> 16) << (16 * r);
+        }
+        *lo = _mm512_mask_add_epi8(*lo, (__mmask64)ml, *lo, _mm512_set1_epi8(0x10));
+        *hi = _mm512_mask_add_epi8(*hi, (__mmask64)mh, *hi, _mm512_set1_epi8(0x10));
+    }
+}
+
+/* R <= 16 weight rows x C <= LRT_C columns (a: lda bytes apart): per block, rows 4g..4g+3 in the
+ * four 128-bit lanes of two registers (values 0..15, 16..31), each column's 16 bytes broadcast to
+ * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
+ * rows at once, then one cvt and one fma per column for the 16 rows */
+#define LRT_C 4
+/* Open: at one column over a matrix streamed from DRAM (Gemma's 262144 x 640 Q8_0 logits) this
+ * tile measured 0.45-0.8x of the llama-order legacy_tile (bench_kernels --k 640 --rows 262144
+ * --tokens 1 --threads 2 [--order batch]), though at par or faster in cache; the batched engine's
+ * B = 1 decode pays for it (about 0.75x of single-stream there). The gather is not the cause
+ * (16 scalar header loads measured no better). */
+static inline __attribute__((always_inline)) void lrt_tile(const int type, int n, const uint8_t *w, size_t ldw,
+                                                           const int R, const uint8_t *a, size_t lda, const int C,
+                                                           float *out, size_t ldo) {
+    const int nb = n / 32;
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
+    const size_t wbs = (size_t)legacy_block_bytes(type), abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    int ix[16];
+    for (int j = 0; j < 16; j++) ix[j] = lrt_lane(j) < R ? lrt_lane(j) * (int)ldw : 0;  /* lane j: row lrt_lane(j) */
+    const __m512i vindex = _mm512_loadu_si512(ix);
+    __m512 acc[LRT_C], accm[LRT_C];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (int b = 0; b < nb; b++) {
+        if ((size_t)b * wbs / 64 != (size_t)(b + 1) * wbs / 64) pf_step(&pf, R, ldw, 64);
+        const uint8_t *wb = w + (size_t)b * wbs;
+        __m512i lo[4], hi[4];
+        for (int g = 0; g < 4; g++) {
+            lo[g] = hi[g] = _mm512_setzero_si512();
+            if (4 * g >= R) continue;
+            const uint8_t *p[4];
+            for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
+            lrt_unpack(type, p, &lo[g], &hi[g]);
+        }
+        /* the rows' block headers (d, then m for the types with a min) in the lanes of their sums */
+        const __m512i hdr = _mm512_i32gather_epi32(vindex, (const void *)wb, 1);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+        const __m512 mw = has_m ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16))) : dw;
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + (size_t)b * abs_;
+            const __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq)));
+            const __m512i a1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq + 16)));
+            __m512i seed = _mm512_setzero_si512();
+            if (off) {
+                const __m512i o8 = _mm512_set1_epi8((char)off);
+                seed = _mm512_sub_epi32(seed, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, o8, a0), o8, a1));
+            }
+            __m512i t[4];
+            for (int g = 0; g < 4; g++)
+                t[g] = 4 * g < R ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, lo[g], a0), hi[g], a1) : _mm512_setzero_si512();
+            const __m512i isum = lrt_reduce(t);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab)))),
+                                     acc[c]);
+            if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab + 2))), accm[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float o[16];
+        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[lrt_lane(r)];
+    }
+}
+
+typedef void (*lcl_fn)(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp, int C, float *out, size_t ldo);
+typedef void (*lrt_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C, float *out,
+                       size_t ldo);
+
+/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left and the row fits
+ * the stack buffer; the other columns through lrt_tile, 16 rows x up to LRT_C columns at a time,
+ * the column groups of a row tile after one another (its weights stay in L1) */
+static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lcl_fn cl, lrt_fn rt, int n,
+                                                              const void *w, size_t ldw, int nr, const void *a,
+                                                              size_t lda, int nc, float *out, size_t ldo) {
+    const uint8_t *W = w, *A = a;
+    const int nb = n / 32;
+    int c = 0;
+    if (nc >= LCL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
+        __m512i buf[lcl_prep_vecs(nb)];
+        while (nc - c >= LCL_MIN) {
+            const int C = EL_MIN(16, nc - c);
+            lclprep pp;
+            lcl_prepare(type, A + c * lda, lda, C, nb, buf, &pp);
+            int r = 0;
+            for (; r + LCL_R <= nr; r += LCL_R) cl(n, W + r * ldw, ldw, LCL_R, &pp, C, out + c * ldo + r, ldo);
+            if (r < nr) cl(n, W + r * ldw, ldw, nr - r, &pp, C, out + c * ldo + r, ldo);
+            c += C;
+        }
+    }
+    if (c == nc) return;
+    for (int r = 0; r < nr; r += 16)
+        for (int k = c; k < nc; k += LRT_C)
+            rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), A + k * lda, lda, EL_MIN(LRT_C, nc - k), out + k * ldo + r, ldo);
+}
+
+#define LRT_SHAPE(TYPE, RR)                                                     \
+    switch (C) {                                                                \
+    case 4: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 4, out, ldo); break;           \
+    case 3: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 3, out, ldo); break;           \
+    case 2: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 2, out, ldo); break;           \
+    default: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 1, out, ldo);                 \
+    }
+#define LBATCH_KERNELS(tname, TYPE)                                                                \
+    static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp,   \
+                                  int C, float *out, size_t ldo) {                                 \
+        if (R == LCL_R) lcl_tile(TYPE, n, w, ldw, LCL_R, pp, C, out, ldo);                         \
+        else lcl_tile(TYPE, n, w, ldw, R, pp, C, out, ldo);                                        \
+    }                                                                                              \
+    static void tname##_rt_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
+                                  size_t lda, int C, float *out, size_t ldo) {                     \
+        if (R == 16) LRT_SHAPE(TYPE, 16)                                                           \
+        else LRT_SHAPE(TYPE, R)                                                                    \
+    }                                                                                              \
+    static void tname##_batch_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, \
+                                          size_t lda, int nc, float *out, size_t ldo) {            \
+        lbatch_gemm(TYPE, tname##_cl_avx512, tname##_rt_avx512, n, w, ldw, nr, a, lda, nc, out, ldo); \
+    }                                                                                              \
+    static void tname##_batch_vec_dot_avx512(int n, float *s, const void *x, const void *y) {      \
+        tname##_rt_avx512(n, x, 0, 1, y, 0, 1, s, 0);                                              \
+    }
+
+LBATCH_KERNELS(q4_0, EL_Q4_0)
+LBATCH_KERNELS(q4_1, EL_Q4_1)
+LBATCH_KERNELS(q5_0, EL_Q5_0)
+LBATCH_KERNELS(q5_1, EL_Q5_1)
+LBATCH_KERNELS(q8_0, EL_Q8_0)
+#undef LBATCH_KERNELS
+#undef LRT_SHAPE
+
 /* ------------------------------------------------------------------------------------------
  * K-quants, a quarter super-block (64 values) per step. Per (row, column) and super-block the
  * int32 lanes gather sum(q * a) times the group scales (vpmaddubsw, then vpdpwssd with the
@@ -622,10 +905,6 @@ static void kcl_prepare(const uint8_t *A, size_t lda, int C, int nb, __m512i *bu
 /* int16 pair (lo, hi) as an int32 */
 static inline int pair16(int lo, int hi) { return (int)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
-/* the 4 bytes at p in every dword lane: one load (vbroadcastss from memory, no shuffle) */
-static inline __m512i bcast32(const uint8_t *p) {
-    return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss((const float *)p)));
-}
 
 /* R <= 2 weight rows x the C columns of pp; Q4_K or Q5_K, the batch order */
 static inline __attribute__((always_inline)) void kcl_tile(const int type, int n, const uint8_t *w,
@@ -1243,6 +1522,13 @@ void el_register_avx512(el_type_traits *t) {
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
+#define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512
+    SET(EL_Q4_0, q4_0);
+    SET(EL_Q4_1, q4_1);
+    SET(EL_Q5_0, q5_0);
+    SET(EL_Q5_1, q5_1);
+    SET(EL_Q8_0, q8_0);
+#undef SET
     fz_register(t);
 }
 #endif

@@ -11,7 +11,7 @@ the matrix in a temporary file and maps it, as models are. Single-threaded runs 
 the thread's CPU clock (el_matmul with one thread runs on the caller), which other processes
 on a shared machine do not inflate; best of --repeat.
 
-  PYTHONPATH=src python scripts/bench_kernels.py [--types Q4_1,Q8_0] [--isas generic,avx2,avx512]
+  PYTHONPATH=src python scripts/bench_kernels.py [--types Q4_1,Q8_0] [--isas generic,avx2,avx512] [--order batch]
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class Bench:
             raise SystemExit("C kernels not built: python csrc/build_ffi.py")
         self.ffi, self.lib = mod
 
-    def matmul_time(self, t: QType, w: np.ndarray, n: int, x: np.ndarray, threads: int, repeat: int) -> float:
+    def matmul_time(self, t: QType, w: np.ndarray, n: int, x: np.ndarray, threads: int, repeat: int,
+                    llama_order: bool = True) -> float:
         ffi = self.ffi
         tensor = ffi.new("el_tensor *")
         tensor.type, tensor.data, tensor.ne0, tensor.ne1, tensor.row_bytes = int(t), ffi.from_buffer(w), n, w.shape[0], w.shape[1]
@@ -66,7 +67,7 @@ class Bench:
         best = float("inf")
         for _ in range(repeat):
             t0 = clock()
-            if self.lib.el_matmul(tensor, xp, x.shape[0], yp, threads) != 0:
+            if self.lib.el_matmul_order(tensor, xp, x.shape[0], yp, threads, int(llama_order)) != 0:
                 raise RuntimeError(f"el_matmul failed for {t.name}")
             best = min(best, clock() - t0)
         return best
@@ -83,6 +84,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--file", action="store_true", help="map the matvec matrix from a file")
+    ap.add_argument("--order", choices=["llama", "batch"], default="llama",
+                    help="the kernels of llama_order steps (single stream) or of the batched engine's steps")
     args = ap.parse_args()
     names = args.types.split(",")
     for name in names:  # bad input: one line, before any work
@@ -121,8 +124,10 @@ def main() -> None:
                     print(f"{name:6} {v:12} {'(this CPU runs ' + got + ')':>26}", flush=True)
                     continue
                 slow = v == "generic"
-                gbs = w.nbytes / b.matmul_time(t, w, n, x1, args.threads, 2 if slow else args.repeat) / 1e9 if rows else 0.0
-                gflops = [2.0 * args.k * args.rows * xg.shape[0] / b.matmul_time(t, wg, args.k, xg, args.threads, 1 if slow else args.repeat) / 1e9
+                lo = args.order == "llama"
+                gbs = w.nbytes / b.matmul_time(t, w, n, x1, args.threads, 2 if slow else args.repeat, lo) / 1e9 if rows else 0.0
+                gflops = [2.0 * args.k * args.rows * xg.shape[0]
+                          / b.matmul_time(t, wg, args.k, xg, args.threads, 1 if slow else args.repeat, lo) / 1e9
                           for xg in xgs]
                 print(f"{name:6} {v:12} {gbs:12.1f} " + " ".join(f"{g:8.1f}" for g in gflops), flush=True)
     b.lib.el_set_isa(-1)

@@ -53,6 +53,7 @@ typedef struct {
     int blck; int size; int vec_dot_type;
     el_from_float_fn from_float; el_to_float_fn to_float; el_vec_dot_fn vec_dot; el_gemm_fn gemm;
     el_vec_dot_fn vec_dot_small; el_gemm_fn gemm_small;
+    el_vec_dot_fn vec_dot_batch; el_gemm_fn gemm_batch;
 } el_type_traits;
 extern el_type_traits el_traits[40];
 typedef uint16_t el_half;
@@ -133,9 +134,11 @@ class Kernels:
             fn(_ABI.cast("float *", x[r].ctypes.data), _ABI.cast("void *", out[r].ctypes.data), x.shape[1])
         return out
 
-    def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, small: bool = False) -> np.ndarray:
-        """out[c, r] = vec_dot(w row r, a row c) (vec_dot_small with `small`)."""
-        fn = self.traits(t).vec_dot_small if small else self.traits(t).vec_dot
+    def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, small: bool = False,
+                    batch: bool = False) -> np.ndarray:
+        """out[c, r] = vec_dot(w row r, a row c) (vec_dot_small with `small`, vec_dot_batch with `batch`)."""
+        tr = self.traits(t)
+        fn = tr.vec_dot_small if small else tr.vec_dot_batch if batch else tr.vec_dot
         out = np.zeros((a.shape[0], w.shape[0]), dtype=np.float32)
         s = _ABI.new("float *")
         for c in range(a.shape[0]):
@@ -144,9 +147,11 @@ class Kernels:
                 out[c, r] = s[0]
         return out
 
-    def gemm(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, out: np.ndarray, r0: int, nr: int, c0: int, nc: int):
-        """One gemm call on rows r0..r0+nr of w and rows c0..c0+nc of a, into out[c, r]."""
-        fn = self.traits(t).gemm
+    def gemm(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, out: np.ndarray, r0: int, nr: int, c0: int, nc: int,
+             batch: bool = False):
+        """One gemm call on rows r0..r0+nr of w and rows c0..c0+nc of a, into out[c, r] (gemm_batch
+        with `batch`)."""
+        fn = self.traits(t).gemm_batch if batch else self.traits(t).gemm
         assert fn != _ABI.NULL
         ldo = out.shape[1]
         fn(n, _ABI.cast("void *", w[r0].ctypes.data), w.strides[0], nr,
@@ -444,6 +449,74 @@ def test_float_gemm_is_the_avx2_tile(kern, t, n):
             kern.gemm(t, n, w, a, out, r0, nr, 0, cols)
             np.testing.assert_array_equal(_bits(out[:, r0:r0 + nr]), _bits(want[:cols, r0:r0 + nr]),
                                           err_msg=f"{cols} columns, rows {r0}..{r0 + nr}")
+
+
+# ---------------------------------------------------------------- the legacy types' batch order
+
+LEGACY = [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0]
+
+
+def test_legacy_batch_order_registered():
+    """The legacy types have batch-order kernels on the generic path (the twins) and each SIMD
+    variant registers its own; the other types have none (vec_dot serves both)."""
+    generic = Kernels("generic")
+    try:
+        gen = {t: int(_ABI.cast("intptr_t", generic.traits(t).vec_dot_batch)) for t in TYPES}
+        for t in TYPES:
+            assert (gen[t] != 0) == (t in LEGACY), t.name
+            assert (generic.traits(t).gemm_batch == _ABI.NULL), t.name
+        for v in VARIANTS:
+            generic.select(v)
+            for t in LEGACY:
+                tr = generic.traits(t)
+                assert int(_ABI.cast("intptr_t", tr.vec_dot_batch)) not in (0, gen[t]) and tr.gemm_batch != _ABI.NULL, (v, t.name)
+    finally:
+        generic.close()
+
+
+@pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
+def test_batch_vec_dot_bit_identical_to_generic(kern, t):
+    """vec_dot_batch returns its generic twin's bits, on quantized and on raw blocks."""
+    rng = np.random.default_rng(5100 + int(t))
+    n = _row_len(t)
+    for raw in (False, True):
+        w = _raw_weights(t, 13, n, rng) if raw else _weights(t, 13, n, rng)
+        a = kern.quantize_act(t, _acts(5, n, rng))
+        got = kern.vec_dot_all(t, n, w, a, batch=True)
+        kern.select("generic")
+        want = kern.vec_dot_all(t, n, w, a, batch=True)
+        kern.select(kern.variant)
+        np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"raw={raw}")
+
+
+@pytest.mark.parametrize("blocks", [19, 380])
+@pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
+def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
+    """gemm_batch gives the generic twin's bits for every (row, column) whatever the tile: one call
+    over 35 columns (AVX-512: column-lane groups of 16, 16, then 3), the engine's shapes, a 16-row
+    tile and its remainder at each column count 1..9, odd offsets; raw blocks. Rows of 380 blocks
+    are too long for a column-lane group on the stack (LCL_PREP_BYTES): all take the row tiles."""
+    rng = np.random.default_rng(9300 + int(t) + blocks)
+    n = blocks * 32
+    rows, cols = (21, 35) if blocks < 100 else (5, 4)
+    w = _raw_weights(t, rows, n, rng)
+    a = kern.quantize_act(t, _acts(cols, n, rng))
+    kern.select("generic")
+    want = kern.vec_dot_all(t, n, w, a, batch=True)
+    kern.select(kern.variant)
+    assert np.all(np.isfinite(want))
+    shapes = [[(0, rows, 0, cols)],
+              [(r, min(16, rows - r), c, min(8, cols - c)) for r in range(0, rows, 16) for c in range(0, cols, 8)],
+              [(r, min(5, rows - r), c, min(3, cols - c)) for r in range(0, rows, 5) for c in range(0, cols, 3)],
+              [(1, rows - 1, 0, 1), (0, 1, 0, cols), (1, rows - 1, 1, cols - 1)]]
+    shapes += [[(0, rows, 0, k)] for k in range(1, min(10, cols + 1))]
+    for tiles in shapes:
+        out = np.full((cols, rows), np.nan, dtype=np.float32)
+        for r0, nr, c0, nc in tiles:
+            kern.gemm(t, n, w, a, out, r0, nr, c0, nc, batch=True)
+        covered = np.isfinite(out)
+        assert covered.any()
+        np.testing.assert_array_equal(_bits(out)[covered], _bits(want)[covered], err_msg=f"tiles {tiles}")
 
 
 # ---------------------------------------------------------------- through the dispatch vs generic

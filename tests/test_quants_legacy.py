@@ -210,18 +210,19 @@ def _dequant_act(act_type: QType, a: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return gguf.quants.dequantize(a, _ggml_type(act_type)).reshape(-1), None
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["llama-order", "batch-order"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
-def test_dot_equals_dot_of_dequantized(t, backend):
+def test_dot_equals_dot_of_dequantized(t, backend, batch):
     """The integer block dot is the dot of what the blocks hold: weights as gguf dequantizes them,
-    activation values d * q, and for Q8_1 the stored s standing in for d * sum(q)."""
+    activation values d * q, and for Q8_1 the stored s standing in for d * sum(q). Both orders."""
     rng = np.random.default_rng(100 + int(t))
     n = 32 * 16
     w = _random_blocks(t, n // 32, rng)
     x = (rng.standard_normal(n) * 3).astype(np.float32)
     act_type = type_info(t).vec_dot_type
     a = quant_ops.quantize_activation(t, x, backend)
-    got = quant_ops.vec_dot(t, n, w, a, backend)
+    got = quant_ops.vec_dot(t, n, w, a, backend, batch=batch)
 
     wv = gguf.quants.dequantize(w, _ggml_type(t)).astype(np.float64)
     av, s = _dequant_act(act_type, a)
@@ -275,11 +276,79 @@ def test_c_and_numba_dequantize_alike(t):
 @pytest.mark.parametrize("t", LEGACY + FLOATS + [QType.F32], ids=lambda t: t.name)
 def test_c_and_numba_dot_alike(agreement_data, t):
     w = quant_ops.quantize_rows(t, agreement_data, "c")
-    for r in range(agreement_data.shape[0]):
-        act = quant_ops.quantize_activation(t, agreement_data[(r + 1) % 4] + 0.5, "c")
-        c = quant_ops.vec_dot(t, 256, w[r], act, "c")
-        nb = quant_ops.vec_dot(t, 256, w[r], act, "numba")
-        np.testing.assert_allclose(nb, c, rtol=1e-4, atol=0)
+    for batch in (False, True) if t in LEGACY else (False,):
+        for r in range(agreement_data.shape[0]):
+            act = quant_ops.quantize_activation(t, agreement_data[(r + 1) % 4] + 0.5, "c")
+            c = quant_ops.vec_dot(t, 256, w[r], act, "c", batch=batch)
+            nb = quant_ops.vec_dot(t, 256, w[r], act, "numba", batch=batch)
+            np.testing.assert_allclose(nb, c, rtol=1e-4, atol=0)
+
+
+# ---------------------------------------------------------------- the batch order, from its definition
+
+def _fma_f32(a: float, b: float, c: float) -> np.float32:
+    """fmaf(a, b, c) on float32 values, rounded once (to nearest, ties to even), from exact
+    rationals (a float64 sum rounded again to float32 could round twice)."""
+    from fractions import Fraction
+
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    near = np.float32(float(exact))
+    cands = [near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))]
+    best = min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.float32(v).view(np.uint32)) & 1))
+    return np.float32(best)
+
+
+def _block_ints(t: QType, wb: np.ndarray) -> np.ndarray:
+    """[blocks, 32] the integers a block's values are d times (plus m): ggml's block layouts read
+    with numpy (value j and j + 16 share nibble byte j; bit j of qh is value j's fifth bit)."""
+    if t == QType.Q8_0:
+        return wb["qs"].astype(np.int64)
+    qs = wb["qs"].astype(np.int64)
+    q = np.concatenate([qs & 15, qs >> 4], axis=1)
+    if t in (QType.Q5_0, QType.Q5_1):
+        qh = wb["qh"].astype(np.int64) @ (256 ** np.arange(4))
+        q |= ((qh[:, None] >> np.arange(32)) & 1) << 4
+    return q - {QType.Q4_0: 8, QType.Q5_0: 16}.get(t, 0)
+
+
+def _batch_order_model(t: QType, w: np.ndarray, a: np.ndarray) -> np.float32:
+    """quants_generic.c's batch order spelled out: per block the integer sum of the products,
+    acc = fma(isum, dx * dy, acc) block after block; with a min, summs = fma(m, y.s, summs)
+    block after block, then acc + summs."""
+    wb = w.view(BLOCK_DTYPES[t])
+    ab = a.view(BLOCK_DTYPES[type_info(t).vec_dot_type])
+    qw = _block_ints(t, wb)
+    d = wb["d"].astype(np.float32)
+    acc = np.float32(0.0)
+    summs = np.float32(0.0)
+    for i in range(wb.size):
+        isum = int(np.dot(qw[i], ab["qs"][i].astype(np.int64)))
+        acc = _fma_f32(np.float32(isum), np.float32(d[i]) * np.float32(ab["d"][i]), acc)
+        if "m" in wb.dtype.names:
+            summs = _fma_f32(np.float32(wb["m"][i]), np.float32(ab["s"][i]), summs)
+    return np.float32(acc + summs) if "m" in wb.dtype.names else acc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
+def test_batch_order_is_one_fma_per_block(t, backend):
+    """vec_dot_*_batch_generic gives the bits of its definition (one rounding per block, the min
+    chain added last), on random blocks (scales of every kind) against quantized activations;
+    and it is another order than the llama one (they differ somewhere)."""
+    rng = np.random.default_rng(300 + int(t))
+    n = 32 * 24
+    differ = 0
+    for _ in range(6):
+        w = _random_blocks(t, n // 32, rng)
+        a = quant_ops.quantize_activation(t, (rng.standard_normal(n) * 3).astype(np.float32), "c")
+        got = np.float32(quant_ops.vec_dot(t, n, w, a, backend, batch=True))
+        want = _batch_order_model(t, w, a)
+        if backend == "numba":  # its fmaf rounds a float64 sum to float32: ties may differ by an ulp
+            np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+        else:
+            assert got.view(np.uint32) == want.view(np.uint32), (got, want)
+        differ += got != np.float32(quant_ops.vec_dot(t, n, w, a, backend))
+    assert differ
 
 
 # ---------------------------------------------------------------- bad input

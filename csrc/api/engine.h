@@ -151,6 +151,8 @@ int el_get_isa(void);
 int el_isa_features(void);
 /* Matrix-vector products through the dispatch, for tests: y[m, n] = W[n] . x[m] */
 int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads);
+/* the same in the batch-invariant steps' order (llama_order 0) or in llama_order steps' (1, as el_matmul) */
+int el_matmul_order(const el_tensor *w, const float *x, int m, float *y, int n_threads, int llama_order);
 
 /* Best GB/s of a plain multi-threaded read loop over nbytes at data, over reps runs. */
 double el_read_bandwidth(const void *data, size_t nbytes, int n_threads, int reps);

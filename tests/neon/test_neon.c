@@ -2,7 +2,7 @@
  * (plain NEON always; sdot only where the CPU reports FEAT_DotProd). Built for aarch64 and run
  * under qemu-aarch64 by tests/test_neon_qemu.py; see build.py next to this file.
  *
- *   - quantized types: vec_dot (and vec_dot_small where a type has one) bit-identical to the generic twin (the kernels evaluate the twins'
+ *   - quantized types: vec_dot (and vec_dot_small / vec_dot_batch where a type has one) bit-identical to the generic twin (the kernels evaluate the twins'
  *     float expressions on exact integer sums), on quantized data and on random block bytes
  *     (weights and activations: every int8 including -128, any bsums, finite scales);
  *   - F32 / F16: vec_dot within 1e-5 * sum|w_i a_i| of the twin;
@@ -95,12 +95,13 @@ static double abs_products(int type, const uint8_t *w, const uint8_t *a, int n) 
     return s;
 }
 
-/* small: the small-batch kernels (vec_dot_small / gemm_small) */
-static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int small) {
-    const el_vec_dot_fn gen_dot = small ? gen[tc->id].vec_dot_small : gen[tc->id].vec_dot;
-    const el_vec_dot_fn lvl_dot = small ? lvl[tc->id].vec_dot_small : lvl[tc->id].vec_dot;
-    const el_gemm_fn lvl_gemm = small ? lvl[tc->id].gemm_small : lvl[tc->id].gemm;
-    const char *sfx = small ? " small" : "";
+/* kind 1: the small-batch kernels (vec_dot_small / gemm_small); 2: the batch-order ones
+ * (vec_dot_batch / gemm_batch); 0: the main ones */
+static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int kind) {
+    const el_vec_dot_fn gen_dot = kind == 1 ? gen[tc->id].vec_dot_small : kind == 2 ? gen[tc->id].vec_dot_batch : gen[tc->id].vec_dot;
+    const el_vec_dot_fn lvl_dot = kind == 1 ? lvl[tc->id].vec_dot_small : kind == 2 ? lvl[tc->id].vec_dot_batch : lvl[tc->id].vec_dot;
+    const el_gemm_fn lvl_gemm = kind == 1 ? lvl[tc->id].gemm_small : kind == 2 ? lvl[tc->id].gemm_batch : lvl[tc->id].gemm;
+    const char *sfx = kind == 1 ? " small" : kind == 2 ? " batch" : "";
     const int type = tc->id, vdt = gen[type].vec_dot_type, is_float = type == EL_F32 || type == EL_F16;
     const size_t ldw = el_row_size(type, n) + 2 * (size_t)gen[type].size;  /* rows with a gap */
     const size_t lda = el_row_size(vdt, n) + (size_t)gen[vdt].size;
@@ -486,10 +487,17 @@ int main(void) {
                 checks++;
                 fail("%s: %s has no NEON small-batch kernel registered", level, tc->name);
             }
+            const int has_batch = gen[tc->id].vec_dot_batch != NULL;
+            if (has_batch && (lvl[tc->id].vec_dot_batch == gen[tc->id].vec_dot_batch || lvl[tc->id].gemm_batch == NULL)) {
+                checks++;
+                fail("%s: %s has no NEON batch-order kernel registered", level, tc->name);
+            }
             for (int si = 0; si < ns; si++)
-                for (int small = 0; small <= has_small; small++) {
-                    test_type(lvl, level, tc, sizes[si], 0, small);
-                    if (blck > 1) test_type(lvl, level, tc, sizes[si], 1, small);
+                for (int kind = 0; kind < 3; kind++) {
+                    if (kind == 1 && !has_small) continue;
+                    if (kind == 2 && !has_batch) continue;
+                    test_type(lvl, level, tc, sizes[si], 0, kind);
+                    if (blck > 1) test_type(lvl, level, tc, sizes[si], 1, kind);
                 }
         }
         test_vops(&gen_vops, &lvl_vops, level);

@@ -3,8 +3,8 @@
  * and build.py). Linked with the whole library, built with EL_X86_EMULATED; run by
  * tests/test_x86_emulated.py.
  *
- * For both levels and every quantized weight type: vec_dot (and vec_dot_small where a type has
- * one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
+ * For both levels and every quantized weight type: vec_dot (and vec_dot_small / vec_dot_batch
+ * where a type has one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
  * scales), against activations from the activation quantizers; every gemm tile bit-identical to
  * the level's vec_dot; the activation quantizers the level registers write the generic bytes;
  * vops.pv_tiles and vops.qk_q8_0 / qk_q4_0 write the generic twin's bits.
@@ -49,11 +49,13 @@ static const type_case TYPES[] = {
 
 static el_type_traits gen[EL_NTYPES];
 
-static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int small) {
+/* kind: 0 the main kernels, 1 the small-batch ones, 2 the batch-order ones */
+static const char *const KIND[] = {"", " small", " batch"};
+static void test_type(const el_type_traits *lvl, const char *level, const type_case *tc, int n, int raw, int kind) {
     const int type = tc->id, vdt = gen[type].vec_dot_type;
-    const el_vec_dot_fn gdot = small ? gen[type].vec_dot_small : gen[type].vec_dot;
-    const el_vec_dot_fn ldot = small ? lvl[type].vec_dot_small : lvl[type].vec_dot;
-    const el_gemm_fn lgemm = small ? lvl[type].gemm_small : lvl[type].gemm;
+    const el_vec_dot_fn gdot = kind == 1 ? gen[type].vec_dot_small : kind == 2 ? gen[type].vec_dot_batch : gen[type].vec_dot;
+    const el_vec_dot_fn ldot = kind == 1 ? lvl[type].vec_dot_small : kind == 2 ? lvl[type].vec_dot_batch : lvl[type].vec_dot;
+    const el_gemm_fn lgemm = kind == 1 ? lvl[type].gemm_small : kind == 2 ? lvl[type].gemm_batch : lvl[type].gemm;
     const size_t ldw = el_row_size(type, n) + 2 * (size_t)gen[type].size, lda = el_row_size(vdt, n);
     uint8_t *W = calloc(NR, ldw), *A = calloc(NC, lda);
     float *x = malloc(sizeof(float) * (size_t)n), ref[NC][NR], vd[NC][NR], out[NC * LDO];
@@ -82,7 +84,7 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
             checks++;
             if (!same_bits(vd[c][r], ref[c][r])) {
                 snprintf(msg, sizeof msg, "%s %s%s n=%d%s vec_dot[r%d c%d] = %.9g, generic %.9g", level, tc->name,
-                         small ? " small" : "", n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
+                         KIND[kind], n, raw ? " raw" : "", r, c, vd[c][r], ref[c][r]);
                 fail(msg);
             }
         }
@@ -96,7 +98,7 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
                 checks++;
                 if (!same_bits(out[c * LDO + r], vd[c0 + c][r0 + r])) {
                     snprintf(msg, sizeof msg, "%s %s%s n=%d gemm tile (r0 %d nr %d c0 %d nc %d) [%d,%d] differs from vec_dot",
-                             level, tc->name, small ? " small" : "", n, r0, nr, c0, nc, r, c);
+                             level, tc->name, KIND[kind], n, r0, nr, c0, nc, r, c);
                     fail(msg);
                 }
             }
@@ -223,7 +225,8 @@ int main(void) {
         if (level) el_register_avx512(lvl);
         for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
             const type_case *tc = &TYPES[i];
-            if (lvl[tc->id].vec_dot == gen[tc->id].vec_dot || !lvl[tc->id].gemm) {
+            if (lvl[tc->id].vec_dot == gen[tc->id].vec_dot || !lvl[tc->id].gemm ||
+                (gen[tc->id].vec_dot_batch && (lvl[tc->id].vec_dot_batch == gen[tc->id].vec_dot_batch || !lvl[tc->id].gemm_batch))) {
                 char msg[80];
                 snprintf(msg, sizeof msg, "%s: %s has no kernel registered", name, tc->name);
                 checks++;
@@ -232,11 +235,11 @@ int main(void) {
             }
             const int blck = gen[tc->id].blck;
             const int q32[] = {32, 96, 608}, k256[] = {256, 768};
-            const int has_small = gen[tc->id].vec_dot_small != NULL;
             for (int s = 0; s < (blck == 32 ? 3 : 2); s++)
                 for (int raw = 0; raw <= 1; raw++)
-                    for (int small = 0; small <= has_small; small++)
-                        test_type(lvl, name, tc, blck == 32 ? q32[s] : k256[s], raw, small);
+                    for (int kind = 0; kind < 3; kind++)
+                        if (!kind || (kind == 1 ? gen[tc->id].vec_dot_small : gen[tc->id].vec_dot_batch))
+                            test_type(lvl, name, tc, blck == 32 ? q32[s] : k256[s], raw, kind);
         }
         test_act_quantizers(lvl, name);
         test_pv_tiles(&el_vops, &gv, name);  /* el_register_avx2 filled el_vops */

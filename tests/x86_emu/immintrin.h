@@ -10,6 +10,7 @@
 #define SIMDE_NO_NATIVE
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <simde/x86/avx512.h>
 #include <simde/x86/f16c.h>
 #include <simde/x86/fma.h>
@@ -44,6 +45,22 @@ static inline __m512 _mm512_cvtph_ps(__m256i h) {
     const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
+
+/* AVX-512 (F) narrowing (vpmovdw) and gather (vpgatherdd), lane by lane */
+static inline __m256i _mm512_cvtepi32_epi16(__m512i x) {
+    int32_t a[16];
+    int16_t h[16];
+    _mm512_storeu_si512(a, x);
+    for (int i = 0; i < 16; i++) h[i] = (int16_t)a[i];
+    return _mm256_loadu_si256((const __m256i *)h);
+}
+static inline __m512i emu_i32gather_epi32(__m512i vindex, const void *base, int scale) {
+    int32_t ix[16], v[16];
+    _mm512_storeu_si512(ix, vindex);
+    for (int i = 0; i < 16; i++) memcpy(&v[i], (const char *)base + (int64_t)ix[i] * scale, 4);
+    return _mm512_loadu_si512(v);
+}
+#define _mm512_i32gather_epi32(vindex, base, scale) emu_i32gather_epi32(vindex, base, scale)
 
 #undef _mm_fmadd_ps
 #undef _mm256_fmadd_ps

@@ -22,18 +22,20 @@ _MATMULS: dict = {}
 _CHUNK = 256  # weight rows per scratch allocation
 
 
-def _kernels_for(t: QType):
-    """(quantize activation row, matmul) numba functions for weight type t."""
+def _kernels_for(t: QType, llama_order: bool = True):
+    """(quantize activation row, matmul) numba functions for weight type t; the legacy types'
+    dots in the llama order or in the batch order (numba_quants: one float update per block)."""
     t = QType(t)
-    if t in _MATMULS:
-        return _MATMULS[t]
+    batch = not llama_order and hasattr(_module(t), f"_dot_{_lname(t)}_{_lname(type_info(t).vec_dot_type)}_batch")
+    if (t, batch) in _MATMULS:
+        return _MATMULS[t, batch]
     act = type_info(t).vec_dot_type
     vec_dot = getattr(_module(t), f"vec_dot_{_lname(t)}_{_lname(act)}_generic")
     # activations: Q8_0 / Q8_1 have their own quantizers (kernels/numba_quants), the rest the reference one
     qname = f"quantize_row_{_lname(act)}" + ("" if act in (QType.Q8_0, QType.Q8_1) else "_ref")
     quant = getattr(_module(act), qname) if act != QType.F32 else None
 
-    dot = getattr(_module(t), f"_dot_{_lname(t)}_{_lname(act)}", None)  # takes its scratch (numba_quants)
+    dot = getattr(_module(t), f"_dot_{_lname(t)}_{_lname(act)}" + ("_batch" if batch else ""), None)  # takes its scratch
     floats = getattr(_module(t), f"{_lname(t)}_row_floats", None) if act == t else None
     if floats is not None:
         @numba.njit(parallel=True, cache=False)
@@ -70,8 +72,8 @@ def _kernels_for(t: QType):
                     for m in range(a.shape[0]):
                         out[m, r] = dot(k, w[r], a[m], acc, iw)
 
-    _MATMULS[t] = (act, quant, matmul)
-    return _MATMULS[t]
+    _MATMULS[t, batch] = (act, quant, matmul)
+    return _MATMULS[t, batch]
 
 
 def _dequant_rows(t: QType, data: np.ndarray, n: int) -> np.ndarray:
@@ -204,6 +206,7 @@ class NumbaEngine:
         self.cfg = cfg
         self.n_ctx = n_ctx
         self.n_batch = min(n_batch, n_ctx)
+        self._llama_order = True  # set by each decode
         self.n_vocab = cfg.n_vocab
         self.n_swa = cfg.n_swa
         self.set_threads(n_threads)
@@ -334,8 +337,9 @@ class NumbaEngine:
             self.pos[g][db[have], dst[have] % BLOCK] = self.pos[g][sb[have], src[have] % BLOCK] - n_discard
 
     def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
-        """As CEngine.decode (the numba path has one arithmetic for every batch size, so
-        llama_order changes nothing here)."""
+        """As CEngine.decode. The numba path has one arithmetic for every batch size; llama_order
+        picks the legacy types' dot order (llama.cpp's, or the batch order's one update per block)."""
+        self._llama_order = bool(llama_order)
         tokens, pos, seq, want, seq_len, tables = self.batch.views(n, n_seqs, mb)
         tokens, pos, seq, seq_len = (a.astype(np.int64) for a in (tokens, pos, seq, seq_len))
         if not 0 < n <= self.n_batch:
@@ -364,7 +368,7 @@ class NumbaEngine:
     # -- the forward pass --
 
     def _matmul(self, w: _W, x: np.ndarray) -> np.ndarray:
-        act, quant, mm = _kernels_for(w.qtype)
+        act, quant, mm = _kernels_for(w.qtype, self._llama_order)
         m = x.shape[0]
         x = np.ascontiguousarray(x, dtype=np.float32)
         if act == QType.F32:

@@ -2,7 +2,8 @@
 
 Same names as the C functions (ggml's), numpy arrays instead of pointers:
 `quantize_row_<t>_ref(x: float32[k], y: uint8[row_bytes])`, `dequantize_row_<t>(x: uint8[row_bytes],
-y: float32[k])`, `vec_dot_<t>_<act>_generic(n, x: uint8[...], y: uint8[...]) -> float32`.
+y: float32[k])`, `vec_dot_<t>_<act>_generic(n, x: uint8[...], y: uint8[...]) -> float32` (and
+`vec_dot_<t>_<act>_batch_generic`, the batch order).
 Arrays are 1-D and contiguous. The quantizers write the C twin's (and ggml's) bytes: every float
 operation is done in float32 in the C order (numba does not fuse a*b+c), rounding as C does.
 Block layouts as in ggml's block_q4_0 ... block_q8_1 (ggml-common.h), little-endian.
@@ -474,10 +475,11 @@ def dequantize_row_q8_0(x, y):
 
 # ---------------------------------------------------------------- dot products
 # Float types: products in float32, summed in float64 (ggml's scalar ggml_vec_dot_f32/f16/bf16).
-# Quantized types: the C twin's order (llama.cpp's x86 one), every float operation in float32.
-# Per block, 8 float lanes: lane i adds the exact integer sum of the products of values
-# 4i..4i+3 times d = dx * dy with one fma; the lanes are summed at the end by _hsum8. Types with
-# a min add sum(m * y.s) through a separate chain of fmas, added last.
+# Quantized types: the C twins' orders, every float operation in float32. The llama order
+# (llama.cpp's x86 one; the batch order is at the end of this file): per block, 8 float lanes:
+# lane i adds the exact integer sum of the products of values 4i..4i+3 times d = dx * dy with
+# one fma; the lanes are summed at the end by _hsum8. Types with a min add sum(m * y.s) through a
+# separate chain of fmas, added last.
 
 
 @njit(cache=True)
@@ -695,3 +697,129 @@ def vec_dot_q5_1_q8_1_generic(n, x, y):
 @njit(cache=True)
 def vec_dot_q8_0_q8_0_generic(n, x, y):
     return _dot_q8_0_q8_0(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+# ---------------------------------------------------------------- the batch order
+# The batched engine's order (quants_generic.c vec_dot_*_batch_generic): per block the exact
+# integer sum of its 32 products, then acc = fmaf(isum, dx * dy, acc) block after block; types
+# with a min: summs = fmaf(m, y.s, summs) block after block, the result acc + summs. Same
+# scratch as the dots above (iw[8:8 + QK] holds a block's values).
+
+
+@njit(cache=True, inline='always')
+def _isum(q, yi, oy):
+    s = np.int64(0)
+    for j in range(QK):
+        s += q[j] * np.int64(yi[oy + j])
+    return s
+
+
+@njit(cache=True, inline='always')
+def _nibbles(q, x, ox, offset):
+    for j in range(16):
+        b = np.int64(x[ox + j])
+        q[j] = (b & 0x0F) - offset
+        q[j + 16] = (b >> 4) - offset
+
+
+@njit(cache=True, inline='always')
+def _dot_q4_0_q8_0_batch(n, x, y, acc, iw):
+    nb = _dot_blocks(n, x.size, y.size, Q4_0_BYTES, Q8_0_BYTES)
+    yi = y.view(np.int8)
+    q = iw[8:8 + QK]
+    s = np.float32(0.0)
+    for i in range(nb):
+        ox = i * Q4_0_BYTES
+        oy = i * Q8_0_BYTES
+        _nibbles(q, x, ox + 2, 8)
+        s = _fmaf(np.float32(_isum(q, yi, oy + 2)), _get_half(x, ox) * _get_half(y, oy), s)
+    return s
+
+
+@njit(cache=True, inline='always')
+def _dot_q4_1_q8_1_batch(n, x, y, acc, iw):
+    nb = _dot_blocks(n, x.size, y.size, Q4_1_BYTES, Q8_1_BYTES)
+    yi = y.view(np.int8)
+    q = iw[8:8 + QK]
+    s = np.float32(0.0)
+    summs = np.float32(0.0)
+    for i in range(nb):
+        ox = i * Q4_1_BYTES
+        oy = i * Q8_1_BYTES
+        _nibbles(q, x, ox + 4, 0)
+        s = _fmaf(np.float32(_isum(q, yi, oy + 4)), _get_half(x, ox) * _get_half(y, oy), s)
+        summs = _fmaf(_get_half(x, ox + 2), _get_half(y, oy + 2), summs)
+    return s + summs
+
+
+@njit(cache=True, inline='always')
+def _dot_q5_0_q8_0_batch(n, x, y, acc, iw):
+    nb = _dot_blocks(n, x.size, y.size, Q5_0_BYTES, Q8_0_BYTES)
+    yi = y.view(np.int8)
+    q = iw[8:8 + QK]
+    s = np.float32(0.0)
+    for i in range(nb):
+        ox = i * Q5_0_BYTES
+        oy = i * Q8_0_BYTES
+        _unpack_5bit(x, ox + 2, ox + 6, q)
+        for j in range(QK):
+            q[j] -= 16
+        s = _fmaf(np.float32(_isum(q, yi, oy + 2)), _get_half(x, ox) * _get_half(y, oy), s)
+    return s
+
+
+@njit(cache=True, inline='always')
+def _dot_q5_1_q8_1_batch(n, x, y, acc, iw):
+    nb = _dot_blocks(n, x.size, y.size, Q5_1_BYTES, Q8_1_BYTES)
+    yi = y.view(np.int8)
+    q = iw[8:8 + QK]
+    s = np.float32(0.0)
+    summs = np.float32(0.0)
+    for i in range(nb):
+        ox = i * Q5_1_BYTES
+        oy = i * Q8_1_BYTES
+        _unpack_5bit(x, ox + 4, ox + 8, q)
+        s = _fmaf(np.float32(_isum(q, yi, oy + 4)), _get_half(x, ox) * _get_half(y, oy), s)
+        summs = _fmaf(_get_half(x, ox + 2), _get_half(y, oy + 2), summs)
+    return s + summs
+
+
+@njit(cache=True, inline='always')
+def _dot_q8_0_q8_0_batch(n, x, y, acc, iw):
+    nb = _dot_blocks(n, x.size, y.size, Q8_0_BYTES, Q8_0_BYTES)
+    xi = x.view(np.int8)
+    yi = y.view(np.int8)
+    s = np.float32(0.0)
+    for i in range(nb):
+        ox = i * Q8_0_BYTES
+        oy = i * Q8_0_BYTES
+        isum = np.int64(0)
+        for j in range(QK):
+            isum += np.int64(xi[ox + 2 + j]) * np.int64(yi[oy + 2 + j])
+        s = _fmaf(np.float32(isum), _get_half(x, ox) * _get_half(y, oy), s)
+    return s
+
+
+@njit(cache=True)
+def vec_dot_q4_0_q8_0_batch_generic(n, x, y):
+    return _dot_q4_0_q8_0_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q4_1_q8_1_batch_generic(n, x, y):
+    return _dot_q4_1_q8_1_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q5_0_q8_0_batch_generic(n, x, y):
+    return _dot_q5_0_q8_0_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q5_1_q8_1_batch_generic(n, x, y):
+    return _dot_q5_1_q8_1_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
+
+
+@njit(cache=True)
+def vec_dot_q8_0_q8_0_batch_generic(n, x, y):
+    return _dot_q8_0_q8_0_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))

@@ -16,6 +16,10 @@ from . import c_module
 BACKENDS = ("c", "numba")
 
 
+# the types whose batch-invariant steps take an order of their own (quants_generic.c)
+BATCH_ORDER_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0})
+
+
 def _lname(t: QType) -> str:
     """ggml's spelling in function names: q4_0, q4_K, f16."""
     n = QType(t).name
@@ -106,11 +110,12 @@ def dequantize_rows(t: QType, data, n: int, backend: str = "c") -> np.ndarray:
     return out
 
 
-def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c") -> float:
-    """Dot product of one weight row of type t with one activation row of its vec_dot_type."""
+def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c", *, batch: bool = False) -> float:
+    """Dot product of one weight row of type t with one activation row of its vec_dot_type; with
+    `batch`, in the batch order of the types that have one (the legacy types)."""
     t = QType(t)
     act = type_info(t).vec_dot_type
-    name = f"vec_dot_{_lname(t)}_{_lname(act)}_generic"
+    name = f"vec_dot_{_lname(t)}_{_lname(act)}" + ("_batch" if batch and t in BATCH_ORDER_TYPES else "") + "_generic"
     w_row = _bytes(w_row, type_info(t).row_bytes(n), "weight row")
     act_row = _bytes(act_row, type_info(act).row_bytes(n), "activation row")
     if backend == "c":
