@@ -469,11 +469,11 @@ static inline __attribute__((always_inline)) void lrt_unpack(const int type, con
  * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
  * rows at once, then one cvt and one fma per column for the 16 rows */
 #define LRT_C 4
-/* Open: at one column over a matrix streamed from DRAM (Gemma's 262144 x 640 Q8_0 logits) this
- * tile measured 0.45-0.8x of the llama-order legacy_tile (bench_kernels --k 640 --rows 262144
- * --tokens 1 --threads 2 [--order batch]), though at par or faster in cache; the batched engine's
- * B = 1 decode pays for it (about 0.75x of single-stream there). The gather is not the cause
- * (16 scalar header loads measured no better). */
+/* Prefetch: the 16 rows of a tile are one contiguous span read 16 streams at a time; x86_common.h's
+ * per-row cursor (16 lines 680 bytes apart per step) left this tile at 0.72x of the llama-order
+ * legacy_tile over Gemma's 262144 x 640 Q8_0 logits at one column (bench_kernels --k 640 --rows
+ * 262144 --tokens 1 --threads 2 --order batch: 32-36 against 44-50 GFLOP/s); the span two tiles
+ * ahead prefetched in order, a slice per block, gives 42-46 against 40-52. */
 static inline __attribute__((always_inline)) void lrt_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                            const int R, const uint8_t *a, size_t lda, const int C,
                                                            float *out, size_t ldo) {
@@ -486,9 +486,11 @@ static inline __attribute__((always_inline)) void lrt_tile(const int type, int n
     const __m512i vindex = _mm512_loadu_si512(ix);
     __m512 acc[LRT_C], accm[LRT_C];
     for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
-    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    /* the R rows after the next R, one contiguous span, prefetched in order as the blocks go */
+    const size_t span = (size_t)R * ldw;
+    const uint8_t *ahead = w + 2 * span;
     for (int b = 0; b < nb; b++) {
-        if ((size_t)b * wbs / 64 != (size_t)(b + 1) * wbs / 64) pf_step(&pf, R, ldw, 64);
+        for (size_t o = span * b / nb & ~(size_t)63; o < span * (b + 1) / nb; o += 64) __builtin_prefetch(ahead + o, 0, 2);
         const uint8_t *wb = w + (size_t)b * wbs;
         __m512i lo[4], hi[4];
         for (int g = 0; g < 4; g++) {
