@@ -32,6 +32,20 @@ static inline __m512 _mm512_cvtepi32_ps(__m512i x) {
     return _mm512_loadu_ps(f);
 }
 #define _mm512_extractf32x8_ps(v, i) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), i))
+static inline __m512d _mm512_cvtps_pd(__m256 v) {  /* (vcvtps2pd: exact) */
+    float f[8];
+    double d[8];
+    _mm256_storeu_ps(f, v);
+    for (int i = 0; i < 8; i++) d[i] = (double)f[i];
+    return _mm512_loadu_pd(d);
+}
+static inline __m512i _mm512_cvtepu16_epi32(__m256i x) {
+    uint16_t h[16];
+    int32_t a[16];
+    _mm256_storeu_si256((__m256i *)h, x);
+    for (int i = 0; i < 16; i++) a[i] = h[i];
+    return _mm512_loadu_si512(a);
+}
 static inline float _mm512_cvtss_f32(__m512 v) { return _mm_cvtss_f32(_mm512_castps512_ps128(v)); }
 static inline __m512i _mm512_zextsi256_si512(__m256i x) { return _mm512_inserti64x4(_mm512_setzero_si512(), x, 0); }
 static inline __m512i _mm512_cvtepi8_epi32(__m128i x) {
