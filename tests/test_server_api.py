@@ -147,12 +147,20 @@ def test_chat_logprobs(client):
 
 
 def test_logprobs_are_the_models(client, server, smollm2_path):
-    """The first token's log-prob equals log-softmax of edgellm's own logits for the prompt."""
+    """The first token's log-prob equals log-softmax of the logits the server's engine computes for
+    the prompt: the batched path's (batch-invariant, so the same bits in this process's own
+    BatchEngine; for legacy-type weights not llm.logits()'s llama.cpp order - README)."""
     from edgellm import LLM
+    from edgellm.scheduler import BatchEngine, SamplingParams
 
     llm = LLM(smollm2_path, n_ctx=256, n_threads=1)
     ids = llm.tokenize("The quick brown fox")
-    logits = llm.logits(ids, last_only=True).astype(np.float64)
+    eng = BatchEngine(llm, max_seqs=2)
+    rows = []
+    plain = eng._logprobs
+    eng._logprobs = lambda req, x, tok: (rows.append(np.array(x, dtype=np.float64)), plain(req, x, tok))[1]
+    eng.run_until_done([eng.submit(ids, max_tokens=1, sampling=SamplingParams(temperature=0.0), logprobs=5)])
+    logits = rows[0]
     logsoft = logits - logits.max() - math.log(np.exp(logits - logits.max()).sum())
     best = np.argsort(-logsoft, kind="stable")[:5]
     r = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0, logprobs=5)
