@@ -5,7 +5,7 @@
  * are scored, then p.v taken a value group at a time (as one thread of a split step does), next to
  * a plain read of the same bytes in sequence. With one layer of a few tiles the data sit in L2
  * (the kernels' compute cost); with many layers, in DRAM. Thread CPU time, best of the sweeps; ns per
- * tile of keys and of values (16 slots x n_q queries, hk = hv = 64).
+ * tile of keys and of values (16 slots x n_q queries, hk = hv = hd, 64 unless given).
  *
  * With a quantized cache type (ktype 8: q8_0, 2: q4_0, for keys and values) the keys are key tiles
  * (el_internal.h, 1088 / 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same
@@ -18,9 +18,10 @@
  *       $(find build/ffi -path '*csrc/*.o') -lm -lpthread
  *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3] [ktype=1] [hd=64] [pf=0] [hp=0]
  * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; ktype: 1
- * f16, 8 q8_0, 2 q4_0; hd: head dim of keys and values (a multiple of 32); pf: key tiles
- * prefetched ahead into L2 as attention.c does (0: none); hp: 1 = K/V on 2 MB pages; on a busy machine, more sweeps of a hot
- * run give a steadier best. Gemma-3-270M's global layers at d = 30000: 3 1875 1 4 32 2 3 1 256 2.)
+ * f16, 8 q8_0, 2 q4_0; hd: head dim of keys and values (a multiple of 32); pf: the key tile that
+ * many ahead handed to the kernel to prefetch, as attention.c's job_scores does (0: none); hp: 1 =
+ * K/V on 2 MB pages; on a busy machine, more sweeps of a hot run give a steadier best. Gemma-3-270M's
+ * global layers at d = 30000: 3 1875 1 4 32 2 3 1 256 2; in L2: 1 24 1 4 32 2 20 1 256 0.)
  */
 #include <stdio.h>
 #include <stdlib.h>
