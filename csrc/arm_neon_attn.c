@@ -231,13 +231,15 @@ EL_INLINE void qk_q_neon(const int q4, int hk, const uint8_t *q, size_t ldq, int
 
 #define DEFINE_QK(SUF, DP)                                                                                     \
     LEVEL_ATTR(DP) static void qk_q8_0##SUF(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, \
-                                            const uint8_t *kt, float *out) {                                  \
+                                            const uint8_t *kt, float *out, const uint8_t *next) {             \
         (void)qsum;                                                                                            \
+        el_prefetch_l2(next, el_kq_tile_bytes(EL_Q8_0, hk));                                                   \
         qk_q_neon(0, hk, q, ldq, nq, kt, out, DP);                                                             \
     }                                                                                                          \
     LEVEL_ATTR(DP) static void qk_q4_0##SUF(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, \
-                                            const uint8_t *kt, float *out) {                                  \
+                                            const uint8_t *kt, float *out, const uint8_t *next) {             \
         (void)qsum;                                                                                            \
+        el_prefetch_l2(next, el_kq_tile_bytes(EL_Q4_0, hk));                                                   \
         qk_q_neon(1, hk, q, ldq, nq, kt, out, DP);                                                             \
     }
 DEFINE_QK(_neon, 0)

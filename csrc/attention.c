@@ -39,11 +39,10 @@
                           hardware's streams follow too late (scripts/bench_attention_kernels.c: a
                           one-token step's keys from DRAM twice as fast); values are read in order
                           within a value group and are not prefetched (that measured slower, into L1
-                          or L2). Into L2 (locality 2): a burst of L1 prefetches (a whole tile) stalls
-                          on the L1 miss buffers; f16 keys at hk = 256 read twice as fast into L2 */
-static inline void prefetch(const void *p, size_t n) {
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
-}
+                          or L2). Into L2 (el_prefetch_l2): a burst of L1 prefetches (a whole tile)
+                          stalls on the L1 miss buffers; f16 keys at hk = 256 read twice as fast into
+                          L2. The key kernels but qk_tile are handed the tile and prefetch it (the
+                          AVX-512 ones spread over their loop: f16 keys at hk = 256 another 2x) */
 
 typedef struct { int32_t lo, hi, full; } tile_sum;  /* positions of a tile's valid slots; all 16 valid */
 
@@ -284,12 +283,12 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     float lmax[nh * KT];  /* per row and lane: the maximum of the tiles it sees whole */
     for (int i = 0; i < nh * KT; i++) lmax[i] = -INFINITY;
     const size_t kbytes = e->kl.part;
+    const int spread = one || e->kl.type != EL_F16;  /* the kernels but qk_tile prefetch the tile they are handed */
     for (int t = ta; t < EL_MIN(tb, ta + PF_TILES); t++)
-        if (J->table[t] >= 0) prefetch(kv_k(e, l, J->table[t], J->kvh), kbytes);
+        if (J->table[t] >= 0) el_prefetch_l2(kv_kb(e, l, J->table[t], J->kvh), kbytes);
     for (int t = ta; t < tb; t++) {
         const tile_sum ts = J->ts[t];
-        if (t + PF_TILES < tb && J->table[t + PF_TILES] >= 0)
-            prefetch(kv_k(e, l, J->table[t + PF_TILES], J->kvh), kbytes);
+        const uint8_t *next = t + PF_TILES < tb && J->table[t + PF_TILES] >= 0 ? kv_kb(e, l, J->table[t + PF_TILES], J->kvh) : NULL;
         int cls[QB], any = 0;  /* per row: 0 sees none of the tile, 1 all of it, 2 some */
         for (int j = 0; j < J->mq; j++) {
             const int p = b->pos[J->m0 + j];
@@ -298,14 +297,15 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
             else cls[j] = 2;
             any |= cls[j];
         }
+        if (!spread || !any) el_prefetch_l2(next, kbytes);
         if (any) {
             const uint8_t *K = kv_kb(e, l, J->table[t], J->kvh);
             if (e->kl.type == EL_Q8_0) {  /* integer dot products straight from the key tile */
-                e->vops.qk_q8_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile);
+                e->vops.qk_q8_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile, next);
             } else if (e->kl.type == EL_Q4_0) {
-                e->vops.qk_q4_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile);
+                e->vops.qk_q4_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile, next);
             } else if (one) {
-                e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile);
+                e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile, (const el_half *)next);
             } else {
                 e->vops.qk_tile(hk, qr, nh, hk, (const el_half *)K, tile);
             }

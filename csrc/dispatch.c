@@ -36,8 +36,10 @@ static void qk_tile_generic(int hk, const float *q, int nq, int ldq, const el_ha
     }
 }
 
-static void qk_tile_one_generic(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+static void qk_tile_one_generic(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out,
+                                const el_half *next) {
     const int h64 = hk / 64 * 64;
+    el_prefetch_l2(next, (size_t)hk * 32);
     for (int j = 0; j < nq; j++) {
         const float *qj = q + (size_t)j * ldq;
         float a[64][16];
@@ -100,13 +102,15 @@ static void qk_q_generic(int type, int hk, const uint8_t *q, size_t ldq, int nq,
     }
 }
 static void qk_q8_0_generic(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                            float *out) {
+                            float *out, const uint8_t *next) {
     (void)qsum;
+    el_prefetch_l2(next, el_kq_tile_bytes(EL_Q8_0, hk));
     qk_q_generic(EL_Q8_0, hk, q, ldq, nq, kt, out);
 }
 static void qk_q4_0_generic(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                            float *out) {
+                            float *out, const uint8_t *next) {
     (void)qsum;
+    el_prefetch_l2(next, el_kq_tile_bytes(EL_Q4_0, hk));
     qk_q_generic(EL_Q4_0, hk, q, ldq, nq, kt, out);
 }
 

@@ -77,16 +77,21 @@ typedef struct {
     /* scores of nq queries against 16 keys in ggml_vec_dot_f16's order (llama.cpp's single-token
      * path), out[j*16 + l]: four 16-lane accumulators over 64-dim chunks (dim d in accumulator
      * (d % 64) / 16, lane d % 16), combined (a0 + a2) + (a1 + a3), then el_sum16; dims past the
-     * last multiple of 64 added in double */
-    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
+     * last multiple of 64 added in double. next: the tile the caller scores after this one, or NULL;
+     * its hk * 32 bytes are prefetched into L2 while this one is scored (el_prefetch_l2; the AVX-512
+     * kernel spreads the prefetches over its loop) */
+    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out, const el_half *next);
     /* scores of nq queries against a tile of 16 keys quantized as q8_0 (qk_q4_0: q4_0) in the
      * key-tile layout below, hk = 32 nb dims; queries as rows of nb q8_0 blocks (ldq bytes apart)
      * and the sums of each block's 32 quants, qsum[j*nb + b] (kernels that offset the keys to
      * unsigned bytes subtract offset * qsum). out[j*16 + l]: per block b in order, the exact
      * integer dot product of the two blocks' quants (q4_0: nibble - 8), times dk * dq (rounded),
-     * added with one fma to one float accumulator (from 0). */
-    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
-    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
+     * added with one fma to one float accumulator (from 0). next: as qk_tile_one's (a key tile of
+     * el_kq_tile_bytes) */
+    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out,
+                    const uint8_t *next);
+    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out,
+                    const uint8_t *next);
     /* p.v of nh query rows over nt value tiles (tile t: nd value rows of 16 slots, f16, vt[t] +
      * d*16; a NULL tile has all-zero weights): acc[r*lda + s*nd*16 + d*16 + l] +=
      * w[r*ldw + t*16 + l] * vt[t][d*16 + l], tiles in order, with lane set s = (t0 + t) % 4 when
@@ -123,6 +128,14 @@ static inline int el_kq_groups(int type) { return type == EL_Q4_0 ? 4 : 8; }
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
 
+/* n bytes from p (NULL: none) into L2 (locality 2, prefetcht1 on x86: a burst of L1 prefetches
+ * stalls on the L1's miss buffers on a Zen 4 VM). Always inlined: GCC 12 finds a function that
+ * only prefetches "const" and deletes the calls to it (no prefetch was left in the kernels) */
+static inline __attribute__((always_inline)) void el_prefetch_l2(const void *p, size_t n) {
+    if (p)
+        for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
 /* the reduction tree of GCC's _mm512_reduce_add_ps over 16 lanes */
 static inline float el_sum16(const float *l) {
     float t[8], u[4];
@@ -150,6 +163,9 @@ extern el_type_traits el_traits[EL_NTYPES];
 static inline size_t el_row_size(int type, int64_t n) {
     return (size_t)(n / el_traits[type].blck) * el_traits[type].size;
 }
+
+/* bytes of a key tile of a quantized cache (type q8_0 or q4_0): 16 rows of hk dims */
+static inline size_t el_kq_tile_bytes(int type, int hk) { return 16 * el_row_size(type, hk); }
 
 /* ---- thread pool: one persistent pool per context; fn runs on every thread ---- */
 typedef struct el_pool el_pool;

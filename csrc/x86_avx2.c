@@ -626,7 +626,9 @@ static void qk_one_q4_avx2(int hk, const float *q, int nq, int ldq, const el_hal
         }
 }
 
-static void qk_tile_one_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+static void qk_tile_one_avx2(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out,
+                             const el_half *next) {
+    el_prefetch_l2(next, (size_t)hk * 32);
     if (hk % 64 == 0) {
         for (int j = 0; j < nq; j += 4)
             qk_one_q4_avx2(hk, q + (size_t)j * ldq, EL_MIN(4, nq - j), ldq, kt, out + j * 16);

@@ -832,11 +832,13 @@ static inline __attribute__((always_inline)) void KFN(qk_q_all)(const int q4, in
     }
 }
 static void KFN(qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                         float *out) {
+                         float *out, const uint8_t *next) {
+    el_prefetch_l2(next, el_kq_tile_bytes(EL_Q8_0, hk));
     KFN(qk_q_all)(0, hk, q, ldq, qsum, nq, kt, out);
 }
 static void KFN(qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                         float *out) {
+                         float *out, const uint8_t *next) {
+    el_prefetch_l2(next, el_kq_tile_bytes(EL_Q4_0, hk));
     KFN(qk_q_all)(1, hk, q, ldq, qsum, nq, kt, out);
 }
 

@@ -1119,17 +1119,27 @@ static inline __m512 key16(const el_half *kt, int d) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (size_t)d * 16)));
 }
 
+/* The next key tile (pf, or NULL) into L2 a slice at a time, one per pass of a qk_tile_one loop:
+ * keys of a tile are read out of order (by lane class), which the hardware prefetchers follow too
+ * late, and a whole tile's prefetches at once wait on the L1's miss buffers, stalling the tile's
+ * own loads behind them (scripts/bench_attention_kernels.c, hk = 256, 4 queries, keys from DRAM:
+ * 1080-1140 ns a tile with the tile two ahead prefetched at once, 600 ns spread over the loop). */
+static inline __attribute__((always_inline)) void prefetch_slice(const void *pf, size_t slice, int i) {
+    if (pf) el_prefetch_l2((const char *)pf + slice * (size_t)i, slice);
+}
+
 /* qk_tile_one at hk = 64 for nq <= 4 queries, the keys of each dimension converted once for all of
  * them: each chunk accumulator A_c of class m is one exact product, so A0 + A2 is one fma onto
  * A2 = fma(q, k, +0) (the twin's 0 + p, sign of zero included), and L_m = (A0 + A2) + (A1 + A3);
  * el_sum16's tree taken as the classes come, i = 0, 2, 1, 3 (u_i = (L_i+12 + L_i+4) + (L_i+8 + L_i)),
- * so that every partial sum stays in a register */
+ * so that every partial sum stays in a register. pf: the next tile, prefetched a quarter a pass */
 static inline __attribute__((always_inline)) void qk_one_64_avx512(const float *q, int nq, int ldq, const el_half *kt,
-                                                                   float *out) {
+                                                                   float *out, const el_half *pf) {
     const __m512 z = _mm512_setzero_ps();
     __m512 p0[4], p1[4];  /* per query: u0 + u2, u1 + u3 */
 #pragma GCC unroll 1
     for (int g = 0; g < 4; g++) {  /* (not unrolled: the key loads stay next to their use) */
+        prefetch_slice(pf, 64 * 32 / 4, g);
         const int i = (g & 1) * 2 + (g >> 1);  /* 0, 2, 1, 3 */
         __m512 t0[4], t1[4];                    /* per query: t_i, t_i+4 */
 #pragma GCC unroll 4
@@ -1160,11 +1170,13 @@ static inline __attribute__((always_inline)) void qk_one_64_avx512(const float *
 
 /* qk_tile_one for hk a multiple of 64, nq <= 4 queries: per class m, the four in-order fma chains
  * A_c of every query (the keys of each dimension converted once for all of them), L_m = (A0 + A2) +
- * (A1 + A3) kept in Lm; then el_sum16's tree over the classes, vectorized across the keys */
+ * (A1 + A3) kept in Lm; then el_sum16's tree over the classes, vectorized across the keys. pf: the
+ * next tile, prefetched a sixteenth a class */
 static inline __attribute__((always_inline)) void qk_one_chain_avx512(int hk, const float *q, int nq, int ldq,
-                                                                      const el_half *kt, float *out) {
+                                                                      const el_half *kt, float *out, const el_half *pf) {
     __m512 Lm[4][16];
     for (int m = 0; m < 16; m++) {
+        prefetch_slice(pf, (size_t)hk * 2, m);
         __m512 a[4][4];  /* [query][c] */
         for (int r = 0; r < nq; r++)
             for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
@@ -1184,15 +1196,17 @@ static inline __attribute__((always_inline)) void qk_one_chain_avx512(int hk, co
     }
 }
 
-static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
+static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out,
+                               const el_half *next) {
     if (hk == 64) {
-        for (int j = 0; j < nq; j += 4) {
+        for (int j = 0; j < nq; j += 4) {  /* (the next tile prefetched by the first group of queries) */
             const float *qj = q + (size_t)j * ldq;
+            const el_half *pf = j ? NULL : next;
             switch (EL_MIN(4, nq - j)) {  /* (the query count a compile-time constant: the loops unrolled) */
-            case 1: qk_one_64_avx512(qj, 1, ldq, kt, out + j * 16); break;
-            case 2: qk_one_64_avx512(qj, 2, ldq, kt, out + j * 16); break;
-            case 3: qk_one_64_avx512(qj, 3, ldq, kt, out + j * 16); break;
-            default: qk_one_64_avx512(qj, 4, ldq, kt, out + j * 16); break;
+            case 1: qk_one_64_avx512(qj, 1, ldq, kt, out + j * 16, pf); break;
+            case 2: qk_one_64_avx512(qj, 2, ldq, kt, out + j * 16, pf); break;
+            case 3: qk_one_64_avx512(qj, 3, ldq, kt, out + j * 16, pf); break;
+            default: qk_one_64_avx512(qj, 4, ldq, kt, out + j * 16, pf); break;
             }
         }
         return;
@@ -1200,15 +1214,17 @@ static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el
     if (hk % 64 == 0) {
         for (int j = 0; j < nq; j += 4) {
             const float *qj = q + (size_t)j * ldq;
+            const el_half *pf = j ? NULL : next;
             switch (EL_MIN(4, nq - j)) {
-            case 1: qk_one_chain_avx512(hk, qj, 1, ldq, kt, out + j * 16); break;
-            case 2: qk_one_chain_avx512(hk, qj, 2, ldq, kt, out + j * 16); break;
-            case 3: qk_one_chain_avx512(hk, qj, 3, ldq, kt, out + j * 16); break;
-            default: qk_one_chain_avx512(hk, qj, 4, ldq, kt, out + j * 16); break;
+            case 1: qk_one_chain_avx512(hk, qj, 1, ldq, kt, out + j * 16, pf); break;
+            case 2: qk_one_chain_avx512(hk, qj, 2, ldq, kt, out + j * 16, pf); break;
+            case 3: qk_one_chain_avx512(hk, qj, 3, ldq, kt, out + j * 16, pf); break;
+            default: qk_one_chain_avx512(hk, qj, 4, ldq, kt, out + j * 16, pf); break;
             }
         }
         return;
     }
+    el_prefetch_l2(next, (size_t)hk * 32);
     for (int j = 0; j < nq; j++) qk_one_query_avx512(hk, q + (size_t)j * ldq, kt, out + j * 16);
 }
 
@@ -1216,14 +1232,16 @@ static void qk_tile_one_avx512(int hk, const float *q, int nq, int ldq, const el
  * per 32-dim block, 8 vectors of 4 quants of each of the 16 keys as unsigned bytes (q8_0: k + 128,
  * q4_0: the nibble), each dotted by vpdpbusd with 4 of a query's quants broadcast, from -offset *
  * qsum (offset 128 or 8), so the int32 lanes are the blocks' exact dot products; then one fma per
- * key of dk * dq. The key vectors are made once for the N queries. */
+ * key of dk * dq. The key vectors are made once for the N queries. pf: the next tile, prefetched a
+ * block's share (16 rows of a block) a block */
 static inline __attribute__((always_inline)) void qk_q_avx512(const int q4, const int N, int nb, const uint8_t *q,
                                                               size_t ldq, const int32_t *qsum, const uint8_t *kt,
-                                                              float *out) {
+                                                              float *out, const uint8_t *pf) {
     const uint8_t *qs = kt + (size_t)nb * 32;
     __m512 acc[4];
     for (int j = 0; j < N; j++) acc[j] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
+        prefetch_slice(pf, 16 * (q4 ? sizeof(block_q4_0) : sizeof(block_q8_0)), b);
         const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (size_t)b * 32)));
         __m512i k[8];
         if (q4) {
@@ -1252,26 +1270,26 @@ static inline __attribute__((always_inline)) void qk_q_avx512(const int q4, cons
 
 static inline __attribute__((always_inline)) void qk_q_all_avx512(const int q4, int hk, const uint8_t *q, size_t ldq,
                                                                   const int32_t *qsum, int nq, const uint8_t *kt,
-                                                                  float *out) {
+                                                                  float *out, const uint8_t *next) {
     const int nb = hk / 32;
-    for (int j = 0; j < nq; j += 4) {
-        const uint8_t *qj = q + (size_t)j * ldq;
+    for (int j = 0; j < nq; j += 4) {  /* (the next tile prefetched by the first group of queries) */
+        const uint8_t *qj = q + (size_t)j * ldq, *pf = j ? NULL : next;
         const int32_t *sj = qsum + (size_t)j * nb;
         switch (EL_MIN(4, nq - j)) {  /* (the query count a compile-time constant: accumulators in registers) */
-        case 1: qk_q_avx512(q4, 1, nb, qj, ldq, sj, kt, out + j * 16); break;
-        case 2: qk_q_avx512(q4, 2, nb, qj, ldq, sj, kt, out + j * 16); break;
-        case 3: qk_q_avx512(q4, 3, nb, qj, ldq, sj, kt, out + j * 16); break;
-        default: qk_q_avx512(q4, 4, nb, qj, ldq, sj, kt, out + j * 16); break;
+        case 1: qk_q_avx512(q4, 1, nb, qj, ldq, sj, kt, out + j * 16, pf); break;
+        case 2: qk_q_avx512(q4, 2, nb, qj, ldq, sj, kt, out + j * 16, pf); break;
+        case 3: qk_q_avx512(q4, 3, nb, qj, ldq, sj, kt, out + j * 16, pf); break;
+        default: qk_q_avx512(q4, 4, nb, qj, ldq, sj, kt, out + j * 16, pf); break;
         }
     }
 }
 static void qk_q8_0_avx512(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                           float *out) {
-    qk_q_all_avx512(0, hk, q, ldq, qsum, nq, kt, out);
+                           float *out, const uint8_t *next) {
+    qk_q_all_avx512(0, hk, q, ldq, qsum, nq, kt, out, next);
 }
 static void qk_q4_0_avx512(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt,
-                           float *out) {
-    qk_q_all_avx512(1, hk, q, ldq, qsum, nq, kt, out);
+                           float *out, const uint8_t *next) {
+    qk_q_all_avx512(1, hk, q, ldq, qsum, nq, kt, out, next);
 }
 
 /* whether any of 16 weights is nonzero (NaN counts, -0 does not, as the twin's != 0) */

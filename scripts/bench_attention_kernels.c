@@ -5,7 +5,7 @@
  * are scored, then p.v taken a value group at a time (as one thread of a split step does), next to
  * a plain read of the same bytes in sequence. With one layer of a few tiles the data sit in L2
  * (the kernels' compute cost); with many layers, in DRAM. Thread CPU time, best of the sweeps; ns per
- * tile of keys and of values (16 slots x n_q queries, hk = hv = 64).
+ * tile of keys and of values (16 slots x n_q queries, hk = hv = hd, 64 unless given).
  *
  * With a quantized cache type (ktype 8: q8_0, 2: q4_0, for keys and values) the keys are key tiles
  * (el_internal.h, 1088 / 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same
@@ -16,22 +16,37 @@
  * Build against the objects of a development build (python csrc/build_ffi.py), then run:
  *   gcc -O2 -Icsrc -o /tmp/bak scripts/bench_attention_kernels.c \
  *       $(find build/ffi -path '*csrc/*.o') -lm -lpthread
- *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3] [ktype=1]
+ *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3] [ktype=1] [hd=64] [pf=0] [hp=0]
  * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; ktype: 1
- * f16, 8 q8_0, 2 q4_0; on a busy machine, more sweeps of a hot run give a steadier best.)
+ * f16, 8 q8_0, 2 q4_0; hd: head dim of keys and values (a multiple of 32); pf: the key tile that
+ * many ahead handed to the kernel to prefetch, as attention.c's job_scores does (0: none); hp: 1 =
+ * K/V on 2 MB pages; on a busy machine, more sweeps of a hot run give a steadier best. Gemma-3-270M's
+ * global layers at d = 30000: 3 1875 1 4 32 2 3 1 256 2; in L2: 1 24 1 4 32 2 20 1 256 0.)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <sys/mman.h>
 #include "el_internal.h"
 
-#define HD 64
 #define VG 32  /* dims of a value group */
 
 static double cpu_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the K, V and read buffers: malloc'd (4 KB pages), or with hp on 2 MB pages where the kernel
+ * gives them (MADV_HUGEPAGE) */
+static uint8_t *buffer(size_t n, int hp) {
+    if (!hp) return malloc(n);
+    const size_t huge = (size_t)2 << 20;
+    void *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(a, n, MADV_HUGEPAGE);
+    return a;
 }
 
 static float rand_half(void) { return el_half_to_float(el_float_to_half((float)(rand() % 2001 - 1000) / 997.0f)); }
@@ -41,8 +56,10 @@ int main(int argc, char **argv) {
     const int nkv = argc > 3 ? atoi(argv[3]) : 3, nq = argc > 4 ? atoi(argv[4]) : 3;
     const int chunk = argc > 5 ? atoi(argv[5]) : 32, isa = argc > 6 ? atoi(argv[6]) : 1;
     const int sweeps = argc > 7 ? atoi(argv[7]) : 3, kty = argc > 8 ? atoi(argv[8]) : EL_F16;
-    if (nl < 1 || nt < 1 || nkv < 1 || nq < 1 || nq > 8 || chunk < 1 || chunk > 64 || sweeps < 1 ||
-        (kty != EL_F16 && kty != EL_Q8_0 && kty != EL_Q4_0)) {
+    const int HD = argc > 9 ? atoi(argv[9]) : 64, pf = argc > 10 ? atoi(argv[10]) : 0;
+    const int hp = argc > 11 ? atoi(argv[11]) : 0;
+    if (nl < 1 || nt < 1 || nkv < 1 || nq < 1 || nq > 8 || chunk < 1 || chunk > 256 || sweeps < 1 ||
+        (kty != EL_F16 && kty != EL_Q8_0 && kty != EL_Q4_0) || HD < VG || HD % VG || pf < 0) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -52,16 +69,16 @@ int main(int argc, char **argv) {
     const size_t ktile = qk ? 16 * el_row_size(kty, HD) : 2 * tile;  /* bytes of a key tile */
     const size_t khead = (size_t)nt * ktile, klayer = (size_t)nkv * khead;
     /* K, V: the kernels' inputs; R: as many bytes as K for the read (each byte read once a sweep) */
-    uint8_t *K = malloc(klayer * nl), *R = malloc(klayer * nl);
+    uint8_t *K = buffer(klayer * nl, hp), *R = buffer(klayer * nl, hp);
     /* values: groups of VG dims, a group's tile f16 [VG][16] or (a quantized cache) 16 rows of one block */
     const size_t vtile = qk ? 16 * el_row_size(kty, VG) : sizeof(el_half) * VG * 16;
     const size_t vhead = (size_t)nt * vtile * (HD / VG), vlayer = (size_t)nkv * vhead;
-    uint8_t *V = malloc(vlayer * nl);
-    float *q = malloc(sizeof(float) * nq * HD), *w = malloc(sizeof(float) * nq * 64 * 16);
+    uint8_t *V = buffer(vlayer * nl, hp);
+    float *q = malloc(sizeof(float) * nq * HD), *w = malloc(sizeof(float) * nq * 256 * 16);
     float *acc = calloc((size_t)nq * 4 * VG * 16, sizeof(float)), out[8 * 16];
-    uint8_t qq[8 * 3 * 34];
-    int32_t qsum[8 * 2];
-    if (!K || !V || !R || !q || !w || !acc) return 1;
+    uint8_t *qq = malloc((size_t)nq * el_row_size(EL_Q8_0, HD));
+    int32_t *qsum = malloc(sizeof(int32_t) * nq * (HD / 32));
+    if (!K || !V || !R || !q || !w || !acc || !qq || !qsum) return 1;
     for (size_t i = 0; i < vlayer * nl; i += 2) {
         const el_half h = el_float_to_half(rand_half());
         memcpy(V + i, &h, 2);
@@ -91,7 +108,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 32; i++) qsum[j * (HD / 32) + b] += qb->qs[i];
         }
     }
-    for (int i = 0; i < nq * 64 * 16; i++) w[i] = rand_half() * 0.01f + 0.5f;
+    for (int i = 0; i < nq * 256 * 16; i++) w[i] = rand_half() * 0.01f + 0.5f;
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     volatile uint64_t sink = 0;
     for (int sweep = 0; sweep <= sweeps; sweep++) {  /* sweep 0 warms up */
@@ -101,25 +118,23 @@ int main(int argc, char **argv) {
                 const uint8_t *Kh = K + l * klayer + h * khead;
                 const uint8_t *Vh = V + l * vlayer + h * vhead;
                 double t0 = cpu_now();
-                if (kty == EL_Q8_0)
-                    for (int b = 0; b < nt; b++)
-                        el_vops.qk_q8_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out);
-                else if (kty == EL_Q4_0)
-                    for (int b = 0; b < nt; b++)
-                        el_vops.qk_q4_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out);
-                else
-                    for (int b = 0; b < nt; b++)
-                        el_vops.qk_tile_one(HD, q, nq, HD, (const el_half *)(Kh + (size_t)b * ktile), out);
+                for (int b = 0; b < EL_MIN(pf, nt); b++) el_prefetch_l2(Kh + (size_t)b * ktile, ktile);
+                for (int b = 0; b < nt; b++) {  /* (as attention.c's job_scores) */
+                    const uint8_t *next = pf && b + pf < nt ? Kh + (size_t)(b + pf) * ktile : NULL;
+                    if (kty == EL_Q8_0) el_vops.qk_q8_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out, next);
+                    else if (kty == EL_Q4_0) el_vops.qk_q4_0(HD, qq, el_row_size(EL_Q8_0, HD), qsum, nq, Kh + (size_t)b * ktile, out, next);
+                    else el_vops.qk_tile_one(HD, q, nq, HD, (const el_half *)(Kh + (size_t)b * ktile), out, (const el_half *)next);
+                }
                 double t1 = cpu_now();
                 for (int g = 0; g < HD / VG; g++) {
                     const uint8_t *Vg = Vh + (size_t)g * nt * vtile;  /* the group's tiles */
                     for (int b = 0; b < nt; b += chunk) {
-                        const uint8_t *vt[64];
+                        const uint8_t *vt[256];
                         const int n = EL_MIN(chunk, nt - b);
                         for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
-                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
-                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 64 * 16, acc, VG);
-                        else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 64 * 16, acc, 4 * VG * 16, 4, b);
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG);
+                        else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 256 * 16, acc, 4 * VG * 16, 4, b);
                     }
                 }
                 double t2 = cpu_now();
@@ -145,8 +160,8 @@ int main(int argc, char **argv) {
     const char *name[4] = {kty == EL_Q8_0 ? "qk_q8_0" : kty == EL_Q4_0 ? "qk_q4_0" : "qk_tile_one",
                            kty == EL_Q8_0 ? "pv_q8_0" : kty == EL_Q4_0 ? "pv_q4_0" : "pv_tiles (4 sets)",
                            "read, in sequence", "rows, weight gemm"};
-    printf("%d layers x %d kv heads x %d tiles (%.1f MB of K), %d queries per kv head, chunk %d, isa %d\n", nl, nkv, nt,
-           tiles * bytes[0] / 1e6, nq, chunk, el_get_isa());
+    printf("%d layers x %d kv heads x %d tiles (%.1f MB of K), hk = hv = %d, %d queries per kv head, chunk %d, isa %d, "
+           "key prefetch %d tiles\n", nl, nkv, nt, tiles * bytes[0] / 1e6, HD, nq, chunk, el_get_isa(), pf);
     for (int i = 0; i < 3 + qk; i++)
         printf("  %-18s %8.1f ns/tile  %6.2f GB/s\n", name[i], best[i] / tiles * 1e9, tiles * bytes[i] / best[i] / 1e9);
     return (int)(sink & 0);

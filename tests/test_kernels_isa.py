@@ -61,9 +61,11 @@ typedef struct {
     void (*f32_to_f16)(int n, const float *x, el_half *y);
     void (*f16_to_f32)(int n, const el_half *x, float *y);
     void (*qk_tile)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
-    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out);
-    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
-    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out);
+    void (*qk_tile_one)(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out, const el_half *next);
+    void (*qk_q8_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out,
+                    const uint8_t *next);
+    void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out,
+                    const uint8_t *next);
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0);
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
@@ -715,9 +717,10 @@ def _key_rows(rng: np.random.Generator, t: QType, hk: int, raw: bool) -> np.ndar
 
 def _run_qk_q(vops, name: str, t: QType, hk: int, rows: np.ndarray, q: np.ndarray, qsum: np.ndarray) -> np.ndarray:
     kt = _key_tile(t, rows)
+    nxt = kt[::-1].copy()  # a tile to prefetch (every other call: none)
     out = np.zeros((q.shape[0], 16), np.float32)
     getattr(vops, name)(hk, _ptr("uint8_t *", q), q.shape[1], _ptr("int32_t *", qsum), q.shape[0],
-                        _ptr("uint8_t *", kt), _ptr("float *", out))
+                        _ptr("uint8_t *", kt), _ptr("float *", out), _ptr("uint8_t *", nxt) if q.shape[0] % 2 else _ABI.NULL)
     return out
 
 
@@ -743,10 +746,12 @@ def _run_vops(vops, rng_seed: int) -> dict:
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
             out[f"qk_tile hk={hk} nq={nq}"] = o
+        nxt = _f16_values(rng, (hk, 16)).astype(np.float16).view(np.uint16)  # the tile prefetched (or none)
         for nq, ldq in ((1, hk), (3, hk), (4, hk + 3), (6, hk + 1)):
             q = _f16_values(rng, (nq, ldq), 4.0)
             o = np.zeros((nq, 16), dtype=np.float32)
-            vops.qk_tile_one(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
+            vops.qk_tile_one(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o),
+                             _ptr("el_half *", nxt) if nq != 3 else _ABI.NULL)
             out[f"qk_tile_one hk={hk} nq={nq}"] = o
     for name, qt in (("qk_q8_0", QType.Q8_0), ("qk_q4_0", QType.Q4_0)):  # quantized key tiles
         for hk in (32, 64, 96, 128, 256):

@@ -245,8 +245,8 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             if (!same_bits(s0[i], s1[i])) fail("%s qk_tile n=%d [%d] = %.9g, portable %.9g", level, n, i, s1[i], s0[i]);
         }
         /* nq queries in llama.cpp's single-token order */
-        g->qk_tile_one(n, q, 3, n, kt, s0);
-        v->qk_tile_one(n, q, 3, n, kt, s1);
+        g->qk_tile_one(n, q, 3, n, kt, s0, NULL);
+        v->qk_tile_one(n, q, 3, n, kt, s1, kt);
         for (int i = 0; i < 3 * 16; i++) {
             checks++;
             if (!same_bits(s0[i], s1[i])) fail("%s qk_tile_one n=%d [%d] = %.9g, portable %.9g", level, n, i, s1[i], s0[i]);
@@ -376,8 +376,8 @@ static void test_qk_q(const el_vec_ops *g, const el_vec_ops *v, const char *leve
                 for (int i = 0; i < 32; i++) qsum[j * nb + b] += qb->qs[i];
             }
         }
-        (q4 ? g->qk_q4_0 : g->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out0);
-        (q4 ? v->qk_q4_0 : v->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out1);
+        (q4 ? g->qk_q4_0 : g->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out0, NULL);
+        (q4 ? v->qk_q4_0 : v->qk_q8_0)(hk, q, ldq, qsum, nq, kt, out1, kt);
         for (int i = 0; i < nq * 16; i++) {
             checks++;
             if (!same_bits(out0[i], out1[i]))

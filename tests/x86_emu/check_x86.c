@@ -193,11 +193,11 @@ static void test_qk_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *le
             }
         }
         if (q4) {
-            gv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out0);
-            lv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out1);
+            gv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out0, NULL);
+            lv->qk_q4_0(hk, q, ldq, qsum, nq, kt, out1, kt);
         } else {
-            gv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out0);
-            lv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out1);
+            gv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out0, NULL);
+            lv->qk_q8_0(hk, q, ldq, qsum, nq, kt, out1, kt);
         }
         checks++;
         for (int i = 0; i < nq * 16; i++)
