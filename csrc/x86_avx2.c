@@ -246,7 +246,10 @@ static inline __m256d flush_to_double(__m256d accd, __m256 accf) {
     return _mm256_add_pd(accd, _mm256_cvtps_pd(_mm256_extractf128_ps(accf, 1)));
 }
 
-#define FT_RMAX 2
+/* Tiles of 2 rows x 2 columns; a single column (a decode step) gets 4-row tiles: each (row,
+ * column)'s lanes are one FMA chain, and 2 chains left the one-column tile waiting on FMA latency
+ * (a SmolLM2 F16 one-token step on the batch-invariant path, EDGELLM_ISA=avx2: 0.8-0.9x the time) */
+#define FT_RMAX 4
 #define FT_CMAX 2
 
 static inline __attribute__((always_inline)) void float_tile(const int type, int n, const uint8_t *w, size_t ldw,
@@ -302,11 +305,11 @@ static inline __attribute__((always_inline)) void float_tile(const int type, int
 #define FLOAT_KERNELS(tname, TYPE)                                                                 \
     static void tname##_tile_avx2(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
                                   size_t lda, int C, float *out, size_t ldo) {                     \
-        TILE_SHAPES(FLOAT_TILE, TYPE, 2, 2, 2, R, C);                                              \
+        TILE_SHAPES(FLOAT_TILE, TYPE, 2, 2, 4, R, C);                                              \
     }                                                                                              \
     static void tname##_gemm_avx2(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
-        gemm_tiles(tname##_tile_avx2, 2, 2, 2, n, w, ldw, nr, a, lda, nc, out, ldo);               \
+        gemm_tiles(tname##_tile_avx2, 2, 2, 4, n, w, ldw, nr, a, lda, nc, out, ldo);               \
     }                                                                                              \
     static void tname##_vec_dot_avx2(int n, float *s, const void *x, const void *y) {              \
         float_tile(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                               \

@@ -145,6 +145,11 @@ def _costs(llm, label: str) -> None:
         print(f"{label} as a draft model: {c.draft_seconds() * 1e3:.1f} ms per draft (whole drafting phases)")
 
 
+def _chosen(args, names: list[str]) -> list[str]:
+    """names, or those of them that --prompts lists"""
+    return [n for n in names if n in args.prompts] if args.prompts else names
+
+
 def bench(args, llm, modes, runners, names, prompts):
     res = {m: {n: [] for n in names} for m in modes}
     loads = [_load()]
@@ -175,6 +180,9 @@ def lookup(args) -> None:
                  "-c", "4096", "--spec-draft-n-max", str(k)], args.timeout))
             modes.append(f"llama-lookup-{k}")
     for names, title in ((list(GROUNDED), "input-grounded prompts"), (list(FREE), "free-form prompts")):
+        names = _chosen(args, names)
+        if not names:
+            continue
         res, loads = bench(args, llm, modes, runners, names, prompts)
         _table(f"prompt lookup, {llm.path.name}, {args.threads} threads, {title}", names, modes, "edgellm", res,
                loads, extra=lambda n: str(len(prompts[n][1])) + " prompt tokens")
@@ -198,8 +206,8 @@ def draft(args) -> None:
         files[role] = out
     llm = edgellm.LLM(files["target"], n_ctx=4096, n_threads=args.threads)
     dllm = edgellm.LLM(files["draft"], n_ctx=4096, n_threads=args.threads)
-    names = list(GROUNDED) + list(FREE)
-    prompts = {n: _rendered(llm, f()) for n, f in {**GROUNDED, **FREE}.items()}
+    names = _chosen(args, list(GROUNDED) + list(FREE))
+    prompts = {n: _rendered(llm, f()) for n, f in {**GROUNDED, **FREE}.items() if n in names}
     runners = {"target": lambda p: _edgellm_run(llm, p[1], args.n, None),
                "draft-model": lambda p: _edgellm_run(llm, p[1], args.n, Speculative(dllm)),
                "draft-only": lambda p: _edgellm_run(llm, p[1], args.n, Speculative(dllm, with_lookup=False))}
@@ -230,7 +238,13 @@ def main() -> None:
     ap.add_argument("--draft-type", default="Q4_0", help="draft: the draft model's type")
     ap.add_argument("--work", default=str(REPO / "build" / "spec-models"), help="draft: where converted files go")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--prompts", default=None, help="only these prompts, e.g. story,explain")
     args = ap.parse_args()
+    if args.prompts:
+        args.prompts = args.prompts.split(",")
+        unknown = sorted(set(args.prompts) - set(GROUNDED) - set(FREE))
+        if unknown:
+            ap.error(f"unknown prompt {unknown[0]!r} (known: {', '.join([*GROUNDED, *FREE])})")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     t = time.time()
     (lookup if args.what == "lookup" else draft)(args)

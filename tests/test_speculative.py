@@ -559,6 +559,32 @@ def test_draft_model_drafts_only_while_its_steps_pay(model_dir):
     fixed.close()
 
 
+def test_batch_engine_times_speculating_steps(model_dir, monkeypatch):
+    """The batched engine gives each speculating request's whole steps (drafting to sampling)
+    and the tokens they gave it to its SpecState.observe_step, as generate() does: what
+    model_pays judges a draft model by, in the server too."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=512, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=512, n_batch=32, n_threads=2)
+    calls = []
+    observe = sp.SpecState.observe_step
+
+    def spy(self, seconds, drafted, tokens):
+        calls.append((self, seconds, drafted, tokens))
+        observe(self, seconds, drafted, tokens)
+
+    monkeypatch.setattr(sp.SpecState, "observe_step", spy)
+    prompts = tiny_prompts(2)
+    eng = BatchEngine(llm, max_seqs=len(prompts))
+    reqs = [eng.submit(p, max_tokens=24, sampling=GREEDY, speculative=Speculative(draft)) for p in prompts]
+    eng.run_until_done(reqs)
+    assert eng.preemptions == 0  # (a preempted request's next token comes from its prompt step again)
+    for r in reqs:
+        assert r.error is None, r.error
+        mine = [c for c in calls if c[0] is r.spec]
+        # every token after the prompt step's came from a timed step of this request
+        assert sum(c[3] for c in mine) == len(r.generated) - 1 and all(c[1] > 0 for c in mine)
+
+
 def test_draft_model_takes_lookup_drafts_where_they_promise_more(model_dir):
     """With a draft model (adaptive), a step takes prompt lookup's drafts where a long match
     promises more than the draft model (whose steps cost), the draft model's elsewhere; the

@@ -243,6 +243,7 @@ class BatchEngine:
         self.draft_tokens = 0
         self.accepted_tokens = 0
         self._decode_rows = 0  # rows of the planned step that decode (the rest: prompt chunks)
+        self._spec_rows: list = []  # its speculating requests: (request, drafts, tokens generated before)
         # where steps' wall time went (ns, see STEP_PHASES); _sample_ns: this step's sampler calls
         self.phase_ns = dict.fromkeys(STEP_PHASES, 0)
         self._sample_ns = 0
@@ -506,6 +507,10 @@ class BatchEngine:
         t3 = time.perf_counter_ns()
         if self._decode_rows == step.n_tokens:  # the cost line speculation decides by
             costs_for(llm).observe(step.n_tokens, (t2 - t1) * 1e-9)
+        for r, nd, g0 in self._spec_rows:  # whole steps, drafting to sampling: SpecState.model_pays
+            if r.spec.spec.adaptive:
+                r.spec.observe_step((t3 - t0) * 1e-9, nd, len(r.generated) - g0)
+        self._spec_rows = []
         ph = self.phase_ns
         ph["schedule"] += t1 - t0
         ph["batch"] += t2 - t1 - step.decode_ns
@@ -576,6 +581,7 @@ class BatchEngine:
         in_step: set[int] = set()
         drafts = self._drafts(decoding, budget)
         self._decode_rows = 0
+        self._spec_rows = []
         for r in decoding:
             if r.finish_reason is not None or r.seq is None:
                 continue
@@ -605,6 +611,8 @@ class BatchEngine:
                 continue
             step.add(r.seq, [r.history[-1]] + d, LOGITS_ALL if d else LOGITS_LAST)
             r._draft = d
+            if r.spec is not None:
+                self._spec_rows.append((r, len(d), len(r.generated)))
             fed.append((r, True))
             in_step.add(id(r))
             budget -= 1 + len(d)
