@@ -30,17 +30,18 @@ RUNS = sorted(REFS)
 PATHS = engine_paths()
 # the batch-vs-token and batched-engine checks, kept lean: the best C path and numba
 LEAN_PATHS = PATHS[-2:] if len(PATHS) > 1 else PATHS
-# The models whose C engine gives llama.cpp's own numbers on the single-stream path (llama_order,
-# float weights in ggml's orders: csrc/float_llama.c): every log-probability within the references'
-# 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as far from the
-# batch one as llama.cpp's own - no near-tie allowance. numba keeps its own (batch-invariant) order.
+# The models whose engines give llama.cpp's own numbers on the single-stream path (llama_order,
+# float weights in ggml's orders: csrc/float_llama.c, and numba's twin of it and of every float op
+# of the C generic path, numba_float_llama / numba_ops): every log-probability within the
+# references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
+# far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba.
 EXACT = {"gemma2", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
          "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "smollm3"}
 REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
 
 
-def _exact(name, path) -> bool:
-    return name in EXACT and path != "numba"
+def _exact(name) -> bool:
+    return name in EXACT
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +103,9 @@ def _near_ties(name, differ) -> bool:
     """Whether every greedy step where the engine chose another token than llama.cpp is a near-tie:
     the engine's top two closer than llama.cpp's own largest token-by-token |Δ log-prob| on this file
     (batch_envelope max_abs), a perturbation llama.cpp itself shows - as at qwen2moe's step 20 on
-    numba, where the top two are 0.001-0.0045 apart and llama.cpp's own largest |Δ| is 0.0052 (a
-    router near-tie 0.00013 wide in layer 1, decided by the last bits of float sums). Not for the
-    EXACT models on C paths."""
+    numba's batch-invariant path, where the top two are 0.001-0.0045 apart and llama.cpp's own
+    largest |Δ| is 0.0052 (a router near-tie 0.00013 wide in layer 1, decided by the last bits of
+    float sums). Not for the EXACT models on the single-stream path."""
     return all(margin < REFS[name]["batch_envelope"]["max_abs"] for *_, margin in differ)
 
 
@@ -146,7 +147,7 @@ def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
     assert top1 >= 0.99, detail
     assert diff.mean() < 0.01, detail
     differ = _greedy_steps_differing(llm, g["prompt_ids"], g["ids"])
-    if _exact(name, path):  # llama.cpp's numbers: its 32 greedy tokens, every one
+    if _exact(name):  # llama.cpp's numbers (on every path): its 32 greedy tokens, every one
         assert diff.max() < REF_DECIMALS, (detail, float(diff.max()))
         assert not differ, (name, differ)
     else:  # llama.cpp's 32 greedy tokens, every one but a near-tie (_near_ties)
@@ -162,7 +163,7 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     decision at a near-tie gone the other way; every position whose top-1 differs a near-tie: its
     top two closer (in the batch evaluation) than llama.cpp's max_abs, so a perturbation llama.cpp
     itself shows explains the flip; and the token-by-token top-1 meets the issue's bar against
-    llama.cpp's (>= 99%). The EXACT models on C paths compute llama.cpp's own numbers both ways, so
+    llama.cpp's (>= 99%). The EXACT models compute llama.cpp's own numbers both ways, so
     none of their positions may be beyond llama.cpp's max_abs. (Comparing flip counts with
     llama.cpp's own is comparing luck at ties: before the C paths took ggml's orders, gemma2's batch
     top two at position 280 were 0.0004 apart, and llama-linear flipped at 5 positions, all under
@@ -181,7 +182,7 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     margins = top2[flips, 1] - top2[flips, 0]  # a log-prob difference is the logits'
     env = ref["batch_envelope"]
     beyond = d.max(1) > env["max_abs"]
-    allowed = 0 if _exact(name, path) else len(ids) // 100
+    allowed = 0 if _exact(name) else len(ids) // 100
     assert beyond.sum() <= allowed, (np.nonzero(beyond)[0], d.max(1)[beyond], env)
     assert d[~beyond].mean() <= env["mean_abs"], (d[~beyond].mean(), env)
     assert float(np.mean(one_best == top[:, 0])) >= 0.99

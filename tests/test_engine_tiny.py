@@ -72,16 +72,17 @@ def test_matches_float_reference(model_dir, monkeypatch, arch, qtype, backend):
 @pytest.mark.parametrize("qtype", [QType.Q4_1, QType.Q4_K, QType.F16], ids=lambda t: t.name)
 def test_prefill_equals_token_by_token(model_dir, monkeypatch, arch, qtype, backend):
     """One batch, several batches (n_batch 16 < 20 tokens), and one token at a time agree. Q4_K
-    single-token steps take llama.cpp's small-batch order (its gemv over repacked Q4_K) on the C
-    paths, as llama.cpp does, and F16 weights llama.cpp's orders (ggml_vec_dot_f16 for one token,
-    tinyBLAS for a batch: csrc/float_llama.c), whose sums move the activations' F16 roundings apart
-    as llama.cpp's own do, so there each path is held to the float reference instead."""
+    single-token steps take llama.cpp's small-batch order (its gemv over repacked Q4_K) on every
+    path (numba's twins too), as llama.cpp does, and F16 weights llama.cpp's orders
+    (ggml_vec_dot_f16 for one token, tinyBLAS for a batch: csrc/float_llama.c,
+    kernels/numba_float_llama.py), whose sums move the activations' F16 roundings apart as
+    llama.cpp's own do, so there each path is held to the float reference instead."""
     path = model_path(model_dir, arch, qtype)
     batch = engine(path, backend, monkeypatch).decode(PROMPT, all_logits=True)
     step = engine(path, backend, monkeypatch)
     rows = np.stack([step.decode([t], all_logits=True)[0] for t in PROMPT])
     assert step.n_past == len(PROMPT)
-    if qtype in (QType.Q4_K, QType.F16) and backend != "numba":
+    if qtype in (QType.Q4_K, QType.F16):
         ref = ReferenceModel(path).logits(PROMPT)
         assert rel_err(rows, ref) < TOL.get(qtype, TOL_8BIT)
         assert rel_err(batch, ref) < TOL.get(qtype, TOL_8BIT)

@@ -14,7 +14,7 @@ from ..kv_cache import BLOCK, kv_rotation
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
-from . import BatchArrays, numba_kv, out_rows as _out_rows
+from . import BatchArrays, numba_float_llama, numba_kv, numba_ops as ops, out_rows as _out_rows
 from .numba_quants import SCRATCH_INTS
 from .quant_ops import _lname, _numba_module as _module
 
@@ -76,6 +76,32 @@ def _kernels_for(t: QType, llama_order: bool = True):
     return _MATMULS[t, batch]
 
 
+def _small_rows(t: QType, m: int) -> int:
+    """el_small_rows: how many of a llama_order matmul's m activation rows (from the end) llama.cpp
+    takes through its small-batch kernels for weights of type t."""
+    if t == QType.Q4_K:
+        return m % 4
+    if t == QType.Q6_K:
+        return m if m < 8 else 0
+    return 0
+
+
+def _small_matmul(t: QType):
+    """The matmul of _kernels_for with type t's small-batch dot (vec_dot_<t>_q8_K_small_generic)."""
+    t = QType(t)
+    if ("small", t) not in _MATMULS:
+        vec_dot = getattr(_module(t), f"vec_dot_{_lname(t)}_{_lname(type_info(t).vec_dot_type)}_small_generic")
+
+        @numba.njit(parallel=True, cache=False)
+        def matmul(k, w, a, out):
+            for r in numba.prange(w.shape[0]):
+                for m in range(a.shape[0]):
+                    out[m, r] = vec_dot(k, w[r], a[m])
+
+        _MATMULS["small", t] = matmul
+    return _MATMULS["small", t]
+
+
 def _dequant_rows(t: QType, data: np.ndarray, n: int) -> np.ndarray:
     t = QType(t)
     if t == QType.F32:
@@ -108,88 +134,38 @@ class _W:
 
 
 def _rmsnorm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
-    y = (x * (1.0 / np.sqrt(ms.astype(np.float32) + np.float32(eps)))).astype(np.float32)
-    return y * w if w is not None else y
+    """el_rmsnorm over the last axis of x (a new array)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.empty_like(x)
+    n = x.shape[-1]
+    ops.rmsnorm(x.reshape(-1, n), _NO_WEIGHT if w is None else w, np.float32(eps), y.reshape(-1, n))
+    return y
+
+
+_NO_WEIGHT = np.zeros(0, np.float32)
 
 
 def _rope_cache(cfg: ModelConfig, n_rot: int, positions: np.ndarray, base: float, scale: float,
-                freq_factors, mscale_fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [n_pos, n_rot/2], as el_rope_cache computes them (float32 arithmetic)."""
-    half = n_rot // 2
-    theta_scale = np.float32(base) ** np.float32(-2.0 / n_rot)
-    powers = np.empty(half, dtype=np.float32)
-    acc = np.float32(1.0)
-    for i in range(half):  # repeated multiplication, as ggml
-        powers[i] = acc
-        acc = np.float32(acc * theta_scale)
-    theta = positions.astype(np.float32)[:, None] * powers[None, :]
-    extrap = theta / freq_factors[None, :] if freq_factors is not None else theta
-    t = np.float32(scale) * extrap
-    mscale = np.float32(cfg.yarn_attn_factor if cfg.yarn_attn_factor > 0 else 1.0)
-    if cfg.yarn_ext_factor != 0.0:
-        def corr(beta):
-            return n_rot * math.log(cfg.n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(base))
-        lo = max(0.0, math.floor(corr(cfg.yarn_beta_fast)))
-        hi = min(n_rot - 1.0, math.ceil(corr(cfg.yarn_beta_slow)))
-        y = (np.arange(half, dtype=np.float32) - lo) / max(0.001, hi - lo)
-        ramp = (1.0 - np.clip(y, 0.0, 1.0)) * cfg.yarn_ext_factor
-        t = t * (1.0 - ramp) + extrap * ramp
-        if mscale_fold:
-            mscale = np.float32(mscale * (1.0 + 0.1 * math.log(1.0 / scale)))
-    if not mscale_fold:
-        mscale = np.float32(1.0)
-    return (np.cos(t) * mscale).astype(np.float32), (np.sin(t) * mscale).astype(np.float32)
+                freq_factors, shift: bool = False) -> np.ndarray:
+    """el_rope_cache of each position: [n_pos, n_rot], (cos, sin) of pair i at 2i, 2i + 1. With
+    shift, a context shift's rotation (el_kv_shift: no YaRN magnitude term)."""
+    out = np.empty((len(positions), n_rot), np.float32)
+    ops.rope_cache(n_rot, np.asarray(positions).astype(np.float32), np.float32(base), np.float32(scale),
+                   _NO_WEIGHT if freq_factors is None else freq_factors, np.float32(cfg.yarn_ext_factor),
+                   np.float32(1.0 if shift else cfg.yarn_attn_factor), int(cfg.n_ctx_orig),
+                   np.float32(cfg.yarn_beta_fast), np.float32(cfg.yarn_beta_slow), shift, out)
+    return out
 
 
-def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
-    """x [n, heads, head_dim]; cos/sin [n, n_rot/2]."""
-    x = x.copy()
-    half = n_rot // 2
-    if neox:
-        a, b = x[..., :half].copy(), x[..., half:n_rot].copy()
-        c, s = cos[:, None, :], sin[:, None, :]
-        x[..., :half] = a * c - b * s
-        x[..., half:n_rot] = a * s + b * c
-    else:
-        a, b = x[..., 0:n_rot:2].copy(), x[..., 1:n_rot:2].copy()
-        c, s = cos[:, None, :], sin[:, None, :]
-        x[..., 0:n_rot:2] = a * c - b * s
-        x[..., 1:n_rot:2] = a * s + b * c
+def _rope(x: np.ndarray, cache: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
+    """el_rope of x [n, heads, head_dim] (a new array) by cache [n, n_rot] (_rope_cache)."""
+    x = np.array(x, dtype=np.float32, order="C")
+    ops.rope(x, np.ascontiguousarray(cache), n_rot, neox)
     return x
-
-
-def _gelu_tanh(x):
-    """GELU (tanh form) at half precision, as csrc/ops.c (and ggml) compute it: input rounded to
-    f16, result rounded to f16, |x| >= 10 passing through."""
-    h = x.astype(np.float16).astype(np.float32)
-    g = 0.5 * h * (1.0 + np.tanh(np.float32(0.7978845608028654) * h * (1.0 + np.float32(0.044715) * h * h)))
-    g = g.astype(np.float32).astype(np.float16).astype(np.float32)
-    return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, g)).astype(np.float32)
 
 
 def _scaled(x, s: float):
     return x if s == 1.0 else x * np.float32(s)
-
-
-def _silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def _route(logits: np.ndarray, n_used: int, norm: bool, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """As csrc/moe.c's route: per row, the softmax (exponentials in float32, their sum in
-    float64), the n_used most probable experts (lowest id on a tie) and their weights, divided by
-    their sum (clamped below at 2^-14) when norm, times scale."""
-    e = np.exp(logits - logits.max(-1, keepdims=True)).astype(np.float32)
-    p = e * (1.0 / e.astype(np.float64).sum(-1, keepdims=True)).astype(np.float32)
-    sel = np.argsort(-p, axis=-1, kind="stable")[:, :n_used]
-    wt = np.take_along_axis(p, sel, -1)
-    if norm:
-        s = wt.astype(np.float64).sum(-1, keepdims=True).astype(np.float32)
-        wt = wt / np.maximum(s, np.float32(6.103515625e-5))
-    if scale not in (0.0, 1.0):
-        wt = wt * np.float32(scale)
-    return sel, wt.astype(np.float32)
 
 
 class NumbaEngine:
@@ -207,6 +183,7 @@ class NumbaEngine:
         self.n_ctx = n_ctx
         self.n_batch = min(n_batch, n_ctx)
         self._llama_order = True  # set by each decode
+        self.trace = None  # debugging: called (name, layer, rows) with each intermediate, as el_set_trace's
         self.n_vocab = cfg.n_vocab
         self.n_swa = cfg.n_swa
         self.set_threads(n_threads)
@@ -320,12 +297,12 @@ class NumbaEngine:
             k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd] (or their quantized rows)
             self.v[l][d_idx[0], :, d_idx[1]] = self.v[l][s_idx[0], :, s_idx[1]].copy()
             if cfg.n_rot and lc.use_rope and len(k):  # dequantized, rotated, quantized again
-                cos, sin = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
-                                       self.rope_freqs, mscale_fold=False)
+                rc = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
+                                 self.rope_freqs, shift=True)
                 k = self._kv_floats(0, k, cfg.head_dim_k)
                 if self.rot_k:  # stored rotated: back, RoPE, and rotated again
                     k = numba_kv.fwht(k, self.rot_k)
-                k = _rope(k, np.repeat(cos, len(k), 0), np.repeat(sin, len(k), 0), cfg.n_rot, cfg.rope_type == ROPE_NEOX)
+                k = _rope(k, np.repeat(rc, len(k), 0), cfg.n_rot, cfg.rope_type == ROPE_NEOX)
                 if self.rot_k:
                     k = numba_kv.fwht(k, self.rot_k)
                 k = self._kv_stored(0, k)
@@ -337,8 +314,9 @@ class NumbaEngine:
             self.pos[g][db[have], dst[have] % BLOCK] = self.pos[g][sb[have], src[have] % BLOCK] - n_discard
 
     def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
-        """As CEngine.decode. The numba path has one arithmetic for every batch size; llama_order
-        picks the legacy types' dot order (llama.cpp's, or the batch order's one update per block)."""
+        """As CEngine.decode. llama_order (a batch of one sequence): the C engine's numbers for
+        it - llama.cpp's orders of the float and K-quant dot products and of one-token attention;
+        else the batch-invariant arithmetic (a row's numbers independent of its company)."""
         self._llama_order = bool(llama_order)
         tokens, pos, seq, want, seq_len, tables = self.batch.views(n, n_seqs, mb)
         tokens, pos, seq, seq_len = (a.astype(np.int64) for a in (tokens, pos, seq, seq_len))
@@ -358,8 +336,8 @@ class NumbaEngine:
             if np.any(blk < 0):
                 raise ValueError("a row's KV block is missing")
             self.pos[g][blk, slots % BLOCK] = pos
-        x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts)
         rows = np.flatnonzero(want)
+        x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts, len(rows))
         res = _out_rows(self, out, len(rows))
         if len(rows):
             res[:] = self._logits(x[rows])
@@ -367,25 +345,39 @@ class NumbaEngine:
 
     # -- the forward pass --
 
-    def _matmul(self, w: _W, x: np.ndarray) -> np.ndarray:
-        act, quant, mm = _kernels_for(w.qtype, self._llama_order)
+    def _matmul(self, w: _W, x: np.ndarray, cols: int | None = None) -> np.ndarray:
+        """w . each row of x. In a llama_order step, float weights take llama.cpp's order for
+        `cols` columns (default: x's rows; 0 for the experts, whose mul_mat_id takes vec_dot's
+        order at any batch size), and Q4_K / Q6_K take their small-batch dot for the last rows,
+        as csrc/engine.c's el_matmul_acts."""
         m = x.shape[0]
         x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((m, w.rows.shape[0]), dtype=np.float32)
+        if self._llama_order and w.qtype in (QType.F16, QType.F32):
+            tb = numba_float_llama.tinyblas(w.rows.shape[0], w.k, m if cols is None else cols)
+            a = ops.f16_round(x) if w.qtype == QType.F16 else x
+            numba_float_llama.gemm(w.qtype == QType.F16, tb)(w.k, w.rows, a, out)
+            return out
+        act, quant, mm = _kernels_for(w.qtype, self._llama_order)
         if act == QType.F32:
             a = x.view(np.uint8).reshape(m, -1)
         else:
             a = np.empty((m, type_info(act).row_bytes(w.k)), dtype=np.uint8)
             for r in range(m):
                 quant(x[r], a[r])
-        out = np.empty((m, w.rows.shape[0]), dtype=np.float32)
-        mm(w.k, w.rows, a, out)
+        split = m - _small_rows(w.qtype, m) if self._llama_order else m
+        if split:
+            mm(w.k, w.rows, a[:split], out[:split])
+        if split < m:
+            _small_matmul(w.qtype)(w.k, w.rows, a[split:], out[split:])
         return out
 
-    def _forward(self, toks, positions, seq, slots, seq_len, tables, starts) -> np.ndarray:
+    def _forward(self, toks, positions, seq, slots, seq_len, tables, starts, n_out) -> np.ndarray:
         cfg = self.cfg
         n = len(toks)
         E, H, KV = cfg.n_embd, cfg.n_head, cfg.n_head_kv
         hk, hv = cfg.head_dim_k, cfg.head_dim_v
+        trace = self.trace or (lambda *a: None)
         x = _dequant_rows(self.tok_embd.qtype, self.tok_embd.rows[toks], E)
         if cfg.embd_scale != 1.0:
             x = x * np.float32(cfg.embd_scale)
@@ -393,7 +385,11 @@ class NumbaEngine:
         for l, (lc, L) in enumerate(zip(cfg.layers, self.layers)):
             g = self.group[l]
             h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps) if L["attn_norm"] is not None else x
+            trace("attn_norm", l, h)
             q, k, v = self._matmul(L["wq"], h), self._matmul(L["wk"], h), self._matmul(L["wv"], h)
+            trace("q_mm", l, q)
+            trace("k_mm", l, k)
+            trace("v_mm", l, v)
             for b, t in (("bq", q), ("bk", k), ("bv", v)):
                 if L[b] is not None:
                     t += L[b]
@@ -410,67 +406,87 @@ class NumbaEngine:
             if not qn_all and L["attn_k_norm"] is not None:
                 k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
             if cfg.n_rot and lc.use_rope:
-                cos, sin = _rope_cache(cfg, cfg.n_rot, positions, lc.rope_base, lc.rope_scale, self.rope_freqs)
-                q = _rope(q, cos, sin, cfg.n_rot, neox)
-                k = _rope(k, cos, sin, cfg.n_rot, neox)
+                rc = _rope_cache(cfg, cfg.n_rot, positions, lc.rope_base, lc.rope_scale, self.rope_freqs)
+                q = _rope(q, rc, cfg.n_rot, neox)
+                k = _rope(k, rc, cfg.n_rot, neox)
             if cfg.q_scale != 1.0:
                 q = q * np.float32(cfg.q_scale)
-            if cfg.attn_temp_scale != 0.0:
-                fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))  # as llama.cpp's input
-                t = np.log(fl.astype(np.float64) + 1.0) * np.float32(cfg.attn_temp_scale) + 1.0
-                q = q * t.astype(np.float32)[:, None, None]
+            if cfg.attn_temp_scale != 0.0:  # in double (the C library's log), as llama.cpp's input
+                fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))
+                t = [math.log(float(f) + 1.0) * float(np.float32(cfg.attn_temp_scale)) + 1.0 for f in fl]
+                q = q * np.array(t, dtype=np.float32)[:, None, None]
             if self.rot_k:
                 q, k = numba_kv.fwht(q, self.rot_k), numba_kv.fwht(k, self.rot_k)
             if self.rot_v:
                 v = numba_kv.fwht(v, self.rot_v)
+            trace("Qcur", l, q.reshape(n, -1))
+            trace("Kcur", l, k.reshape(n, -1))
             blk = tables[g][seq, slots // BLOCK]
             self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
             self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
             att = np.empty((n, H, hv), dtype=np.float32)
             for s in range(len(seq_len)):
                 r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
-                att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1])
+                att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1],
+                                             n == 1)
             if self.rot_v:  # the values were stored rotated: rotate their mix back
                 att = numba_kv.fwht(att, self.rot_v)
+            trace("kqv_out", l, att.reshape(n, -1))
             o = self._matmul(L["wo"], att.reshape(n, H * hv))
+            trace("attn_out", l, o)
             if L["bo"] is not None:
                 o += L["bo"]
             if L["attn_post_norm"] is not None:
                 o = _rmsnorm(o, L["attn_post_norm"], cfg.norm_eps)
             x = x + _scaled(o, cfg.residual_scale)
             h = _rmsnorm(x, L["ffn_norm"], cfg.norm_eps) if L["ffn_norm"] is not None else x
-            d = self._moe(L, h) if cfg.moe is not None else self._ffn(L["w_gate"], L["w_up"], L["w_down"], h, cfg.act)
+            trace("ffn_inp", l, x)
+            trace("ffn_norm", l, h)
+            # llama.cpp's last layer keeps only the rows that want logits before the feed-forward
+            # block, so its matmuls see that many columns (their order)
+            cols = n_out if self._llama_order and l == cfg.n_layer - 1 and n_out else None
+            d = self._moe(L, h, cols) if cfg.moe is not None else \
+                self._ffn(L["w_gate"], L["w_up"], L["w_down"], h, cfg.act, cols)
+            trace("ffn_out", l, d)
             if L["ffn_post_norm"] is not None:
                 d = _rmsnorm(d, L["ffn_post_norm"], cfg.norm_eps)
             x = (x + _scaled(d, cfg.residual_scale)).astype(np.float32)
+            trace("l_out", l, x)
         return x
 
-    def _ffn(self, w_gate: _W, w_up: _W, w_down: _W, h: np.ndarray, act: str) -> np.ndarray:
-        gt, u = self._matmul(w_gate, h), self._matmul(w_up, h)
-        gt = (_gelu_tanh(gt) if act == ACT_GELU_TANH else _silu(gt)) * u
-        return self._matmul(w_down, gt.astype(np.float32))
+    def _ffn(self, w_gate: _W, w_up: _W, w_down: _W, h: np.ndarray, act: str, cols: int | None) -> np.ndarray:
+        gt, u = self._matmul(w_gate, h, cols), self._matmul(w_up, h, cols)
+        if act == ACT_GELU_TANH:
+            ops.geglu(gt, u, ops.gelu_table())
+        else:
+            ops.silu_mul(gt, u)
+        return self._matmul(w_down, gt, cols)
 
-    def _moe(self, L: dict, h: np.ndarray) -> np.ndarray:
+    def _moe(self, L: dict, h: np.ndarray, cols: int | None) -> np.ndarray:
         """As csrc/moe.c: the router's top experts per token; each chosen expert's gated FFN over
         just its tokens (weights read in place, once per step); the weighted outputs summed in the
         order chosen, then the shared expert's (times its sigmoid gate)."""
         moe = self.cfg.moe
-        sel, wt = _route(self._matmul(L["w_gate_inp"], h), moe.n_expert_used, moe.norm_topk, moe.weights_scale)
+        n = h.shape[0]
+        sel = np.empty((n, moe.n_expert_used), np.int64)
+        wt = np.empty((n, moe.n_expert_used), np.float32)
+        ops.route(self._matmul(L["w_gate_inp"], h, cols), moe.n_expert_used, bool(moe.norm_topk),
+                  np.float32(moe.weights_scale), sel, wt)
         F, E = moe.n_ff_exp, self.cfg.n_embd
         o = np.empty(sel.shape + (E,), dtype=np.float32)  # [n, n_used, E] each pair's expert output
         for e in np.unique(sel):
             tok, k = np.nonzero(sel == e)
             o[tok, k] = self._ffn(L["w_gate_exps"].expert(e, F), L["w_up_exps"].expert(e, F),
-                                  L["w_down_exps"].expert(e, E), h[tok], "silu")
+                                  L["w_down_exps"].expert(e, E), h[tok], "silu", 0)
         out = o[:, 0] * wt[:, :1]
         for k in range(1, sel.shape[1]):
             out = out + o[:, k] * wt[:, k:k + 1]
         if moe.n_ff_shexp:
-            s = self._ffn(L["w_gate_shexp"], L["w_up_shexp"], L["w_down_shexp"], h, "silu")
+            s = self._ffn(L["w_gate_shexp"], L["w_up_shexp"], L["w_down_shexp"], h, "silu", cols)
             if moe.shexp_gate:
-                g = self._matmul(L["w_gate_inp_shexp"], h)[:, 0]  # llama.cpp's sigmoid: silu(g) / g
-                sig = g / (1 + np.exp(-g)) / np.where(g == 0, np.float32(1), g)
-                s = s * np.where(g == 0, np.float32(0.5), sig).astype(np.float32)[:, None]
+                g = np.ascontiguousarray(self._matmul(L["w_gate_inp_shexp"], h, cols)[:, 0])
+                ops.sigmoid_gate(g)
+                s = s * g[:, None]
             out = out + s
         return out.astype(np.float32)
 
@@ -484,10 +500,23 @@ class NumbaEngine:
         return x.astype(np.float32) if t == QType.F16 else numba_kv.dequantize(t, x, n)
 
     def _attention(self, l: int, g: int, table: np.ndarray, n_slots: int, q: np.ndarray,
-                   positions: np.ndarray) -> np.ndarray:
-        """One sequence's queries q [n, H, hk] at positions against its slots [0, n_slots)."""
+                   positions: np.ndarray, one_token: bool) -> np.ndarray:
+        """One sequence's queries q [n, H, hk] at positions against its slots [0, n_slots);
+        one_token: the step holds one token (a llama_order one takes llama.cpp's vec_dot order)."""
         cfg = self.cfg
         tk, tv = self.cache_types
+        if tk == QType.F16 and tv == QType.F16:  # csrc/attention.c's numbers (numba_ops.attention_f16)
+            slots = np.arange(-(-n_slots // BLOCK) * BLOCK)
+            blk = table[slots // BLOCK]
+            bi, li = np.maximum(blk, 0), slots % BLOCK
+            pos = np.where((blk >= 0) & (slots < n_slots), self.pos[g][bi, li], -1)
+            out = np.empty(q.shape[:2] + (cfg.head_dim_v,), np.float32)
+            ops.attention_f16(ops.f16_round(q), self.k[l][bi, :, li].astype(np.float32),
+                              self.v[l][bi, :, li].astype(np.float32), pos.astype(np.int64),
+                              np.asarray(positions, np.int64), cfg.n_head // cfg.n_head_kv,
+                              np.float32(cfg.attn_scale), np.float32(cfg.attn_softcap), g == 1, int(cfg.n_swa),
+                              self._llama_order and one_token, out)
+            return out
         slots = np.arange(n_slots)
         blk = table[slots // BLOCK]
         have = blk >= 0
@@ -496,8 +525,7 @@ class NumbaEngine:
         K = self.k[l][bi, :, li].transpose(1, 0, 2)  # [KV, S, hk] (or [KV, S, row bytes])
         V = self.v[l][bi, :, li].transpose(1, 0, 2)
         group = cfg.n_head // cfg.n_head_kv
-        if tk == QType.F16:
-            # q and the softmax weights are rounded to f16, as in csrc/attention.c
+        if tk == QType.F16:  # (with quantized values) q and the weights rounded to f16
             Kh = np.repeat(K.astype(np.float32), group, axis=0)  # [H, S, hk]
             q = q.astype(np.float16).astype(np.float32)
             scores = np.einsum("nhd,hsd->nhs", q, Kh)
@@ -527,6 +555,5 @@ class NumbaEngine:
             out = out + self.output_bias
         out = _scaled(out, self.cfg.logit_scale)
         if self.cfg.final_softcap > 0:
-            c = np.float32(self.cfg.final_softcap)
-            out = c * np.tanh(out / c)
-        return out.astype(np.float32)
+            ops.softcap(out, np.float32(self.cfg.final_softcap))
+        return out
