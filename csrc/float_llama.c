@@ -159,6 +159,10 @@ static float *row_buffer(size_t n) {
     return b->v;
 }
 
+/* weight rows prefetched ahead into L2: one row at a time is a stream the hardware's prefetchers
+ * follow too late from DRAM (SmolLM2 F16, one token: see the commit) */
+#define PF_ROWS 4
+
 /* the loops with the type and the order constant, so each is compiled on its own */
 static inline __attribute__((always_inline)) void gemm(const int type, const int tinyblas, int n, const uint8_t *w,
                                                        size_t ldw, int nr, const uint8_t *a, size_t lda, int nc,
@@ -170,6 +174,7 @@ static inline __attribute__((always_inline)) void gemm(const int type, const int
             el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
         for (int r = 0; r < nr; r++) {
             const uint8_t *x = w + (size_t)r * ldw;
+            if (r + PF_ROWS < nr) el_prefetch_l2(x + PF_ROWS * ldw, ldw);
             if (xs) el_vops.f16_to_f32(n, (const el_half *)x, xs);
             int c = c0;
             if (xs && tinyblas)
