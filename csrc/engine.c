@@ -250,7 +250,7 @@ void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_
     int64_t r0, r1;
     el_split(nrows, ith, nth, ROW_ALIGN, &r0, &r1);
     const uint8_t *wd = (const uint8_t *)w->data + (size_t)row0 * w->row_bytes;
-    if (c->plan.b->llama_order && el_float_llama_type(w->type)) {  /* float_llama.c */
+    if (c->plan.llama_order && el_float_llama_type(w->type)) {  /* float_llama.c */
         if (r1 > r0)
             el_float_llama_gemm(w->type, el_float_llama_tinyblas(nrows, (int)w->ne0, cols), (int)w->ne0,
                                 wd + (size_t)r0 * w->row_bytes, w->row_bytes, (int)(r1 - r0), a, lda, m, y + r0, ldy);
@@ -260,7 +260,7 @@ void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_
     for (int64_t rb = r0; rb < r1; rb += rt) {
         const int nr = (int)EL_MIN(rt, r1 - rb);
         for (int mb = 0; mb < m; mb += TOK_TILE)
-            gemm_loop(tt, w->type, m, c->plan.b->llama_order, mb, (int)w->ne0, wd + (size_t)rb * w->row_bytes,
+            gemm_loop(tt, w->type, m, c->plan.llama_order, mb, (int)w->ne0, wd + (size_t)rb * w->row_bytes,
                       w->row_bytes, nr, a + (size_t)mb * lda, lda, EL_MIN(TOK_TILE, m - mb), y + (size_t)mb * ldy + rb,
                       ldy);
     }
@@ -326,6 +326,8 @@ void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, c
     matmul(c, st, w_down, c->gate, n, n_ff, out, E, ith, nth);
     sync(c, st);
 }
+
+static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int ith, int nth);
 
 static void forward_task(void *arg, int ith, int nth) {
     el_engine *c = arg;
@@ -433,28 +435,44 @@ static void forward_task(void *arg, int ith, int nth) {
         sync(c, &st);
         TRACE("l_out", l, c->x, n, E, E);
     }
-    const int mo = pl->n_out;
-    if (!mo || !pl->logits) return;
-    /* final norm of the rows that want logits (packed in order), then the output projection */
-    for (int m = ith; m < n; m += nth)
-        if (pl->out_row[m] >= 0)
-            el_rmsnorm(c->tmp + (size_t)pl->out_row[m] * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
-    sync(c, &st);
-    TRACE("result_norm", -1, c->tmp, mo, E, E);
-    matmul(c, &st, &d->output, c->tmp, mo, E, pl->logits, d->n_vocab, ith, nth);
-    sync(c, &st);
+    if (pl->n_out && pl->logits) output_rows(c, &st, 0, pl->n_out, pl->logits, ith, nth);
+}
+
+/* Logits rows [j0, j0 + nj) of the step (the rows that want logits, in order): final norm of
+ * their hidden states in c->x, then the output projection into out [nj, n_vocab]. Every row's
+ * numbers are the same whichever rows are made together, but on llama_order steps (which make
+ * them all at once). */
+static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int ith, int nth) {
+    const step_plan *pl = &c->plan;
+    const el_model_desc *d = &c->d;
+    const int n = pl->n, E = d->n_embd;
+    for (int m = ith; m < n; m += nth) {
+        const int j = pl->out_row[m];
+        if (j >= j0 && j < j0 + nj)
+            el_rmsnorm(c->tmp + (size_t)(j - j0) * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
+    }
+    sync(c, st);
+    TRACE("result_norm", -1, c->tmp, nj, E, E);
+    matmul(c, st, &d->output, c->tmp, nj, E, out, d->n_vocab, ith, nth);
+    sync(c, st);
     if (d->output_bias.data || d->logit_scale != 1.0f || d->final_softcap > 0) {
         int64_t r0, r1;
-        el_split((int64_t)mo * d->n_vocab, ith, nth, 64, &r0, &r1);
+        el_split((int64_t)nj * d->n_vocab, ith, nth, 64, &r0, &r1);
         const float cap = d->final_softcap, uncap = cap > 0 ? 1.0f / cap : 0.0f, *ob = d->output_bias.data;
         for (int64_t i = r0; i < r1; i++) {
-            float z = pl->logits[i];
+            float z = out[i];
             if (ob) z += ob[i % d->n_vocab];
             z *= d->logit_scale;
             /* as llama.cpp's graph: scaled by the float 1 / cap, tanh, scaled by cap */
-            pl->logits[i] = cap > 0 ? tanhf(z * uncap) * cap : z;
+            out[i] = cap > 0 ? tanhf(z * uncap) * cap : z;
         }
     }
+}
+
+static void logits_task(void *arg, int ith, int nth) {
+    el_engine *c = arg;
+    act_state st = {0};
+    output_rows(c, &st, c->plan.lg_row0, c->plan.lg_rows, c->plan.lg_out, ith, nth);
 }
 
 #define BAD(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); return -2; } while (0)
@@ -469,8 +487,10 @@ static int plan_step(el_engine *c, const el_batch *b, float *logits) {
     if (b->n_seqs <= 0 || b->n_seqs > n) BAD("n_seqs %d does not fit %d tokens", b->n_seqs, n);
     if (b->max_blocks <= 0 || b->max_blocks > (c->n_ctx + KT - 1) / KT + 1) BAD("max_blocks %d", b->max_blocks);
     if (b->llama_order && b->n_seqs != 1) BAD("llama_order batches hold one sequence");
+    pl->pending = 0;
     pl->b = b;
     pl->n = n;
+    pl->llama_order = b->llama_order;
     pl->logits = logits;
     for (int s = 0; s < b->n_seqs; s++) pl->seq_rows[s] = 0;
     int prev = -1;
@@ -526,6 +546,20 @@ int el_engine_decode(el_engine *c, const el_batch *b, float *logits) {
     }
     el_pool_run(c->pool, forward_task, c);
     c->plan.b = NULL;
+    c->plan.pending = !logits && c->plan.n_out > 0;
+    return 0;
+}
+
+int el_engine_logits(el_engine *c, int row0, int n_rows, float *out) {
+    step_plan *pl = &c->plan;
+    if (!pl->pending) BAD("no step's logits are waiting (decode with logits NULL first)");
+    if (!out || row0 < 0 || n_rows <= 0 || row0 + n_rows > pl->n_out)
+        BAD("logits rows [%d, %d) are not within the step's %d", row0, row0 + n_rows, pl->n_out);
+    if (pl->llama_order && (row0 || n_rows != pl->n_out)) BAD("a llama_order step makes its logits rows all at once");
+    pl->lg_row0 = row0;
+    pl->lg_rows = n_rows;
+    pl->lg_out = out;
+    el_pool_run(c->pool, logits_task, c);
     return 0;
 }
 

@@ -45,7 +45,11 @@ typedef struct {
     int n_out;
     int32_t *qb_seq, *qb_row0, *qb_rows;  /* attention work items: a sequence's run of <= QB rows */
     int n_qb;
-    float *logits;
+    int llama_order;      /* the batch's llama_order (kept after the step, for its logits) */
+    float *logits;        /* NULL: the step's logits rows wait for el_engine_logits */
+    int pending;          /* the last step's logits rows can still be made (its rows are in x) */
+    int lg_row0, lg_rows; /* el_engine_logits: the logits rows to make, into lg_out */
+    float *lg_out;
 } step_plan;
 
 struct el_engine {

@@ -2,13 +2,14 @@
 """Measurements of the batched engine beyond `edgellm bench --batch`:
 
     python scripts/bench_engine.py prefix MODEL [-t 2]     # prefix reuse: time to first token
-    python scripts/bench_engine.py rss MODEL [-t 2] [--cache-types f16/f16,q8_0/q8_0,q4_0/q4_0]
+    python scripts/bench_engine.py rss MODEL [-t 2] [--cache-types f16/f16,q8_0/q8_0,q4_0/q4_0] [--engine]
     python scripts/bench_engine.py contention MODEL [--llama-bench PATH]
 
 prefix: 16 requests sharing a 1,000-token system prompt, one after another through BatchEngine,
 with and without the prefix cache; the median time to first token of requests 2..16 and the
-ratio. rss: 32 sequences of 512 tokens decoded together (in a fresh process per KV cache type);
-peak RSS against the file + the KV blocks in use + 64 MB. contention: 2-thread decode alone, then with a busy loop
+ratio. rss: 32 sequences of 512 tokens decoded together (in a fresh process per KV cache type):
+256-token prompts in chunks of 128, then one-token steps; with --engine, through BatchEngine (its
+512-token steps, sampling); peak RSS against the file + the KV blocks in use + 64 MB. contention: 2-thread decode alone, then with a busy loop
 pinned on one core, and -t 3 / -t 8 on this machine's cores (unclamped: EDGELLM_NO_CLAMP=1),
 beside llama-bench's tg under the same conditions when --llama-bench is given.
 """
@@ -49,12 +50,13 @@ def prefix(args) -> None:
 
 RSS_CHILD = r"""
 import resource, sys, edgellm
-from edgellm.batch import LOGITS_LAST, Step
+from edgellm.batch import LOGITS_LAST, Step, logits_group_rows
 path, threads, ctk, ctv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads, cache_type_k=ctk, cache_type_v=ctv)
 eng, pool = llm._engine, llm._pool
 import numpy as np
 rng = np.random.default_rng(0)
+group = logits_group_rows(llm.n_vocab)  # the step's logits made as BatchEngine makes them
 seqs = [pool.new_sequence() for _ in range(32)]
 for s in seqs:  # 256-token prompts, then decode together to 512
     ids = rng.integers(3, llm.n_vocab, 256).tolist()
@@ -64,10 +66,30 @@ while seqs[0].n < 512:
     st = Step()
     for s in seqs:
         pool.reserve(s, 1); st.add(s, [int(rng.integers(3, llm.n_vocab))], LOGITS_LAST)
-    st.run(eng, pool)
+    for _ in st.run_in_groups(eng, pool, group):
+        pass
 # a block's bytes in every layer of its group (keys and values in the cache types, positions)
 blocks = sum(pool.blocks_in_use(g) * eng.kv_block_bytes(g) for g in ((0, 1) if eng.has_swa else (0,)))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, blocks, sum(t.nbytes for t in llm.gguf.tensors.values()))
+"""
+
+# the same 32 sequences through BatchEngine as a server runs them: its own steps (prompts in steps of
+# n_batch tokens), sampling at llama.cpp's default temperature, stop checks, detokenizing
+RSS_ENGINE_CHILD = r"""
+import resource, sys, edgellm, numpy as np
+from edgellm.sampling import SamplingParams
+from edgellm.scheduler import BatchEngine
+path, threads, ctk, ctv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads, cache_type_k=ctk, cache_type_v=ctv)
+eng, pool, e = BatchEngine(llm, max_seqs=32, kv_tokens=32 * 520, prefix_cache=False), llm._pool, llm._engine
+rng = np.random.default_rng(0)
+reqs = [eng.submit(rng.integers(3, llm.n_vocab, 256).tolist(), max_tokens=256, ignore_eos=True,
+                   sampling=SamplingParams(temperature=0.8, seed=i)) for i in range(32)]
+most = [0]
+eng.add_step_listener(lambda: most.__setitem__(0, max(most[0], sum(
+    pool.blocks_in_use(g) * e.kv_block_bytes(g) for g in ((0, 1) if e.has_swa else (0,))))))
+eng.run_until_done(reqs)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, most[0], 0)
 """
 
 
@@ -77,12 +99,13 @@ def rss(args) -> None:
     path = str(resolve(args.model))
     for types in args.cache_types.split(","):
         ctk, ctv = types.split("/")
-        r = subprocess.run([sys.executable, "-c", RSS_CHILD, path, str(args.threads), ctk, ctv], capture_output=True,
+        child = RSS_ENGINE_CHILD if args.engine else RSS_CHILD
+        r = subprocess.run([sys.executable, "-c", child, path, str(args.threads), ctk, ctv], capture_output=True,
                            text=True, check=True)
         peak, kv, weights = map(int, r.stdout.split())
         file_size = os.path.getsize(path)
         bound = file_size + kv + 64 * 2**20
-        print(f"32 x 512 tokens, KV {ctk}/{ctv}: peak RSS {peak / 2**20:.1f} MiB; file {file_size / 2**20:.1f} MiB + "
+        print(f"32 x 512 tokens{' through BatchEngine' if args.engine else ''}, KV {ctk}/{ctv}: peak RSS {peak / 2**20:.1f} MiB; file {file_size / 2**20:.1f} MiB + "
               f"KV blocks in use {kv / 2**20:.1f} MiB + 64 MiB = {bound / 2**20:.1f} MiB: "
               f"{'within' if peak <= bound else 'ABOVE'}")
 
@@ -127,6 +150,8 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (contention)")
+    ap.add_argument("--engine", action="store_true",
+                    help="rss: through BatchEngine (its steps, sampling) instead of bare engine steps")
     ap.add_argument("--cache-types", default="f16/f16,q8_0/q8_0,q4_0/q4_0",
                     help="rss: comma-separated K/V cache type pairs, one fresh process each")
     args = ap.parse_args()

@@ -75,7 +75,10 @@ def test_batch_invariance(model_dir, monkeypatch, backend, arch, qtype):
     llm = edgellm.LLM(model_path(model_dir, arch, qtype), n_ctx=96, n_batch=64, n_threads=2)
     ps = prompts(32, seed=hash((arch, qtype.name)) % 1000)
     params = [GREEDY if i % 2 else seeded(i) for i in range(32)]
+    # together, the steps' logits are made and sampled 5 rows at a time (as a large vocabulary's are)
+    monkeypatch.setattr(edgellm.batch, "LOGITS_GROUP_BYTES", 5 * 4 * llm.n_vocab)
     together, eng = run(llm, ps, params=params, max_seqs=32, kv_tokens=32 * 96)
+    assert eng._logits_rows == 5
     assert eng.steps < 32 * 8  # they really shared steps
     alone = [run(llm, [p], params=[sp], max_seqs=1, prefix_cache=False)[0][0] for p, sp in zip(ps, params)]
     assert together == alone
@@ -119,6 +122,71 @@ def test_batched_logits_equal_alone_exactly(model_dir, monkeypatch):
     together = logits(ps)
     for p, t in zip(ps, together):
         np.testing.assert_array_equal(logits([p])[0], t)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_logits_in_groups_equal_the_whole_step(model_dir, monkeypatch, backend):
+    """Step.run_in_groups makes the same bits as Step.run, whatever the groups (entries with all,
+    last and no logits rows; an entry with more rows than a group); the engine refuses logits
+    rows it has not got."""
+    from edgellm.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
+    from edgellm.errors import EdgeLLMError
+
+    use_engine_path(monkeypatch, backend)
+    llm = edgellm.LLM(model_path(model_dir, "gemma3", QType.Q4_K), n_ctx=96, n_batch=64, n_threads=2)
+    pool, eng = llm._pool, llm._engine
+    ps = prompts(6, seed=11, lo=2, hi=9)
+    kinds = [LOGITS_LAST, LOGITS_ALL, LOGITS_NONE, LOGITS_LAST, LOGITS_LAST, LOGITS_ALL]
+
+    def step():
+        seqs = [pool.new_sequence() for _ in ps]
+        st = Step()
+        for s, p, k in zip(seqs, ps, kinds):
+            pool.reserve(s, len(p))
+            st.add(s, p, k)
+        return st, seqs
+
+    st, seqs = step()
+    whole = [None if x is None else np.array(x) for x in st.run(eng, pool)]
+    for s in seqs:
+        pool.release(s)
+    for max_rows in (1, 2, 3, 100):
+        st, seqs = step()
+        got = []
+        for first, x, results, rs in st.run_in_groups(eng, pool, max_rows):
+            assert first == len(got)
+            assert x is None or len(x) <= max(max_rows, max(len(p) for p in ps))
+            for r, o in zip(results, rs):  # each entry's rows are its rows of the group's logits
+                assert (r is None) == (o is None)
+                if r is not None:
+                    np.testing.assert_array_equal(r, x[o:o + (len(r) if r.ndim == 2 else 1)].reshape(r.shape))
+            got += [None if r is None else np.array(r) for r in results]
+        for w, g, k in zip(whole, got, kinds):
+            if k == LOGITS_NONE:
+                assert g is None
+            else:
+                np.testing.assert_array_equal(g, w)
+        for s in seqs:
+            pool.release(s)
+    eng.logits(0, 1)  # the last step's rows can be made again until the next step
+    for row0, n in ((0, 10 ** 6), (-1, 1), (0, 0)):
+        with pytest.raises(EdgeLLMError, match="not within"):
+            eng.logits(row0, n)
+    st, seqs = step()
+    st.run(eng, pool)  # a step that made its logits leaves none waiting
+    with pytest.raises(EdgeLLMError, match="no step"):
+        eng.logits(0, 1)
+    for s in seqs:
+        pool.release(s)
+    seq, p = pool.new_sequence(), ps[1]  # a llama_order step makes its rows in one piece
+    pool.reserve(seq, len(p))
+    st = Step()
+    st.add(seq, p, LOGITS_ALL)
+    eng.decode(st.n_tokens, 1, st._pack(eng), llama_order=True, defer=True)
+    with pytest.raises(EdgeLLMError, match="all at once"):
+        eng.logits(0, 1)
+    assert eng.logits(0, len(p)).shape == (len(p), llm.n_vocab)
+    pool.release(seq)
 
 
 @pytest.mark.parametrize("backend", [BACKENDS[-2] if len(BACKENDS) > 1 else BACKENDS[0], "numba"])

@@ -132,6 +132,12 @@ typedef struct {
  * llama.cpp switches to there, as the single-stream API reproduces llama.cpp's numbers.
  * Returns 0, or -2 for a bad batch (el_last_error() says what). */
 int el_engine_decode(el_engine *e, const el_batch *b, float *logits);
+/* With logits NULL, el_engine_decode leaves the output projection for later: el_engine_logits
+ * then makes logits rows [row0, row0 + n_rows) of that step into out [n_rows][n_vocab], any
+ * number of times until the next decode, so a step of many sequences need not hold all their
+ * rows at once. A row's numbers are those el_engine_decode would give; a llama_order step makes
+ * its rows in one call. Returns 0, or -2 (el_last_error() says why). */
+int el_engine_logits(el_engine *e, int row0, int n_rows, float *out);
 
 /* Which layer groups the last step's attention split across threads (bit g: group g), for
  * tests and benchmarks: a split changes no result (attention.c says why). */

@@ -218,9 +218,10 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
     """llama-batched-bench's method on the batch-invariant engine path: for each B, B sequences
     of n_prompt random tokens evaluated together (in steps of n_batch tokens), then n_gen steps
     of one token for each sequence. Without `scheduler` the steps go straight to the engine (no
-    sampling, as llama-batched-bench); with it, through BatchEngine with greedy sampling, stop
-    checks and detokenizing (what a server pays). Medians over reps after a warm-up."""
-    from .batch import LOGITS_LAST, LOGITS_NONE, Step
+    sampling, as llama-batched-bench; the logits made in BatchEngine's groups of rows); with it,
+    through BatchEngine with greedy sampling, stop checks and detokenizing (what a server pays).
+    Medians over reps after a warm-up."""
+    from .batch import LOGITS_LAST, LOGITS_NONE, Step, logits_group_rows
     from .sampling import SamplingParams
     from .scheduler import BatchEngine
 
@@ -230,6 +231,12 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
     engine, pool = llm._engine, llm._pool
     pool.limit_blocks = None
     rng = np.random.default_rng(seed)
+    group = logits_group_rows(llm.n_vocab)
+
+    def evaluate(step):
+        for _ in step.run_in_groups(engine, pool, group):
+            pass
+
     out = []
     for b in batches:
         res = BatchedResult(llm.path.name, isa_label(engine.isa), llm.n_threads, n_prompt, n_gen, b, scheduler=scheduler)
@@ -260,7 +267,7 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
                             room -= k
                         if s.n + max(k, 0) < len(p):
                             rest.append((s, p))
-                    step.run(engine, pool)
+                    evaluate(step)
                     todo = rest
                 t1 = time.perf_counter()
                 for i in range(n_gen):
@@ -268,7 +275,7 @@ def run_batched(model, *, batches=(1, 4, 8, 16, 32), n_prompt: int = 128, n_gen:
                     for s in seqs:
                         pool.reserve(s, 1)
                         step.add(s, [int(rng.integers(3, llm.n_vocab))], LOGITS_LAST)
-                    step.run(engine, pool)
+                    evaluate(step)
                 t2 = time.perf_counter()
                 for s in seqs:
                     pool.release(s)

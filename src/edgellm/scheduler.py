@@ -37,7 +37,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
+from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step, logits_group_rows
 from .errors import ContextOverflowError, EdgeLLMError
 from .kv_cache import BLOCK, SWA_MARGIN, KVCacheFullError
 from .sampling import Sampler, SamplingParams, StopChecker, sample_rows
@@ -223,6 +223,7 @@ class BatchEngine:
         self.llm = llm
         self.max_seqs = max_seqs
         self.step_tokens = min(step_tokens or llm.n_batch, llm.n_batch)
+        self._logits_rows = logits_group_rows(llm.n_vocab)
         self.prefix_cache = prefix_cache
         self.max_queue = max_queue
         self.kv_tokens = kv_tokens or llm.n_ctx
@@ -484,38 +485,42 @@ class BatchEngine:
         for r in running:  # a sibling whose leader ended before forking runs on its own
             if r.seq is None and r.leader is None and r.finish_reason is None:
                 self._start(r)
+        # the engine stays ours until every group of the step's logits is made and used
         with llm._engine_lock:
             step, fed = self._plan(running)
             if not len(step):
                 return False
             t1 = time.perf_counter_ns()
-            results = step.run(llm._engine, llm._pool)
-        t2 = time.perf_counter_ns()
-        self.steps += 1
-        plain, rows = [], []  # requests that only draw a token (sampled together), their rows
-        for (req, sample), logits, row in zip(fed, results, step.rows):
-            if not sample or req.finish_reason is not None:
-                continue
-            if req._draft:
-                self._verify(req, logits)
-            elif req.group is None and req.guide is None:
-                plain.append(req)
-                rows.append(row)
-            else:  # forks to make (n > 1), a grammar to follow
-                self._sample(req, logits)
-        self._sample_rows(step.logits, plain, rows)
+            groups = step.run_in_groups(llm._engine, llm._pool, self._logits_rows)
+            t2 = time.perf_counter_ns()
+            decode0 = step.decode_ns  # the groups' logits add theirs
+            self.steps += 1
+            for first, x, results, rows in groups:
+                plain, plain_rows = [], []  # requests that only draw a token (sampled together), their rows
+                for (req, sample), logits, row in zip(fed[first:first + len(results)], results, rows):
+                    if not sample or req.finish_reason is not None:
+                        continue
+                    if req._draft:
+                        self._verify(req, logits)
+                    elif req.group is None and req.guide is None:
+                        plain.append(req)
+                        plain_rows.append(row)
+                    else:  # forks to make (n > 1), a grammar to follow
+                        self._sample(req, logits)
+                self._sample_rows(x, plain, plain_rows)
         t3 = time.perf_counter_ns()
+        logits_ns = step.decode_ns - decode0
         if self._decode_rows == step.n_tokens:  # the cost line speculation decides by
-            costs_for(llm).observe(step.n_tokens, (t2 - t1) * 1e-9)
+            costs_for(llm).observe(step.n_tokens, (t2 - t1 + logits_ns) * 1e-9)
         for r, nd, g0 in self._spec_rows:  # whole steps, drafting to sampling: SpecState.model_pays
             if r.spec.spec.adaptive:
                 r.spec.observe_step((t3 - t0) * 1e-9, nd, len(r.generated) - g0)
         self._spec_rows = []
         ph = self.phase_ns
         ph["schedule"] += t1 - t0
-        ph["batch"] += t2 - t1 - step.decode_ns
+        ph["batch"] += t2 - t1 - decode0
         ph["decode"] += step.decode_ns
-        ph["emit"] += t3 - t2 - self._sample_ns
+        ph["emit"] += t3 - t2 - logits_ns - self._sample_ns
         ph["sample"] += self._sample_ns
         self._sample_ns = 0
         return True

@@ -86,8 +86,8 @@ def out_rows(engine, out, n_out: int):
                 or out.shape[1:] != (engine.n_vocab,):
             raise ValueError("out must be C-contiguous float32 [>= rows wanted, n_vocab]")
         return out[:n_out]
-    if engine._out.shape[0] < n_out:
-        engine._out = np.empty((max(n_out, 2 * engine._out.shape[0]), engine.n_vocab), dtype=np.float32)
+    if engine._out.shape[0] < n_out:  # grown to what a step asks, no more: a row of a large vocabulary is 1 MB
+        engine._out = np.empty((n_out, engine.n_vocab), dtype=np.float32)
     return engine._out[:n_out]
 
 

@@ -71,7 +71,6 @@ class CEngine:
         self.has_swa = bool(lib.el_engine_has_swa(eng))
         self.n_swa = cfg.n_swa
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
-        self._out_ptr = None
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
         b = self._batch = ffi.new("el_batch *")
         self._batch_bufs = [ffi.from_buffer(t, a) for t, a in (
@@ -142,30 +141,36 @@ class CEngine:
                                  self.ffi.from_buffer("int32_t[]", out))
         return out
 
-    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None, defer: bool = False):
         """Evaluate the step held by self.batch.views(n, n_seqs, mb) (see el_batch in
         csrc/api/engine.h). Returns the logits of the rows that want them, float32 [n_out,
         n_vocab]: `out` when given (C-contiguous, at least n_out rows), else the engine's buffer,
-        valid until the next call."""
+        valid until the next call. With defer, returns None and leaves the logits rows to
+        `logits`, which makes them a few at a time."""
         b = self._batch
         n_out = int(np.count_nonzero(self.batch.want[:n]))
-        own = out is None
-        out = _out_rows(self, out, n_out)
         b.n_tokens = n
         b.n_seqs = n_seqs
         b.max_blocks = mb
         b.llama_order = int(llama_order)
-        if not n_out:
+        if defer or not n_out:
             ptr = self.ffi.NULL
-        elif own:
-            if self._out_ptr is None or self._out_ptr[0] is not self._out:
-                self._out_ptr = (self._out, self.ffi.from_buffer("float[]", self._out))
-            ptr = self._out_ptr[1]
         else:
+            out = _out_rows(self, out, n_out)
             ptr = self.ffi.from_buffer("float[]", out)
         rc = self.lib.el_engine_decode(self._eng, b, ptr)
         if rc != 0:
             raise EdgeLLMError(f"bad batch: {self.ffi.string(self.lib.el_last_error()).decode()}")
+        return None if defer else _out_rows(self, out, n_out)
+
+    def logits(self, row0: int, n_rows: int, out=None):
+        """Logits rows [row0, row0 + n_rows) of the last step, decoded with defer: float32
+        [n_rows, n_vocab], into `out` or the engine's buffer (valid until the next call). A row's
+        numbers do not depend on which rows are made with it (a llama_order step makes all its
+        rows in one call)."""
+        out = _out_rows(self, out, n_rows)
+        if self.lib.el_engine_logits(self._eng, row0, n_rows, self.ffi.from_buffer("float[]", out)) != 0:
+            raise EdgeLLMError(f"logits: {self.ffi.string(self.lib.el_last_error()).decode()}")
         return out
 
     def set_threads(self, n: int, adaptive: bool | None = None) -> None:

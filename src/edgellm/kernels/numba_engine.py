@@ -10,6 +10,7 @@ import math
 import numba
 import numpy as np
 
+from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK, kv_rotation
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
@@ -218,6 +219,7 @@ class NumbaEngine:
         self.v = [store(self.cache_types[1], hv) for _ in cfg.layers]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self._pending = None  # a deferred step's hidden states of the rows that want logits
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
 
     # -- protocol --
@@ -313,7 +315,7 @@ class NumbaEngine:
             have = (db >= 0) & (sb >= 0)  # an absent source: the slot is out of every window
             self.pos[g][db[have], dst[have] % BLOCK] = self.pos[g][sb[have], src[have] % BLOCK] - n_discard
 
-    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None):
+    def decode(self, n: int, n_seqs: int, mb: int, *, llama_order: bool = False, out=None, defer: bool = False):
         """As CEngine.decode. llama_order (a batch of one sequence): the C engine's numbers for
         it - llama.cpp's orders of the float and K-quant dot products and of one-token attention;
         else the batch-invariant arithmetic (a row's numbers independent of its company)."""
@@ -337,10 +339,27 @@ class NumbaEngine:
                 raise ValueError("a row's KV block is missing")
             self.pos[g][blk, slots % BLOCK] = pos
         rows = np.flatnonzero(want)
+        self._pending = None
         x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts, len(rows))
+        if defer:
+            self._pending = x[rows] if len(rows) else None
+            return None
         res = _out_rows(self, out, len(rows))
         if len(rows):
             res[:] = self._logits(x[rows])
+        return res
+
+    def logits(self, row0: int, n_rows: int, out=None):
+        """As CEngine.logits."""
+        x = self._pending
+        if x is None:
+            raise EdgeLLMError("logits: no step's logits are waiting (decode with defer first)")
+        if row0 < 0 or n_rows <= 0 or row0 + n_rows > len(x):
+            raise EdgeLLMError(f"logits: rows [{row0}, {row0 + n_rows}) are not within the step's {len(x)}")
+        if self._llama_order and (row0 or n_rows != len(x)):
+            raise EdgeLLMError("logits: a llama_order step makes its logits rows all at once")
+        res = _out_rows(self, out, n_rows)
+        res[:] = self._logits(x[row0:row0 + n_rows])
         return res
 
     # -- the forward pass --
