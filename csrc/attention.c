@@ -47,7 +47,8 @@
 typedef struct { int32_t lo, hi, full; } tile_sum;  /* positions of a tile's valid slots; all 16 valid */
 
 struct att_state {
-    int nth, G;
+    int nth, G;          /* G: the most query heads per kv head of any layer (scratch is sized for it) */
+    int hk, hv;          /* the largest head sizes of any layer */
     size_t cap;          /* a score row: n_ctx + KT slots */
     size_t per_thread;   /* floats of each thread's scratch */
     float *sc;           /* score rows: per thread [QB * G][cap], or shared when split */
@@ -72,8 +73,8 @@ static size_t pv_weight_floats(int G) { return (size_t)EL_MAX(pv_pass_rows(G, 1)
 static size_t pv_lane_floats(int G, int hv) {
     return (size_t)EL_MAX(pv_pass_rows(G, 1), 4 * pv_pass_rows(G, 4)) * hv * KT;
 }
-static size_t scratch_floats(const el_engine *e, int G) {
-    const int hk = e->d.head_dim_k, hv = e->d.head_dim_v, hmax = EL_MAX(EL_MAX(hk, hv), CT * KT);
+static size_t scratch_floats(int G, int hk, int hv) {
+    const int hmax = EL_MAX(EL_MAX(hk, hv), CT * KT);
     return (size_t)QB * G * hk + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, hv) + (size_t)hmax +
            (size_t)QB * G * 3 + 16;
 }
@@ -92,11 +93,17 @@ int el_attention_init(el_engine *e) {
     struct att_state *a = calloc(1, sizeof *a);
     if (!a) return -1;
     e->att = a;
-    const int nth = e->n_threads, G = e->d.n_head / e->d.n_head_kv;
+    const int nth = e->n_threads;
+    int G = 1;
+    for (int l = 0; l < e->d.n_layer; l++) {
+        G = EL_MAX(G, e->d.n_head / e->layers[l].n_head_kv);
+        a->hk = EL_MAX(a->hk, e->layers[l].head_dim_k);
+        a->hv = EL_MAX(a->hv, e->layers[l].head_dim_v);
+    }
     a->nth = nth;
     a->G = G;
     a->cap = (size_t)e->n_ctx + KT;
-    a->per_thread = scratch_floats(e, G);
+    a->per_thread = scratch_floats(G, a->hk, a->hv);
     const size_t rows = (size_t)nth * QB * G;  /* score rows: each thread's, or all of them shared */
     a->sc = malloc(sizeof(float) * rows * a->cap);
     a->psum = malloc(sizeof(float) * rows * (a->cap / KT));
@@ -189,11 +196,13 @@ int el_attention_plan(el_engine *e) {
             max_seen[g] = EL_MAX(max_seen[g], hi - lo);
         }
     }
-    const int n_kv = e->d.n_head_kv, n_jobs = pl->n_qb * n_kv;
-    int has[2] = {0, 0};
-    for (int l = 0; l < e->d.n_layer; l++) has[layer_group(e, l)] = 1;
+    int has[2] = {0, 0}, n_kv[2] = {0, 0};  /* the most kv heads of a layer of the group */
+    for (int l = 0; l < e->d.n_layer; l++) {
+        has[layer_group(e, l)] = 1;
+        n_kv[layer_group(e, l)] = EL_MAX(n_kv[layer_group(e, l)], e->layers[l].n_head_kv);
+    }
     for (int g = 0; g < 2; g++)
-        a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv <= a->nth * QB && n_jobs < 2 * a->nth &&
+        a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv[g] <= a->nth * QB && pl->n_qb * n_kv[g] < 2 * a->nth &&
                       max_seen[g] >= SPLIT_MIN;
     for (int l = 0; l < e->d.n_layer; l++) atomic_store(&a->next[l], 0);
     return 0;
@@ -201,21 +210,24 @@ int el_attention_plan(el_engine *e) {
 
 typedef struct {
     int s, m0, mq, kvh, nh;  /* sequence, first row, rows, kv head, score rows (mq x G) */
+    int G;                   /* query heads per kv head in this layer */
     int n_slots, tlo, thi;   /* slots held; tiles seen [tlo, thi) */
     const int32_t *table;
     const tile_sum *ts;
     float *sc;               /* [nh][cap] scores, then exponentials */
 } job_t;
 
-static void job_get(const el_engine *e, int g, int j, float *sc, job_t *J) {
+static void job_get(const el_engine *e, int l, int j, float *sc, job_t *J) {
     const struct att_state *a = e->att;
     const step_plan *pl = &e->plan;
-    const int qb = j / e->d.n_head_kv;
+    const int g = layer_group(e, l), n_kv = e->layers[l].n_head_kv;
+    const int qb = j / n_kv;
     J->s = pl->qb_seq[qb];
     J->m0 = pl->qb_row0[qb];
     J->mq = pl->qb_rows[qb];
-    J->kvh = j % e->d.n_head_kv;
-    J->nh = J->mq * a->G;
+    J->kvh = j % n_kv;
+    J->G = e->d.n_head / n_kv;
+    J->nh = J->mq * J->G;
     J->n_slots = seq_slots(pl, J->s);
     J->tlo = a->tlo[g * e->n_batch + qb];
     J->thi = a->thi[g * e->n_batch + qb];
@@ -225,7 +237,7 @@ static void job_get(const el_engine *e, int g, int j, float *sc, job_t *J) {
 }
 
 /* score row r of a job: query row r / G, head kvh * G + r % G */
-static int job_head(const el_engine *e, const job_t *J, int r) { return J->kvh * ((const struct att_state *)e->att)->G + r % ((const struct att_state *)e->att)->G; }
+static int job_head(const job_t *J, int r) { return J->kvh * J->G + r % J->G; }
 
 typedef float f32x4 __attribute__((vector_size(16)));  /* GCC / clang vectors: SSE2, NEON */
 typedef int32_t i32x4 __attribute__((vector_size(16)));
@@ -249,12 +261,13 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     const struct att_state *a = e->att;
     const el_model_desc *d = &e->d;
     const el_batch *b = e->plan.b;
-    const int g = layer_group(e, l), swa = g == G_SWA, hk = d->head_dim_k, G = a->G, nh = J->nh;
-    const int qd = d->n_head * hk;
+    const int g = layer_group(e, l), swa = g == G_SWA, hk = e->layers[l].head_dim_k, G = J->G, nh = J->nh;
+    const int qd = d->n_head * hk, Gs = a->G;   /* scratch is laid out for Gs >= G and the largest heads */
     const int one = b->llama_order && e->plan.n == 1;
+    const kv_layout *kl = &e->kl[kv_owner(e, l)];
     float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
-    float *tile = qr + (size_t)QB * G * hk;     /* [nh][KT] */
-    el_half *tmp = (el_half *)(tile + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, d->head_dim_v));
+    float *tile = qr + (size_t)QB * Gs * a->hk; /* [nh][KT] */
+    el_half *tmp = (el_half *)(tile + (size_t)QB * Gs * KT + pv_weight_floats(Gs) + pv_lane_floats(Gs, a->hv));
     /* quantized keys: the queries as q8_0 rows (34 hk / 32 bytes), then the sums of their blocks'
      * quants ([nh][hk / 32] int32): together within qr's 4 hk bytes a row */
     const int nb = hk / 32;
@@ -263,8 +276,8 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     for (int r = 0; r < nh; r++) mx[r] = -INFINITY;
     if (ta >= tb) return;
     for (int r = 0; r < nh; r++) {
-        const float *q = e->q + (size_t)(J->m0 + r / G) * qd + (size_t)job_head(e, J, r) * hk;
-        if (e->kl.type == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
+        const float *q = e->q + (size_t)(J->m0 + r / G) * qd + (size_t)job_head(J, r) * hk;
+        if (kl->type == EL_F16) {  /* rounded to f16, as llama.cpp's f16 K . q does */
             e->vops.f32_to_f16(hk, q, tmp);
             e->vops.f16_to_f32(hk, tmp, qr + (size_t)r * hk);
         } else {  /* quantized to q8_0 (the keys' dot product type), as llama.cpp's mul_mat does */
@@ -282,8 +295,8 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     const float uncap = capped ? 1.0f / softcap : 0.0f;  /* llama.cpp scales by the float 1 / cap */
     float lmax[nh * KT];  /* per row and lane: the maximum of the tiles it sees whole */
     for (int i = 0; i < nh * KT; i++) lmax[i] = -INFINITY;
-    const size_t kbytes = e->kl.part;
-    const int spread = one || e->kl.type != EL_F16;  /* the kernels but qk_tile prefetch the tile they are handed */
+    const size_t kbytes = kl->part;
+    const int spread = one || kl->type != EL_F16;  /* the kernels but qk_tile prefetch the tile they are handed */
     for (int t = ta; t < EL_MIN(tb, ta + PF_TILES); t++)
         if (J->table[t] >= 0) el_prefetch_l2(kv_kb(e, l, J->table[t], J->kvh), kbytes);
     for (int t = ta; t < tb; t++) {
@@ -300,9 +313,9 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         if (!spread || !any) el_prefetch_l2(next, kbytes);
         if (any) {
             const uint8_t *K = kv_kb(e, l, J->table[t], J->kvh);
-            if (e->kl.type == EL_Q8_0) {  /* integer dot products straight from the key tile */
+            if (kl->type == EL_Q8_0) {  /* integer dot products straight from the key tile */
                 e->vops.qk_q8_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile, next);
-            } else if (e->kl.type == EL_Q4_0) {
+            } else if (kl->type == EL_Q4_0) {
                 e->vops.qk_q4_0(hk, (const uint8_t *)qr, qrow, qsum, nh, K, tile, next);
             } else if (one) {
                 e->vops.qk_tile_one(hk, qr, nh, hk, (const el_half *)K, tile, (const el_half *)next);
@@ -349,14 +362,14 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
 static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const double *S, float *scr) {
     const struct att_state *a = e->att;
     const el_model_desc *d = &e->d;
-    const kv_layout *vl = &e->vl;
-    const int hk = d->head_dim_k, hv = d->head_dim_v, G = a->G, nd = d1 - d0, gd = vl->dims;
+    const kv_layout *vl = &e->vl[kv_owner(e, l)];
+    const int hv = e->layers[l].head_dim_v, G = J->G, Gs = a->G, nd = d1 - d0, gd = vl->dims;
     const int od = d->n_head * hv;
     const int qv = vl->type != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
     const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = pv_pass_rows(G, sets);
-    float *w = scr + (size_t)QB * G * hk + (size_t)QB * G * KT;  /* [nb][CT * KT] */
-    float *lanes = w + pv_weight_floats(G);                        /* [nb][lsz] */
-    el_half *tmp = (el_half *)(lanes + pv_lane_floats(G, hv));
+    float *w = scr + (size_t)QB * Gs * a->hk + (size_t)QB * Gs * KT;  /* [nb][CT * KT] */
+    float *lanes = w + pv_weight_floats(Gs);                             /* [nb][lsz] */
+    el_half *tmp = (el_half *)(lanes + pv_lane_floats(Gs, a->hv));
     if (nd <= 0) return;
     const el_half *vt[CT];
     const uint8_t *vq[CT];
@@ -392,7 +405,7 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
         for (int r = 0; r < nr; r++) {
             float *lr = lanes + (size_t)r * lsz;
             const int rr = r0 + r;
-            float *out = e->xn + (size_t)(J->m0 + rr / G) * od + (size_t)job_head(e, J, rr) * hv + d0;
+            float *out = e->xn + (size_t)(J->m0 + rr / G) * od + (size_t)job_head(J, rr) * hv + d0;
             if (qv) {
                 memcpy(out, lr, sizeof(float) * nd);
                 continue;
@@ -421,8 +434,8 @@ static void share(int lo, int hi, int ith, int nth, int align, int *a, int *b) {
 void el_attention(el_engine *e, int l, int ith, int nth) {
     struct att_state *a = e->att;
     const step_plan *pl = &e->plan;
-    const int g = layer_group(e, l), G = a->G, hv = e->d.head_dim_v;
-    const int n_jobs = pl->n_qb * e->d.n_head_kv;
+    const int g = layer_group(e, l), G = a->G, hv = e->layers[l].head_dim_v;
+    const int n_jobs = pl->n_qb * e->layers[l].n_head_kv;
     float *scr = a->scratch + (size_t)ith * a->per_thread;
     float *mx = scr + (a->per_thread - (size_t)QB * G * 3 - 16);
     double *S = (double *)(mx + QB * G + (((uintptr_t)(mx + QB * G) & 7) ? 1 : 0));
@@ -432,7 +445,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             const int j = atomic_fetch_add(&a->next[l], 1);
             if (j >= n_jobs) break;
             job_t J;
-            job_get(e, g, j, sc, &J);
+            job_get(e, l, j, sc, &J);
             job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
             for (int r = 0; r < J.nh; r++)
                 S[r] = J.thi > J.tlo ? e->vops.exp_sum((J.thi - J.tlo) * KT, J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT, mx[r]) : 0.0;
@@ -446,7 +459,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     size_t row0 = 0;
     for (int j = 0; j < n_jobs; j++) {  /* phase 1: scores of a share of each job's tiles */
         job_t J;
-        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
         share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         job_scores(e, l, &J, ta, tb, a->pmax + (size_t)ith * n_rows + row0, scr);
@@ -456,7 +469,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     row0 = 0;
     for (int j = 0; j < n_jobs; j++) {  /* phase 2: exponentials and their 16-slot sums */
         job_t J;
-        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
         share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         for (int r = 0; r < J.nh && ta < tb; r++) {
@@ -475,7 +488,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     row0 = 0;
     for (int j = 0; j < n_jobs; j++) {  /* phase 3: p.v over a share of the value dimensions */
         job_t J;
-        job_get(e, g, j, a->sc + row0 * a->cap, &J);
+        job_get(e, l, j, a->sc + row0 * a->cap, &J);
         for (int r = 0; r < J.nh; r++) {
             const float *ps = a->psum + (row0 + r) * (a->cap / KT);
             double sum = 0.0;
@@ -483,7 +496,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             S[r] = sum;
         }
         int d0, d1;  /* quantized values: whole blocks of 32 */
-        share(0, hv, ith, nth, e->vl.type == EL_F16 ? 8 : 32, &d0, &d1);
+        share(0, hv, ith, nth, e->vl[kv_owner(e, l)].type == EL_F16 ? 8 : 32, &d0, &d1);
         job_pv(e, l, &J, d0, d1, S, scr);
         row0 += (size_t)J.nh;
     }

@@ -155,7 +155,7 @@ static inline float el_expf(float x) {
                          fmaf(0x1.ffffecp-1f, b, 1.0f));
     return ldexpf(j, (int)n);
 }
-void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up);  /* gate = gelu(gate)*up */
+void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up);  /* gate = gelu(gate)*up (up NULL: *1) */
 
 /* filled by el_set_isa(); entries with blck == 0 are unsupported */
 extern el_type_traits el_traits[EL_NTYPES];

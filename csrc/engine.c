@@ -78,35 +78,63 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     if (!c->layers) FAIL("out of memory");
     memcpy(c->layers, desc->layers, sizeof(el_layer) * (size_t)d->n_layer);
     c->d.layers = c->layers;
-
-    const int qd = d->n_head * d->head_dim_k, kd = d->n_head_kv * d->head_dim_k;
-    const int vd = d->n_head_kv * d->head_dim_v, od = d->n_head * d->head_dim_v;
+    /* each layer's own sizes (0: the model's); the widest of them size the scratch */
+    int max_qd = 0, max_kd = 0, max_vd = 0, max_od = 0, max_ff = 0, max_rot = 0;
+    for (int l = 0; l < d->n_layer; l++) {
+        el_layer *L = &c->layers[l];
+        if (!L->head_dim_k) L->head_dim_k = d->head_dim_k;
+        if (!L->head_dim_v) L->head_dim_v = d->head_dim_v;
+        if (!L->n_head_kv) L->n_head_kv = d->n_head_kv;
+        if (!L->n_ff) L->n_ff = d->n_ff;
+        if (L->n_rot < 0) L->n_rot = d->n_rot;
+        if (L->head_dim_k <= 0 || L->head_dim_v <= 0 || L->n_head_kv <= 0 || d->n_head % L->n_head_kv ||
+            L->n_rot < 0 || L->n_rot > L->head_dim_k || L->n_rot % 2 || (L->n_ff <= 0 && !d->n_expert))
+            FAIL("blk.%d: inconsistent sizes", l);
+        if (L->kv_share) {
+            const el_layer *S = &c->layers[L->kv_share - 1];
+            if (L->kv_share - 1 >= l || S->kv_share || S->is_swa != L->is_swa || S->head_dim_k != L->head_dim_k ||
+                S->head_dim_v != L->head_dim_v || S->n_head_kv != L->n_head_kv)
+                FAIL("blk.%d: cannot attend to the KV cache of layer %d", l, L->kv_share - 1);
+        }
+        max_qd = EL_MAX(max_qd, d->n_head * L->head_dim_k);
+        max_kd = EL_MAX(max_kd, L->n_head_kv * L->head_dim_k);
+        max_vd = EL_MAX(max_vd, L->n_head_kv * L->head_dim_v);
+        max_od = EL_MAX(max_od, d->n_head * L->head_dim_v);
+        max_ff = EL_MAX(max_ff, L->n_ff);
+        max_rot = EL_MAX(max_rot, L->n_rot);
+    }
     if (!tensor_ok(c, &d->tok_embd, d->n_embd, d->n_vocab) || !c->traits[d->tok_embd.type].to_float)
         FAIL("token_embd: bad shape or type");
     if (!tensor_ok(c, &d->output, d->n_embd, d->n_vocab)) FAIL("output: bad shape or unsupported type");
     if (!norm_ok(&d->output_norm, d->n_embd)) FAIL("output_norm: bad shape");
     if (!norm_ok(&d->output_bias, d->n_vocab)) FAIL("output.bias: bad shape");
     if (d->attn_temp_scale != 0.0f && d->attn_temp_floor <= 0) FAIL("attention temperature without a floor");
-    if (d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != d->n_rot / 2))
-        FAIL("rope_freqs: bad shape");
     int any_swa = 0;
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &c->layers[l];
+        const int qd = d->n_head * L->head_dim_k, kd = L->n_head_kv * L->head_dim_k;
+        const int vd = L->n_head_kv * L->head_dim_v, od = d->n_head * L->head_dim_v;
         any_swa |= L->is_swa;
+        if (L->rope_freqs && d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != L->n_rot / 2))
+            FAIL("rope_freqs: bad shape");
         if (!tensor_ok(c, &L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
-        if (!tensor_ok(c, &L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
-        if (!tensor_ok(c, &L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
+        /* a layer on another's cache needs no k or v; without attn_v the values are the keys */
+        if (!L->kv_share && !tensor_ok(c, &L->wk, d->n_embd, kd))
+            FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
+        if (!L->kv_share && (L->wv.data || L->head_dim_v != L->head_dim_k) && !tensor_ok(c, &L->wv, d->n_embd, vd))
+            FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
-        if (!d->n_expert && !tensor_ok(c, &L->w_gate, d->n_embd, d->n_ff))
+        if (!d->n_expert && !tensor_ok(c, &L->w_gate, d->n_embd, L->n_ff))
             FAIL("blk.%d.ffn_gate: bad shape or unsupported type", l);
-        if (!d->n_expert && !tensor_ok(c, &L->w_up, d->n_embd, d->n_ff))
+        if (!d->n_expert && !tensor_ok(c, &L->w_up, d->n_embd, L->n_ff))
             FAIL("blk.%d.ffn_up: bad shape or unsupported type", l);
-        if (!d->n_expert && !tensor_ok(c, &L->w_down, d->n_ff, d->n_embd))
+        if (!d->n_expert && !tensor_ok(c, &L->w_down, L->n_ff, d->n_embd))
             FAIL("blk.%d.ffn_down: bad shape or unsupported type", l);
+        if (!norm_ok(&L->out_scale, 1)) FAIL("blk.%d.layer_output_scale: bad shape", l);
         if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd) ||
             !norm_ok(&L->attn_post_norm, d->n_embd) || !norm_ok(&L->ffn_post_norm, d->n_embd) ||
-            !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : d->head_dim_k) ||
-            !norm_ok(&L->attn_k_norm, d->qk_norm_all ? kd : d->head_dim_k))
+            !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : L->head_dim_k) ||
+            !norm_ok(&L->attn_k_norm, d->qk_norm_all ? kd : L->head_dim_k))
             FAIL("blk.%d: a norm weight has a bad shape", l);
         if (!norm_ok(&L->bq, qd) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
             FAIL("blk.%d: a bias has a bad shape", l);
@@ -115,6 +143,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     if (el_kv_init(c, type_k, type_v) != 0)
         FAIL("KV cache types %d / %d: f16, q8_0 or q4_0, quantized ones for head sizes that are multiples of 32 "
              "(these are %d / %d)", type_k, type_v, d->head_dim_k, d->head_dim_v);
+    if (el_ple_init(c, last_error, sizeof last_error) != 0) goto fail;
 
     for (int g = 0; g < 2; g++) {
         c->kv[g].k = calloc((size_t)d->n_layer, sizeof(uint8_t **));
@@ -123,20 +152,20 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     }
 
     if (d->n_expert && el_moe_init(c, last_error, sizeof last_error) != 0) goto fail;
-    const int n_ff = EL_MAX(d->n_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
-    int max_k = EL_MAX(EL_MAX(d->n_embd, od), n_ff);
+    const int n_ff = EL_MAX(max_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
+    int max_k = EL_MAX(EL_MAX(d->n_embd, max_od), EL_MAX(n_ff, d->n_embd_per_layer));
     c->max_k = max_k;
     const size_t B = (size_t)n_batch;
     c->x = amalloc(4 * B * d->n_embd);
-    c->xn = amalloc(4 * B * EL_MAX(d->n_embd, od));
-    c->q = amalloc(4 * B * qd);
-    c->kc = amalloc(4 * B * kd);
-    c->vc = amalloc(4 * B * vd);
+    c->xn = amalloc(4 * B * EL_MAX(d->n_embd, max_od));
+    c->q = amalloc(4 * B * max_qd);
+    c->kc = amalloc(4 * B * max_kd);
+    c->vc = amalloc(4 * B * EL_MAX(max_vd, max_kd));
     c->tmp = amalloc(4 * B * d->n_embd);
     c->gate = amalloc(4 * B * n_ff);
     c->up = amalloc(4 * B * n_ff);
     c->actq = amalloc(B * (size_t)max_k * 4 + 1024);  /* every act type takes <= 4 bytes/value */
-    c->rope = amalloc(4 * B * (d->n_rot ? d->n_rot : 2));
+    c->rope = amalloc(4 * B * (max_rot ? max_rot : 2));
     step_plan *pl = &c->plan;
     pl->row_slot = amalloc(4 * B);
     pl->seq_row0 = amalloc(4 * B);
@@ -171,7 +200,10 @@ int el_engine_set_threads(el_engine *c, int n_threads, int adaptive) {
         free(c->tmp_k);
         c->pool = el_pool_new(n_threads);
         c->n_threads = n_threads;
-        c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * EL_MAX(c->d.head_dim_k, c->d.head_dim_v));
+        int hmax = 0;
+        for (int l = 0; l < c->d.n_layer; l++)
+            hmax = EL_MAX(hmax, EL_MAX(c->layers[l].head_dim_k, c->layers[l].head_dim_v));
+        c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * hmax);
         if (!c->pool || !c->tmp_k || el_attention_init(c) != 0) return -1;
     }
     el_pool_set_adaptive(c->pool, adaptive);
@@ -190,6 +222,8 @@ void el_engine_free(el_engine *c) {
     free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->tmp_k);
     el_attention_free(c);
     el_moe_free(c);
+    el_ple_free(c);
+    free(c->kl); free(c->vl);
     step_plan *pl = &c->plan;
     free(pl->row_slot); free(pl->seq_row0); free(pl->seq_rows); free(pl->out_row);
     free(pl->qb_seq); free(pl->qb_row0); free(pl->qb_rows);
@@ -335,8 +369,7 @@ static void forward_task(void *arg, int ith, int nth) {
     const el_batch *b = pl->b;
     const el_model_desc *d = &c->d;
     const int n = pl->n;
-    const int E = d->n_embd, hk = d->head_dim_k, hv = d->head_dim_v;
-    const int qd = d->n_head * hk, kd = d->n_head_kv * hk, vd = d->n_head_kv * hv, od = d->n_head * hv;
+    const int E = d->n_embd;
     act_state st = {0};
 
     /* token embeddings */
@@ -347,24 +380,29 @@ static void forward_task(void *arg, int ith, int nth) {
         if (d->embd_scale != 1.0f) for (int i = 0; i < E; i++) xr[i] *= d->embd_scale;
     }
     sync(c, &st);
+    if (d->n_embd_per_layer) el_ple_inputs(c, &st, ith, nth);
 
     float rope_base = -1, rope_scale = -1;
+    int rope_n = -1;
+    const float *rope_ff = NULL;
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &c->layers[l];
+        const int hk = L->head_dim_k, hv = L->head_dim_v, n_rot = L->n_rot, own_kv = !L->kv_share;
+        const int qd = d->n_head * hk, kd = L->n_head_kv * hk, vd = L->n_head_kv * hv, od = d->n_head * hv;
+        const float *ff = L->rope_freqs ? d->rope_freqs.data : NULL;
         /* attention block */
         for (int m = ith; m < n; m += nth)
             pre_norm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
-        if (d->n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale)) {
-            rope_base = L->rope_base; rope_scale = L->rope_scale;
+        if (n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale || n_rot != rope_n || ff != rope_ff)) {
+            rope_base = L->rope_base; rope_scale = L->rope_scale; rope_n = n_rot; rope_ff = ff;
             for (int m = ith; m < n; m += nth)
-                el_rope_cache(c->rope + (size_t)m * d->n_rot, d->n_rot, (float)b->pos[m], rope_base,
-                              rope_scale, d->rope_freqs.data, d);
+                el_rope_cache(c->rope + (size_t)m * n_rot, n_rot, (float)b->pos[m], rope_base, rope_scale, ff, d);
         }
         sync(c, &st);
         TRACE("attn_norm", l, c->tmp, n, E, E);
         matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
-        matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
-        matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
+        if (own_kv) matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
+        if (own_kv && L->wv.data) matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
         sync(c, &st);
         TRACE("q_mm", l, c->q, n, qd, qd);
         TRACE("k_mm", l, c->kc, n, kd, kd);
@@ -373,18 +411,21 @@ static void forward_task(void *arg, int ith, int nth) {
         el_half *h16 = c->tmp_k + (size_t)ith * EL_MAX(hk, hv);
         for (int m = ith; m < n; m += nth) {
             float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
+            if (own_kv && !L->wv.data) memcpy(v, k, sizeof(float) * (size_t)kd);  /* the values are the keys */
             if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
             if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
             if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
             const int qn = d->qk_norm_all ? qd : hk, kn = d->qk_norm_all ? kd : hk;  /* one norm per qn values */
             if (L->attn_q_norm.data)
                 for (int i = 0; i < qd; i += qn) el_rmsnorm(q + i, q + i, L->attn_q_norm.data, qn, d->norm_eps);
-            if (L->attn_k_norm.data)
+            if (L->attn_k_norm.data && own_kv)
                 for (int i = 0; i < kd; i += kn) el_rmsnorm(k + i, k + i, L->attn_k_norm.data, kn, d->norm_eps);
-            if (d->n_rot && L->use_rope) {
-                const float *rc = c->rope + (size_t)m * d->n_rot;
-                el_rope(q, d->n_head, hk, d->n_rot, d->rope_type, rc);
-                el_rope(k, d->n_head_kv, hk, d->n_rot, d->rope_type, rc);
+            if (d->v_norm && own_kv)
+                for (int i = 0; i < vd; i += hv) el_rmsnorm(v + i, v + i, NULL, hv, d->norm_eps);
+            if (n_rot && L->use_rope) {
+                const float *rc = c->rope + (size_t)m * n_rot;
+                el_rope(q, d->n_head, hk, n_rot, d->rope_type, rc);
+                if (own_kv) el_rope(k, L->n_head_kv, hk, n_rot, d->rope_type, rc);
             }
             if (d->q_scale != 1.0f) for (int i = 0; i < qd; i++) q[i] *= d->q_scale;
             if (d->attn_temp_scale != 0.0f) {
@@ -393,7 +434,9 @@ static void forward_task(void *arg, int ith, int nth) {
                                         d->attn_temp_scale + 1.0);
                 for (int i = 0; i < qd; i++) q[i] *= t;
             }
-            if (d->rot_k) { el_fwht(q, qd, d->rot_k); el_fwht(k, kd, d->rot_k); }
+            if (d->rot_k) el_fwht(q, qd, d->rot_k);
+            if (!own_kv) continue;  /* attends to another layer's cache */
+            if (d->rot_k) el_fwht(k, kd, d->rot_k);
             if (d->rot_v) el_fwht(v, vd, d->rot_v);
             store_kv(c, l, m, k, v, h16);
         }
@@ -424,7 +467,7 @@ static void forward_task(void *arg, int ith, int nth) {
          * that want logits before it, so its matmuls see that many columns (their order) */
         if (b->llama_order && l == d->n_layer - 1 && pl->n_out) st.cols = pl->n_out;
         if (d->n_expert) el_moe_ffn(c, &st, l, ith, nth);
-        else el_gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, d->n_ff, d->act, c->tmp, ith, nth);
+        else el_gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, L->n_ff, d->act, c->tmp, ith, nth);
         st.cols = 0;
         TRACE("ffn_out", l, c->tmp, n, E, E);
         for (int m = ith; m < n; m += nth) {
@@ -433,6 +476,7 @@ static void forward_task(void *arg, int ith, int nth) {
             residual_add(xr, t, E, d->residual_scale);
         }
         sync(c, &st);
+        if (d->n_embd_per_layer || L->out_scale.data) el_layer_end(c, &st, l, ith, nth);
         TRACE("l_out", l, c->x, n, E, E);
     }
     if (pl->n_out && pl->logits) output_rows(c, &st, 0, pl->n_out, pl->logits, ith, nth);

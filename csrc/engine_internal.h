@@ -61,8 +61,9 @@ struct el_engine {
     int n_ctx, n_batch, n_threads;
     el_pool *pool;
     kv_store kv[2];
-    kv_layout kl, vl;               /* cache types (EL_F16, EL_Q8_0, EL_Q4_0) and layouts of the keys
-                                       (one group of head_dim_k dims) and values (groups of vl.dims) */
+    kv_layout *kl, *vl;             /* per layer: cache types (EL_F16, EL_Q8_0, EL_Q4_0) and layouts of
+                                       the keys (one group of head_dim_k dims) and values (groups of
+                                       vl.dims) */
     int max_k;           /* widest matmul input */
     /* scratch, n_batch rows each */
     float *x;      /* [n_batch, n_embd] residual stream */
@@ -74,14 +75,17 @@ struct el_engine {
     float *gate;   /* [n_batch, n_ff] */
     float *up;     /* [n_batch, n_ff] */
     uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
-    float *rope;   /* [n_batch, n_rot] cos/sin per token for the current rope parameters */
+    float *rope;   /* [n_batch, max n_rot] cos/sin per token for the current rope parameters */
     struct att_state *att; /* attention's scratch and per-step plan (attention.c) */
     struct moe_state *moe; /* the expert FFN's scratch (moe.c); NULL for dense models */
+    struct ple_state *ple; /* per-layer embeddings' scratch (gemma4.c); NULL without them */
     el_half *tmp_k; /* per thread: one key or value row in f16 */
     step_plan plan;
 };
 
 static inline int layer_group(const el_engine *e, int l) { return e->layers[l].is_swa ? G_SWA : G_GLOBAL; }
+/* the layer whose KV cache layer l reads (gemma4's last layers read an earlier one's) */
+static inline int kv_owner(const el_engine *e, int l) { return e->layers[l].kv_share ? e->layers[l].kv_share - 1 : l; }
 
 /* the block tables of sequence s in group g, for this step */
 static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
@@ -91,12 +95,15 @@ static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
 /* head h's keys (values: value group c) in block blk of layer l: an f16 tile, a quantized key
  * tile, or KT quantized value rows */
 static inline uint8_t *kv_kb(const el_engine *e, int l, int blk, int h) {
+    l = kv_owner(e, l);
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)h * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->kl.part;
+    return st->k[l][blk / SLAB_BLOCKS] + ((size_t)h * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->kl[l].part;
 }
 static inline uint8_t *kv_vb(const el_engine *e, int l, int blk, int h, int c) {
+    l = kv_owner(e, l);
     const kv_store *st = &e->kv[layer_group(e, l)];
-    return st->v[l][blk / SLAB_BLOCKS] + (((size_t)h * e->vl.groups + c) * SLAB_BLOCKS + blk % SLAB_BLOCKS) * e->vl.part;
+    return st->v[l][blk / SLAB_BLOCKS] + (((size_t)h * e->vl[l].groups + c) * SLAB_BLOCKS + blk % SLAB_BLOCKS) *
+           e->vl[l].part;
 }
 static inline el_half *kv_k(const el_engine *e, int l, int blk, int h) { return (el_half *)kv_kb(e, l, blk, h); }
 static inline el_half *kv_v(const el_engine *e, int l, int blk, int h, int c) { return (el_half *)kv_vb(e, l, blk, h, c); }
@@ -150,6 +157,14 @@ void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t
 int el_moe_init(el_engine *e, char *err, size_t err_size);
 void el_moe_free(el_engine *e);
 void el_moe_ffn(el_engine *e, act_state *st, int l, int ith, int nth);
+/* gemma4.c: per-layer input embeddings and output scales. init checks the tensors and allocates
+ * the scratch (0, or -1 with a message in err); inputs computes every layer's inputs of the
+ * step's rows after the token embeddings (ends with a barrier); layer_end applies layer l's
+ * per-layer embedding and output scale to the residual stream after its FFN (ends with a barrier) */
+int el_ple_init(el_engine *e, char *err, size_t err_size);
+void el_ple_free(el_engine *e);
+void el_ple_inputs(el_engine *e, act_state *st, int ith, int nth);
+void el_layer_end(el_engine *e, act_state *st, int l, int ith, int nth);
 /* kv.c */
 int el_kv_init(el_engine *e, int type_k, int type_v);  /* the cache types; -1 unsupported */
 void el_kv_free_all(el_engine *e);

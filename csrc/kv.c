@@ -16,8 +16,15 @@
 #include <sys/mman.h>
 #include "engine_internal.h"
 
-static size_t k_block_bytes(const el_engine *e) { return e->kl.part * (size_t)e->kl.groups * e->d.n_head_kv; }
-static size_t v_block_bytes(const el_engine *e) { return e->vl.part * (size_t)e->vl.groups * e->d.n_head_kv; }
+/* layer l's keys (values) of one block */
+static size_t k_block_bytes(const el_engine *e, int l) {
+    return e->kl[l].part * (size_t)e->kl[l].groups * e->layers[l].n_head_kv;
+}
+static size_t v_block_bytes(const el_engine *e, int l) {
+    return e->vl[l].part * (size_t)e->vl[l].groups * e->layers[l].n_head_kv;
+}
+/* layer l of group g holds a cache (gemma4's last layers read an earlier one's) */
+static int holds(const el_engine *e, int l, int g) { return layer_group(e, l) == g && !e->layers[l].kv_share; }
 
 /* Value groups: a quantized type's blocks (32 dims); f16: 32 dims where they divide head_dim_v,
  * else 16 or 8, else one group (attention splits the value dims of a step at multiples of 8) */
@@ -40,10 +47,15 @@ static int layout(kv_layout *x, int type, int dims, int is_v) {
 }
 
 int el_kv_init(el_engine *e, int type_k, int type_v) {
-    kv_layout kl, vl;
-    if (layout(&kl, type_k, e->d.head_dim_k, 0) != 0 || layout(&vl, type_v, e->d.head_dim_v, 1) != 0) return -1;
-    e->kl = kl;
-    e->vl = vl;
+    free(e->kl);
+    free(e->vl);
+    e->kl = calloc((size_t)e->d.n_layer, sizeof(kv_layout));
+    e->vl = calloc((size_t)e->d.n_layer, sizeof(kv_layout));
+    if (!e->kl || !e->vl) return -1;
+    for (int l = 0; l < e->d.n_layer; l++)
+        if (layout(&e->kl[l], type_k, e->layers[l].head_dim_k, 0) != 0 ||
+            layout(&e->vl[l], type_v, e->layers[l].head_dim_v, 1) != 0)
+            return -1;
     return 0;
 }
 
@@ -73,7 +85,7 @@ static void qrow_put(const kv_layout *x, int v, uint8_t *part, int lane, const u
 /* slot `lane` of head h's keys or values in a block, as floats (all the head's dims); h16: a
  * group's halves */
 static void slot_get(const el_engine *e, int v, int l, int blk, int h, int lane, float *out, el_half *h16) {
-    const kv_layout *x = v ? &e->vl : &e->kl;
+    const kv_layout *x = v ? &e->vl[l] : &e->kl[l];
     uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         const uint8_t *p = part_of(e, v, l, blk, h, c);
@@ -88,7 +100,7 @@ static void slot_get(const el_engine *e, int v, int l, int blk, int h, int lane,
     }
 }
 static void slot_put(const el_engine *e, int v, int l, int blk, int h, int lane, const float *in, el_half *h16) {
-    const kv_layout *x = v ? &e->vl : &e->kl;
+    const kv_layout *x = v ? &e->vl[l] : &e->kl[l];
     uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         uint8_t *p = part_of(e, v, l, blk, h, c);
@@ -104,7 +116,7 @@ static void slot_put(const el_engine *e, int v, int l, int blk, int h, int lane,
 }
 /* the stored bytes of a slot moved as they are */
 static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst, int ld, int h, el_half *h16) {
-    const kv_layout *x = v ? &e->vl : &e->kl;
+    const kv_layout *x = v ? &e->vl[l] : &e->kl[l];
     uint8_t row[x->row];
     for (int c = 0; c < x->groups; c++) {
         const uint8_t *ps = part_of(e, v, l, src, h, c);
@@ -120,8 +132,8 @@ static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst
 }
 
 void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf) {
-    const int hk = e->d.head_dim_k, hv = e->d.head_dim_v;
-    for (int h = 0; h < e->d.n_head_kv; h++) {
+    const int hk = e->layers[l].head_dim_k, hv = e->layers[l].head_dim_v;
+    for (int h = 0; h < e->layers[l].n_head_kv; h++) {
         slot_put(e, 0, l, blk, h, lane, k + (size_t)h * hk, buf);
         slot_put(e, 1, l, blk, h, lane, v + (size_t)h * hv, buf);
     }
@@ -143,7 +155,7 @@ int el_kv_reserve(el_engine *e, int g, int n_blocks) {
         if (!pos) return -1;
         st->pos = pos;
         for (int l = 0; l < e->d.n_layer; l++) {
-            if (layer_group(e, l) != g) continue;
+            if (!holds(e, l, g)) continue;
             uint8_t **k = realloc(st->k[l], sizeof(uint8_t *) * (size_t)cap);
             if (!k) return -1;
             st->k[l] = k;
@@ -159,15 +171,15 @@ int el_kv_reserve(el_engine *e, int g, int n_blocks) {
         if (!st->pos[s]) return -1;
         int ok = 1;
         for (int l = 0; l < e->d.n_layer && ok; l++) {
-            if (layer_group(e, l) != g) continue;
-            st->k[l][s] = map_zeroed(k_block_bytes(e) * SLAB_BLOCKS);
-            st->v[l][s] = map_zeroed(v_block_bytes(e) * SLAB_BLOCKS);
+            if (!holds(e, l, g)) continue;
+            st->k[l][s] = map_zeroed(k_block_bytes(e, l) * SLAB_BLOCKS);
+            st->v[l][s] = map_zeroed(v_block_bytes(e, l) * SLAB_BLOCKS);
             ok = st->k[l][s] && st->v[l][s];
             if (!ok) {  /* undo this slab */
                 for (int m = 0; m <= l; m++) {
-                    if (layer_group(e, m) != g) continue;
-                    if (st->k[m][s]) munmap(st->k[m][s], k_block_bytes(e) * SLAB_BLOCKS);
-                    if (st->v[m][s]) munmap(st->v[m][s], v_block_bytes(e) * SLAB_BLOCKS);
+                    if (!holds(e, m, g)) continue;
+                    if (st->k[m][s]) munmap(st->k[m][s], k_block_bytes(e, m) * SLAB_BLOCKS);
+                    if (st->v[m][s]) munmap(st->v[m][s], v_block_bytes(e, m) * SLAB_BLOCKS);
                 }
                 munmap(st->pos[s], sizeof(int32_t) * SLAB_BLOCKS * KT);
                 return -1;
@@ -187,9 +199,9 @@ void el_kv_free_all(el_engine *e) {
         for (int s = 0; s < st->n_slabs; s++) {
             munmap(st->pos[s], sizeof(int32_t) * SLAB_BLOCKS * KT);
             for (int l = 0; l < e->d.n_layer; l++) {
-                if (layer_group(e, l) != g) continue;
-                munmap(st->k[l][s], k_block_bytes(e) * SLAB_BLOCKS);
-                munmap(st->v[l][s], v_block_bytes(e) * SLAB_BLOCKS);
+                if (!holds(e, l, g)) continue;
+                munmap(st->k[l][s], k_block_bytes(e, l) * SLAB_BLOCKS);
+                munmap(st->v[l][s], v_block_bytes(e, l) * SLAB_BLOCKS);
             }
         }
         if (st->k) for (int l = 0; l < e->d.n_layer; l++) { free(st->k[l]); free(st->v[l]); }
@@ -203,10 +215,11 @@ int el_kv_copy_block(el_engine *e, int g, int src, int dst) {
     if (g < 0 || g > 1 || src < 0 || dst < 0 || src >= st->n_blocks || dst >= st->n_blocks) return -2;
     if (src == dst) return 0;
     for (int l = 0; l < e->d.n_layer; l++) {
-        if (layer_group(e, l) != g) continue;
-        for (int h = 0; h < e->d.n_head_kv; h++) {
-            memcpy(kv_kb(e, l, dst, h), kv_kb(e, l, src, h), e->kl.part);
-            for (int c = 0; c < e->vl.groups; c++) memcpy(kv_vb(e, l, dst, h, c), kv_vb(e, l, src, h, c), e->vl.part);
+        if (!holds(e, l, g)) continue;
+        for (int h = 0; h < e->layers[l].n_head_kv; h++) {
+            memcpy(kv_kb(e, l, dst, h), kv_kb(e, l, src, h), e->kl[l].part);
+            for (int c = 0; c < e->vl[l].groups; c++)
+                memcpy(kv_vb(e, l, dst, h, c), kv_vb(e, l, src, h, c), e->vl[l].part);
         }
     }
     memcpy(kv_pos(e, g, dst), kv_pos(e, g, src), sizeof(int32_t) * KT);
@@ -216,10 +229,10 @@ int el_kv_copy_block(el_engine *e, int g, int src, int dst) {
 int el_kv_clear_block(el_engine *e, int g, int blk) {
     if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
     for (int l = 0; l < e->d.n_layer; l++) {
-        if (layer_group(e, l) != g) continue;
-        for (int h = 0; h < e->d.n_head_kv; h++) {
-            memset(kv_kb(e, l, blk, h), 0, e->kl.part);
-            for (int c = 0; c < e->vl.groups; c++) memset(kv_vb(e, l, blk, h, c), 0, e->vl.part);
+        if (!holds(e, l, g)) continue;
+        for (int h = 0; h < e->layers[l].n_head_kv; h++) {
+            memset(kv_kb(e, l, blk, h), 0, e->kl[l].part);
+            for (int c = 0; c < e->vl[l].groups; c++) memset(kv_vb(e, l, blk, h, c), 0, e->vl[l].part);
         }
     }
     return 0;
@@ -237,11 +250,11 @@ int el_kv_positions(const el_engine *e, int g, const int32_t *table, int n, int3
 /* rotate the keys of one slot (all kv heads) by the angles in rc */
 static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, float *buf, el_half *h16) {
     const el_model_desc *d = &e->d;
-    const int hk = d->head_dim_k;
-    for (int h = 0; h < d->n_head_kv; h++) {
+    const int hk = e->layers[l].head_dim_k;
+    for (int h = 0; h < e->layers[l].n_head_kv; h++) {
         slot_get(e, 0, l, blk, h, lane, buf, h16);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);  /* stored rotated: back, RoPE, and rotated again */
-        el_rope(buf, 1, hk, d->n_rot, d->rope_type, rc);
+        el_rope(buf, 1, hk, e->layers[l].n_rot, d->rope_type, rc);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);
         slot_put(e, 0, l, blk, h, lane, buf, h16);
     }
@@ -262,8 +275,13 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
             if (src >= e->kv[g].n_blocks) return -2;
         }
     }
-    const int hk = d->head_dim_k, hv = d->head_dim_v;
-    float *buf = malloc(sizeof(float) * (size_t)(hk + 2 * d->n_rot + 2));
+    int hk = 0, hv = 0, n_rot = 0;  /* the largest of the layers' */
+    for (int l = 0; l < d->n_layer; l++) {
+        hk = EL_MAX(hk, e->layers[l].head_dim_k);
+        hv = EL_MAX(hv, e->layers[l].head_dim_v);
+        n_rot = EL_MAX(n_rot, e->layers[l].n_rot);
+    }
+    float *buf = malloc(sizeof(float) * (size_t)(hk + 2 * n_rot + 2));
     el_half *kp = malloc(sizeof(el_half) * (size_t)EL_MAX(hk, hv));
     if (!buf || !kp) { free(buf); free(kp); return -3; }
     float *rc = buf + hk;
@@ -274,22 +292,24 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
         const el_layer *L = &e->layers[l];
         const int g = layer_group(e, l);
         const int32_t *t = tables + (size_t)g * max_blocks;
-        if (d->n_rot) {
-            el_rope_cache(rc, d->n_rot, (float)(-n_discard), L->rope_base, L->rope_scale, d->rope_freqs.data, &dd);
+        if (L->kv_share) continue;  /* its keys are another layer's */
+        if (L->n_rot) {
+            el_rope_cache(rc, L->n_rot, (float)(-n_discard), L->rope_base, L->rope_scale,
+                          L->rope_freqs ? d->rope_freqs.data : NULL, &dd);
             if (d->yarn_ext_factor != 0.0f) {  /* undo the magnitude term el_rope_cache folded in */
                 const float ms = fmaf(0.1f, logf(1.0f / L->rope_scale), 1.0f);  /* as el_rope_cache's */
-                for (int i = 0; i < d->n_rot; i++) rc[i] /= ms;
+                for (int i = 0; i < L->n_rot; i++) rc[i] /= ms;
             }
         }
         for (int s = n_keep; s < n_keep + n_move; s++) {  /* ascending: sources lie ahead */
             const int src = t[(s + n_discard) / KT], dst = t[s / KT];
             if (src < 0) continue;
             const int ls = (s + n_discard) % KT, ld = s % KT;
-            for (int h = 0; h < d->n_head_kv; h++) {
+            for (int h = 0; h < L->n_head_kv; h++) {
                 slot_move(e, 0, l, src, ls, dst, ld, h, kp);
                 slot_move(e, 1, l, src, ls, dst, ld, h, kp);
             }
-            if (d->n_rot && L->use_rope) rerope(e, l, dst, ld, rc, buf, kp);
+            if (L->n_rot && L->use_rope) rerope(e, l, dst, ld, rc, buf, kp);
         }
     }
     for (int g = 0; g < 2; g++) {
@@ -310,16 +330,17 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
  * of the group in order, the keys as [n_head_kv][KT] rows of the key type (f16: head_dim_k halves),
  * then the values the same; then the KT positions. */
 size_t el_kv_block_bytes(const el_engine *e, int g) {
-    int n = 0;
-    for (int l = 0; l < e->d.n_layer; l++) n += layer_group(e, l) == g;
-    return (size_t)n * (k_block_bytes(e) + v_block_bytes(e)) + sizeof(int32_t) * KT;
+    size_t n = sizeof(int32_t) * KT;
+    for (int l = 0; l < e->d.n_layer; l++)
+        if (holds(e, l, g)) n += k_block_bytes(e, l) + v_block_bytes(e, l);
+    return n;
 }
 
 /* head h's keys (v = 0) or values (v = 1) of a block <-> KT rows of all its dims in the portable
  * layout (rows: row bytes apart): f16 tiles and quantized key tiles transposed, quantized value
  * rows copied group by group */
 static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows, size_t row, int to_rows) {
-    const kv_layout *x = v ? &e->vl : &e->kl;
+    const kv_layout *x = v ? &e->vl[l] : &e->kl[l];
     for (int c = 0; c < x->groups; c++) {
         uint8_t *part = part_of(e, v, l, blk, h, c);
         for (int lane = 0; lane < KT; lane++) {
@@ -339,11 +360,12 @@ static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows,
 static int block_io(el_engine *e, int g, int blk, uint8_t *buf, int to_buf) {
     if (g < 0 || g > 1 || blk < 0 || blk >= e->kv[g].n_blocks) return -2;
     uint8_t *p = buf;
-    const size_t krow = e->kl.row * e->kl.groups, vrow = e->vl.row * e->vl.groups;  /* a slot's row of one head */
     for (int l = 0; l < e->d.n_layer; l++) {
-        if (layer_group(e, l) != g) continue;
-        for (int h = 0; h < e->d.n_head_kv; h++, p += krow * KT) head_rows(e, 0, l, blk, h, p, krow, to_buf);
-        for (int h = 0; h < e->d.n_head_kv; h++, p += vrow * KT) head_rows(e, 1, l, blk, h, p, vrow, to_buf);
+        if (!holds(e, l, g)) continue;
+        /* a slot's row of one head */
+        const size_t krow = e->kl[l].row * e->kl[l].groups, vrow = e->vl[l].row * e->vl[l].groups;
+        for (int h = 0; h < e->layers[l].n_head_kv; h++, p += krow * KT) head_rows(e, 0, l, blk, h, p, krow, to_buf);
+        for (int h = 0; h < e->layers[l].n_head_kv; h++, p += vrow * KT) head_rows(e, 1, l, blk, h, p, vrow, to_buf);
     }
     if (to_buf) memcpy(p, kv_pos(e, g, blk), sizeof(int32_t) * KT);
     else memcpy(kv_pos(e, g, blk), p, sizeof(int32_t) * KT);

@@ -103,8 +103,8 @@ void el_gelu_init(void) {
     gelu_ready = 1;
 }
 
-/* gate[i] = gelu(gate[i]) * up[i] for n values: GELU from the f16 table (|x| >= 10 passes
- * through as x or 0), the f16 conversions done by the vector helpers */
+/* gate[i] = gelu(gate[i]) * up[i] for n values (up NULL: gelu(gate[i]) alone): GELU from the f16
+ * table (|x| >= 10 passes through as x or 0), the f16 conversions done by the vector helpers */
 void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up) {
     el_half h[256];
     float g[256];
@@ -116,7 +116,7 @@ void el_geglu(const el_vec_ops *v, int64_t n, float *gate, const float *up) {
         for (int i = 0; i < m; i++) {
             const float x = gate[i0 + i];
             const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : g[i];
-            gate[i0 + i] = y * up[i0 + i];
+            gate[i0 + i] = up ? y * up[i0 + i] : y;
         }
     }
 }

@@ -73,7 +73,8 @@ class ReferenceModel:
     def _rope(self, x, pos, lc, factors):
         """ggml_rope_ext (rope_yarn): x [n, heads, head_dim] at positions pos."""
         cfg = self.cfg
-        nr, half = cfg.n_rot, cfg.n_rot // 2
+        nr = lc.sizes(cfg)[4]
+        half = nr // 2
         ext = cfg.yarn_ext_factor if lc.rope_yarn else 0.0
         mscale = cfg.yarn_attn_factor if lc.rope_yarn else 1.0
         scale = lc.rope_scale
@@ -165,13 +166,18 @@ class ReferenceModel:
         cfg, W = self.cfg, self.w
         n = len(ids)
         pos = np.arange(n, dtype=np.float64) if positions is None else np.asarray(positions, dtype=np.float64)
-        H, KV, hd, hv = cfg.n_head, cfg.n_head_kv, cfg.head_dim_k, cfg.head_dim_v
-        qd, kd = H * hd, KV * hd
+        H = cfg.n_head
         factors = W(self.wt.rope_factors(self.n_ctx, cfg.n_ctx_orig))
         x = W(self.wt.tok_embd)[ids] * cfg.embd_scale
-        for lc, L in zip(cfg.layers, self.wt.layers):
+        per_layer = self._per_layer_inputs(ids, x) if cfg.n_embd_per_layer else None
+        caches = {}  # layer -> its k, v (layers with kv_layer >= 0 attend to another's)
+        for il, (lc, L) in enumerate(zip(cfg.layers, self.wt.layers)):
+            hd, hv, KV, _, _ = lc.sizes(cfg)
+            qd, kd = H * hd, KV * hd
             h = self._rms(x, W(L["attn_norm"])) if L["attn_norm"] is not None else x
-            if L["wqkv"] is not None:
+            if lc.kv_layer >= 0:
+                q = self._lin(h, W(L["wq"]), W(L["bq"]))
+            elif L["wqkv"] is not None:
                 b = W(L["bqkv"])
                 if b is None and L["bq"] is not None:
                     b = np.concatenate([W(L["bq"]), W(L["bk"]), W(L["bv"])])
@@ -180,19 +186,32 @@ class ReferenceModel:
             else:
                 q = self._lin(h, W(L["wq"]), W(L["bq"]))
                 k = self._lin(h, W(L["wk"]), W(L["bk"]))
-                v = self._lin(h, W(L["wv"]), W(L["bv"]))
+                v = self._lin(h, W(L["wv"]), W(L["bv"])) if L["wv"] is not None else k  # (gemma4: v is k)
+            if lc.kv_layer >= 0:
+                k = v = None
             if L["attn_q_norm"] is not None and cfg.qk_norm == QK_NORM_ALL:
                 q, k = self._rms(q, W(L["attn_q_norm"])), self._rms(k, W(L["attn_k_norm"]))
-            q, k, v = q.reshape(n, H, hd), k.reshape(n, KV, hd), v.reshape(n, KV, hv)
+            q = q.reshape(n, H, hd)
+            if k is not None:
+                k, v = k.reshape(n, KV, hd), v.reshape(n, KV, hv)
             if L["attn_q_norm"] is not None and cfg.qk_norm != QK_NORM_ALL:
-                q, k = self._rms(q, W(L["attn_q_norm"])), self._rms(k, W(L["attn_k_norm"]))
+                q = self._rms(q, W(L["attn_q_norm"]))
+                k = k if k is None else self._rms(k, W(L["attn_k_norm"]))
+            if cfg.v_norm and v is not None:
+                v = self._rms(v, None)
+            f = factors if lc.rope_freqs else None
             if cfg.n_rot and lc.use_rope:
-                q, k = self._rope(q, pos, lc, factors), self._rope(k, pos, lc, factors)
+                q = self._rope(q, pos, lc, f)
+                k = k if k is None else self._rope(k, pos, lc, f)
             q = q * cfg.q_scale
             if cfg.attn_temp_scale:
                 q = q * (1 + cfg.attn_temp_scale * np.log(np.floor(pos / cfg.attn_temp_floor) + 1))[:, None, None]
             if self.rounded:  # the f16 KV cache; ggml's f16 products round q, then the softmax weights
-                q, k, v = _f16(q), _f16(k), _f16(v)
+                q = _f16(q)
+                k, v = (k, v) if k is None else (_f16(k), _f16(v))
+            if lc.kv_layer >= 0:
+                k, v = caches[lc.kv_layer]
+            caches[il] = k, v
             k, v = np.repeat(k, H // KV, 1), np.repeat(v, H // KV, 1)
             sc = np.einsum("nhd,mhd->hnm", q, k)
             if cfg.attn_softcap > 0:
@@ -215,4 +234,19 @@ class ReferenceModel:
             if L["ffn_post_norm"] is not None:
                 d = self._rms(d, W(L["ffn_post_norm"]))
             x = x + d * cfg.residual_scale
+            if per_layer is not None:  # gemma4's per-layer embedding, gated by the residual stream
+                e = self._act(self._lin(x, W(L["ple_gate"]))) * per_layer[:, il]
+                x = x + self._rms(self._lin(e, W(L["ple_proj"])), W(L["ple_post_norm"]))
+            if L["out_scale"] is not None:
+                x = x * W(L["out_scale"])
         return x
+
+    def _per_layer_inputs(self, ids, x0):
+        """Gemma 4's per-layer inputs [n, n_layer, n_embd_per_layer]: the token's rows of
+        per_layer_token_embd times sqrt(P), plus the RMS-normed projection of the scaled embedding x0
+        divided by sqrt(n_embd), all divided by sqrt(2) (llama.cpp's project_per_layer_inputs)."""
+        cfg, W, wt = self.cfg, self.w, self.wt
+        n, P = len(ids), cfg.n_embd_per_layer
+        e = W(wt.ple_embd)[ids].reshape(n, cfg.n_layer, P) * np.sqrt(P)
+        proj = self._lin(x0, W(wt.ple_model_proj)).reshape(n, cfg.n_layer, P) / np.sqrt(cfg.n_embd)
+        return (self._rms(proj, W(wt.ple_proj_norm)) + e) / np.sqrt(2.0)

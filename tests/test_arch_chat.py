@@ -42,6 +42,8 @@ TAILS = {
     "olmo2": "<|user|>\nHello there\n<|assistant|>\n",
     "mistral3": "[/SYSTEM_PROMPT][INST]Hello there[/INST]",
     "llama-moe": "[INST]Be brief.\n\nHello there[/INST]",  # Nemo's: the system text opens the last user turn
+    # Gemma 4: turns in <|turn> ... <turn|>; the model's turn opens with an empty thought channel
+    "gemma4": "<|turn>user\nHello there<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
 }
 
 

@@ -30,12 +30,25 @@ RUNS = sorted(REFS)
 PATHS = engine_paths()
 # the batch-vs-token and batched-engine checks, kept lean: the best C path and numba
 LEAN_PATHS = PATHS[-2:] if len(PATHS) > 1 else PATHS
+
+
+def _runs(paths):
+    """(name, path) of every reference on every path whose engine runs it (the others refuse it:
+    test_engines_refuse_what_they_do_not_run)."""
+    return [(n, p) for p in paths for n in RUNS if not _refused(n, p)]
+
+
+def _refused(name, path) -> bool:
+    return path.split(":")[0] in tiny_archs.NOT_RUN_BY.get(REFS[name]["spec"], ())
+
+
 # The models whose engines give llama.cpp's own numbers on the single-stream path (llama_order,
 # float weights in ggml's orders: csrc/float_llama.c, and numba's twin of it and of every float op
 # of the C generic path, numba_float_llama / numba_ops): every log-probability within the
 # references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
-# far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba.
-EXACT = {"gemma2", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
+# far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba
+# (gemma4: the C paths; numba does not run it yet).
+EXACT = {"gemma2", "gemma4", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
          "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "smollm3"}
 REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
 
@@ -133,8 +146,7 @@ def _greedy(llm, prompt, n):
     return got
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name,path", _runs(PATHS))
 def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
     ref = REFS[name]
     tf, g = ref["teacher_forced"], ref["greedy"]
@@ -154,8 +166,7 @@ def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
         assert _near_ties(name, differ), (name, differ)
 
 
-@pytest.mark.parametrize("path", LEAN_PATHS)
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name,path", _runs(LEAN_PATHS))
 def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, name, path):
     """The 320 tokens one at a time against all at once, as llama.cpp measured itself: mean |Δ| of
     the top-8 log-probabilities no worse than llama.cpp's, over the positions within llama.cpp's own
@@ -189,8 +200,7 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     assert np.all(margins < env["max_abs"]), [(int(i), float(m)) for i, m in zip(flips, margins)]
 
 
-@pytest.mark.parametrize("path", LEAN_PATHS)
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name,path", _runs(LEAN_PATHS))
 def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
     """llama.cpp's greedy prompt beside three other sequences in one BatchEngine (the
     batch-invariant path): llama.cpp's 32 tokens up to the first step where the batch-invariant
@@ -241,3 +251,12 @@ def test_corrupt_expert_counts_are_refused(built, monkeypatch):
                       (dataclasses.replace(cfg.moe, n_ff_exp=64), "blk.0.ffn_gate_exps: bad shape")):
         with pytest.raises(EdgeLLMError, match=says):
             kernels.create_engine(g, dataclasses.replace(cfg, moe=moe), w, n_ctx=64, n_batch=8, n_threads=1)
+
+
+@pytest.mark.parametrize("name,path", [(n, p) for n in RUNS for p in PATHS if _refused(n, p)])
+def test_engines_refuse_what_they_do_not_run(built, monkeypatch, name, path):
+    llm = _llm(built, name, path, monkeypatch)
+    with pytest.raises(EdgeLLMError) as e:
+        llm.session()._feed(REFS[name]["teacher_forced"]["ids"][:4])
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{name}: the {path.split(':')[0]} engine does not run"), msg

@@ -133,6 +133,12 @@ def _drop(m, *roles):
             layer[r] = None
 
 
+def _share(m, il, src):
+    layers = list(m.cfg.layers)
+    layers[il] = dataclasses.replace(layers[il], kv_layer=src)
+    _cfg(m, layers=tuple(layers))
+
+
 def _rotate_all(m):
     """RoPE over the whole head, the dimensions past rope.dimension_count with a LongRoPE factor of 1."""
     _cfg(m, n_rot=m.cfg.head_dim_k)
@@ -173,6 +179,12 @@ MISREADINGS = {
                              "no output-projection bias": lambda m: _drop(m, "bo")},
     "llama-linear": {"no linear scaling": lambda m: _layers(m, rope_scale=1.0)},
     "llama-yarn": {"linear instead of YaRN": lambda m: _cfg(m, yarn_ext_factor=0.0, yarn_attn_factor=1.0)},
+    "gemma4": {"no per-layer embeddings": lambda m: _cfg(m, n_embd_per_layer=0),
+               "no layer output scale": lambda m: _drop(m, "out_scale"),
+               "no v norm": lambda m: _cfg(m, v_norm=False),
+               "layer 4 on layer 1's KV cache": lambda m: _share(m, 4, 1),
+               "global layers rotated whole": lambda m: setattr(m.wt, "rope_freqs", None),
+               "no final soft-cap": lambda m: _cfg(m, final_softcap=0.0)},
 }
 N_MISREAD = 128  # positions compared
 

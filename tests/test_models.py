@@ -14,6 +14,8 @@ import tiny_archs
 from edgellm import models
 from edgellm.errors import UnsupportedModelError
 from edgellm.gguf_file import GGUFFile
+from edgellm.kv_cache import head_sizes, kv_rotation, slot_bytes
+from edgellm.quants import QType
 from edgellm.models.base import FEATURE_NAMES, check_features, features_of
 from edgellm.models.tensors import bind_weights
 from gguf_builders import write_gguf
@@ -37,6 +39,9 @@ FEATURES = {
     "llama-bias-ropefreqs": {"qkv_bias", "attn_out_bias", "rope_freqs"},
     "llama-linear": {"rope_linear"},
     "llama-yarn": {"rope_yarn", "rope_linear"},
+    "gemma4": {"final_softcap", "sliding_window", "post_norms", "embd_scale", "gelu", "qk_norm_head", "rope_freqs",
+               "layer_sizes", "kv_shared", "v_from_k", "v_norm", "rope_freqs_layers", "per_layer_embd",
+               "layer_out_scale"},
 }
 
 
@@ -170,3 +175,72 @@ def test_decode_bytes_count_the_chosen_experts(tmp_path, name):
     want += ts["output_norm.weight"].nbytes + (ts["output.weight"].nbytes + embd // llm.n_vocab
                                                if "output.weight" in ts else embd)
     assert weight_bytes_per_token(llm) == want
+
+
+def test_gemma4_reads_per_layer_sizes_and_shared_caches(tiny):
+    """As llama.cpp's gemma4 loader: window layers with key_length_swa and rope.dimension_count_swa,
+    key/value heads and FFN widths per layer, the last shared_kv_layers layers on the caches of the
+    last window / global layer before them, rope_freqs on the global layers only."""
+    g, cfg, w = tiny("gemma4")
+    sizes = [lc.sizes(cfg) for lc in cfg.layers]  # (head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot)
+    assert sizes == [(16, 16, 2, 128, 16)] * 3 + [(32, 32, 1, 128, 32), (16, 16, 2, 256, 16), (32, 32, 1, 256, 32)]
+    assert [lc.is_swa for lc in cfg.layers] == [True, True, True, False, True, False] and cfg.n_swa == 32
+    assert [lc.kv_layer for lc in cfg.layers] == [-1, -1, -1, -1, 2, 3]
+    assert [lc.rope_freqs for lc in cfg.layers] == [not lc.is_swa for lc in cfg.layers]
+    assert [lc.rope_base for lc in cfg.layers] == [1e4, 1e4, 1e4, 1e6, 1e4, 1e6]
+    assert (cfg.attn_scale, cfg.q_scale, cfg.v_norm, cfg.n_embd_per_layer) == (1.0, 1.0, True, 16)
+    assert cfg.final_softcap == 10.0
+    assert w.output is w.tok_embd and w.layers[3]["wv"] is None and w.ple_embd.shape == (6 * 16, cfg.n_vocab)
+    # f16 bytes per slot: global layer 3 (1 head of 32), window layers 0 - 2 (2 heads of 16); 4 and 5 hold none
+    assert slot_bytes(cfg, (QType.F16, QType.F16)) == (1 * 2 * 32 * 2, 3 * 2 * 2 * 16 * 2)
+    # a quantized cache's types and rotation chunks fit every layer's heads (E2B: 256 and 512)
+    assert head_sizes(cfg) == (16, 16)
+    e2b = dataclasses.replace(cfg, head_dim_k=512, head_dim_v=512, layers=tuple(
+        dataclasses.replace(lc, head_dim=256 if lc.is_swa else 0) for lc in cfg.layers))
+    assert head_sizes(e2b) == (256, 256) and kv_rotation(256, 256, (QType.Q8_0, QType.Q8_0)) == (256, 64)
+
+
+def _gemma4_variant(tiny, **changes):
+    g0, _, _ = tiny("gemma4")
+    g = GGUFFile(g0.path)
+    for key, v in changes.items():
+        if v is None:
+            del g.metadata[f"gemma4.{key}"]
+        else:
+            g.metadata[f"gemma4.{key}"] = v
+    return g
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("attention.sliding_window_pattern", None,
+     "'gemma4.attention.sliding_window_pattern' (one flag per layer) is missing"),
+    ("attention.sliding_window_pattern", np.array([True, False]), "has 2 entries for 6 layers"),
+    ("embedding_length_per_layer_input", None, "'gemma4.embedding_length_per_layer_input' is missing"),
+    ("attention.key_length_swa", None, "'gemma4.attention.key_length_swa' is missing"),
+    ("attention.value_length_swa", 8, "key_length_swa and value_length_swa must be equal"),
+    ("attention.shared_kv_layers", 5, "at least 2 must have a KV cache"),
+    ("attention.shared_kv_layers", 3, "layer 3 would share the KV cache of layer 2, a layer of another kind"),
+    ("feed_forward_length", np.array([128, 128], dtype=np.uint32), "feed_forward_length has 2 values for 6 layers"),
+    ("expert_count", 128, "mixture-of-experts layers (expert_count) are not supported"),
+])
+def test_gemma4_bad_or_unsupported_keys_are_named(tiny, key, value, says):
+    from edgellm.errors import EdgeLLMError
+
+    g = _gemma4_variant(tiny, **{key: value})
+    with pytest.raises(EdgeLLMError) as e:
+        bind_weights(g, models.load_config(g))
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gemma4_missing_tensors_are_named(tiny):
+    from edgellm.errors import GGUFError
+
+    g0, cfg, _ = tiny("gemma4")
+    for name in ("rope_freqs.weight", "per_layer_model_proj.weight", "blk.2.attn_k.weight", "blk.1.inp_gate.weight"):
+        g = GGUFFile(g0.path)
+        del g.tensors[name]
+        with pytest.raises(GGUFError, match=f"required tensor '{name}' is missing"):
+            bind_weights(g, cfg)
+    g = GGUFFile(g0.path)  # the layers on another's cache need no K of their own
+    del g.tensors["blk.4.attn_k.weight"], g.tensors["blk.4.attn_k_norm.weight"], g.tensors["blk.4.attn_v.weight"]
+    bind_weights(g, cfg)

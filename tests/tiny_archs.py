@@ -24,6 +24,7 @@ and the vocabulary's size are those of the reference file, only its name ends in
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,6 +156,10 @@ SPECS: dict[str, Spec] = {
                                  qkv_bias=True, out_bias=True, rope_freqs=True),
     "llama-linear": Spec("llama", "llama-spm", 12, template="mistralai-Mistral-Nemo-Instruct-2407",
                          keys={"rope.scaling.type": (VT.STRING, "linear"), "rope.scaling.factor": _f32(4.0)}),
+    # Gemma 4 (E2B / E4B layout): its own tensors and keys, tests/tiny_gemma4.py
+    "gemma4": Spec("gemma4", "gemma-4", 17, keys={"rope.freq_base": _f32(1e6), "rope.freq_base_swa": _f32(1e4),
+                                                   "attention.sliding_window": _u32(32),
+                                                   "final_logit_softcapping": _f32(10.0)}),
     "llama-yarn": Spec("llama", "llama-spm", 13, template="mistralai-Mistral-Nemo-Instruct-2407",
                        keys={"rope.scaling.type": (VT.STRING, "yarn"), "rope.scaling.factor": _f32(4.0),
                              "rope.scaling.original_context_length": _u32(64),
@@ -258,7 +263,11 @@ CHATS: dict[str, Chat] = {
                       18: ("[/SYSTEM_PROMPT]", CONTROL)}),
     # Mixtral 8x7B: Llama 2-sized SentencePiece vocabulary, [INST] as plain text, eos </s>
     "llama-moe": Chat("mistralai-Mistral-Nemo-Instruct-2407", 2),
+    # Gemma 4: the vocabulary's own template and ids (eos <eos> 1); a turn ends with <turn|> (106)
+    "gemma4": Chat(None, 106),
 }
+# the engines that do not run a spec's file yet: they refuse it with one line (test_arch_engines.py)
+NOT_RUN_BY = {"gemma4": ("numba",)}
 
 
 _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}
@@ -457,9 +466,18 @@ def build(name: str, directory: Path, *, chat: bool = False) -> Path:
     """Write SPECS[name] as <directory>/tiny-<name>.gguf (deterministic bytes) and return its path;
     chat=True: tiny-<name>-chat.gguf, set up to chat as the family's GGUFs (CHATS[name])."""
     spec = SPECS[name]
-    md = metadata(spec, CHATS[name] if chat else None)
+    layout = _layout(spec)
+    md = layout.metadata(spec, CHATS[name] if chat else None)
     path = Path(directory) / f"tiny-{name}{'-chat' if chat else ''}.gguf"
-    return write(path, spec.arch, md, tensors(spec, vocab_size(md)))
+    return write(path, spec.arch, md, layout.tensors(spec, vocab_size(md)))
+
+
+def _layout(spec: Spec):
+    """The module that lays out spec's file: this one, or an architecture's own (tiny_<arch>.py)."""
+    if spec.arch == "gemma4":  # per-layer sizes and embeddings, beyond what Spec describes
+        import tiny_gemma4
+        return tiny_gemma4
+    return sys.modules[__name__]
 
 
 def vocab_size(md: list[tuple]) -> int:

@@ -24,6 +24,15 @@ typedef struct {
     int use_rope;           /* 0: q and k of this layer are not rotated */
     float rope_base;        /* theta base for this layer */
     float rope_scale;       /* position scale (1/linear factor) */
+    /* this layer's sizes where they are its own (0: the model's; gemma4's window and global layers
+     * differ): q/k/v head sizes, key/value heads, FFN width, rotated dims */
+    int head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot;
+    int rope_freqs;         /* 1: el_model_desc.rope_freqs applies on this layer */
+    int kv_share;           /* 0: a KV cache of its own; s > 0: no K/V, attends to layer s - 1's cache */
+    el_tensor out_scale;    /* one F32: the layer's output times it (gemma4); absent: none */
+    /* per-layer input embedding (el_model_desc.n_embd_per_layer > 0): x += post_norm(proj(
+     * gelu(inp_gate . x) * e_l)) after the FFN's residual */
+    el_tensor ple_gate, ple_proj, ple_post_norm;
 } el_layer;
 
 enum { EL_ACT_SILU = 0, EL_ACT_GELU_TANH = 1 };
@@ -56,6 +65,12 @@ typedef struct {
     /* YaRN (ext_factor != 0) */
     float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int n_ctx_orig;
+    int v_norm;             /* v RMS-normed per head, without a weight (gemma4) */
+    /* per-layer input embeddings (gemma4; gemma4.c): n_embd_per_layer values per layer and token,
+     * e = (rms_norm(ple_model_proj . x0 / sqrt(n_embd)) * ple_proj_norm + ple_embd[token] *
+     * sqrt(n_embd_per_layer)) / sqrt(2), x0 the scaled token embedding; 0 = none */
+    int n_embd_per_layer;
+    el_tensor ple_embd, ple_model_proj, ple_proj_norm;
     el_tensor tok_embd, output_norm, output, output_bias, rope_freqs;
     const el_layer *layers; /* n_layer entries; copied by el_engine_new */
 } el_model_desc;

@@ -21,7 +21,7 @@ from . import kernels, models
 from .errors import ContextOverflowError, GGUFError, GrammarError
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
-from .kv_cache import DEFAULT_CACHE_TYPE, KVPool, cache_type
+from .kv_cache import DEFAULT_CACHE_TYPE, KVPool, cache_type, head_sizes
 from .models.base import bind_weights
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
@@ -277,8 +277,8 @@ class LLM:
                             f"{self.config.n_vocab} output rows")
         # the KV cache types (kv_cache.CACHE_TYPES: f16, q8_0, q4_0), checked before any work
         self.cache_type_k, self.cache_type_v = str(cache_type_k).lower(), str(cache_type_v).lower()
-        self._cache_types = (cache_type(cache_type_k, self.config.head_dim_k, "cache_type_k"),
-                             cache_type(cache_type_v, self.config.head_dim_v, "cache_type_v"))
+        hk, hv = head_sizes(self.config)
+        self._cache_types = (cache_type(cache_type_k, hk, "cache_type_k"), cache_type(cache_type_v, hv, "cache_type_v"))
         self.n_ctx = n_ctx or self.config.n_ctx_train
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = clamp_threads(n_threads or physical_cores())

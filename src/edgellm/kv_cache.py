@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -64,6 +65,13 @@ def cache_type(name: str, head_dim: int, what: str) -> QType:
 ROT_MIN = 64
 
 
+def head_sizes(cfg) -> tuple[int, int]:
+    """(keys, values) head size every layer's is a multiple of (gemma4's layers differ): what the
+    cache types and the rotation chunks must fit."""
+    sizes = [lc.sizes(cfg) for lc in cfg.layers] or [(cfg.head_dim_k, cfg.head_dim_v)]
+    return math.gcd(*(s[0] for s in sizes)), math.gcd(*(s[1] for s in sizes))
+
+
 def kv_rotation(head_dim_k: int, head_dim_v: int, types) -> tuple[int, int]:
     """(keys, values) rotation chunk sizes for cache types (QTypes); 0 = stored as computed (f16,
     or a head size that is not a multiple of 64)."""
@@ -81,9 +89,13 @@ def slot_bytes(cfg, types) -> tuple[int, int]:
     sliding-window layers, for cache types (keys, values) as QTypes."""
     from .quants import type_info
 
-    per = cfg.n_head_kv * (type_info(types[0]).row_bytes(cfg.head_dim_k) + type_info(types[1]).row_bytes(cfg.head_dim_v))
-    n_swa = sum(1 for lc in cfg.layers if lc.is_swa)
-    return per * (cfg.n_layer - n_swa), per * n_swa
+    out = [0, 0]
+    for lc in cfg.layers:
+        if lc.kv_layer >= 0:  # reads another layer's cache, holds none
+            continue
+        hk, hv, n_kv, _, _ = lc.sizes(cfg)
+        out[lc.is_swa] += n_kv * (type_info(types[0]).row_bytes(hk) + type_info(types[1]).row_bytes(hv))
+    return out[0], out[1]
 
 
 def read_bytes(cfg, types, n_slots: int) -> int:

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 from .errors import StateFileError
-from .kv_cache import BLOCK, kv_rotation
+from .kv_cache import BLOCK, head_sizes, kv_rotation
 
 MAGIC = b"EDGELLM-KVSTATE\n"
 VERSION = 1
@@ -34,7 +34,7 @@ def file_sha256(path: Path) -> str:
 
 def _rotation(llm) -> tuple[int, int]:
     """How the engine stores keys and values (kv_cache.kv_rotation): part of what a block means."""
-    return kv_rotation(llm.config.head_dim_k, llm.config.head_dim_v, llm._cache_types)
+    return kv_rotation(*head_sizes(llm.config), llm._cache_types)
 
 
 def save(llm, seq, path, meta=None) -> None:

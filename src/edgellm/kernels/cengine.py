@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ..errors import EdgeLLMError
-from ..kv_cache import BLOCK, kv_rotation
+from ..kv_cache import BLOCK, head_sizes, kv_rotation
 from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
@@ -38,7 +38,7 @@ class CEngine:
                   "attn_temp_floor"):
             setattr(d, f, getattr(cfg, f))
         d.qk_norm_all = int(cfg.qk_norm == QK_NORM_ALL)
-        d.rot_k, d.rot_v = kv_rotation(cfg.head_dim_k, cfg.head_dim_v, cache_types)
+        d.rot_k, d.rot_v = kv_rotation(*head_sizes(cfg), cache_types)
         if cfg.moe is not None:
             m = cfg.moe
             d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff_shexp = m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp
@@ -50,6 +50,9 @@ class CEngine:
         self._fill(d.output_norm, weights.output_norm)
         self._fill(d.output_bias, weights.output_bias)
         self._fill(d.rope_freqs, weights.rope_factors(n_ctx, cfg.n_ctx_orig))
+        d.v_norm, d.n_embd_per_layer = int(cfg.v_norm), cfg.n_embd_per_layer
+        for fld in ("ple_embd", "ple_model_proj", "ple_proj_norm"):
+            self._fill(getattr(d, fld), getattr(weights, fld))
         layers = ffi.new("el_layer[]", cfg.n_layer)
         self._keep.append(layers)
         for i, (lc, lw) in enumerate(zip(cfg.layers, weights.layers)):
@@ -58,6 +61,11 @@ class CEngine:
             L.rope_base = lc.rope_base
             L.rope_scale = lc.rope_scale
             L.use_rope = int(lc.use_rope)
+            L.head_dim_k, L.head_dim_v, L.n_head_kv, L.n_ff, L.n_rot = lc.sizes(cfg)
+            L.rope_freqs = int(lc.rope_freqs)
+            L.kv_share = lc.kv_layer + 1 if lc.kv_layer >= 0 else 0
+            for fld in ("out_scale", "ple_gate", "ple_proj", "ple_post_norm"):
+                self._fill(getattr(L, fld), lw[fld])
             for fld, part in engine_tensors(cfg, lw).items():
                 self._fill(getattr(L, fld), part)
         d.layers = layers

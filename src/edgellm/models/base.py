@@ -38,6 +38,19 @@ class LayerConfig:
     rope_scale: float  # multiplies positions (1 / linear scaling factor)
     use_rope: bool = True   # False: q and k of this layer are not rotated (smollm3's every 4th layer)
     rope_yarn: bool = True  # False: this layer ignores YaRN's mix and magnitude (olmo2's window layers)
+    # this layer's own sizes where they differ from the model's (gemma4: sliding-window and global
+    # layers have their own head sizes, key/value heads and rotated dims, KV-sharing layers a wider FFN)
+    head_dim: int = 0       # q, k and v head size (0: the model's head_dim_k / head_dim_v)
+    n_head_kv: int = 0      # (0: the model's)
+    n_ff: int = 0           # (0: the model's)
+    n_rot: int = -1         # dimensions rotated (-1: the model's n_rot)
+    kv_layer: int = -1      # >= 0: no K/V of its own, attends to that earlier layer's cache (gemma4)
+    rope_freqs: bool = True  # False: rope_freqs.weight does not apply here (gemma4's window layers)
+
+    def sizes(self, cfg: "ModelConfig") -> tuple[int, int, int, int, int]:
+        """(head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot) of this layer of cfg."""
+        return (self.head_dim or cfg.head_dim_k, self.head_dim or cfg.head_dim_v, self.n_head_kv or cfg.n_head_kv,
+                self.n_ff or cfg.n_ff, cfg.n_rot if self.n_rot < 0 else self.n_rot)
 
 
 @dataclass(frozen=True)
@@ -91,10 +104,13 @@ class ModelConfig:
     attn_temp_scale: float = 0.0  # q of the token at position p times 1 + s * log(floor(p / floor) + 1)
     attn_temp_floor: int = 0      # (llama 4 / mistral3 attention temperature; 0 scale = off)
     moe: MoEConfig | None = None  # every layer's FFN is routed experts
+    v_norm: bool = False          # v RMS-normed per head, without a weight (gemma4)
+    n_embd_per_layer: int = 0     # per-layer input embeddings of this width (gemma4's per_layer_* tensors)
     output: str = "optional"      # output.weight: "optional" (else tied to token_embd), "required", "tied"
     required_tensors: tuple[str, ...] = ()   # layer roles (tensors.LAYER_ROLES) that must be present
     optional_tensors: tuple[str, ...] = ()   # layer roles that may be present
     global_tensors: tuple[str, ...] = ()     # optional global roles (tensors.GLOBAL_ROLES) besides the output
+    required_global_tensors: tuple[str, ...] = ()  # global roles that must be present
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -160,6 +176,16 @@ class Keys:
                     f"per-layer values of {key.replace('{arch}', self.arch)} are not supported ({sorted(vals)})")
             return vals.pop()
         return self.int(key, default)
+
+
+    def layer_values(self, key: str, n_layer: int, default: int) -> tuple[int, ...]:
+        """A key llama.cpp reads as one value or one per layer (get_key_or_arr), as one per layer."""
+        v = self.raw(key)
+        if v is not None and not isinstance(v, (str, bytes)) and hasattr(v, "__len__"):
+            if len(v) != n_layer:
+                raise GGUFError(f"{key.replace('{arch}', self.arch)} has {len(v)} values for {n_layer} layers")
+            return tuple(int(x) for x in v)
+        return (self.int(key, default),) * n_layer
 
 
 _REQUIRED = object()
@@ -380,6 +406,19 @@ FEATURES: tuple[Feature, ...] = (
             lambda c, w: c.moe is not None and any(layer.get("w_gate_exps") is None for layer in w.layers)),
     Feature("shared_expert", "a shared expert beside the routed ones",
             lambda c, w: c.moe is not None and c.moe.n_ff_shexp > 0),
+    Feature("layer_sizes", "head sizes, key/value heads, FFN widths or rotated dims that differ between layers",
+            lambda c, w: any(lc.sizes(c) != LayerConfig(False, 0.0, 1.0).sizes(c) for lc in c.layers)),
+    Feature("kv_shared", "layers that attend to an earlier layer's KV cache (attention.shared_kv_layers)",
+            lambda c, w: any(lc.kv_layer >= 0 for lc in c.layers)),
+    Feature("v_from_k", "layers whose values are their keys (no attn_v)",
+            lambda c, w: any(lc.kv_layer < 0 and layer.get("wv") is None and layer.get("wqkv") is None
+                             for lc, layer in zip(c.layers, w.layers))),
+    Feature("v_norm", "RMS-normed values", lambda c, w: c.v_norm),
+    Feature("rope_freqs_layers", "RoPE frequency factors on some layers only",
+            lambda c, w: w.rope_freqs is not None and not all(lc.rope_freqs for lc in c.layers)),
+    Feature("per_layer_embd", "per-layer input embeddings (per_layer_token_embd, inp_gate, proj)",
+            lambda c, w: c.n_embd_per_layer > 0),
+    Feature("layer_out_scale", "a scale on each layer's output (layer_output_scale)", _any_layer("out_scale")),
     Feature("shared_expert_gate", "a sigmoid gate on the shared expert (ffn_gate_inp_shexp)",
             lambda c, w: c.moe is not None and c.moe.shexp_gate),
 )

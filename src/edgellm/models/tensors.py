@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import GGUFError, UnsupportedModelError
 from ..quants import TYPES, QType, type_name
-from .base import QK_NORM_ALL, ModelConfig
+from .base import QK_NORM_ALL, LayerConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,18 @@ class Role:
     f32: bool = False                         # a norm / bias vector: must be F32
 
 
-def dims(cfg: ModelConfig) -> dict[str, int]:
-    qd, kd = cfg.n_head * cfg.head_dim_k, cfg.n_head_kv * cfg.head_dim_k
-    vd, od = cfg.n_head_kv * cfg.head_dim_v, cfg.n_head * cfg.head_dim_v
+def dims(cfg: ModelConfig, layer: LayerConfig | None = None) -> dict[str, int]:
+    """The sizes tensor shapes are made of, for one layer (its own sizes, LayerConfig.sizes) or the model."""
+    hk, hv, n_kv, n_ff, _ = (layer or LayerConfig(False, 0.0, 1.0)).sizes(cfg)
+    qd, kd = cfg.n_head * hk, n_kv * hk
+    vd, od = n_kv * hv, cfg.n_head * hv
     moe = cfg.moe
-    return dict(E=cfg.n_embd, F=cfg.n_ff, qd=qd, kd=kd, vd=vd, od=od, V=cfg.n_vocab, R=cfg.n_rot // 2,
-                qn=qd if cfg.qk_norm == QK_NORM_ALL else cfg.head_dim_k,
-                kn=kd if cfg.qk_norm == QK_NORM_ALL else cfg.head_dim_k,
-                up=2 * cfg.n_ff if cfg.fused_gate_up else cfg.n_ff,
-                X=moe.n_expert if moe else 0, FX=moe.n_ff_exp if moe else 0, FS=moe.n_ff_shexp if moe else 0)
+    return dict(E=cfg.n_embd, F=n_ff, qd=qd, kd=kd, vd=vd, od=od, V=cfg.n_vocab, R=cfg.n_rot // 2,
+                qn=qd if cfg.qk_norm == QK_NORM_ALL else hk,
+                kn=kd if cfg.qk_norm == QK_NORM_ALL else hk,
+                up=2 * n_ff if cfg.fused_gate_up else n_ff,
+                X=moe.n_expert if moe else 0, FX=moe.n_ff_exp if moe else 0, FS=moe.n_ff_shexp if moe else 0,
+                P=cfg.n_embd_per_layer, LP=cfg.n_layer * cfg.n_embd_per_layer)
 
 
 # per-layer roles: field -> role (the name after "blk.{i}.")
@@ -69,6 +72,12 @@ LAYER_ROLES: dict[str, Role] = {
     "w_gate_shexp": Role("ffn_gate_shexp.weight", lambda d: (d["E"], d["FS"])),
     "w_up_shexp": Role("ffn_up_shexp.weight", lambda d: (d["E"], d["FS"])),
     "w_down_shexp": Role("ffn_down_shexp.weight", lambda d: (d["FS"], d["E"])),
+    # a scalar the layer's output is multiplied by (gemma4)
+    "out_scale": Role("layer_output_scale.weight", lambda d: (1,), True),
+    # per-layer input embeddings (gemma4): gate from the residual, projection back, its norm
+    "ple_gate": Role("inp_gate.weight", lambda d: (d["E"], d["P"])),
+    "ple_proj": Role("proj.weight", lambda d: (d["P"], d["E"])),
+    "ple_post_norm": Role("post_norm.weight", lambda d: (d["E"],), True),
 }
 
 # roles a fused tensor stands in for (llama.cpp's create_tensor_qkv)
@@ -127,6 +136,11 @@ GLOBAL_ROLES: dict[str, Role] = {
     "rope_freqs": Role("rope_freqs.weight", lambda d: (d["R"],), True),
     "rope_long": Role("rope_factors_long.weight", lambda d: (d["R"],), True),
     "rope_short": Role("rope_factors_short.weight", lambda d: (d["R"],), True),
+    # per-layer input embeddings (gemma4): n_layer rows of n_embd_per_layer per token, the projection
+    # of the token's embedding to the same, and that projection's norm
+    "ple_embd": Role("per_layer_token_embd.weight", lambda d: (d["LP"], d["V"])),
+    "ple_model_proj": Role("per_layer_model_proj.weight", lambda d: (d["E"], d["LP"])),
+    "ple_proj_norm": Role("per_layer_proj_norm.weight", lambda d: (d["P"],), True),
 }
 
 
@@ -150,6 +164,9 @@ class ModelWeights:
     output_bias: Any = None
     rope_long: Any = None   # LongRoPE factors, used when the context exceeds the original one
     rope_short: Any = None
+    ple_embd: Any = None        # per-layer input embeddings (GLOBAL_ROLES)
+    ple_model_proj: Any = None
+    ple_proj_norm: Any = None
 
     def rope_factors(self, n_ctx: int, n_ctx_orig: int):
         """The RoPE frequency factors a context of n_ctx tokens uses (llama.cpp's get_rope_factors):
@@ -164,7 +181,7 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
     d = dims(cfg)
     bound: set[str] = set()
 
-    def check(name, role: Role):
+    def check(name, role: Role, d=d):
         info = t[name]
         shape = role.shape(d)
         if tuple(info.shape) != shape:
@@ -175,29 +192,35 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
         bound.add(name)
         return info
 
-    def need(name, role: Role):
+    def need(name, role: Role, d=d):
         if name not in t:
             raise GGUFError(f"required tensor {name!r} is missing")
-        return check(name, role)
+        return check(name, role, d)
 
-    def opt(name, role: Role):
-        return check(name, role) if name in t else None
+    def opt(name, role: Role, d=d):
+        return check(name, role, d) if name in t else None
 
     allowed = set(cfg.required_tensors) | set(cfg.optional_tensors)
     layers = []
     for i in range(cfg.n_layer):
         layer: dict[str, Any] = dict.fromkeys(LAYER_ROLES)
+        di = dims(cfg, cfg.layers[i])
         fused = {f for f in FUSED if f in allowed and f"blk.{i}.{LAYER_ROLES[f].name}" in t}
         replaced = {r for f in fused for r in FUSED[f]}
         for fld in LAYER_ROLES:
             if fld not in allowed or fld in replaced:
                 continue  # the fused tensor stands in; a separate one beside it is left over
             name = f"blk.{i}.{LAYER_ROLES[fld].name}"
-            layer[fld] = need(name, LAYER_ROLES[fld]) if fld in cfg.required_tensors else opt(name, LAYER_ROLES[fld])
+            layer[fld] = (need if fld in cfg.required_tensors else opt)(name, LAYER_ROLES[fld], di)
         if layer["bqkv"] is not None and layer["wqkv"] is None:
             raise GGUFError(f"tensor 'blk.{i}.attn_qkv.bias' has no attn_qkv.weight beside it")
         if layer["wqkv"] is None and layer["wq"] is None:
             raise GGUFError(f"required tensor 'blk.{i}.attn_q.weight' (or attn_qkv.weight) is missing")
+        if cfg.layers[i].kv_layer < 0:  # a layer with a KV cache of its own (gemma4's others borrow one)
+            if layer["wqkv"] is None and layer["wk"] is None:
+                raise GGUFError(f"required tensor 'blk.{i}.attn_k.weight' is missing")
+            if layer["attn_q_norm"] is not None and layer["attn_k_norm"] is None:
+                raise GGUFError(f"required tensor 'blk.{i}.attn_k_norm.weight' is missing")
         layers.append(layer)
     E, V = cfg.n_embd, cfg.n_vocab
     tok = need("token_embd.weight", Role("token_embd.weight", lambda _: (E, V)))
@@ -209,7 +232,11 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
     else:  # "tied": the architecture always uses the embeddings
         out = tok
     norm = need("output_norm.weight", Role("output_norm.weight", lambda _: (E,), True))
-    glob = {r: opt(GLOBAL_ROLES[r].name, GLOBAL_ROLES[r]) for r in cfg.global_tensors}
+    glob = {r: opt(GLOBAL_ROLES[r].name, GLOBAL_ROLES[r])
+            for r in dict.fromkeys(cfg.global_tensors + cfg.required_global_tensors)}
+    for r in cfg.required_global_tensors:
+        if glob.get(r) is None:
+            raise GGUFError(f"required tensor {GLOBAL_ROLES[r].name!r} is missing")
     left = [n for n in t if n not in bound]
     if left:
         more = f" and {len(left) - 3} more" if len(left) > 3 else ""
@@ -218,4 +245,5 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
             f"which edgellm's {cfg.arch} model does not use")
     return ModelWeights(tok_embd=tok, output=out, output_norm=norm, rope_freqs=glob.get("rope_freqs"),
                         layers=layers, output_bias=glob.get("output_bias"), rope_long=glob.get("rope_long"),
-                        rope_short=glob.get("rope_short"))
+                        rope_short=glob.get("rope_short"), ple_embd=glob.get("ple_embd"),
+                        ple_model_proj=glob.get("ple_model_proj"), ple_proj_norm=glob.get("ple_proj_norm"))
