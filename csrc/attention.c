@@ -191,7 +191,8 @@ int el_attention_plan(el_engine *e) {
     }
     const int n_kv = e->d.n_head_kv, n_jobs = pl->n_qb * n_kv;
     int has[2] = {0, 0};
-    for (int l = 0; l < e->d.n_layer; l++) has[layer_group(e, l)] = 1;
+    for (int l = 0; l < e->d.n_layer; l++)
+        if (layer_group(e, l) != G_NONE) has[layer_group(e, l)] = 1;
     for (int g = 0; g < 2; g++)
         a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv <= a->nth * QB && n_jobs < 2 * a->nth &&
                       max_seen[g] >= SPLIT_MIN;

@@ -35,6 +35,9 @@ void el_set_trace(el_trace_fn fn) { trace_fn = fn; }
         }                                                        \
     } while (0)
 const char *el_last_error(void) { return last_error; }
+void el_trace(el_engine *c, const char *name, int l, const float *p, int rows, int cols, int ld, int ith) {
+    TRACE(name, l, p, rows, cols, ld);
+}
 #define FAIL(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); goto fail; } while (0)
 
 static void *amalloc(size_t n) {
@@ -93,7 +96,16 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &c->layers[l];
         any_swa |= L->is_swa;
-        if (!tensor_ok(c, &L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
+        if (L->recurrent) {  /* delta_net.c checks its tensors */
+            if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd))
+                FAIL("blk.%d: a norm weight has a bad shape", l);
+            if (!tensor_ok(c, &L->w_gate, d->n_embd, d->n_ff) || !tensor_ok(c, &L->w_up, d->n_embd, d->n_ff) ||
+                !tensor_ok(c, &L->w_down, d->n_ff, d->n_embd) || d->n_expert)
+                FAIL("blk.%d: the FFN has a bad shape or unsupported type", l);
+            continue;
+        }
+        const int qw = d->attn_out_gate ? 2 * qd : qd;  /* wq's rows: q, or q and the output gate */
+        if (!tensor_ok(c, &L->wq, d->n_embd, qw)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wk, d->n_embd, kd)) FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wv, d->n_embd, vd)) FAIL("blk.%d.attn_v: bad shape or unsupported type", l);
         if (!tensor_ok(c, &L->wo, od, d->n_embd)) FAIL("blk.%d.attn_output: bad shape or unsupported type", l);
@@ -108,7 +120,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
             !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : d->head_dim_k) ||
             !norm_ok(&L->attn_k_norm, d->qk_norm_all ? kd : d->head_dim_k))
             FAIL("blk.%d: a norm weight has a bad shape", l);
-        if (!norm_ok(&L->bq, qd) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
+        if (!norm_ok(&L->bq, qw) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
             FAIL("blk.%d: a bias has a bad shape", l);
     }
     if (any_swa && d->n_swa <= 0) FAIL("sliding-window layers without a window size");
@@ -123,6 +135,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     }
 
     if (d->n_expert && el_moe_init(c, last_error, sizeof last_error) != 0) goto fail;
+    if (el_dn_init(c, last_error, sizeof last_error) != 0) goto fail;
     const int n_ff = EL_MAX(d->n_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
     int max_k = EL_MAX(EL_MAX(d->n_embd, od), n_ff);
     c->max_k = max_k;
@@ -190,6 +203,7 @@ void el_engine_free(el_engine *c) {
     free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->tmp_k);
     el_attention_free(c);
     el_moe_free(c);
+    el_dn_free(c);
     step_plan *pl = &c->plan;
     free(pl->row_slot); free(pl->seq_row0); free(pl->seq_rows); free(pl->out_row);
     free(pl->qb_seq); free(pl->qb_row0); free(pl->qb_rows);
@@ -360,7 +374,12 @@ static void forward_task(void *arg, int ith, int nth) {
         }
         sync(c, &st);
         TRACE("attn_norm", l, c->tmp, n, E, E);
-        matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
+        if (L->recurrent) {  /* a gated DeltaNet layer in place of attention (delta_net.c) */
+            el_delta_net(c, &st, l, ith, nth);
+            goto ffn;
+        }
+        if (d->attn_out_gate) matmul(c, &st, &L->wq, c->tmp, n, E, el_gate_q(c), 2 * qd, ith, nth);
+        else matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
         matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
         matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
         sync(c, &st);
@@ -371,7 +390,8 @@ static void forward_task(void *arg, int ith, int nth) {
         el_half *h16 = c->tmp_k + (size_t)ith * EL_MAX(hk, hv);
         for (int m = ith; m < n; m += nth) {
             float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
-            if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
+            if (d->attn_out_gate) el_gate_split(c, L, m);  /* q (its bias added) into c->q, the gate kept */
+            else if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
             if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
             if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
             const int qn = d->qk_norm_all ? qd : hk, kn = d->qk_norm_all ? kd : hk;  /* one norm per qn values */
@@ -404,10 +424,15 @@ static void forward_task(void *arg, int ith, int nth) {
             for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
             sync(c, &st);
         }
+        if (d->attn_out_gate) {
+            el_gate_apply(c, ith, nth);
+            sync(c, &st);
+        }
         TRACE("kqv_out", l, c->xn, n, od, od);
         matmul(c, &st, &L->wo, c->xn, n, od, c->tmp, E, ith, nth);
         sync(c, &st);
         TRACE("attn_out", l, c->tmp, n, E, E);
+    ffn:
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
@@ -503,6 +528,7 @@ static int plan_step(el_engine *c, const el_batch *b, float *logits) {
             pl->n_qb++;
         }
     }
+    if (el_dn_check_batch(c, b, last_error, sizeof last_error) != 0) return -2;
     pl->n_out = 0;
     for (int m = 0; m < n; m++)
         pl->out_row[m] = (b->logits ? b->logits[m] != 0 : m == n - 1) ? pl->n_out++ : -1;

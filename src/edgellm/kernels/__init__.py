@@ -27,7 +27,8 @@ _FORWARD_FEATURES = frozenset({
     "rope_freqs", "rope_linear", "rope_yarn", "embd_scale", "q_scale", "gelu", "output_bias", "rope_skip",
     "residual_scale", "logit_scale", "fused_qkv", "fused_gate_up", "longrope", "qk_norm_all", "no_pre_norm",
     "attn_temp", "moe", "shared_expert", "shared_expert_gate"})
-ENGINE_FEATURES = {"c": _FORWARD_FEATURES, "numba": _FORWARD_FEATURES}
+# the C engine also runs qwen35's layers (csrc/delta_net.c); numba does not yet
+ENGINE_FEATURES = {"c": _FORWARD_FEATURES | {"attn_out_gate", "delta_net"}, "numba": _FORWARD_FEATURES}
 
 
 def c_module():
@@ -69,6 +70,7 @@ class BatchArrays:
         self.want = np.zeros(n_batch, dtype=np.int8)
         self.seq_len = np.zeros(n_batch, dtype=np.int32)
         self.tables = np.zeros(2 * n_batch * max_blocks, dtype=np.int32)
+        self.rs_slot = np.full(n_batch, -1, dtype=np.int32)  # recurrent state slot per sequence
 
     def views(self, n: int, n_seqs: int, mb: int):
         """(token, pos, seq, want, seq_len, tables [2, n_seqs, mb]) for a step of n rows."""

@@ -38,6 +38,7 @@ class LayerConfig:
     rope_scale: float  # multiplies positions (1 / linear scaling factor)
     use_rope: bool = True   # False: q and k of this layer are not rotated (smollm3's every 4th layer)
     rope_yarn: bool = True  # False: this layer ignores YaRN's mix and magnitude (olmo2's window layers)
+    recurrent: bool = False  # a gated DeltaNet layer in place of attention (ModelConfig.delta_net; qwen35)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,30 @@ class MoEConfig:
     weights_scale: float = 1.0  # then multiply them by this
     n_ff_shexp: int = 0         # width of the shared expert run on every token (0: none)
     shexp_gate: bool = False    # shared expert output times sigmoid(x . ffn_gate_inp_shexp) (qwen2moe)
+
+
+@dataclass(frozen=True)
+class DeltaNetConfig:
+    """Gated DeltaNet linear attention, as llama.cpp's delta-net-base graph (qwen35's recurrent
+    layers): per token, attn_qkv projects q, k (n_k_heads each) and v (n_v_heads), all of d_state per
+    head; a causal conv1d of d_conv taps over time (ssm_conv1d, the last d_conv - 1 inputs kept as
+    the conv state) then SiLU; q and k L2-normed; per v head a state S (d_state x d_state, float32)
+    decays by exp(softplus(alpha + ssm_dt) * ssm_a), learns v - S k at rate sigmoid(beta), and
+    gives o = S q / sqrt(d_state); o is RMS-normed per head (ssm_norm), times SiLU(attn_gate . x),
+    and projected by ssm_out. v head h reads q / k head h % n_k_heads."""
+
+    d_conv: int      # {arch}.ssm.conv_kernel
+    d_state: int     # {arch}.ssm.state_size: the head size of q, k and v
+    n_k_heads: int   # {arch}.ssm.group_count
+    n_v_heads: int   # {arch}.ssm.time_step_rank
+
+    @property
+    def d_inner(self) -> int:  # {arch}.ssm.inner_size: width of v, z and the output
+        return self.d_state * self.n_v_heads
+
+    @property
+    def conv_dim(self) -> int:  # channels of the conv: q, k and v
+        return 2 * self.d_state * self.n_k_heads + self.d_inner
 
 
 @dataclass(frozen=True)
@@ -91,6 +116,11 @@ class ModelConfig:
     attn_temp_scale: float = 0.0  # q of the token at position p times 1 + s * log(floor(p / floor) + 1)
     attn_temp_floor: int = 0      # (llama 4 / mistral3 attention temperature; 0 scale = off)
     moe: MoEConfig | None = None  # every layer's FFN is routed experts
+    attn_out_gate: bool = False   # attn_q holds each head's q then a gate: output times sigmoid(gate) (qwen35)
+    delta_net: DeltaNetConfig | None = None  # the layers with LayerConfig.recurrent are gated DeltaNet
+    recurrent_tensors: tuple[str, ...] = ()  # the layer roles of those layers (in place of required_tensors)
+    role_names: tuple[tuple[str, str], ...] = ()  # (role, GGUF name) where the architecture names it otherwise
+    n_layer_skip: int = 0         # blocks after the last layer the forward pass does not run (MTP heads)
     output: str = "optional"      # output.weight: "optional" (else tied to token_embd), "required", "tied"
     required_tensors: tuple[str, ...] = ()   # layer roles (tensors.LAYER_ROLES) that must be present
     optional_tensors: tuple[str, ...] = ()   # layer roles that may be present
@@ -380,10 +410,20 @@ FEATURES: tuple[Feature, ...] = (
             lambda c, w: c.moe is not None and any(layer.get("w_gate_exps") is None for layer in w.layers)),
     Feature("shared_expert", "a shared expert beside the routed ones",
             lambda c, w: c.moe is not None and c.moe.n_ff_shexp > 0),
+    Feature("attn_out_gate", "a sigmoid gate on the attention output (attn_q holds q and the gate)",
+            lambda c, w: c.attn_out_gate),
+    Feature("delta_net", "gated DeltaNet linear-attention layers with a recurrent state (ssm_*)",
+            lambda c, w: is_recurrent(c)),
     Feature("shared_expert_gate", "a sigmoid gate on the shared expert (ffn_gate_inp_shexp)",
             lambda c, w: c.moe is not None and c.moe.shexp_gate),
 )
 FEATURE_NAMES = frozenset(f.name for f in FEATURES)
+
+
+def is_recurrent(cfg: ModelConfig) -> bool:
+    """Whether the model keeps a recurrent state per sequence (DeltaNet layers): what it has seen
+    cannot be cut back to a prefix (no prefix reuse, rollback or state save), only recomputed."""
+    return cfg.delta_net is not None and any(lc.recurrent for lc in cfg.layers)
 
 
 def features_of(cfg: ModelConfig, weights) -> frozenset[str]:
