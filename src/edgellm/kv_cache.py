@@ -368,7 +368,7 @@ class KVPool:
     def _rs_alloc(self) -> int:
         """A zeroed recurrent state slot."""
         if not self._rs_free:
-            want = max(4, 2 * self._rs_size)
+            want = max(1, 2 * self._rs_size)  # (a slot is the states of every recurrent layer: MBs)
             self.engine.rs_reserve(want)
             for s in range(self._rs_size, want):
                 heapq.heappush(self._rs_free, s)
