@@ -198,8 +198,10 @@ int el_attention_plan(el_engine *e) {
     }
     int has[2] = {0, 0}, n_kv[2] = {0, 0};  /* the most kv heads of a layer of the group */
     for (int l = 0; l < e->d.n_layer; l++) {
-        has[layer_group(e, l)] = 1;
-        n_kv[layer_group(e, l)] = EL_MAX(n_kv[layer_group(e, l)], e->layers[l].n_head_kv);
+        const int g = layer_group(e, l);
+        if (g == G_NONE) continue;  /* a recurrent layer (delta_net.c) */
+        has[g] = 1;
+        n_kv[g] = EL_MAX(n_kv[g], e->layers[l].n_head_kv);
     }
     for (int g = 0; g < 2; g++)
         a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv[g] <= a->nth * QB && pl->n_qb * n_kv[g] < 2 * a->nth &&

@@ -35,6 +35,9 @@ void el_set_trace(el_trace_fn fn) { trace_fn = fn; }
         }                                                        \
     } while (0)
 const char *el_last_error(void) { return last_error; }
+void el_trace(el_engine *c, const char *name, int l, const float *p, int rows, int cols, int ld, int ith) {
+    TRACE(name, l, p, rows, cols, ld);
+}
 #define FAIL(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); goto fail; } while (0)
 
 static void *amalloc(size_t n) {
@@ -115,9 +118,18 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         const int qd = d->n_head * L->head_dim_k, kd = L->n_head_kv * L->head_dim_k;
         const int vd = L->n_head_kv * L->head_dim_v, od = d->n_head * L->head_dim_v;
         any_swa |= L->is_swa;
+        if (L->recurrent) {  /* delta_net.c checks its tensors */
+            if (!norm_ok(&L->attn_norm, d->n_embd) || !norm_ok(&L->ffn_norm, d->n_embd))
+                FAIL("blk.%d: a norm weight has a bad shape", l);
+            if (!tensor_ok(c, &L->w_gate, d->n_embd, L->n_ff) || !tensor_ok(c, &L->w_up, d->n_embd, L->n_ff) ||
+                !tensor_ok(c, &L->w_down, L->n_ff, d->n_embd) || d->n_expert)
+                FAIL("blk.%d: the FFN has a bad shape or unsupported type", l);
+            continue;
+        }
         if (L->rope_freqs && d->rope_freqs.data && (d->rope_freqs.type != EL_F32 || d->rope_freqs.ne0 != L->n_rot / 2))
             FAIL("rope_freqs: bad shape");
-        if (!tensor_ok(c, &L->wq, d->n_embd, qd)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
+        const int qw = d->attn_out_gate ? 2 * qd : qd;  /* wq's rows: q, or q and the output gate */
+        if (!tensor_ok(c, &L->wq, d->n_embd, qw)) FAIL("blk.%d.attn_q: bad shape or unsupported type", l);
         /* a layer on another's cache needs no k or v; without attn_v the values are the keys */
         if (!L->kv_share && !tensor_ok(c, &L->wk, d->n_embd, kd))
             FAIL("blk.%d.attn_k: bad shape or unsupported type", l);
@@ -136,7 +148,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
             !norm_ok(&L->attn_q_norm, d->qk_norm_all ? qd : L->head_dim_k) ||
             !norm_ok(&L->attn_k_norm, d->qk_norm_all ? kd : L->head_dim_k))
             FAIL("blk.%d: a norm weight has a bad shape", l);
-        if (!norm_ok(&L->bq, qd) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
+        if (!norm_ok(&L->bq, qw) || !norm_ok(&L->bk, kd) || !norm_ok(&L->bv, vd) || !norm_ok(&L->bo, d->n_embd))
             FAIL("blk.%d: a bias has a bad shape", l);
     }
     if (any_swa && d->n_swa <= 0) FAIL("sliding-window layers without a window size");
@@ -152,6 +164,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     }
 
     if (d->n_expert && el_moe_init(c, last_error, sizeof last_error) != 0) goto fail;
+    if (el_dn_init(c, last_error, sizeof last_error) != 0) goto fail;
     const int n_ff = EL_MAX(max_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
     int max_k = EL_MAX(EL_MAX(d->n_embd, max_od), EL_MAX(n_ff, d->n_embd_per_layer));
     c->max_k = max_k;
@@ -223,6 +236,7 @@ void el_engine_free(el_engine *c) {
     el_attention_free(c);
     el_moe_free(c);
     el_ple_free(c);
+    el_dn_free(c);
     free(c->kl); free(c->vl);
     step_plan *pl = &c->plan;
     free(pl->row_slot); free(pl->seq_row0); free(pl->seq_rows); free(pl->out_row);
@@ -400,7 +414,12 @@ static void forward_task(void *arg, int ith, int nth) {
         }
         sync(c, &st);
         TRACE("attn_norm", l, c->tmp, n, E, E);
-        matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
+        if (L->recurrent) {  /* a gated DeltaNet layer in place of attention (delta_net.c) */
+            el_delta_net(c, &st, l, ith, nth);
+            goto ffn;
+        }
+        if (d->attn_out_gate) matmul(c, &st, &L->wq, c->tmp, n, E, el_gate_q(c), 2 * qd, ith, nth);
+        else matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
         if (own_kv) matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
         if (own_kv && L->wv.data) matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
         sync(c, &st);
@@ -412,7 +431,8 @@ static void forward_task(void *arg, int ith, int nth) {
         for (int m = ith; m < n; m += nth) {
             float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
             if (own_kv && !L->wv.data) memcpy(v, k, sizeof(float) * (size_t)kd);  /* the values are the keys */
-            if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
+            if (d->attn_out_gate) el_gate_split(c, L, m);  /* q (its bias added) into c->q, the gate kept */
+            else if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
             if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
             if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
             const int qn = d->qk_norm_all ? qd : hk, kn = d->qk_norm_all ? kd : hk;  /* one norm per qn values */
@@ -449,10 +469,15 @@ static void forward_task(void *arg, int ith, int nth) {
             for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
             sync(c, &st);
         }
+        if (d->attn_out_gate) {
+            el_gate_apply(c, ith, nth);
+            sync(c, &st);
+        }
         TRACE("kqv_out", l, c->xn, n, od, od);
         matmul(c, &st, &L->wo, c->xn, n, od, c->tmp, E, ith, nth);
         sync(c, &st);
         TRACE("attn_out", l, c->tmp, n, E, E);
+    ffn:
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
@@ -567,6 +592,7 @@ static int plan_step(el_engine *c, const el_batch *b, float *logits) {
             pl->n_qb++;
         }
     }
+    if (el_dn_check_batch(c, b, last_error, sizeof last_error) != 0) return -2;
     pl->n_out = 0;
     for (int m = 0; m < n; m++)
         pl->out_row[m] = (b->logits ? b->logits[m] != 0 : m == n - 1) ? pl->n_out++ : -1;

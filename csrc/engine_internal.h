@@ -8,7 +8,7 @@
 #define QB 8            /* queries per attention work item */
 #define SLAB_BLOCKS 64  /* KV blocks per allocation (a group's pool grows a slab at a time) */
 
-enum { G_GLOBAL = 0, G_SWA = 1 };
+enum { G_NONE = -1, G_GLOBAL = 0, G_SWA = 1 };  /* G_NONE: a recurrent layer keeps no KV */
 
 /* KV storage of one layer group: slabs of SLAB_BLOCKS blocks. A head's keys of one block (a
  * "part") are in the cache type: f16 as [head_dim_k][KT] halves (one attention tile: the KT slots
@@ -79,11 +79,15 @@ struct el_engine {
     struct att_state *att; /* attention's scratch and per-step plan (attention.c) */
     struct moe_state *moe; /* the expert FFN's scratch (moe.c); NULL for dense models */
     struct ple_state *ple; /* per-layer embeddings' scratch (gemma4.c); NULL without them */
+    struct dn_state *dn;   /* DeltaNet layers' recurrent states and scratch, the attention output
+                              gate's scratch (delta_net.c); NULL for models with neither */
     el_half *tmp_k; /* per thread: one key or value row in f16 */
     step_plan plan;
 };
 
-static inline int layer_group(const el_engine *e, int l) { return e->layers[l].is_swa ? G_SWA : G_GLOBAL; }
+static inline int layer_group(const el_engine *e, int l) {
+    return e->layers[l].recurrent ? G_NONE : e->layers[l].is_swa ? G_SWA : G_GLOBAL;
+}
 /* the layer whose KV cache layer l reads (gemma4's last layers read an earlier one's) */
 static inline int kv_owner(const el_engine *e, int l) { return e->layers[l].kv_share ? e->layers[l].kv_share - 1 : l; }
 
@@ -165,6 +169,20 @@ int el_ple_init(el_engine *e, char *err, size_t err_size);
 void el_ple_free(el_engine *e);
 void el_ple_inputs(el_engine *e, act_state *st, int ith, int nth);
 void el_layer_end(el_engine *e, act_state *st, int l, int ith, int nth);
+/* delta_net.c: init checks the DeltaNet tensors and allocates the scratch (0, or -1 with a
+ * message in err); el_delta_net replaces c->tmp's n rows (the normed layer input) by the layer's
+ * output (after ssm_out), as attention's wo leaves it; ends with a barrier. The attention output
+ * gate: el_gate_q gives the buffer wq's rows go to (2 * q_dim per row); el_gate_split moves row m's
+ * q (with bq added) into c->q and keeps its gate; el_gate_apply multiplies c->xn by sigmoid(gate). */
+int el_dn_init(el_engine *e, char *err, size_t err_size);
+void el_dn_free(el_engine *e);
+int el_dn_check_batch(el_engine *e, const el_batch *b, char *err, size_t err_size);
+void el_delta_net(el_engine *e, act_state *st, int l, int ith, int nth);
+float *el_gate_q(el_engine *e);
+void el_gate_split(el_engine *e, const el_layer *L, int m);
+void el_gate_apply(el_engine *e, int ith, int nth);
+/* TRACE for the other files of the forward pass (el_set_trace; every thread calls it alike) */
+void el_trace(el_engine *c, const char *name, int l, const float *p, int rows, int cols, int ld, int ith);
 /* kv.c */
 int el_kv_init(el_engine *e, int type_k, int type_v);  /* the cache types; -1 unsupported */
 void el_kv_free_all(el_engine *e);

@@ -291,6 +291,7 @@ int el_kv_shift(el_engine *e, const int32_t *tables, int max_blocks, int n_slots
     for (int l = 0; l < d->n_layer; l++) {
         const el_layer *L = &e->layers[l];
         const int g = layer_group(e, l);
+        if (g == G_NONE) continue;
         const int32_t *t = tables + (size_t)g * max_blocks;
         if (L->kv_share) continue;  /* its keys are another layer's */
         if (L->n_rot) {

@@ -169,12 +169,17 @@ class ReferenceModel:
         H = cfg.n_head
         factors = W(self.wt.rope_factors(self.n_ctx, cfg.n_ctx_orig))
         x = W(self.wt.tok_embd)[ids] * cfg.embd_scale
+        if cfg.delta_net is not None and not np.array_equal(pos, np.arange(n)):
+            raise ValueError("a recurrent model's reference runs one whole sequence from position 0")
         per_layer = self._per_layer_inputs(ids, x) if cfg.n_embd_per_layer else None
         caches = {}  # layer -> its k, v (layers with kv_layer >= 0 attend to another's)
         for il, (lc, L) in enumerate(zip(cfg.layers, self.wt.layers)):
             hd, hv, KV, _, _ = lc.sizes(cfg)
             qd, kd = H * hd, KV * hd
             h = self._rms(x, W(L["attn_norm"])) if L["attn_norm"] is not None else x
+            if lc.recurrent:
+                x = self._ffn_block(x, self._delta_net(h, L), L)
+                continue
             if lc.kv_layer >= 0:
                 q = self._lin(h, W(L["wq"]), W(L["bq"]))
             elif L["wqkv"] is not None:
@@ -182,13 +187,16 @@ class ReferenceModel:
                 if b is None and L["bq"] is not None:
                     b = np.concatenate([W(L["bq"]), W(L["bk"]), W(L["bv"])])
                 qkv = self._lin(h, W(L["wqkv"]), b)
-                q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+                qw = 2 * qd if cfg.attn_out_gate else qd
+                q, k, v = qkv[:, :qw], qkv[:, qw:qw + kd], qkv[:, qw + kd:]
             else:
                 q = self._lin(h, W(L["wq"]), W(L["bq"]))
                 k = self._lin(h, W(L["wk"]), W(L["bk"]))
                 v = self._lin(h, W(L["wv"]), W(L["bv"])) if L["wv"] is not None else k  # (gemma4: v is k)
             if lc.kv_layer >= 0:
                 k = v = None
+            if cfg.attn_out_gate:  # each head's q, then its output gate
+                q, gate = q.reshape(n, H, 2, hd)[:, :, 0].reshape(n, qd), q.reshape(n, H, 2, hd)[:, :, 1]
             if L["attn_q_norm"] is not None and cfg.qk_norm == QK_NORM_ALL:
                 q, k = self._rms(q, W(L["attn_q_norm"])), self._rms(k, W(L["attn_k_norm"]))
             q = q.reshape(n, H, hd)
@@ -225,15 +233,11 @@ class ReferenceModel:
             sc /= sc.sum(-1, keepdims=True)
             if self.rounded:
                 sc = _f16(sc)
-            o = self._lin(np.einsum("hnm,mhd->nhd", sc, v).reshape(n, -1), W(L["wo"]), W(L["bo"]))
-            if L["attn_post_norm"] is not None:
-                o = self._rms(o, W(L["attn_post_norm"]))
-            x = x + o * cfg.residual_scale
-            h = self._rms(x, W(L["ffn_norm"])) if L["ffn_norm"] is not None else x
-            d = self._moe(h, L) if cfg.moe is not None else self._ffn(h, L)
-            if L["ffn_post_norm"] is not None:
-                d = self._rms(d, W(L["ffn_post_norm"]))
-            x = x + d * cfg.residual_scale
+            o = np.einsum("hnm,mhd->nhd", sc, v)
+            if cfg.attn_out_gate:
+                o = o / (1 + np.exp(-gate))
+            o = self._lin(o.reshape(n, -1), W(L["wo"]), W(L["bo"]))
+            x = self._ffn_block(x, o, L)
             if per_layer is not None:  # gemma4's per-layer embedding, gated by the residual stream
                 e = self._act(self._lin(x, W(L["ple_gate"]))) * per_layer[:, il]
                 x = x + self._rms(self._lin(e, W(L["ple_proj"])), W(L["ple_post_norm"]))
@@ -250,3 +254,46 @@ class ReferenceModel:
         e = W(wt.ple_embd)[ids].reshape(n, cfg.n_layer, P) * np.sqrt(P)
         proj = self._lin(x0, W(wt.ple_model_proj)).reshape(n, cfg.n_layer, P) / np.sqrt(cfg.n_embd)
         return (self._rms(proj, W(wt.ple_proj_norm)) + e) / np.sqrt(2.0)
+
+    def _ffn_block(self, x, o, L):
+        """The rest of a block after its mixer's output o: (post-norm,) residual, FFN, residual."""
+        cfg, W = self.cfg, self.w
+        if L["attn_post_norm"] is not None:
+            o = self._rms(o, W(L["attn_post_norm"]))
+        x = x + o * cfg.residual_scale
+        h = self._rms(x, W(L["ffn_norm"])) if L["ffn_norm"] is not None else x
+        d = self._moe(h, L) if cfg.moe is not None else self._ffn(h, L)
+        if L["ffn_post_norm"] is not None:
+            d = self._rms(d, W(L["ffn_post_norm"]))
+        return x + d * cfg.residual_scale
+
+    def _delta_net(self, h, L):
+        """A gated DeltaNet layer over the whole sequence from an empty state (models.base.DeltaNetConfig;
+        llama.cpp's delta-net-base.cpp and ggml's ssm_conv / gated_delta_net)."""
+        dn, W = self.cfg.delta_net, self.w
+        n, S, HK, HV = len(h), dn.d_state, dn.n_k_heads, dn.n_v_heads
+        qkv = self._lin(h, W(L["ssm_in"]))                          # [n, conv_dim]
+        z = self._lin(h, W(L["ssm_gate"])).reshape(n, HV, S)
+        beta = 1 / (1 + np.exp(-self._lin(h, W(L["ssm_beta"]))))   # [n, HV]
+        a = self._lin(h, W(L["ssm_alpha"])) + W(L["ssm_dt"])
+        g = np.logaddexp(0.0, a) * W(L["ssm_a"])                   # log of the decay: softplus(.) * a
+        conv = W(L["ssm_conv1d"])                                   # [conv_dim, d_conv]
+        xp = np.concatenate([np.zeros((dn.d_conv - 1, qkv.shape[1])), qkv])
+        c = sum(xp[j:j + n] * conv[:, j] for j in range(dn.d_conv))
+        c = c / (1 + np.exp(-c))                                    # SiLU
+        kd = HK * S
+        q, k, v = c[:, :kd].reshape(n, HK, S), c[:, kd:2 * kd].reshape(n, HK, S), c[:, 2 * kd:].reshape(n, HV, S)
+        eps = self.cfg.norm_eps
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
+        heads = np.arange(HV) % HK                                  # v head h reads q / k head h % HK
+        q, k = q[:, heads] / np.sqrt(S), k[:, heads]
+        state = np.zeros((HV, S, S))                                # [head, v dim, k dim]
+        o = np.empty((n, HV, S))
+        for t in range(n):
+            state *= np.exp(g[t])[:, None, None]
+            delta = (v[t] - np.einsum("hji,hi->hj", state, k[t])) * beta[t][:, None]
+            state += delta[:, :, None] * k[t][:, None, :]
+            o[t] = np.einsum("hji,hi->hj", state, q[t])
+        o = self._rms(o, W(L["ssm_norm"])) * (z / (1 + np.exp(-z)))
+        return self._lin(o.reshape(n, HV * S), W(L["ssm_out"]))

@@ -47,9 +47,10 @@ def _refused(name, path) -> bool:
 # of the C generic path, numba_float_llama / numba_ops): every log-probability within the
 # references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
 # far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba
-# (gemma4: the C paths; numba does not run it yet).
+# (gemma4 and qwen35: the C paths; numba does not run them yet).
 EXACT = {"gemma2", "gemma4", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
-         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "smollm3"}
+         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35",
+         "smollm3"}
 REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
 
 
@@ -260,3 +261,5 @@ def test_engines_refuse_what_they_do_not_run(built, monkeypatch, name, path):
         llm.session()._feed(REFS[name]["teacher_forced"]["ids"][:4])
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{name}: the {path.split(':')[0]} engine does not run"), msg
+    with pytest.raises(EdgeLLMError, match="engine does not run"):  # the batched engine, before any step
+        BatchEngine(llm, max_seqs=2, prefix_cache=False)

@@ -139,12 +139,33 @@ def _share(m, il, src):
     _cfg(m, layers=tuple(layers))
 
 
+def _weights(m, role, fn):
+    """Every layer's tensor of role replaced by fn(its float64 values)."""
+    for layer in m.wt.layers:
+        if layer[role] is not None:
+            m._w[layer[role].name] = fn(m.w(layer[role]))
+
+
 def _rotate_all(m):
     """RoPE over the whole head, the dimensions past rope.dimension_count with a LongRoPE factor of 1."""
     _cfg(m, n_rot=m.cfg.head_dim_k)
     for info in (m.wt.rope_long, m.wt.rope_short):
         f = m.w(info)
         m._w[info.name] = np.concatenate([f, np.ones(m.cfg.n_rot // 2 - len(f))])
+
+
+def _gate_open(m):
+    """The attention output gate read as absent: its rows of attn_q zeroed (sigmoid(0) = 1/2 on every
+    head) and attn_output doubled to undo the half."""
+    hd = m.cfg.head_dim_k
+
+    def no_gate(w):
+        w = w.reshape(m.cfg.n_head, 2, hd, -1).copy()
+        w[:, 1] = 0.0
+        return w.reshape(2 * m.cfg.n_head * hd, -1)
+
+    _weights(m, "wq", no_gate)
+    _weights(m, "wo", lambda w: 2.0 * w)
 
 
 # Each feature a tiny model has, misread: the reference with that change must be far outside the
@@ -162,6 +183,11 @@ MISREADINGS = {
     "phi3-long": {"LongRoPE's short factors": lambda m: setattr(m, "n_ctx", 512)},
     "phi4-mini": {"all of each head rotated": lambda m: _rotate_all(m),
                   "no LongRoPE attention factor": lambda m: _cfg(m, yarn_attn_factor=1.0)},
+    "qwen35": {"no attention output gate": lambda m: _gate_open(m),
+               "conv taps reversed in time": lambda m: _weights(m, "ssm_conv1d", lambda w: w[:, ::-1]),
+               "no decay": lambda m: _weights(m, "ssm_a", np.zeros_like),
+               "all of each head rotated": lambda m: _cfg(m, n_rot=m.cfg.head_dim_k),
+               "no DeltaNet output norm weight": lambda m: _weights(m, "ssm_norm", np.ones_like)},
     "smollm3": {"RoPE on every layer": lambda m: _layers(m, use_rope=True)},
     "gemma2": {"no attention soft-cap": lambda m: _cfg(m, attn_softcap=0.0),
                "no final soft-cap": lambda m: _cfg(m, final_softcap=0.0),

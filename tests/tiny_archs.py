@@ -100,6 +100,13 @@ class Spec:
     rope_dims: int = 0           # rope.dimension_count, where only part of each head is rotated
     name: str = ""               # general.name (default tiny-<arch>); llama.cpp reads it: a name with
                                  # "phi3" in it gives the special tokens Phi-3's rstrip attribute
+    attn_gate: bool = False      # attn_q holds each head's q then its output gate (qwen35)
+    delta_net: bool = False      # gated DeltaNet layers (DELTA_NET's sizes) where full_attention_interval says
+
+
+# the gated DeltaNet layers' sizes (qwen35): 4 value heads sharing 2 key heads, all of 16, a conv of 4 taps
+DELTA_NET = {"ssm.conv_kernel": 4, "ssm.state_size": 16, "ssm.group_count": 2, "ssm.time_step_rank": 4,
+             "ssm.inner_size": 64}
 
 
 def _f32(v):
@@ -164,6 +171,13 @@ SPECS: dict[str, Spec] = {
                        keys={"rope.scaling.type": (VT.STRING, "yarn"), "rope.scaling.factor": _f32(4.0),
                              "rope.scaling.original_context_length": _u32(64),
                              "rope.scaling.attn_factor": _f32(0.9)}),
+    # Qwen 3.5: DeltaNet layers 0 and 2, gated full attention on 1 and 3 (every 2nd; real models every 4th)
+    # rotating 8 of each head's 16 dims in Qwen 3.5's interleaved sections (its GGUFs: 64 of 256,
+    # [11, 11, 10, 0]); the output tied to the embeddings as in the small Qwen 3.5 models
+    "qwen35": Spec("qwen35", "qwen35", 17, template="Qwen3.5-4B", qk_norm="head", output=False, rope_dims=8,
+                   attn_gate=True, delta_net=True,
+                   keys={"rope.freq_base": _f32(1e7), "full_attention_interval": _u32(2),
+                         **{k: _u32(v) for k, v in DELTA_NET.items()}}),
 }
 
 
@@ -238,6 +252,7 @@ CHATS: dict[str, Chat] = {
     "qwen2": Chat("Qwen-Qwen2.5-7B-Instruct", 151645, _QWEN_CHAT),
     "qwen3": Chat("Qwen-Qwen3-0.6B", 151645, _QWEN_CHAT),
     "qwen3moe": Chat("Qwen-Qwen3-0.6B", 151645, _QWEN_CHAT),  # Qwen3-30B-A3B carries Qwen 3's template
+    "qwen35": Chat("Qwen3.5-4B", 151645, _QWEN_CHAT),  # Qwen 3.5's GGUFs: eos <|im_end|>, as Qwen 3's
     "qwen2moe": Chat(None, 151645, _QWEN_CHAT),  # the vocabulary's own: Qwen 2's ChatML (Qwen2-57B-A14B)
     # Phi-3.5-mini: eos <|endoftext|> (32000, as the vocabulary); <|end|> (32007) is found by its text
     "phi3": Chat("microsoft-Phi-3.5-mini-instruct", 32007),
@@ -267,7 +282,7 @@ CHATS: dict[str, Chat] = {
     "gemma4": Chat(None, 106),
 }
 # the engines that do not run a spec's file yet: they refuse it with one line (test_arch_engines.py)
-NOT_RUN_BY = {"gemma4": ("numba",)}
+NOT_RUN_BY = {"gemma4": ("numba",), "qwen35": ("numba",)}
 
 
 _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}
@@ -339,6 +354,9 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
         t["rope_factors_short.weight"] = np.geomspace(1.0, 1.5, rot // 2).astype(np.float32)
     for i in range(shape.n_layer):
         p = f"blk.{i}."
+        if spec.delta_net:
+            t.update(_qwen35_layer(p, i, r, shape))
+            continue
         if spec.pre_norms:
             t[p + "attn_norm.weight"] = r.norm(E)
         if spec.attn == "fused":
@@ -385,6 +403,42 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
     return t
 
 
+def _qwen35_layer(p: str, i: int, r: Rand, shape: Shape) -> dict:
+    """One qwen35 block (llama.cpp's loader): attn_norm, then gated DeltaNet (even layers) or full
+    attention with q, its gate and per-head q / k norms (odd layers), then post_attention_norm (the
+    FFN's pre-norm) and a SwiGLU FFN."""
+    E, F, hd = shape.n_embd, shape.n_ff, shape.head_dim
+    qd, kd = shape.n_head * hd, shape.n_head_kv * hd
+    t = {p + "attn_norm.weight": r.norm(E)}
+    if i % 2 == 0:
+        sk, hk, hv, kc = (DELTA_NET[k] for k in ("ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                                                   "ssm.conv_kernel"))
+        vi = sk * hv
+        cd = 2 * sk * hk + vi
+        t[p + "attn_qkv.weight"] = r.matrix(E, cd)
+        t[p + "attn_gate.weight"] = r.matrix(E, vi)
+        t[p + "ssm_conv1d.weight"] = r.matrix(kc, cd, scale=0.5, qtype=GT.F32)
+        # decay rates spread as a trained model's: softplus(alpha + dt) * a from about -0.01 to -2 per token
+        t[p + "ssm_dt.bias"] = r.bias(hv, 1.0)
+        t[p + "ssm_a"] = -np.exp(r.rng.uniform(-3.0, 0.5, hv)).astype(np.float32)
+        t[p + "ssm_beta.weight"] = r.matrix(E, hv)
+        t[p + "ssm_alpha.weight"] = r.matrix(E, hv)
+        t[p + "ssm_norm.weight"] = r.norm(sk)
+        t[p + "ssm_out.weight"] = r.matrix(vi, E, scale=RESIDUAL_GAIN * vi ** -0.5)
+    else:
+        t[p + "attn_q.weight"] = r.matrix(E, 2 * qd)
+        t[p + "attn_k.weight"] = r.matrix(E, kd)
+        t[p + "attn_v.weight"] = r.matrix(E, kd)
+        t[p + "attn_q_norm.weight"] = r.norm(hd)
+        t[p + "attn_k_norm.weight"] = r.norm(hd)
+        t[p + "attn_output.weight"] = r.matrix(qd, E, scale=RESIDUAL_GAIN * qd ** -0.5)
+    t[p + "post_attention_norm.weight"] = r.norm(E)
+    t[p + "ffn_gate.weight"] = r.matrix(E, F)
+    t[p + "ffn_up.weight"] = r.matrix(E, F)
+    t[p + "ffn_down.weight"] = r.matrix(F, E, scale=RESIDUAL_GAIN * F ** -0.5)
+    return t
+
+
 def _derived_fields(v: Vocab) -> list[tuple]:
     base = _tokenizer_fields(v.base)
     types = next(value for key, _, value, _ in base if key == "tokenizer.ggml.token_type")
@@ -427,6 +481,8 @@ def metadata(spec: Spec, chat: Chat | None = None, shape: Shape = TINY) -> list[
             md.append((f"{a}.expert_shared_feed_forward_length", VT.UINT32, shape.n_ff_shexp, None))
     if spec.rope_dims:
         md.append((f"{a}.rope.dimension_count", VT.UINT32, spec.rope_dims, None))
+    if spec.delta_net:  # Qwen 3.5's sections scaled to the rotated dims: [11, 11, 10, 0] of 32 pairs
+        md.append((f"{a}.rope.dimension_sections", VT.ARRAY, [2, 1, 1, 0], VT.INT32))
     md += [(f"{a}.{k}", vt, v, None) for k, (vt, v) in spec.keys.items()]
     tok = _tokenizer_fields(spec.vocab)
     if spec.template:  # the family's template, not the one the borrowed vocabulary carries

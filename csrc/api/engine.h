@@ -20,6 +20,12 @@ typedef struct {
      * (n_ff_shexp rows) and its gate, one F32 row of n_embd (shexp_gate) */
     el_tensor w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
     el_tensor w_gate_inp_shexp, w_gate_shexp, w_up_shexp, w_down_shexp;
+    /* a gated DeltaNet layer (recurrent; delta_net.c) in place of attention: ssm_in (attn_qkv: q, k,
+     * v before the conv), ssm_gate (attn_gate: z), ssm_conv1d (F32, conv_dim rows of dn_conv taps),
+     * ssm_dt, ssm_a (F32, one per v head), ssm_beta / ssm_alpha (dn_v_heads rows), ssm_norm (F32,
+     * dn_state), ssm_out */
+    el_tensor ssm_in, ssm_gate, ssm_conv1d, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+    int recurrent;
     int is_swa;             /* sliding-window layer */
     int use_rope;           /* 0: q and k of this layer are not rotated */
     float rope_base;        /* theta base for this layer */
@@ -71,6 +77,12 @@ typedef struct {
      * sqrt(n_embd_per_layer)) / sqrt(2), x0 the scaled token embedding; 0 = none */
     int n_embd_per_layer;
     el_tensor ple_embd, ple_model_proj, ple_proj_norm;
+    /* attention output gate: wq gives each head's q then its gate (2 * head_dim_k rows per head);
+     * the attention output times sigmoid(gate) before wo (qwen35) */
+    int attn_out_gate;
+    /* gated DeltaNet layers (el_layer.recurrent; delta_net.c): conv taps, head size, q/k heads,
+     * v heads (v head h reads q / k head h % dn_k_heads) */
+    int dn_conv, dn_state, dn_k_heads, dn_v_heads;
     el_tensor tok_embd, output_norm, output, output_bias, rope_freqs;
     const el_layer *layers; /* n_layer entries; copied by el_engine_new */
 } el_model_desc;
@@ -139,7 +151,19 @@ typedef struct {
     const int32_t *tables;   /* [2][n_seqs][max_blocks] block ids per group, -1 = none */
     int max_blocks;
     int llama_order;         /* 1: llama.cpp's batch-size-dependent orders (one sequence only) */
+    const int32_t *rs_slot;  /* [n_seqs] each sequence's recurrent state slot (el_rs_*), for models
+                                with DeltaNet layers; a sequence's rows continue its state */
 } el_batch;
+
+/* Recurrent state (models with DeltaNet layers): per sequence, in a slot the caller assigns (the
+ * block manager in src/edgellm/kv_cache.py), each recurrent layer's conv state (the last
+ * dn_conv - 1 inputs) and delta-rule state (dn_v_heads matrices of dn_state^2), float32 as
+ * llama.cpp keeps them. reserve grows the slots to at least n (-1: out of memory; returns the
+ * count); clear zeroes slot s (a new or emptied sequence); copy copies src to dst (a fork).
+ * 0, or -2 for a bad slot. */
+int el_rs_reserve(el_engine *e, int n_slots);
+int el_rs_clear(el_engine *e, int slot);
+int el_rs_copy(el_engine *e, int src, int dst);
 
 /* Evaluate a batch (n_tokens <= n_batch). logits: float [rows wanted][n_vocab], in row order.
  * Without llama_order every row's arithmetic is the same whatever else the batch holds (batch

@@ -22,7 +22,7 @@ from .errors import ContextOverflowError, GGUFError, GrammarError
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .gguf_file import GGUFFile
 from .kv_cache import DEFAULT_CACHE_TYPE, KVPool, cache_type, head_sizes
-from .models.base import bind_weights
+from .models.base import bind_weights, is_recurrent
 from .registry import resolve
 from .sampling import Sampler, SamplingParams, StopChecker
 from .tokenizer import Tokenizer
@@ -242,7 +242,8 @@ class Session:
         with self._llm._engine_lock:
             if self._llm._pool.shift(self._seq, n_keep, n_discard):
                 return
-            tokens = self._seq.tokens  # (never with a small n_keep: the window is then all moved slots)
+            tokens = list(self._seq.tokens)  # (clear empties the list; a sliding window: never with a
+            # small n_keep, the window is then all moved slots; a recurrent model: always)
             self._llm._pool.clear(self._seq)
         self._feed(tokens)
 
@@ -329,7 +330,8 @@ class LLM:
                     eng = kernels.create_engine(self.gguf, self.config, self._weights, n_ctx=self.n_ctx,
                                                 n_batch=self.n_batch, n_threads=self.n_threads, store=self._store,
                                                 cache_types=self._cache_types)
-                    self._kv = KVPool(eng, n_ctx=self.n_ctx, n_swa=self.config.n_swa, has_swa=eng.has_swa)
+                    self._kv = KVPool(eng, n_ctx=self.n_ctx, n_swa=self.config.n_swa, has_swa=eng.has_swa,
+                                      recurrent=is_recurrent(self.config))
                     self._eng = eng
         return self._eng
 

@@ -74,6 +74,7 @@ class Step:
             elif e.logits == LOGITS_LAST:
                 want[r + k - 1] = 1
             seq_len[i] = e.seq.n
+            engine.batch.rs_slot[i] = e.seq.rs
             tables[:, i] = e.seq.tables[:, :mb]
             r += k
         return mb

@@ -14,7 +14,12 @@ vLLM's PagedAttention), and passes the tables with every batch:
 - prefix reuse (SGLang's RadixAttention, vLLM's automatic prefix caching): every full block of a
   cacheable sequence is indexed by the tokens of its whole prefix; a new sequence whose tokens
   start with indexed blocks takes them instead of recomputing them. Blocks nobody holds stay
-  indexed until the pool needs them back, least recently used first.
+  indexed until the pool needs them back, least recently used first;
+- a model with recurrent layers (models.base.is_recurrent: qwen35's DeltaNet) also keeps a state
+  per sequence beside its blocks, in a slot of the engine's: allocated (zeroed) with the sequence,
+  copied on fork, zeroed when it is emptied, returned when it ends. That state cannot be cut back:
+  such a pool indexes no prefix, and truncating or shifting a sequence to anything but empty
+  answers False (the caller clears it and evaluates its tokens again).
 
 Everything here is bookkeeping on small Python objects; the storage itself is the engine's.
 """
@@ -131,6 +136,7 @@ class Sequence:
         self.nodes: list[_Node] = []                    # prefix-index nodes of its full blocks, in order
         self.swa_from = 0                               # sliding-window blocks below this are dropped
         self.swa_valid = 0                              # sliding-window slots below this hold nothing
+        self.rs = -1                                    # recurrent state slot (recurrent models)
         self.cacheable = cacheable
         self.alive = True
 
@@ -163,8 +169,12 @@ class KVPool:
     ``limit_blocks``: the most group-0 blocks in use at once (None: grow as needed, as far as
     memory goes). The sliding-window group is bounded by its windows and needs no limit."""
 
-    def __init__(self, engine, *, n_ctx: int, n_swa: int, has_swa: bool, limit_blocks: int | None = None):
+    def __init__(self, engine, *, n_ctx: int, n_swa: int, has_swa: bool, limit_blocks: int | None = None,
+                 recurrent: bool = False):
         self.engine = engine
+        self.recurrent = recurrent
+        self._rs_free: list[int] = []  # recurrent state slots (min-heap) and how many the engine has
+        self._rs_size = 0
         self.n_ctx = n_ctx
         self.n_swa = n_swa
         self.has_swa = has_swa
@@ -362,7 +372,22 @@ class KVPool:
     # -- sequences --
 
     def new_sequence(self, *, cacheable: bool = False) -> Sequence:
-        return Sequence(self.max_blocks, cacheable)
+        seq = Sequence(self.max_blocks, cacheable and not self.recurrent)
+        if self.recurrent:
+            seq.rs = self._rs_alloc()
+        return seq
+
+    def _rs_alloc(self) -> int:
+        """A zeroed recurrent state slot."""
+        if not self._rs_free:
+            want = max(1, 2 * self._rs_size)  # (a slot is the states of every recurrent layer: MBs)
+            self.engine.rs_reserve(want)
+            for s in range(self._rs_size, want):
+                heapq.heappush(self._rs_free, s)
+            self._rs_size = want
+        slot = heapq.heappop(self._rs_free)
+        self.engine.rs_clear(slot)
+        return slot
 
     def blocks_needed(self, seq: Sequence, n_new: int) -> int:
         """Group-0 blocks reserve(seq, n_new) would take from the pool (new ones and copies)."""
@@ -470,6 +495,10 @@ class KVPool:
         seq.n = n
         if n == 0:
             seq.swa_from = seq.swa_valid = 0
+            if seq.rs >= 0:
+                self.engine.rs_clear(seq.rs)
+        elif self.recurrent:
+            return False  # the state holds what the dropped slots added
         return self._window_held(seq)
 
     def _window_held(self, seq: Sequence) -> bool:
@@ -484,6 +513,9 @@ class KVPool:
         if seq.alive:
             self.truncate(seq, 0)
             seq.alive = False
+            if seq.rs >= 0:
+                heapq.heappush(self._rs_free, seq.rs)
+                seq.rs = -1
 
     def fork(self, seq: Sequence) -> Sequence:
         """A new sequence holding the same slots (every block shared)."""
@@ -495,6 +527,9 @@ class KVPool:
                     self._ref(g, int(b))
         child.n, child.tokens, child.nodes = seq.n, list(seq.tokens), list(seq.nodes)
         child.swa_from, child.swa_valid = seq.swa_from, seq.swa_valid
+        if self.recurrent:
+            child.rs = self._rs_alloc()
+            self.engine.rs_copy(seq.rs, child.rs)
         return child
 
     def shift(self, seq: Sequence, n_keep: int, n_discard: int) -> bool:
@@ -527,7 +562,8 @@ class KVPool:
             seq.swa_valid = v if v <= n_keep else max(n_keep, v - n_discard)
             seq.swa_from = 0  # the tables moved: look at every block once
             self._drop_swa(seq)
-        return self._window_held(seq)
+        # a recurrent state saw the dropped tokens: the kept ones must be evaluated again
+        return self._window_held(seq) and not self.recurrent
 
     def check(self) -> None:
         """Consistency of the books (tests): every reference accounted for."""

@@ -224,7 +224,8 @@ class BatchEngine:
         self.max_seqs = max_seqs
         self.step_tokens = min(step_tokens or llm.n_batch, llm.n_batch)
         self._logits_rows = logits_group_rows(llm.n_vocab)
-        self.prefix_cache = prefix_cache
+        # a recurrent model's state is not in the blocks a prefix shares (kv_cache.KVPool): no prefix cache
+        self.prefix_cache = prefix_cache and not llm._pool.recurrent
         self.max_queue = max_queue
         self.kv_tokens = kv_tokens or llm.n_ctx
         pool = llm._pool

@@ -55,7 +55,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
-from .errors import DraftModelError
+from .errors import DraftModelError, UnsupportedModelError
 from .kv_cache import KVCacheFullError
 from .sampling import Sampler, SamplingParams, StopChecker, probabilities
 
@@ -113,6 +113,7 @@ def resolve(llm, value) -> Speculative | None:
 
     if value is None or value is False:
         return None
+    _check_rollback(llm)
     spec = value if isinstance(value, Speculative) else Speculative(draft=value)
     draft = spec.draft
     if spec.is_lookup:
@@ -125,7 +126,17 @@ def resolve(llm, value) -> Speculative | None:
                             f"got {type(draft).__name__}")
         draft = _load_draft(llm, draft)
     check_vocabulary(llm, draft)
+    _check_rollback(draft)
     return replace(spec, draft=draft)
+
+
+def _check_rollback(llm) -> None:
+    """Speculative decoding rolls rejected drafts back; a recurrent model's state cannot be."""
+    from .models.base import is_recurrent
+
+    if is_recurrent(llm.config):
+        raise UnsupportedModelError(f"{llm.config.arch}: speculative decoding rolls back rejected drafts, and the "
+                                    f"recurrent state of its DeltaNet layers cannot be rolled back: turn it off")
 
 
 _drafts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # target LLM -> {source: draft LLM}

@@ -16,7 +16,7 @@ import os
 import struct
 from pathlib import Path
 
-from .errors import StateFileError
+from .errors import StateFileError, UnsupportedModelError
 from .kv_cache import BLOCK, head_sizes, kv_rotation
 
 MAGIC = b"EDGELLM-KVSTATE\n"
@@ -37,9 +37,16 @@ def _rotation(llm) -> tuple[int, int]:
     return kv_rotation(*head_sizes(llm.config), llm._cache_types)
 
 
+def _check_saveable(llm) -> None:
+    if llm._pool.recurrent:  # (the file holds KV blocks; a recurrent state is not one)
+        raise UnsupportedModelError(f"{llm.config.arch}: saved sessions do not hold the recurrent state of "
+                                    f"its DeltaNet layers yet")
+
+
 def save(llm, seq, path, meta=None) -> None:
     """Write seq (a KVPool Sequence of llm's engine) to path; meta: JSON-able data kept with it.
     Call with llm's engine lock held."""
+    _check_saveable(llm)
     eng, pool = llm._engine, llm._pool
     groups = (0, 1) if pool.has_swa else (0,)
     n_blk = -(-seq.n // BLOCK)
@@ -97,6 +104,7 @@ def _ints(value) -> list[int]:
 
 def load(llm, seq, path) -> dict | None:
     """Fill the empty seq from a state file; returns its metadata. Call with the engine lock held."""
+    _check_saveable(llm)
     header, blob = read(path)
     eng, pool = llm._engine, llm._pool
     groups = (0, 1) if pool.has_swa else (0,)

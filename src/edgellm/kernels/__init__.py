@@ -27,10 +27,12 @@ _FORWARD_FEATURES = frozenset({
     "rope_freqs", "rope_linear", "rope_yarn", "embd_scale", "q_scale", "gelu", "output_bias", "rope_skip",
     "residual_scale", "logit_scale", "fused_qkv", "fused_gate_up", "longrope", "qk_norm_all", "no_pre_norm",
     "attn_temp", "moe", "shared_expert", "shared_expert_gate"})
-# gemma4's (csrc/gemma4.c and per-layer sizes in engine.c / kv.c / attention.c): the C engine only
+# gemma4's (csrc/gemma4.c and per-layer sizes in engine.c / kv.c / attention.c) and qwen35's
+# (csrc/delta_net.c): the C engine only
 _GEMMA4_FEATURES = frozenset({"layer_sizes", "kv_shared", "v_from_k", "v_norm", "rope_freqs_layers",
                               "per_layer_embd", "layer_out_scale"})
-ENGINE_FEATURES = {"c": _FORWARD_FEATURES | _GEMMA4_FEATURES, "numba": _FORWARD_FEATURES}
+_QWEN35_FEATURES = frozenset({"attn_out_gate", "delta_net"})
+ENGINE_FEATURES = {"c": _FORWARD_FEATURES | _GEMMA4_FEATURES | _QWEN35_FEATURES, "numba": _FORWARD_FEATURES}
 
 
 def c_module():
@@ -72,6 +74,7 @@ class BatchArrays:
         self.want = np.zeros(n_batch, dtype=np.int8)
         self.seq_len = np.zeros(n_batch, dtype=np.int32)
         self.tables = np.zeros(2 * n_batch * max_blocks, dtype=np.int32)
+        self.rs_slot = np.full(n_batch, -1, dtype=np.int32)  # recurrent state slot per sequence
 
     def views(self, n: int, n_seqs: int, mb: int):
         """(token, pos, seq, want, seq_len, tables [2, n_seqs, mb]) for a step of n rows."""

@@ -10,7 +10,7 @@ from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK, head_sizes, kv_rotation
 from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
-from ..models.tensors import Part, engine_tensors
+from ..models.tensors import DELTA_NET_TENSORS, Part, engine_tensors
 from ..quants import QType
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
@@ -43,6 +43,10 @@ class CEngine:
             m = cfg.moe
             d.n_expert, d.n_expert_used, d.n_ff_exp, d.n_ff_shexp = m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp
             d.moe_norm_w, d.shexp_gate, d.moe_w_scale = int(m.norm_topk), int(m.shexp_gate), m.weights_scale
+        d.attn_out_gate = int(cfg.attn_out_gate)
+        if cfg.delta_net is not None:
+            dn = cfg.delta_net
+            d.dn_conv, d.dn_state, d.dn_k_heads, d.dn_v_heads = dn.d_conv, dn.d_state, dn.n_k_heads, dn.n_v_heads
         d.rope_type = lib.EL_ROPE_NEOX if cfg.rope_type == ROPE_NEOX else lib.EL_ROPE_NORM
         d.act = lib.EL_ACT_GELU_TANH if cfg.act == ACT_GELU_TANH else lib.EL_ACT_SILU
         self._fill(d.tok_embd, weights.tok_embd)
@@ -64,10 +68,13 @@ class CEngine:
             L.head_dim_k, L.head_dim_v, L.n_head_kv, L.n_ff, L.n_rot = lc.sizes(cfg)
             L.rope_freqs = int(lc.rope_freqs)
             L.kv_share = lc.kv_layer + 1 if lc.kv_layer >= 0 else 0
+            L.recurrent = int(lc.recurrent)
             for fld in ("out_scale", "ple_gate", "ple_proj", "ple_post_norm"):
                 self._fill(getattr(L, fld), lw[fld])
             for fld, part in engine_tensors(cfg, lw).items():
                 self._fill(getattr(L, fld), part)
+            for fld in DELTA_NET_TENSORS:
+                self._fill(getattr(L, fld), lw[fld])
         d.layers = layers
         self.cache_types = tuple(QType(t) for t in cache_types)
         eng = lib.el_engine_new(d, n_ctx, n_batch, n_threads, int(self.cache_types[0]), int(self.cache_types[1]))
@@ -83,8 +90,10 @@ class CEngine:
         b = self._batch = ffi.new("el_batch *")
         self._batch_bufs = [ffi.from_buffer(t, a) for t, a in (
             ("int32_t[]", self.batch.token), ("int32_t[]", self.batch.pos), ("int32_t[]", self.batch.seq),
-            ("int8_t[]", self.batch.want), ("int32_t[]", self.batch.seq_len), ("int32_t[]", self.batch.tables))]
-        b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables = self._batch_bufs
+            ("int8_t[]", self.batch.want), ("int32_t[]", self.batch.seq_len), ("int32_t[]", self.batch.tables),
+            ("int32_t[]", self.batch.rs_slot))]
+        b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables, b.rs_slot = self._batch_bufs
+        self.recurrent = cfg.delta_net is not None and any(lc.recurrent for lc in cfg.layers)
 
     def _fill(self, t, part) -> None:
         """Point t at a tensor (a TensorInfo) or a Part of one (None: absent)."""
@@ -125,6 +134,19 @@ class CEngine:
                                   n_discard)
         if rc != 0:
             raise EdgeLLMError(f"context shift failed ({rc})")
+
+    def rs_reserve(self, n_slots: int) -> None:
+        """At least n_slots recurrent state slots (models with DeltaNet layers)."""
+        if self.lib.el_rs_reserve(self._eng, n_slots) < n_slots:
+            raise MemoryError(f"out of memory for {n_slots} recurrent states")
+
+    def rs_clear(self, slot: int) -> None:
+        if self.lib.el_rs_clear(self._eng, slot) != 0:
+            raise EdgeLLMError(f"bad recurrent state slot {slot}")
+
+    def rs_copy(self, src: int, dst: int) -> None:
+        if self.lib.el_rs_copy(self._eng, src, dst) != 0:
+            raise EdgeLLMError(f"bad recurrent state copy {src} -> {dst}")
 
     def kv_block_bytes(self, group: int) -> int:
         """Bytes of one block of group's keys, values and positions in the portable layout."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..errors import GGUFError, UnsupportedModelError
-from . import gemma2, gemma3, gemma4, granite, llama, mistral3, olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3
+from . import gemma2, gemma3, gemma4, granite, llama, mistral3, olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, smollm3
 from .base import ModelConfig
 
-_MODULES = (llama, gemma2, gemma3, gemma4, granite, mistral3, olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3)
+_MODULES = (llama, gemma2, gemma3, gemma4, granite, mistral3, olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, smollm3)
 ARCHITECTURES = {name: mod for mod in _MODULES for name in mod.NAMES}
 
 

@@ -51,6 +51,7 @@ class LayerConfig:
         """(head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot) of this layer of cfg."""
         return (self.head_dim or cfg.head_dim_k, self.head_dim or cfg.head_dim_v, self.n_head_kv or cfg.n_head_kv,
                 self.n_ff or cfg.n_ff, cfg.n_rot if self.n_rot < 0 else self.n_rot)
+    recurrent: bool = False  # a gated DeltaNet layer in place of attention (ModelConfig.delta_net; qwen35)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,30 @@ class MoEConfig:
     weights_scale: float = 1.0  # then multiply them by this
     n_ff_shexp: int = 0         # width of the shared expert run on every token (0: none)
     shexp_gate: bool = False    # shared expert output times sigmoid(x . ffn_gate_inp_shexp) (qwen2moe)
+
+
+@dataclass(frozen=True)
+class DeltaNetConfig:
+    """Gated DeltaNet linear attention, as llama.cpp's delta-net-base graph (qwen35's recurrent
+    layers): per token, attn_qkv projects q, k (n_k_heads each) and v (n_v_heads), all of d_state per
+    head; a causal conv1d of d_conv taps over time (ssm_conv1d, the last d_conv - 1 inputs kept as
+    the conv state) then SiLU; q and k L2-normed; per v head a state S (d_state x d_state, float32)
+    decays by exp(softplus(alpha + ssm_dt) * ssm_a), learns v - S k at rate sigmoid(beta), and
+    gives o = S q / sqrt(d_state); o is RMS-normed per head (ssm_norm), times SiLU(attn_gate . x),
+    and projected by ssm_out. v head h reads q / k head h % n_k_heads."""
+
+    d_conv: int      # {arch}.ssm.conv_kernel
+    d_state: int     # {arch}.ssm.state_size: the head size of q, k and v
+    n_k_heads: int   # {arch}.ssm.group_count
+    n_v_heads: int   # {arch}.ssm.time_step_rank
+
+    @property
+    def d_inner(self) -> int:  # {arch}.ssm.inner_size: width of v, z and the output
+        return self.d_state * self.n_v_heads
+
+    @property
+    def conv_dim(self) -> int:  # channels of the conv: q, k and v
+        return 2 * self.d_state * self.n_k_heads + self.d_inner
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,11 @@ class ModelConfig:
     moe: MoEConfig | None = None  # every layer's FFN is routed experts
     v_norm: bool = False          # v RMS-normed per head, without a weight (gemma4)
     n_embd_per_layer: int = 0     # per-layer input embeddings of this width (gemma4's per_layer_* tensors)
+    attn_out_gate: bool = False   # attn_q holds each head's q then a gate: output times sigmoid(gate) (qwen35)
+    delta_net: DeltaNetConfig | None = None  # the layers with LayerConfig.recurrent are gated DeltaNet
+    recurrent_tensors: tuple[str, ...] = ()  # the layer roles of those layers (in place of required_tensors)
+    role_names: tuple[tuple[str, str], ...] = ()  # (role, GGUF name) where the architecture names it otherwise
+    n_layer_skip: int = 0         # blocks after the last layer the forward pass does not run (MTP heads)
     output: str = "optional"      # output.weight: "optional" (else tied to token_embd), "required", "tied"
     required_tensors: tuple[str, ...] = ()   # layer roles (tensors.LAYER_ROLES) that must be present
     optional_tensors: tuple[str, ...] = ()   # layer roles that may be present
@@ -419,10 +449,20 @@ FEATURES: tuple[Feature, ...] = (
     Feature("per_layer_embd", "per-layer input embeddings (per_layer_token_embd, inp_gate, proj)",
             lambda c, w: c.n_embd_per_layer > 0),
     Feature("layer_out_scale", "a scale on each layer's output (layer_output_scale)", _any_layer("out_scale")),
+    Feature("attn_out_gate", "a sigmoid gate on the attention output (attn_q holds q and the gate)",
+            lambda c, w: c.attn_out_gate),
+    Feature("delta_net", "gated DeltaNet linear-attention layers with a recurrent state (ssm_*)",
+            lambda c, w: is_recurrent(c)),
     Feature("shared_expert_gate", "a sigmoid gate on the shared expert (ffn_gate_inp_shexp)",
             lambda c, w: c.moe is not None and c.moe.shexp_gate),
 )
 FEATURE_NAMES = frozenset(f.name for f in FEATURES)
+
+
+def is_recurrent(cfg: ModelConfig) -> bool:
+    """Whether the model keeps a recurrent state per sequence (DeltaNet layers): what it has seen
+    cannot be cut back to a prefix (no prefix reuse, rollback or state save), only recomputed."""
+    return cfg.delta_net is not None and any(lc.recurrent for lc in cfg.layers)
 
 
 def features_of(cfg: ModelConfig, weights) -> frozenset[str]:

@@ -29,8 +29,11 @@ def dims(cfg: ModelConfig, layer: LayerConfig | None = None) -> dict[str, int]:
     hk, hv, n_kv, n_ff, _ = (layer or LayerConfig(False, 0.0, 1.0)).sizes(cfg)
     qd, kd = cfg.n_head * hk, n_kv * hk
     vd, od = n_kv * hv, cfg.n_head * hv
-    moe = cfg.moe
+    moe, dn = cfg.moe, cfg.delta_net
     return dict(E=cfg.n_embd, F=n_ff, qd=qd, kd=kd, vd=vd, od=od, V=cfg.n_vocab, R=cfg.n_rot // 2,
+                qw=2 * qd if cfg.attn_out_gate else qd,  # attn_q's rows: q, or q and the output gate
+                CD=dn.conv_dim if dn else 0, VI=dn.d_inner if dn else 0, HV=dn.n_v_heads if dn else 0,
+                SK=dn.d_state if dn else 0, KC=dn.d_conv if dn else 0,
                 qn=qd if cfg.qk_norm == QK_NORM_ALL else hk,
                 kn=kd if cfg.qk_norm == QK_NORM_ALL else hk,
                 up=2 * n_ff if cfg.fused_gate_up else n_ff,
@@ -41,15 +44,15 @@ def dims(cfg: ModelConfig, layer: LayerConfig | None = None) -> dict[str, int]:
 # per-layer roles: field -> role (the name after "blk.{i}.")
 LAYER_ROLES: dict[str, Role] = {
     "attn_norm": Role("attn_norm.weight", lambda d: (d["E"],), True),
-    "wq": Role("attn_q.weight", lambda d: (d["E"], d["qd"])),
+    "wq": Role("attn_q.weight", lambda d: (d["E"], d["qw"])),
     "wk": Role("attn_k.weight", lambda d: (d["E"], d["kd"])),
     "wv": Role("attn_v.weight", lambda d: (d["E"], d["vd"])),
-    "wqkv": Role("attn_qkv.weight", lambda d: (d["E"], d["qd"] + d["kd"] + d["vd"])),
+    "wqkv": Role("attn_qkv.weight", lambda d: (d["E"], d["qw"] + d["kd"] + d["vd"])),
     "wo": Role("attn_output.weight", lambda d: (d["od"], d["E"])),
-    "bq": Role("attn_q.bias", lambda d: (d["qd"],), True),
+    "bq": Role("attn_q.bias", lambda d: (d["qw"],), True),
     "bk": Role("attn_k.bias", lambda d: (d["kd"],), True),
     "bv": Role("attn_v.bias", lambda d: (d["vd"],), True),
-    "bqkv": Role("attn_qkv.bias", lambda d: (d["qd"] + d["kd"] + d["vd"],), True),
+    "bqkv": Role("attn_qkv.bias", lambda d: (d["qw"] + d["kd"] + d["vd"],), True),
     "bo": Role("attn_output.bias", lambda d: (d["E"],), True),
     "attn_q_norm": Role("attn_q_norm.weight", lambda d: (d["qn"],), True),
     "attn_k_norm": Role("attn_k_norm.weight", lambda d: (d["kn"],), True),
@@ -78,6 +81,16 @@ LAYER_ROLES: dict[str, Role] = {
     "ple_gate": Role("inp_gate.weight", lambda d: (d["E"], d["P"])),
     "ple_proj": Role("proj.weight", lambda d: (d["P"], d["E"])),
     "ple_post_norm": Role("post_norm.weight", lambda d: (d["E"],), True),
+    # gated DeltaNet layers (models.base.DeltaNetConfig; llama.cpp's qwen35 loader)
+    "ssm_in": Role("attn_qkv.weight", lambda d: (d["E"], d["CD"])),       # q, k, v before the conv
+    "ssm_gate": Role("attn_gate.weight", lambda d: (d["E"], d["VI"])),    # z, the output norm's gate
+    "ssm_conv1d": Role("ssm_conv1d.weight", lambda d: (d["KC"], d["CD"]), True),
+    "ssm_dt": Role("ssm_dt.bias", lambda d: (d["HV"],), True),
+    "ssm_a": Role("ssm_a", lambda d: (d["HV"],), True),                   # -exp(A_log), per v head
+    "ssm_beta": Role("ssm_beta.weight", lambda d: (d["E"], d["HV"])),
+    "ssm_alpha": Role("ssm_alpha.weight", lambda d: (d["E"], d["HV"])),
+    "ssm_norm": Role("ssm_norm.weight", lambda d: (d["SK"],), True),
+    "ssm_out": Role("ssm_out.weight", lambda d: (d["VI"], d["E"])),
 }
 
 # roles a fused tensor stands in for (llama.cpp's create_tensor_qkv)
@@ -90,6 +103,9 @@ LAYER_TENSORS = {f: LAYER_ROLES[f].name for f in (
     "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm", "w_gate_inp", "w_gate_exps", "w_up_exps", "w_down_exps",
     "w_gate_inp_shexp", "w_gate_shexp", "w_up_shexp", "w_down_shexp")}
 
+# ... and its gated DeltaNet fields (layers with LayerConfig.recurrent)
+DELTA_NET_TENSORS = ("ssm_in", "ssm_gate", "ssm_conv1d", "ssm_dt", "ssm_a", "ssm_beta", "ssm_alpha", "ssm_norm",
+                     "ssm_out")
 
 
 @dataclass(frozen=True)
@@ -118,11 +134,11 @@ def engine_tensors(cfg: ModelConfig, layer: dict[str, Any]) -> dict[str, Part | 
     for w, b in (("wqkv", "bqkv"),):
         if layer[w] is None:
             continue
-        starts = (0, d["qd"], d["qd"] + d["kd"])
-        for fld, start, count in zip(FUSED[w], starts, (d["qd"], d["kd"], d["vd"])):
+        starts = (0, d["qw"], d["qw"] + d["kd"])
+        for fld, start, count in zip(FUSED[w], starts, (d["qw"], d["kd"], d["vd"])):
             out[fld] = Part(layer[w], start, count)
         if layer[b] is not None:
-            for fld, start, count in zip(FUSED[b], starts, (d["qd"], d["kd"], d["vd"])):
+            for fld, start, count in zip(FUSED[b], starts, (d["qw"], d["kd"], d["vd"])):
                 out[fld] = Part(layer[b], start, count)
     if cfg.fused_gate_up:
         out["w_gate"] = Part(layer["w_up"], 0, cfg.n_ff)
@@ -200,9 +216,11 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
     def opt(name, role: Role, d=d):
         return check(name, role, d) if name in t else None
 
-    allowed = set(cfg.required_tensors) | set(cfg.optional_tensors)
+    names = dict(cfg.role_names)
     layers = []
-    for i in range(cfg.n_layer):
+    for i, lc in enumerate(cfg.layers):
+        required = cfg.recurrent_tensors if lc.recurrent else cfg.required_tensors
+        allowed = set(required) | (set() if lc.recurrent else set(cfg.optional_tensors))
         layer: dict[str, Any] = dict.fromkeys(LAYER_ROLES)
         di = dims(cfg, cfg.layers[i])
         fused = {f for f in FUSED if f in allowed and f"blk.{i}.{LAYER_ROLES[f].name}" in t}
@@ -210,18 +228,25 @@ def bind_weights(gguf, cfg: ModelConfig) -> ModelWeights:
         for fld in LAYER_ROLES:
             if fld not in allowed or fld in replaced:
                 continue  # the fused tensor stands in; a separate one beside it is left over
-            name = f"blk.{i}.{LAYER_ROLES[fld].name}"
-            layer[fld] = (need if fld in cfg.required_tensors else opt)(name, LAYER_ROLES[fld], di)
+            role = LAYER_ROLES[fld]
+            if fld in names:
+                role = Role(names[fld], role.shape, role.f32)
+            name = f"blk.{i}.{role.name}"
+            layer[fld] = (need if fld in required else opt)(name, role, di)
         if layer["bqkv"] is not None and layer["wqkv"] is None:
             raise GGUFError(f"tensor 'blk.{i}.attn_qkv.bias' has no attn_qkv.weight beside it")
-        if layer["wqkv"] is None and layer["wq"] is None:
+        if not lc.recurrent and layer["wqkv"] is None and layer["wq"] is None:
             raise GGUFError(f"required tensor 'blk.{i}.attn_q.weight' (or attn_qkv.weight) is missing")
-        if cfg.layers[i].kv_layer < 0:  # a layer with a KV cache of its own (gemma4's others borrow one)
+        if not lc.recurrent and lc.kv_layer < 0:  # a layer with a KV cache of its own (gemma4's others borrow one)
             if layer["wqkv"] is None and layer["wk"] is None:
                 raise GGUFError(f"required tensor 'blk.{i}.attn_k.weight' is missing")
             if layer["attn_q_norm"] is not None and layer["attn_k_norm"] is None:
                 raise GGUFError(f"required tensor 'blk.{i}.attn_k_norm.weight' is missing")
         layers.append(layer)
+    # blocks the forward pass does not run (a qwen35 file's multi-token-prediction head, which
+    # llama.cpp also loads only to draft with): their tensors are the file's, not left over
+    skipped = tuple(f"blk.{i}." for i in range(cfg.n_layer, cfg.n_layer + cfg.n_layer_skip))
+    bound.update(n for n in t if n.startswith(skipped))
     E, V = cfg.n_embd, cfg.n_vocab
     tok = need("token_embd.weight", Role("token_embd.weight", lambda _: (E, V)))
     out_role = Role("output.weight", lambda _: (E, V))
