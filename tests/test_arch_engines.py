@@ -47,7 +47,7 @@ def _refused(name, path) -> bool:
 # of the C generic path, numba_float_llama / numba_ops): every log-probability within the
 # references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
 # far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba
-# (gemma4 and qwen35: the C paths; numba does not run them yet).
+# (qwen35: the C paths; numba does not run it yet).
 EXACT = {"gemma2", "gemma4", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
          "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35",
          "smollm3"}
@@ -263,3 +263,26 @@ def test_engines_refuse_what_they_do_not_run(built, monkeypatch, name, path):
     assert "\n" not in msg and msg.startswith(f"{name}: the {path.split(':')[0]} engine does not run"), msg
     with pytest.raises(EdgeLLMError, match="engine does not run"):  # the batched engine, before any step
         BatchEngine(llm, max_seqs=2, prefix_cache=False)
+
+
+@pytest.mark.skipif(kernels.c_module() is None, reason="C kernels not built")
+def test_numba_holds_the_c_engines_gemma4_cache(built, monkeypatch, tmp_path):
+    """gemma4's KV layout (per-layer head sizes and kv heads, the last layers holding no cache of
+    their own) and context shift (per-layer rotated dims, RoPE factors on the global layers only)
+    on numba are the C generic path's: over 70 tokens in steps of 16, a shift of 40 slots behind
+    the first 4 (past the window of 32) and 3 more tokens, the same logits and the same saved
+    state, byte for byte (measured: equal)."""
+    ids = REFS["gemma4"]["teacher_forced"]["ids"][:70]
+    got = {}
+    for path in ("c:generic", "numba"):
+        llm = _llm(built, "gemma4", path, monkeypatch, n_batch=16)
+        s = llm.session()
+        before = s._feed(ids, logits=LOGITS_ALL).copy()
+        s.save_state(tmp_path / f"{path}.before")
+        with llm._engine_lock:
+            llm._pool.shift(s._seq, 4, 40)
+        s.save_state(tmp_path / f"{path}.after")
+        after = s._feed([300, 301, 302], logits=LOGITS_ALL).copy()
+        got[path] = (before, after, *((tmp_path / f"{path}.{w}").read_bytes() for w in ("before", "after")))
+    for c, nb in zip(got["c:generic"], got["numba"]):
+        assert np.array_equal(c, nb) if isinstance(c, np.ndarray) else c == nb

@@ -282,7 +282,7 @@ CHATS: dict[str, Chat] = {
     "gemma4": Chat(None, 106),
 }
 # the engines that do not run a spec's file yet: they refuse it with one line (test_arch_engines.py)
-NOT_RUN_BY = {"gemma4": ("numba",), "qwen35": ("numba",)}
+NOT_RUN_BY = {"qwen35": ("numba",)}
 
 
 _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 from ..errors import EdgeLLMError
-from ..kv_cache import BLOCK, kv_rotation
+from ..kv_cache import BLOCK, head_sizes, kv_rotation
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import Part, engine_tensors
 from ..quants import QType, type_info
@@ -144,6 +144,7 @@ def _rmsnorm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
 
 
 _NO_WEIGHT = np.zeros(0, np.float32)
+_NO_UP = np.zeros((0, 0), np.float32)  # ops.geglu without its up: GELU alone
 
 
 def _rope_cache(cfg: ModelConfig, n_rot: int, positions: np.ndarray, base: float, scale: float,
@@ -171,8 +172,8 @@ def _scaled(x, s: float):
 
 class NumbaEngine:
     """The engine protocol of kernels/cengine.py (KV blocks, batches of many sequences) in numpy.
-    KV storage per layer: f16 [n_blocks, n_head_kv, BLOCK, head_dim]; per group, the position
-    each slot holds."""
+    KV storage per layer that holds a cache: f16 [n_blocks, n_head_kv, BLOCK, head_dim] in the
+    layer's own sizes (or rows of a quantized type's bytes); per group, the position each slot holds."""
 
     backend = "numba"
     isa = "numba"
@@ -200,23 +201,35 @@ class NumbaEngine:
         self.output_norm = f32(weights.output_norm)
         self.output_bias = f32(weights.output_bias)
         self.rope_freqs = f32(weights.rope_factors(n_ctx, cfg.n_ctx_orig))
+        # per-layer input embeddings (gemma4; csrc/gemma4.c)
+        self.ple_embd = w(weights.ple_embd)
+        self.ple_model_proj = w(weights.ple_model_proj)
+        self.ple_proj_norm = f32(weights.ple_proj_norm)
         self.layers = []
         for lw in weights.layers:
-            self.layers.append({k: (f32(v) if k in ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_post_norm",
-                                                    "ffn_norm", "ffn_post_norm", "bq", "bk", "bv", "bo") else w(v))
-                                for k, v in engine_tensors(cfg, lw).items()})
+            L = {k: (f32(v) if k in ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_post_norm",
+                                     "ffn_norm", "ffn_post_norm", "bq", "bk", "bv", "bo") else w(v))
+                 for k, v in engine_tensors(cfg, lw).items()}
+            L.update(out_scale=f32(lw["out_scale"]), ple_gate=w(lw["ple_gate"]), ple_proj=w(lw["ple_proj"]),
+                     ple_post_norm=f32(lw["ple_post_norm"]))
+            self.layers.append(L)
         self.has_swa = any(lc.is_swa for lc in cfg.layers)
         self.group = [int(lc.is_swa) for lc in cfg.layers]
-        hk, hv, kv = cfg.head_dim_k, cfg.head_dim_v, cfg.n_head_kv
+        # each layer's (head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot), and the layer whose cache it
+        # reads (its own, or an earlier one's: gemma4's last layers hold none)
+        self.sizes = [lc.sizes(cfg) for lc in cfg.layers]
+        self.owner = [lc.kv_layer if lc.kv_layer >= 0 else l for l, lc in enumerate(cfg.layers)]
         self.cache_types = tuple(QType(t) for t in cache_types)
-        self.rot_k, self.rot_v = kv_rotation(cfg.head_dim_k, cfg.head_dim_v, self.cache_types)
+        self.rot_k, self.rot_v = kv_rotation(*head_sizes(cfg), self.cache_types)
 
-        def store(t, n):  # f16 values, or rows of the quantized type's bytes
+        def store(t, kv, n):  # f16 values, or rows of the quantized type's bytes
             return np.zeros((0, kv, BLOCK, n), np.float16) if t == QType.F16 else \
                 np.zeros((0, kv, BLOCK, numba_kv.row_bytes(t, n)), np.uint8)
 
-        self.k = [store(self.cache_types[0], hk) for _ in cfg.layers]
-        self.v = [store(self.cache_types[1], hv) for _ in cfg.layers]
+        self.k = [store(self.cache_types[0], kv, hk) if self.owner[l] == l else None
+                  for l, (hk, _, kv, _, _) in enumerate(self.sizes)]
+        self.v = [store(self.cache_types[1], kv, hv) if self.owner[l] == l else None
+                  for l, (_, hv, kv, _, _) in enumerate(self.sizes)]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
         self._pending = None  # a deferred step's hidden states of the rows that want logits
@@ -234,33 +247,35 @@ class NumbaEngine:
         have = self.pos[group].shape[0]
         if n_blocks > have:
             extra = n_blocks - have
-            for l, g in enumerate(self.group):
-                if g == group:
-                    self.k[l] = np.concatenate([self.k[l], np.zeros((extra,) + self.k[l].shape[1:], self.k[l].dtype)])
-                    self.v[l] = np.concatenate([self.v[l], np.zeros((extra,) + self.v[l].shape[1:], self.v[l].dtype)])
+            for l in self._group_layers(group):
+                self.k[l] = np.concatenate([self.k[l], np.zeros((extra,) + self.k[l].shape[1:], self.k[l].dtype)])
+                self.v[l] = np.concatenate([self.v[l], np.zeros((extra,) + self.v[l].shape[1:], self.v[l].dtype)])
             self.pos[group] = np.concatenate([self.pos[group], np.zeros((extra, BLOCK), np.int32)])
         return self.pos[group].shape[0]
 
     def kv_copy_block(self, group: int, src: int, dst: int) -> None:
-        for l, g in enumerate(self.group):
-            if g == group:
-                self.k[l][dst] = self.k[l][src]
-                self.v[l][dst] = self.v[l][src]
+        for l in self._group_layers(group):
+            self.k[l][dst] = self.k[l][src]
+            self.v[l][dst] = self.v[l][src]
         self.pos[group][dst] = self.pos[group][src]
 
     def kv_clear_block(self, group: int, blk: int) -> None:
-        for l, g in enumerate(self.group):
-            if g == group:
-                self.k[l][blk] = 0
-                self.v[l][blk] = 0
+        for l in self._group_layers(group):
+            self.k[l][blk] = 0
+            self.v[l][blk] = 0
 
     def kv_positions(self, group: int, table: np.ndarray, n: int) -> np.ndarray:
         slots = np.arange(n)
         blk = table[slots // BLOCK]
         return np.where(blk >= 0, self.pos[group][np.maximum(blk, 0), slots % BLOCK], -1).astype(np.int32)
 
+    def _freqs(self, lc):
+        """The RoPE frequency factors of a layer (gemma4's window layers take none)."""
+        return self.rope_freqs if lc.rope_freqs else None
+
     def _group_layers(self, group: int) -> list[int]:
-        return [l for l, g in enumerate(self.group) if g == group]
+        """The layers of the group that hold a cache (kv.c's holds)."""
+        return [l for l, g in enumerate(self.group) if g == group and self.owner[l] == l]
 
     def kv_block_bytes(self, group: int) -> int:
         """As CEngine's: per layer of the group, keys then values as [heads][BLOCK] rows; then
@@ -292,19 +307,22 @@ class NumbaEngine:
         dst = np.arange(n_keep, n_slots - n_discard)
         src = dst + n_discard
         for l, (lc, g) in enumerate(zip(cfg.layers, self.group)):
+            if self.owner[l] != l:  # its keys are another layer's
+                continue
+            hk, _, _, _, n_rot = self.sizes[l]
             t = tables[g]
             sb, db = t[src // BLOCK], t[dst // BLOCK]
             ok = sb >= 0
             s_idx, d_idx = (sb[ok], src[ok] % BLOCK), (db[ok], dst[ok] % BLOCK)
             k = self.k[l][s_idx[0], :, s_idx[1]].copy()  # [n, heads, hd] (or their quantized rows)
             self.v[l][d_idx[0], :, d_idx[1]] = self.v[l][s_idx[0], :, s_idx[1]].copy()
-            if cfg.n_rot and lc.use_rope and len(k):  # dequantized, rotated, quantized again
-                rc = _rope_cache(cfg, cfg.n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
-                                 self.rope_freqs, shift=True)
-                k = self._kv_floats(0, k, cfg.head_dim_k)
+            if n_rot and lc.use_rope and len(k):  # dequantized, rotated, quantized again
+                rc = _rope_cache(cfg, n_rot, np.array([-n_discard]), lc.rope_base, lc.rope_scale,
+                                 self._freqs(lc), shift=True)
+                k = self._kv_floats(0, k, hk)
                 if self.rot_k:  # stored rotated: back, RoPE, and rotated again
                     k = numba_kv.fwht(k, self.rot_k)
-                k = _rope(k, np.repeat(rc, len(k), 0), cfg.n_rot, cfg.rope_type == ROPE_NEOX)
+                k = _rope(k, np.repeat(rc, len(k), 0), n_rot, cfg.rope_type == ROPE_NEOX)
                 if self.rot_k:
                     k = numba_kv.fwht(k, self.rot_k)
                 k = self._kv_stored(0, k)
@@ -394,40 +412,48 @@ class NumbaEngine:
     def _forward(self, toks, positions, seq, slots, seq_len, tables, starts, n_out) -> np.ndarray:
         cfg = self.cfg
         n = len(toks)
-        E, H, KV = cfg.n_embd, cfg.n_head, cfg.n_head_kv
-        hk, hv = cfg.head_dim_k, cfg.head_dim_v
+        E, H = cfg.n_embd, cfg.n_head
         trace = self.trace or (lambda *a: None)
         x = _dequant_rows(self.tok_embd.qtype, self.tok_embd.rows[toks], E)
         if cfg.embd_scale != 1.0:
             x = x * np.float32(cfg.embd_scale)
         neox = cfg.rope_type == ROPE_NEOX
+        ple = self._ple_inputs(toks, x) if cfg.n_embd_per_layer else None
         for l, (lc, L) in enumerate(zip(cfg.layers, self.layers)):
             g = self.group[l]
+            hk, hv, KV, _, n_rot = self.sizes[l]
+            own_kv = self.owner[l] == l  # else it attends to an earlier layer's cache
             h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps) if L["attn_norm"] is not None else x
             trace("attn_norm", l, h)
-            q, k, v = self._matmul(L["wq"], h), self._matmul(L["wk"], h), self._matmul(L["wv"], h)
+            q = self._matmul(L["wq"], h)
+            k = self._matmul(L["wk"], h) if own_kv else None
+            v = (self._matmul(L["wv"], h) if L["wv"] is not None else k.copy()) if own_kv else None  # else v = k
             trace("q_mm", l, q)
-            trace("k_mm", l, k)
-            trace("v_mm", l, v)
+            if own_kv:
+                trace("k_mm", l, k)
+                trace("v_mm", l, v)
             for b, t in (("bq", q), ("bk", k), ("bv", v)):
-                if L[b] is not None:
+                if L[b] is not None and t is not None:
                     t += L[b]
             qn_all = cfg.qk_norm == QK_NORM_ALL  # one norm over all heads, else one per head
             if qn_all and L["attn_q_norm"] is not None:
                 q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
-            if qn_all and L["attn_k_norm"] is not None:
+            if qn_all and L["attn_k_norm"] is not None and own_kv:
                 k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
             q = q.reshape(n, H, hk)
-            k = k.reshape(n, KV, hk)
-            v = v.reshape(n, KV, hv)
             if not qn_all and L["attn_q_norm"] is not None:
                 q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
-            if not qn_all and L["attn_k_norm"] is not None:
-                k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
-            if cfg.n_rot and lc.use_rope:
-                rc = _rope_cache(cfg, cfg.n_rot, positions, lc.rope_base, lc.rope_scale, self.rope_freqs)
-                q = _rope(q, rc, cfg.n_rot, neox)
-                k = _rope(k, rc, cfg.n_rot, neox)
+            if own_kv:
+                k = k.reshape(n, KV, hk)
+                v = v.reshape(n, KV, hv)
+                if not qn_all and L["attn_k_norm"] is not None:
+                    k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
+                if cfg.v_norm:
+                    v = _rmsnorm(v, None, cfg.norm_eps)
+            if n_rot and lc.use_rope:
+                rc = _rope_cache(cfg, n_rot, positions, lc.rope_base, lc.rope_scale, self._freqs(lc))
+                q = _rope(q, rc, n_rot, neox)
+                k = _rope(k, rc, n_rot, neox) if own_kv else None
             if cfg.q_scale != 1.0:
                 q = q * np.float32(cfg.q_scale)
             if cfg.attn_temp_scale != 0.0:  # in double (the C library's log), as llama.cpp's input
@@ -435,14 +461,18 @@ class NumbaEngine:
                 t = [math.log(float(f) + 1.0) * float(np.float32(cfg.attn_temp_scale)) + 1.0 for f in fl]
                 q = q * np.array(t, dtype=np.float32)[:, None, None]
             if self.rot_k:
-                q, k = numba_kv.fwht(q, self.rot_k), numba_kv.fwht(k, self.rot_k)
-            if self.rot_v:
-                v = numba_kv.fwht(v, self.rot_v)
+                q = numba_kv.fwht(q, self.rot_k)
+            if own_kv:
+                if self.rot_k:
+                    k = numba_kv.fwht(k, self.rot_k)
+                if self.rot_v:
+                    v = numba_kv.fwht(v, self.rot_v)
+                blk = tables[g][seq, slots // BLOCK]
+                self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
+                self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
             trace("Qcur", l, q.reshape(n, -1))
-            trace("Kcur", l, k.reshape(n, -1))
-            blk = tables[g][seq, slots // BLOCK]
-            self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
-            self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
+            if own_kv:
+                trace("Kcur", l, k.reshape(n, -1))
             att = np.empty((n, H, hv), dtype=np.float32)
             for s in range(len(seq_len)):
                 r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
@@ -470,8 +500,33 @@ class NumbaEngine:
             if L["ffn_post_norm"] is not None:
                 d = _rmsnorm(d, L["ffn_post_norm"], cfg.norm_eps)
             x = (x + _scaled(d, cfg.residual_scale)).astype(np.float32)
+            if ple is not None or L["out_scale"] is not None:
+                x = self._layer_end(L, x, None if ple is None else ple[:, l])
             trace("l_out", l, x)
         return x
+
+    def _ple_inputs(self, toks: np.ndarray, x0: np.ndarray) -> np.ndarray:
+        """el_ple_inputs (csrc/gemma4.c): every layer's per-layer input of each row, [n, n_layer, P],
+        from the token's per-layer embedding and the projection of its scaled embedding x0."""
+        cfg = self.cfg
+        n, P, LP = len(toks), cfg.n_embd_per_layer, cfg.n_layer * cfg.n_embd_per_layer
+        proj = self._matmul(self.ple_model_proj, x0)
+        e = _dequant_rows(self.ple_embd.qtype, self.ple_embd.rows[toks], LP) * np.sqrt(np.float32(P))
+        proj = proj * (np.float32(1.0) / np.sqrt(np.float32(cfg.n_embd)))
+        proj = _rmsnorm(proj.reshape(n, cfg.n_layer, P), self.ple_proj_norm, cfg.norm_eps)
+        return (proj + e.reshape(n, cfg.n_layer, P)) * (np.float32(1.0) / np.sqrt(np.float32(2.0)))
+
+    def _layer_end(self, L: dict, x: np.ndarray, ple: np.ndarray | None) -> np.ndarray:
+        """el_layer_end (csrc/gemma4.c): x plus the layer's per-layer input block (ple: its inputs
+        [n, P]), then times the layer's output scale."""
+        if ple is not None:
+            gt = self._matmul(L["ple_gate"], x)
+            ops.geglu(gt, _NO_UP, ops.gelu_table())  # GELU alone
+            t = self._matmul(L["ple_proj"], gt * ple)
+            x = x + _rmsnorm(t, L["ple_post_norm"], self.cfg.norm_eps)
+        if L["out_scale"] is not None:
+            x = x * L["out_scale"][0]
+        return x.astype(np.float32)
 
     def _ffn(self, w_gate: _W, w_up: _W, w_down: _W, h: np.ndarray, act: str, cols: int | None) -> np.ndarray:
         gt, u = self._matmul(w_gate, h, cols), self._matmul(w_up, h, cols)
@@ -524,15 +579,18 @@ class NumbaEngine:
         one_token: the step holds one token (a llama_order one takes llama.cpp's vec_dot order)."""
         cfg = self.cfg
         tk, tv = self.cache_types
+        _, hv, n_kv, _, _ = self.sizes[l]
+        group = cfg.n_head // n_kv
+        keys, values = self.k[self.owner[l]], self.v[self.owner[l]]  # the cache the layer reads
         if tk == QType.F16 and tv == QType.F16:  # csrc/attention.c's numbers (numba_ops.attention_f16)
             slots = np.arange(-(-n_slots // BLOCK) * BLOCK)
             blk = table[slots // BLOCK]
             bi, li = np.maximum(blk, 0), slots % BLOCK
             pos = np.where((blk >= 0) & (slots < n_slots), self.pos[g][bi, li], -1)
-            out = np.empty(q.shape[:2] + (cfg.head_dim_v,), np.float32)
-            ops.attention_f16(ops.f16_round(q), self.k[l][bi, :, li].astype(np.float32),
-                              self.v[l][bi, :, li].astype(np.float32), pos.astype(np.int64),
-                              np.asarray(positions, np.int64), cfg.n_head // cfg.n_head_kv,
+            out = np.empty(q.shape[:2] + (hv,), np.float32)
+            ops.attention_f16(ops.f16_round(q), keys[bi, :, li].astype(np.float32),
+                              values[bi, :, li].astype(np.float32), pos.astype(np.int64),
+                              np.asarray(positions, np.int64), group,
                               np.float32(cfg.attn_scale), np.float32(cfg.attn_softcap), g == 1, int(cfg.n_swa),
                               self._llama_order and one_token, out)
             return out
@@ -541,9 +599,8 @@ class NumbaEngine:
         have = blk >= 0
         bi, li = np.maximum(blk, 0), slots % BLOCK
         pos = np.where(have, self.pos[g][bi, li], -1)
-        K = self.k[l][bi, :, li].transpose(1, 0, 2)  # [KV, S, hk] (or [KV, S, row bytes])
-        V = self.v[l][bi, :, li].transpose(1, 0, 2)
-        group = cfg.n_head // cfg.n_head_kv
+        K = keys[bi, :, li].transpose(1, 0, 2)  # [KV, S, hk] (or [KV, S, row bytes])
+        V = values[bi, :, li].transpose(1, 0, 2)
         if tk == QType.F16:  # (with quantized values) q and the weights rounded to f16
             Kh = np.repeat(K.astype(np.float32), group, axis=0)  # [H, S, hk]
             q = q.astype(np.float16).astype(np.float32)

@@ -160,8 +160,9 @@ def gelu_table() -> np.ndarray:
 
 @njit(cache=True)
 def geglu(g, u, table):
-    """el_geglu: g = gelu(g) * u (2-D float32), GELU looked up at g rounded to a half; |g| >= 10
-    passes through (x or 0)."""
+    """el_geglu: g = gelu(g) * u (2-D float32; u empty: gelu(g) alone), GELU looked up at g rounded
+    to a half; |g| >= 10 passes through (x or 0)."""
+    up = u.size > 0
     for r in range(g.shape[0]):
         for i in range(g.shape[1]):
             x = g[r, i]
@@ -170,7 +171,7 @@ def geglu(g, u, table):
                 y = F32(0.0)
             elif x >= F32(10.0):
                 y = x
-            g[r, i] = y * u[r, i]
+            g[r, i] = y * u[r, i] if up else y
 
 
 @njit(cache=False)
