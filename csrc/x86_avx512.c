@@ -467,8 +467,11 @@ static inline __attribute__((always_inline)) void lrt_unpack(const int type, con
 /* R <= 16 weight rows x C <= LRT_C columns (a: lda bytes apart): per block, rows 4g..4g+3 in the
  * four 128-bit lanes of two registers (values 0..15, 16..31), each column's 16 bytes broadcast to
  * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
- * rows at once, then one cvt and one fma per column for the 16 rows */
-#define LRT_C 4
+ * rows at once, then one cvt and one fma per column for the 16 rows. Up to 8 columns per pass (the
+ * unpacked blocks serve them all): a verification step of prompt lookup has 2-9 rows, and with 4
+ * columns a pass, 5-8 took a second unpacking of every block (bench_kernels --types Q4_1 --k 576
+ * --rows 1536 --threads 1 --order batch: 5 columns 113 -> 145 GFLOP/s, 8: 133 -> 163; 1-4 the same) */
+#define LRT_C 8
 /* Prefetch: the 16 rows of a tile are one contiguous span read 16 streams at a time; x86_common.h's
  * per-row cursor (16 lines 680 bytes apart per step) left this tile at 0.72x of the llama-order
  * legacy_tile over Gemma's 262144 x 640 Q8_0 logits at one column (bench_kernels --k 640 --rows
@@ -562,6 +565,10 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
 
 #define LRT_SHAPE(TYPE, RR)                                                     \
     switch (C) {                                                                \
+    case 8: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 8, out, ldo); break;           \
+    case 7: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 7, out, ldo); break;           \
+    case 6: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 6, out, ldo); break;           \
+    case 5: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 5, out, ldo); break;           \
     case 4: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 4, out, ldo); break;           \
     case 3: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 3, out, ldo); break;           \
     case 2: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 2, out, ldo); break;           \
