@@ -339,8 +339,13 @@ typedef struct {
 static inline size_t lcl_prep_vecs(int nb) { return (size_t)nb * 11; }
 /* stack for a column-lane group: 11 * 64 bytes per block */
 #define LCL_PREP_BYTES 262144
-/* fewer columns go through lrt_tile */
+/* fewer columns go through lrt_tile; and every column of a call of fewer than LCL_CALL_MIN (a
+ * decode or verification step): with its prepared columns (lrt_prepare) the row tile is the faster
+ * there (bench_kernels --k 576 --rows 1536 --threads 1 --order batch, GFLOP/s: Q4_1 12 columns 121
+ * -> 156, 16: 155 -> 172; Q4_0 12: 130 -> 189; Q8_0 12: 140 -> 175), while a prompt's 32-column
+ * tiles keep the column lanes (Q8_0 at K = 1536 loses a quarter in row tiles) */
 #define LCL_MIN 12
+#define LCL_CALL_MIN 17
 
 static inline __attribute__((always_inline)) void lcl_prepare(const int type, const uint8_t *A, size_t lda,
                                                               int C, int nb, __m512i *buf, lclprep *pp) {
@@ -577,7 +582,8 @@ typedef void (*lrtprep_fn)(const uint8_t *a, size_t lda, int C, int nb, uint32_t
  * are taken a chunk at a time */
 #define LRT_PREP_BYTES 131072
 
-/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left and the row fits
+/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left (in a call of
+ * LCL_CALL_MIN or more) and the row fits
  * the stack buffer; the other columns through lrt_tile, 16 rows x up to LRT_C columns at a time,
  * the column groups of a row tile after one another (its weights stay in L1) */
 static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lcl_fn cl, lrt_fn rt, lrtprep_fn rp, int n,
@@ -586,7 +592,7 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
     const uint8_t *W = w, *A = a;
     const int nb = n / 32;
     int c = 0;
-    if (nc >= LCL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
+    if (nc >= LCL_CALL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
         __m512i buf[lcl_prep_vecs(nb)];
         while (nc - c >= LCL_MIN) {
             const int C = EL_MIN(16, nc - c);
