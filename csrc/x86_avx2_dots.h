@@ -280,7 +280,7 @@ LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4, 4, 2)
 
 /* ------------------------------------------------------------------------------------------
  * The legacy types in the batch order (quants_generic.c): per (row, column, block) the exact
- * integer sum of the block's 32 products, then one fma with dw * da. A tile of R <= 8 rows x C <= 4
+ * integer sum of the block's 32 products, then one fma with dw * da. A tile of R <= 8 rows x C <= 8
  * columns: per block the rows unpacked once; per column each row's 8 int32 lanes (legacy_tile's)
  * reduced by a vphaddd tree shared by the 8 rows (lane r: row r), then one cvt and one fma.
  * ------------------------------------------------------------------------------------------ */
@@ -294,7 +294,10 @@ static inline __m256i KFN(rows8_sums)(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-#define LB_C 4  /* columns per batch-order tile */
+/* columns per batch-order tile: 8, so a verification step of 5-8 rows unpacks each block once
+ * (with 4: Q4_1 76 -> 88 GFLOP/s at 5 columns, 85 -> 95 at 8; bench_kernels --isas avx2 --k 576
+ * --rows 1536 --threads 1 --order batch) */
+#define LB_C 8
 
 /* R <= 8 rows x C <= LB_C columns: per block the rows' values unpacked once (to a small stack
  * panel), then per column 8 dot products and one reduction tree */
@@ -363,6 +366,10 @@ static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int typ
 
 #define LB_SHAPE(TYPE, RR)                                                                  \
     switch (C) {                                                                            \
+    case 8: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 8, out, ldo); break;               \
+    case 7: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 7, out, ldo); break;               \
+    case 6: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 6, out, ldo); break;               \
+    case 5: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 5, out, ldo); break;               \
     case 4: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 4, out, ldo); break;               \
     case 3: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 3, out, ldo); break;               \
     case 2: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 2, out, ldo); break;               \

@@ -339,8 +339,13 @@ typedef struct {
 static inline size_t lcl_prep_vecs(int nb) { return (size_t)nb * 11; }
 /* stack for a column-lane group: 11 * 64 bytes per block */
 #define LCL_PREP_BYTES 262144
-/* fewer columns go through lrt_tile */
+/* fewer columns go through lrt_tile; and every column of a call of fewer than LCL_CALL_MIN (a
+ * decode or verification step): with its prepared columns (lrt_prepare) the row tile is the faster
+ * there (bench_kernels --k 576 --rows 1536 --threads 1 --order batch, GFLOP/s: Q4_1 12 columns 121
+ * -> 156, 16: 155 -> 172; Q4_0 12: 130 -> 189; Q8_0 12: 140 -> 175), while a prompt's 32-column
+ * tiles keep the column lanes (Q8_0 at K = 1536 loses a quarter in row tiles) */
 #define LCL_MIN 12
+#define LCL_CALL_MIN 17
 
 static inline __attribute__((always_inline)) void lcl_prepare(const int type, const uint8_t *A, size_t lda,
                                                               int C, int nb, __m512i *buf, lclprep *pp) {
@@ -467,16 +472,54 @@ static inline __attribute__((always_inline)) void lrt_unpack(const int type, con
 /* R <= 16 weight rows x C <= LRT_C columns (a: lda bytes apart): per block, rows 4g..4g+3 in the
  * four 128-bit lanes of two registers (values 0..15, 16..31), each column's 16 bytes broadcast to
  * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
- * rows at once, then one cvt and one fma per column for the 16 rows */
-#define LRT_C 4
+ * rows at once, then one cvt and one fma per column for the 16 rows. Up to 8 columns per pass (the
+ * unpacked blocks serve them all): a verification step of prompt lookup has 2-9 rows, and with 4
+ * columns a pass, 5-8 took a second unpacking of every block (bench_kernels --types Q4_1 --k 576
+ * --rows 1536 --threads 1 --order batch: 5 columns 113 -> 145 GFLOP/s, 8: 133 -> 163; 1-4 the same) */
+#define LRT_C 8
 /* Prefetch: the 16 rows of a tile are one contiguous span read 16 streams at a time; x86_common.h's
  * per-row cursor (16 lines 680 bytes apart per step) left this tile at 0.72x of the llama-order
  * legacy_tile over Gemma's 262144 x 640 Q8_0 logits at one column (bench_kernels --k 640 --rows
  * 262144 --tokens 1 --threads 2 --order batch: 32-36 against 44-50 GFLOP/s); the span two tiles
  * ahead prefetched in order, a slice per block, gives 42-46 against 40-52. */
+/* a group of C <= LRT_C columns, per block b and column c at [b * LRT_C + c]: its d and s (types
+ * with a min) as floats, and -offset * (the sum of its 32 quants) (types with an offset) — what
+ * every 16-row tile of the group would otherwise work out again per column and block */
+typedef struct {
+    float *d, *s;
+    int32_t *seed;
+} lrtprep;
+static inline size_t lrt_prep_words(int nb) { return (size_t)nb * LRT_C * 3; }
+
+/* -offset * (the sum of a block's 32 quants at q) */
+static inline int32_t lrt_seed(int off, const uint8_t *q) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+    return -off * _mm_cvtsi128_si32(_mm_add_epi32(_mm_hadd_epi32(s, s), _mm_shuffle_epi32(_mm_hadd_epi32(s, s), 1)));
+}
+
+static inline __attribute__((always_inline)) void lrt_prepare(const int type, const uint8_t *a, size_t lda, int C,
+                                                              int nb, uint32_t *buf, lrtprep *pp) {
+    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    pp->d = (float *)buf;
+    pp->s = pp->d + (size_t)nb * LRT_C;
+    pp->seed = (int32_t *)(pp->s + (size_t)nb * LRT_C);
+    for (int b = 0; b < nb; b++)
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + (size_t)b * abs_;
+            const size_t i = (size_t)b * LRT_C + c;
+            pp->d[i] = _cvtsh_ss(load_u16(ab));
+            pp->s[i] = has_m ? _cvtsh_ss(load_u16(ab + 2)) : 0.0f;
+            pp->seed[i] = off ? lrt_seed(off, ab + aq) : 0;
+        }
+}
+
 static inline __attribute__((always_inline)) void lrt_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                           const int R, const uint8_t *a, size_t lda, const int C,
-                                                           float *out, size_t ldo) {
+                                                           const int R, const lrtprep *pp, const uint8_t *a,
+                                                           size_t lda, const int C, float *out, size_t ldo) {
     const int nb = n / 32;
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
     const size_t wbs = (size_t)legacy_block_bytes(type), abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
@@ -506,20 +549,22 @@ static inline __attribute__((always_inline)) void lrt_tile(const int type, int n
         const __m512 mw = has_m ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16))) : dw;
         for (int c = 0; c < C; c++) {
             const uint8_t *ab = a + (size_t)c * lda + (size_t)b * abs_;
+            const size_t i = (size_t)b * LRT_C + c;
             const __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq)));
             const __m512i a1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq + 16)));
             __m512i seed = _mm512_setzero_si512();
-            if (off) {
+            if (off && C == 1) {  /* -offset * the quants' sum, in the lanes of each row's partial sums */
                 const __m512i o8 = _mm512_set1_epi8((char)off);
                 seed = _mm512_sub_epi32(seed, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, o8, a0), o8, a1));
             }
             __m512i t[4];
             for (int g = 0; g < 4; g++)
                 t[g] = 4 * g < R ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, lo[g], a0), hi[g], a1) : _mm512_setzero_si512();
-            const __m512i isum = lrt_reduce(t);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab)))),
-                                     acc[c]);
-            if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab + 2))), accm[c]);
+            __m512i isum = lrt_reduce(t);
+            if (off && C > 1) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(pp->seed[i]));  /* (exact: any order) */
+            const float da = C > 1 ? pp->d[i] : _cvtsh_ss(load_u16(ab));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[c]);
+            if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(C > 1 ? pp->s[i] : _cvtsh_ss(load_u16(ab + 2))), accm[c]);
         }
     }
     for (int c = 0; c < C; c++) {
@@ -530,19 +575,24 @@ static inline __attribute__((always_inline)) void lrt_tile(const int type, int n
 }
 
 typedef void (*lcl_fn)(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp, int C, float *out, size_t ldo);
-typedef void (*lrt_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C, float *out,
-                       size_t ldo);
+typedef void (*lrt_fn)(int n, const uint8_t *w, size_t ldw, int R, const lrtprep *pp, const uint8_t *a, size_t lda,
+                       int C, float *out, size_t ldo);
+typedef void (*lrtprep_fn)(const uint8_t *a, size_t lda, int C, int nb, uint32_t *buf, lrtprep *pp);
+/* stack for the row tiles' column groups prepared at once (lrt_prepare); more groups than fit
+ * are taken a chunk at a time */
+#define LRT_PREP_BYTES 131072
 
-/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left and the row fits
+/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left (in a call of
+ * LCL_CALL_MIN or more) and the row fits
  * the stack buffer; the other columns through lrt_tile, 16 rows x up to LRT_C columns at a time,
  * the column groups of a row tile after one another (its weights stay in L1) */
-static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lcl_fn cl, lrt_fn rt, int n,
+static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lcl_fn cl, lrt_fn rt, lrtprep_fn rp, int n,
                                                               const void *w, size_t ldw, int nr, const void *a,
                                                               size_t lda, int nc, float *out, size_t ldo) {
     const uint8_t *W = w, *A = a;
     const int nb = n / 32;
     int c = 0;
-    if (nc >= LCL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
+    if (nc >= LCL_CALL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
         __m512i buf[lcl_prep_vecs(nb)];
         while (nc - c >= LCL_MIN) {
             const int C = EL_MIN(16, nc - c);
@@ -555,17 +605,36 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
         }
     }
     if (c == nc) return;
-    for (int r = 0; r < nr; r += 16)
-        for (int k = c; k < nc; k += LRT_C)
-            rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), A + k * lda, lda, EL_MIN(LRT_C, nc - k), out + k * ldo + r, ldo);
+    const size_t words = lrt_prep_words(nb);
+    const int groups = (nc - c + LRT_C - 1) / LRT_C, chunk = EL_MAX(1, (int)(LRT_PREP_BYTES / 4 / words));
+    uint32_t buf[(size_t)EL_MIN(groups, chunk) * words];
+    lrtprep pp[EL_MIN(groups, chunk)];
+    for (int g0 = 0; g0 < groups; g0 += chunk) {
+        const int gn = EL_MIN(chunk, groups - g0), k0 = c + g0 * LRT_C;
+        const int one = nc - c == 1;  /* (a tile of one column works them out itself: as fast) */
+        for (int g = 0; g < gn && !one; g++) {
+            const int k = k0 + g * LRT_C;
+            rp(A + k * lda, lda, EL_MIN(LRT_C, nc - k), nb, buf + (size_t)g * words, &pp[g]);
+        }
+        for (int r = 0; r < nr; r += 16)
+            for (int g = 0; g < gn; g++) {
+                const int k = k0 + g * LRT_C;
+                rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), one ? NULL : &pp[g], A + k * lda, lda,
+                   EL_MIN(LRT_C, nc - k), out + k * ldo + r, ldo);
+            }
+    }
 }
 
 #define LRT_SHAPE(TYPE, RR)                                                     \
     switch (C) {                                                                \
-    case 4: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 4, out, ldo); break;           \
-    case 3: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 3, out, ldo); break;           \
-    case 2: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 2, out, ldo); break;           \
-    default: lrt_tile(TYPE, n, w, ldw, RR, a, lda, 1, out, ldo);                 \
+    case 8: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 8, out, ldo); break;           \
+    case 7: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 7, out, ldo); break;           \
+    case 6: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 6, out, ldo); break;           \
+    case 5: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 5, out, ldo); break;           \
+    case 4: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 4, out, ldo); break;           \
+    case 3: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 3, out, ldo); break;           \
+    case 2: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 2, out, ldo); break;           \
+    default: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 1, out, ldo);                 \
     }
 #define LBATCH_KERNELS(tname, TYPE)                                                                \
     static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp,   \
@@ -573,17 +642,22 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
         if (R == LCL_R) lcl_tile(TYPE, n, w, ldw, LCL_R, pp, C, out, ldo);                         \
         else lcl_tile(TYPE, n, w, ldw, R, pp, C, out, ldo);                                        \
     }                                                                                              \
-    static void tname##_rt_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
-                                  size_t lda, int C, float *out, size_t ldo) {                     \
+    static void tname##_rt_avx512(int n, const uint8_t *w, size_t ldw, int R, const lrtprep *pp,   \
+                                  const uint8_t *a, size_t lda, int C, float *out, size_t ldo) {   \
         if (R == 16) LRT_SHAPE(TYPE, 16)                                                           \
         else LRT_SHAPE(TYPE, R)                                                                    \
     }                                                                                              \
+    static void tname##_rp_avx512(const uint8_t *a, size_t lda, int C, int nb, uint32_t *buf,      \
+                                  lrtprep *pp) {                                                   \
+        lrt_prepare(TYPE, a, lda, C, nb, buf, pp);                                                 \
+    }                                                                                              \
     static void tname##_batch_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, \
                                           size_t lda, int nc, float *out, size_t ldo) {            \
-        lbatch_gemm(TYPE, tname##_cl_avx512, tname##_rt_avx512, n, w, ldw, nr, a, lda, nc, out, ldo); \
+        lbatch_gemm(TYPE, tname##_cl_avx512, tname##_rt_avx512, tname##_rp_avx512, n, w, ldw, nr, a, \
+                    lda, nc, out, ldo);                                                            \
     }                                                                                              \
     static void tname##_batch_vec_dot_avx512(int n, float *s, const void *x, const void *y) {      \
-        tname##_rt_avx512(n, x, 0, 1, y, 0, 1, s, 0);                                              \
+        tname##_batch_gemm_avx512(n, x, 0, 1, y, 0, 1, s, 0);                                      \
     }
 
 LBATCH_KERNELS(q4_0, EL_Q4_0)

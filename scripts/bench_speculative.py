@@ -9,7 +9,14 @@ prompts (rewrite, summarise, quote or copy out a paragraph of tests/fixtures/apa
 repeat a code file of this repository with one change) and to free-form prompts, decoded by
 edgellm without speculation, by edgellm with prompt lookup, and by llama.cpp's llama-lookup
 (its n-gram drafts, `--spec-draft-n-max` 16 and its default 3) — in alternating order, round
-after round; decode tokens/s medians per prompt and their ratios.
+after round; decode tokens/s medians per prompt and their ratios. llama.cpp's tools run without
+flash attention (--llama-fa, default off), whose numbers are the ones edgellm reproduces: with it
+on (their default, auto) a greedy reply can be another text — on `rewrite` SmolLM2 then copies the
+paragraph (87 tokens, 90% of its drafts taken) where without it it paraphrases (46 tokens, 1 of 32
+taken), so speeds compared would be of different replies. Even so a llama.cpp tool's reply can
+part from edgellm's where its verification steps change kernels by batch size: the "same text"
+column gives, per llama.cpp tool, the characters its reply shares from the start with edgellm's
+speculative one (the median over runs) out of that reply's.
 
 draft: MODEL converted with `edgellm quantize` into a target (F16) and a draft (Q4_0) in
 --work DIR; the target alone, the target with the draft model (its default: prompt lookup's
@@ -98,7 +105,18 @@ def _llama_run(cmd: list[str], timeout: float):
         raise RuntimeError(f"no speed line in {Path(cmd[0]).name}'s output: {r.stderr[-600:]}")
     get = lambda key: int(re.search(rf"{key}\s+=\s+(\d+)", r.stderr).group(1))  # noqa: E731
     n_pred = int(m.group(1))
-    return dict(tps=float(m.group(3)), tokens=n_pred, drafted=get("n_drafted"), accepted=get("n_accept"), steps=0)
+    return dict(tps=float(m.group(3)), tokens=n_pred, drafted=get("n_drafted"), accepted=get("n_accept"), steps=0,
+                text=r.stdout)
+
+
+def _shared(prompt: str, ours: str, theirs: str) -> int:
+    """The characters a llama.cpp tool's reply (its output: the prompt, then the reply) shares with
+    ours from the start."""
+    reply = theirs[len(prompt):] if theirs.startswith(prompt) else theirs
+    n = 0
+    while n < min(len(ours), len(reply)) and ours[n] == reply[n]:
+        n += 1
+    return n
 
 
 def _rendered(llm, prompt: str) -> tuple[str, list[int]]:
@@ -106,11 +124,12 @@ def _rendered(llm, prompt: str) -> tuple[str, list[int]]:
     return text, llm.chat_tokens(text)
 
 
-def _table(title, names, modes, base, res, loads, extra=None):
+def _table(title, names, modes, base, res, loads, extra=None, prompts=None):
     print(f"\n### {title}\n")
     print(f"load average during the runs: {min(loads):.1f} - {max(loads):.1f} (2 cores: above 2 the machine is shared)\n")
     head = "| prompt | tokens | " + " | ".join(f"{m} tok/s" for m in modes) + " | " + \
-        " | ".join(f"{m} / {base}" for m in modes if m != base) + " | acceptance | per step |"
+        " | ".join(f"{m} / {base}" for m in modes if m != base) + " | acceptance | per step |" + \
+        (" same text |" if prompts else "")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     ratios = {m: [] for m in modes if m != base}
@@ -127,8 +146,14 @@ def _table(title, names, modes, base, res, loads, extra=None):
             if d:
                 acc.append(f"{m}: {a / d:.0%}" + (f" ({a / st:.2f})" if st else ""))
         tokens = res[modes[1]][name][0]["tokens"] if len(modes) > 1 else res[base][name][0]["tokens"]
+        same = ""
+        if prompts:
+            ours = res[modes[1]][name][0]["text"]
+            same = " " + "; ".join(
+                f"{m}: {statistics.median(_shared(prompts[name][0], ours, r['text']) for r in res[m][name]):.0f}"
+                f"/{len(ours)}" for m in modes if m.startswith("llama")) + " |"
         print(f"| {name} | {tokens} | " + " | ".join(cells) + " | " + " | ".join(rcells) + " | " +
-              "; ".join(acc) + " | " + (extra(name) if extra else "") + " |")
+              "; ".join(acc) + " | " + (extra(name) if extra else "") + " |" + same)
     for m, rs in ratios.items():
         print(f"\n{m} / {base}: median {statistics.median(rs):.2f}x, min {min(rs):.2f}x, max {max(rs):.2f}x")
     return ratios
@@ -177,7 +202,7 @@ def lookup(args) -> None:
         for k in (16, 3):
             runners[f"llama-lookup-{k}"] = (lambda p, k=k: _llama_run(
                 [exe, "-m", str(llm.path), "-p", p[0], "-n", str(args.n), "-t", str(args.threads), "--temp", "0",
-                 "-c", "4096", "--spec-draft-n-max", str(k)], args.timeout))
+                 "-c", "4096", "--spec-draft-n-max", str(k), "-fa", args.llama_fa], args.timeout))
             modes.append(f"llama-lookup-{k}")
     for names, title in ((list(GROUNDED), "input-grounded prompts"), (list(FREE), "free-form prompts")):
         names = _chosen(args, names)
@@ -185,7 +210,7 @@ def lookup(args) -> None:
             continue
         res, loads = bench(args, llm, modes, runners, names, prompts)
         _table(f"prompt lookup, {llm.path.name}, {args.threads} threads, {title}", names, modes, "edgellm", res,
-               loads, extra=lambda n: str(len(prompts[n][1])) + " prompt tokens")
+               loads, extra=lambda n: str(len(prompts[n][1])) + " prompt tokens", prompts=prompts if args.llama_bin else None)
         _costs(llm, llm.path.name)
 
 
@@ -217,11 +242,11 @@ def draft(args) -> None:
         runners["llama-speculative"] = lambda p: _llama_run(
             [exe, "-m", str(files["target"]), "-md", str(files["draft"]), "-p", p[0], "-n", str(args.n),
              "-t", str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "4096",
-             "--spec-draft-n-max", "8"], args.timeout)
+             "--spec-draft-n-max", "8", "-fa", args.llama_fa], args.timeout)
         modes.append("llama-speculative")
     res, loads = bench(args, llm, modes, runners, names, prompts)
     _table(f"draft model: {files['target'].name} with {files['draft'].name}, {args.threads} threads", names, modes,
-           "target", res, loads)
+           "target", res, loads, prompts=prompts if args.llama_bin else None)
     _costs(llm, files["target"].name)
     _costs(dllm, files["draft"].name)
 
@@ -237,6 +262,8 @@ def main() -> None:
     ap.add_argument("--target", default="F16", help="draft: the target's type (F16 or Q8_0)")
     ap.add_argument("--draft-type", default="Q4_0", help="draft: the draft model's type")
     ap.add_argument("--work", default=str(REPO / "build" / "spec-models"), help="draft: where converted files go")
+    ap.add_argument("--llama-fa", choices=["off", "on", "auto"], default="off",
+                    help="llama.cpp's flash attention (off: the numbers edgellm reproduces, so the same replies)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--prompts", default=None, help="only these prompts, e.g. story,explain")
     args = ap.parse_args()

@@ -496,7 +496,8 @@ def test_batch_vec_dot_bit_identical_to_generic(kern, t):
 def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
     """gemm_batch gives the generic twin's bits for every (row, column) whatever the tile: one call
     over 35 columns (AVX-512: column-lane groups of 16, 16, then 3), the engine's shapes, a 16-row
-    tile and its remainder at each column count 1..9, odd offsets; raw blocks. Rows of 380 blocks
+    tile and its remainder at each column count 1..9, 12 and 16 (a verification step's: AVX-512 row
+    tiles of up to 8 columns), odd offsets; raw blocks. Rows of 380 blocks
     are too long for a column-lane group on the stack (LCL_PREP_BYTES): all take the row tiles."""
     rng = np.random.default_rng(9300 + int(t) + blocks)
     n = blocks * 32
@@ -511,7 +512,7 @@ def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
               [(r, min(16, rows - r), c, min(8, cols - c)) for r in range(0, rows, 16) for c in range(0, cols, 8)],
               [(r, min(5, rows - r), c, min(3, cols - c)) for r in range(0, rows, 5) for c in range(0, cols, 3)],
               [(1, rows - 1, 0, 1), (0, 1, 0, cols), (1, rows - 1, 1, cols - 1)]]
-    shapes += [[(0, rows, 0, k)] for k in range(1, min(10, cols + 1))]
+    shapes += [[(0, rows, 0, k)] for k in [*range(1, 10), 12, 16] if k <= cols]
     for tiles in shapes:
         out = np.full((cols, rows), np.nan, dtype=np.float32)
         for r0, nr, c0, nc in tiles:
