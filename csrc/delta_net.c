@@ -17,7 +17,12 @@
 #include <stdio.h>
 #include "engine_internal.h"
 
-#pragma GCC optimize("fp-contract=off")  /* products fused only where written as fmaf: ggml's orders */
+/* products fused only where written as fmaf: ggml's orders (as quants_generic.c) */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 #define MAX_STATE 1024  /* head size (the delta rule's scratch is on the stack) */
 #define MAX_CONV 64     /* conv taps */
