@@ -110,9 +110,12 @@ def _llama_run(cmd: list[str], timeout: float):
 
 
 def _shared(prompt: str, ours: str, theirs: str) -> int:
-    """The characters a llama.cpp tool's reply (its output: the prompt, then the reply) shares with
-    ours from the start."""
-    reply = theirs[len(prompt):] if theirs.startswith(prompt) else theirs
+    """The characters a llama.cpp tool's reply shares with ours from the start. Its output is the
+    prompt, then the reply; llama-lookup prints two newlines before the prompt."""
+    at = theirs.find(prompt)
+    if at < 0:
+        raise RuntimeError(f"the prompt is not in llama.cpp's output: {theirs[:200]!r}")
+    reply = theirs[at + len(prompt):]
     n = 0
     while n < min(len(ours), len(reply)) and ours[n] == reply[n]:
         n += 1
