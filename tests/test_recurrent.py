@@ -134,6 +134,10 @@ def test_what_cannot_hold_is_refused(llm, ids, tmp_path):
         with pytest.raises(EdgeLLMError, match="recurrent state") as e:
             call()
         assert "\n" not in str(e.value)
+    eng = BatchEngine(llm, max_seqs=2)
+    for call in (lambda: eng.save_state(tmp_path / "b.state", ids[:8]), lambda: eng.load_state(tmp_path / "b.state")):
+        with pytest.raises(EdgeLLMError, match="recurrent state"):
+            call()
     with pytest.raises(EdgeLLMError, match="speculative decoding .* cannot be rolled back"):
         list(llm.generate("Hello", max_tokens=4, speculative="lookup"))
     with pytest.raises(EdgeLLMError, match="cannot be rolled back"):

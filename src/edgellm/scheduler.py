@@ -354,6 +354,9 @@ class BatchEngine:
     def _cache_sequence(self, what: str):
         """A cacheable sequence of the pool for the block, between steps; released after it (its
         whole blocks stay indexed, least recently used first to go)."""
+        from . import state
+
+        state.check_saveable(self.llm)  # a recurrent model: say why, not only that the prefix cache is off
         if not self.prefix_cache:
             raise EdgeLLMError(f"{what} needs the prefix cache (BatchEngine(prefix_cache=True))")
         llm = self.llm

@@ -37,7 +37,7 @@ def _rotation(llm) -> tuple[int, int]:
     return kv_rotation(*head_sizes(llm.config), llm._cache_types)
 
 
-def _check_saveable(llm) -> None:
+def check_saveable(llm) -> None:
     if llm._pool.recurrent:  # (the file holds KV blocks; a recurrent state is not one)
         raise UnsupportedModelError(f"{llm.config.arch}: saved sessions do not hold the recurrent state of "
                                     f"its DeltaNet layers yet")
@@ -46,7 +46,7 @@ def _check_saveable(llm) -> None:
 def save(llm, seq, path, meta=None) -> None:
     """Write seq (a KVPool Sequence of llm's engine) to path; meta: JSON-able data kept with it.
     Call with llm's engine lock held."""
-    _check_saveable(llm)
+    check_saveable(llm)
     eng, pool = llm._engine, llm._pool
     groups = (0, 1) if pool.has_swa else (0,)
     n_blk = -(-seq.n // BLOCK)
@@ -104,7 +104,7 @@ def _ints(value) -> list[int]:
 
 def load(llm, seq, path) -> dict | None:
     """Fill the empty seq from a state file; returns its metadata. Call with the engine lock held."""
-    _check_saveable(llm)
+    check_saveable(llm)
     header, blob = read(path)
     eng, pool = llm._engine, llm._pool
     groups = (0, 1) if pool.has_swa else (0,)
