@@ -281,8 +281,6 @@ CHATS: dict[str, Chat] = {
     # Gemma 4: the vocabulary's own template and ids (eos <eos> 1); a turn ends with <turn|> (106)
     "gemma4": Chat(None, 106),
 }
-# the engines that do not run a spec's file yet: they refuse it with one line (test_arch_engines.py)
-NOT_RUN_BY = {"qwen35": ("numba",)}
 
 
 _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}
