@@ -36,7 +36,7 @@ LEAN_PATHS = PATHS[-2:] if len(PATHS) > 1 else PATHS
 # references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
 # far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba.
 EXACT = {"gemma2", "gemma4", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
-         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35",
+         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35", "qwen35-s128",
          "smollm3"}
 REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
 
