@@ -393,6 +393,14 @@ class NumbaEngine:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, not {n}")
         if np.any((tokens < 0) | (tokens >= self.n_vocab)):
             raise ValueError(f"token ids must be in [0, {self.n_vocab})")
+        rs_slot = self.batch.rs_slot[:n_seqs].astype(np.int64)
+        if self.rec_index:  # el_dn_check_batch
+            for s in range(n_seqs):
+                if not 0 <= rs_slot[s] < len(self.rs):
+                    raise EdgeLLMError(f"bad batch: sequence {s}: recurrent state slot {rs_slot[s]} of {len(self.rs)}")
+                for t in range(s):
+                    if rs_slot[t] == rs_slot[s]:
+                        raise EdgeLLMError(f"bad batch: sequences {t} and {s} share recurrent state slot {rs_slot[s]}")
         starts = np.searchsorted(seq, np.arange(len(seq_len)))
         slots = np.empty(n, dtype=np.int64)
         for s in range(len(seq_len)):
@@ -405,14 +413,6 @@ class NumbaEngine:
             if np.any(blk < 0):
                 raise ValueError("a row's KV block is missing")
             self.pos[g][blk, slots % BLOCK] = pos
-        rs_slot = self.batch.rs_slot[:n_seqs].astype(np.int64)
-        if self.rec_index:  # el_dn_check_batch
-            for s in range(n_seqs):
-                if not 0 <= rs_slot[s] < len(self.rs):
-                    raise EdgeLLMError(f"bad batch: sequence {s}: recurrent state slot {rs_slot[s]} of {len(self.rs)}")
-                for t in range(s):
-                    if rs_slot[t] == rs_slot[s]:
-                        raise EdgeLLMError(f"bad batch: sequences {t} and {s} share recurrent state slot {rs_slot[s]}")
         rows = np.flatnonzero(want)
         self._pending = None
         x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts, rs_slot, len(rows))
