@@ -167,6 +167,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     if (el_dn_init(c, last_error, sizeof last_error) != 0) goto fail;
     const int n_ff = EL_MAX(max_ff, d->n_expert ? d->n_ff_shexp : 0);  /* gate / up: the dense or shared FFN */
     int max_k = EL_MAX(EL_MAX(d->n_embd, max_od), EL_MAX(n_ff, d->n_embd_per_layer));
+    max_k = EL_MAX(max_k, d->dn_state * d->dn_v_heads);  /* ssm_out's input: a DeltaNet layer's d_inner */
     c->max_k = max_k;
     const size_t B = (size_t)n_batch;
     c->x = amalloc(4 * B * d->n_embd);

@@ -17,7 +17,7 @@ import pytest
 import edgellm
 import tiny_archs
 from conftest import FIXTURES, engine_paths, use_engine_path
-from edgellm.batch import LOGITS_ALL
+from edgellm.batch import LOGITS_ALL, Step
 from edgellm import kernels, models
 from edgellm.errors import EdgeLLMError, GGUFError
 from edgellm.gguf_file import GGUFFile
@@ -30,26 +30,13 @@ RUNS = sorted(REFS)
 PATHS = engine_paths()
 # the batch-vs-token and batched-engine checks, kept lean: the best C path and numba
 LEAN_PATHS = PATHS[-2:] if len(PATHS) > 1 else PATHS
-
-
-def _runs(paths):
-    """(name, path) of every reference on every path whose engine runs it (the others refuse it:
-    test_engines_refuse_what_they_do_not_run)."""
-    return [(n, p) for p in paths for n in RUNS if not _refused(n, p)]
-
-
-def _refused(name, path) -> bool:
-    return path.split(":")[0] in tiny_archs.NOT_RUN_BY.get(REFS[name]["spec"], ())
-
-
 # The models whose engines give llama.cpp's own numbers on the single-stream path (llama_order,
 # float weights in ggml's orders: csrc/float_llama.c, and numba's twin of it and of every float op
 # of the C generic path, numba_float_llama / numba_ops): every log-probability within the
 # references' 5 decimals, so all 32 greedy tokens equal and the token-by-token evaluation exactly as
-# far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba
-# (qwen35: the C paths; numba does not run it yet).
+# far from the batch one as llama.cpp's own - no near-tie allowance - on every C path and numba.
 EXACT = {"gemma2", "gemma4", "granite", "granitemoe", "llama-bias-ropefreqs", "llama-linear", "llama-moe", "llama-yarn",
-         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35",
+         "mistral3", "olmo2", "phi3", "phi3-long", "phi4-mini", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35", "qwen35-s128",
          "smollm3"}
 REF_DECIMALS = 1e-5  # the references' log-probabilities are rounded to 5 decimals
 
@@ -147,7 +134,8 @@ def _greedy(llm, prompt, n):
     return got
 
 
-@pytest.mark.parametrize("name,path", _runs(PATHS))
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", RUNS)
 def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
     ref = REFS[name]
     tf, g = ref["teacher_forced"], ref["greedy"]
@@ -167,7 +155,8 @@ def test_engine_matches_llama_cpp(built, evals, monkeypatch, name, path):
         assert _near_ties(name, differ), (name, differ)
 
 
-@pytest.mark.parametrize("name,path", _runs(LEAN_PATHS))
+@pytest.mark.parametrize("path", LEAN_PATHS)
+@pytest.mark.parametrize("name", RUNS)
 def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, name, path):
     """The 320 tokens one at a time against all at once, as llama.cpp measured itself: mean |Δ| of
     the top-8 log-probabilities no worse than llama.cpp's, over the positions within llama.cpp's own
@@ -201,7 +190,8 @@ def test_token_by_token_within_llama_cpps_envelope(built, evals, monkeypatch, na
     assert np.all(margins < env["max_abs"]), [(int(i), float(m)) for i, m in zip(flips, margins)]
 
 
-@pytest.mark.parametrize("name,path", _runs(LEAN_PATHS))
+@pytest.mark.parametrize("path", LEAN_PATHS)
+@pytest.mark.parametrize("name", RUNS)
 def test_batched_engine_same_greedy_tokens(built, monkeypatch, name, path):
     """llama.cpp's greedy prompt beside three other sequences in one BatchEngine (the
     batch-invariant path): llama.cpp's 32 tokens up to the first step where the batch-invariant
@@ -254,17 +244,6 @@ def test_corrupt_expert_counts_are_refused(built, monkeypatch):
             kernels.create_engine(g, dataclasses.replace(cfg, moe=moe), w, n_ctx=64, n_batch=8, n_threads=1)
 
 
-@pytest.mark.parametrize("name,path", [(n, p) for n in RUNS for p in PATHS if _refused(n, p)])
-def test_engines_refuse_what_they_do_not_run(built, monkeypatch, name, path):
-    llm = _llm(built, name, path, monkeypatch)
-    with pytest.raises(EdgeLLMError) as e:
-        llm.session()._feed(REFS[name]["teacher_forced"]["ids"][:4])
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith(f"{name}: the {path.split(':')[0]} engine does not run"), msg
-    with pytest.raises(EdgeLLMError, match="engine does not run"):  # the batched engine, before any step
-        BatchEngine(llm, max_seqs=2, prefix_cache=False)
-
-
 @pytest.mark.skipif(kernels.c_module() is None, reason="C kernels not built")
 def test_numba_holds_the_c_engines_gemma4_cache(built, monkeypatch, tmp_path):
     """gemma4's KV layout (per-layer head sizes and kv heads, the last layers holding no cache of
@@ -286,3 +265,30 @@ def test_numba_holds_the_c_engines_gemma4_cache(built, monkeypatch, tmp_path):
         got[path] = (before, after, *((tmp_path / f"{path}.{w}").read_bytes() for w in ("before", "after")))
     for c, nb in zip(got["c:generic"], got["numba"]):
         assert np.array_equal(c, nb) if isinstance(c, np.ndarray) else c == nb
+
+
+@pytest.mark.skipif(kernels.c_module() is None, reason="C kernels not built")
+def test_numba_holds_the_c_engines_qwen35_state(built, monkeypatch):
+    """qwen35's recurrent states on numba (numba_delta_net, a slot per sequence) are the C generic
+    path's: the same logits, bit for bit, over 70 tokens in steps of 16 (each step continuing the
+    conv and delta-rule states of the last), then a fork and each copy fed its own tokens, then
+    two sequences in each of two batch-order steps (one of them a single token)."""
+    ids = REFS["qwen35"]["teacher_forced"]["ids"]
+    got = {}
+    for path in ("c:generic", "numba"):
+        llm = _llm(built, "qwen35", path, monkeypatch, n_batch=16)
+        s = llm.session()
+        out = [s._feed(ids[:70], logits=LOGITS_ALL).copy()]
+        f = s.fork()
+        out += [s._feed(ids[70:73], logits=LOGITS_ALL).copy(), f._feed(ids[100:102], logits=LOGITS_ALL).copy()]
+        pool, eng = llm._pool, llm._engine
+        seqs = [pool.new_sequence() for _ in range(2)]
+        for parts in ((ids[:9], ids[30:37]), (ids[9:10], ids[37:40])):
+            st = Step()
+            for q, p in zip(seqs, parts):
+                pool.reserve(q, len(p))
+                st.add(q, p, LOGITS_ALL)
+            out += [np.array(r) for r in st.run(eng, pool)]
+        got[path] = out
+    for c, nb in zip(got["c:generic"], got["numba"]):
+        assert np.array_equal(c, nb), np.abs(c - nb).max()

@@ -3,7 +3,8 @@ keeps a state per sequence beside its KV blocks (kv_cache.KVPool, csrc/delta_net
 cache does to a sequence must leave it what evaluating its tokens from scratch gives: a new prompt
 sharing a prefix with the last, a fork, a context shift, a sequence started in a freed slot, prefill
 in chunks, several sequences in one step. What cannot hold for such a state (rollback: speculative
-decoding; saved sessions; the prefix cache) is refused with one line or switched off."""
+decoding; saved sessions; the prefix cache) is refused with one line or switched off. Each on the
+best C path and on numba (numba_delta_net's twins of csrc/delta_net.c and its own state slots)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 
 import edgellm
 import tiny_archs
+from conftest import engine_paths, use_engine_path
+from edgellm.batch import Step
 from edgellm.errors import EdgeLLMError
-from edgellm.kernels import c_module
 from edgellm.sampling import SamplingParams
 from edgellm.scheduler import BatchEngine
 
-pytestmark = pytest.mark.skipif(c_module() is None, reason="the C kernels are not built")
+PATHS = engine_paths()
+LEAN_PATHS = PATHS[-2:]  # the best C path (where built) and numba
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +28,13 @@ def path(tmp_path_factory):
     return tiny_archs.build("qwen35", tmp_path_factory.mktemp("recurrent"))
 
 
-@pytest.fixture(scope="module")
-def llm(path):
-    return edgellm.LLM(path, n_ctx=256, n_batch=16, n_threads=2)
+@pytest.fixture(scope="module", params=LEAN_PATHS)
+def llm(request, path):
+    with pytest.MonkeyPatch.context() as mp:
+        use_engine_path(mp, request.param)
+        out = edgellm.LLM(path, n_ctx=256, n_batch=16, n_threads=2)
+        out._pool  # noqa: B018 - the engine is made now, on this path
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +132,28 @@ def test_batched_engine_sequences_keep_their_own_state(llm, ids):
     s = llm.session()
     got = [int(np.argmax(s._prefill(prompts[1])))]
     assert got[0] == alone[1][0]
+
+
+def test_a_step_with_a_bad_state_slot_is_refused(llm, ids):
+    """el_dn_check_batch on both engines: a sequence's slot out of range, or two sequences of a
+    step in one slot, refuse the step with one line before it runs."""
+    eng, pool = llm._engine, llm._pool
+    seqs = [pool.new_sequence() for _ in range(2)]
+    try:
+        st = Step()
+        for s, p in zip(seqs, (ids[:3], ids[3:5])):
+            pool.reserve(s, len(p))
+            st.add(s, p)
+        for slot, says in ((seqs[0].rs, f"sequences 0 and 1 share recurrent state slot {seqs[0].rs}"),
+                           (10 ** 6, "sequence 1: recurrent state slot 1000000 of")):
+            mb = st._pack(eng)
+            eng.batch.rs_slot[1] = slot
+            with pytest.raises(EdgeLLMError, match=f"^bad batch: {says}") as e:
+                eng.decode(st.n_tokens, 2, mb)
+            assert "\n" not in str(e.value)
+    finally:
+        for s in seqs:
+            pool.release(s)
 
 
 def test_what_cannot_hold_is_refused(llm, ids, tmp_path):

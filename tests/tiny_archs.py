@@ -101,12 +101,15 @@ class Spec:
     name: str = ""               # general.name (default tiny-<arch>); llama.cpp reads it: a name with
                                  # "phi3" in it gives the special tokens Phi-3's rstrip attribute
     attn_gate: bool = False      # attn_q holds each head's q then its output gate (qwen35)
-    delta_net: bool = False      # gated DeltaNet layers (DELTA_NET's sizes) where full_attention_interval says
+    delta_net: bool = False      # gated DeltaNet layers (their sizes: the DELTA_NET keys) where
+                                 # full_attention_interval says
 
 
 # the gated DeltaNet layers' sizes (qwen35): 4 value heads sharing 2 key heads, all of 16, a conv of 4 taps
 DELTA_NET = {"ssm.conv_kernel": 4, "ssm.state_size": 16, "ssm.group_count": 2, "ssm.time_step_rank": 4,
              "ssm.inner_size": 64}
+# ... and with Qwen 3.5's own head size of 128, whose dot products take ggml's 64-wide chunks
+DELTA_NET_128 = {**DELTA_NET, "ssm.state_size": 128, "ssm.inner_size": 512}
 
 
 def _f32(v):
@@ -178,6 +181,11 @@ SPECS: dict[str, Spec] = {
                    attn_gate=True, delta_net=True,
                    keys={"rope.freq_base": _f32(1e7), "full_attention_interval": _u32(2),
                          **{k: _u32(v) for k, v in DELTA_NET.items()}}),
+    # the same with DeltaNet heads of 128, as Qwen 3.5's (ggml's dot products over whole 64-wide chunks)
+    "qwen35-s128": Spec("qwen35", "qwen35", 18, template="Qwen3.5-4B", qk_norm="head", output=False, rope_dims=8,
+                        attn_gate=True, delta_net=True,
+                        keys={"rope.freq_base": _f32(1e7), "full_attention_interval": _u32(2),
+                              **{k: _u32(v) for k, v in DELTA_NET_128.items()}}),
 }
 
 
@@ -281,8 +289,6 @@ CHATS: dict[str, Chat] = {
     # Gemma 4: the vocabulary's own template and ids (eos <eos> 1); a turn ends with <turn|> (106)
     "gemma4": Chat(None, 106),
 }
-# the engines that do not run a spec's file yet: they refuse it with one line (test_arch_engines.py)
-NOT_RUN_BY = {"qwen35": ("numba",)}
 
 
 _ARRAY_TYPES = {np.dtype(np.int32): VT.INT32, np.dtype(np.uint32): VT.UINT32, np.dtype(np.float32): VT.FLOAT32}
@@ -355,7 +361,7 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
     for i in range(shape.n_layer):
         p = f"blk.{i}."
         if spec.delta_net:
-            t.update(_qwen35_layer(p, i, r, shape))
+            t.update(_qwen35_layer(p, i, r, shape, {k: spec.keys[k][1] for k in DELTA_NET}))
             continue
         if spec.pre_norms:
             t[p + "attn_norm.weight"] = r.norm(E)
@@ -403,7 +409,7 @@ def tensors(spec: Spec, n_vocab: int, shape: Shape = TINY, rand: Rand | None = N
     return t
 
 
-def _qwen35_layer(p: str, i: int, r: Rand, shape: Shape) -> dict:
+def _qwen35_layer(p: str, i: int, r: Rand, shape: Shape, sizes: dict) -> dict:
     """One qwen35 block (llama.cpp's loader): attn_norm, then gated DeltaNet (even layers) or full
     attention with q, its gate and per-head q / k norms (odd layers), then post_attention_norm (the
     FFN's pre-norm) and a SwiGLU FFN."""
@@ -411,8 +417,8 @@ def _qwen35_layer(p: str, i: int, r: Rand, shape: Shape) -> dict:
     qd, kd = shape.n_head * hd, shape.n_head_kv * hd
     t = {p + "attn_norm.weight": r.norm(E)}
     if i % 2 == 0:
-        sk, hk, hv, kc = (DELTA_NET[k] for k in ("ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
-                                                   "ssm.conv_kernel"))
+        sk, hk, hv, kc = (sizes[k] for k in ("ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                                               "ssm.conv_kernel"))
         vi = sk * hv
         cd = 2 * sk * hk + vi
         t[p + "attn_qkv.weight"] = r.matrix(E, cd)

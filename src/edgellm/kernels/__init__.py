@@ -28,10 +28,10 @@ _FORWARD_FEATURES = frozenset({
     "residual_scale", "logit_scale", "fused_qkv", "fused_gate_up", "longrope", "qk_norm_all", "no_pre_norm",
     "attn_temp", "moe", "shared_expert", "shared_expert_gate",
     # gemma4's (csrc/gemma4.c and per-layer sizes in engine.c / kv.c / attention.c; numba_engine's twins)
-    "layer_sizes", "kv_shared", "v_from_k", "v_norm", "rope_freqs_layers", "per_layer_embd", "layer_out_scale"})
-# qwen35's (csrc/delta_net.c): the C engine only
-_QWEN35_FEATURES = frozenset({"attn_out_gate", "delta_net"})
-ENGINE_FEATURES = {"c": _FORWARD_FEATURES | _QWEN35_FEATURES, "numba": _FORWARD_FEATURES}
+    "layer_sizes", "kv_shared", "v_from_k", "v_norm", "rope_freqs_layers", "per_layer_embd", "layer_out_scale",
+    # qwen35's (csrc/delta_net.c and recurrent state slots; numba_delta_net's twins)
+    "attn_out_gate", "delta_net"})
+ENGINE_FEATURES = {"c": _FORWARD_FEATURES, "numba": _FORWARD_FEATURES}
 
 
 def c_module():

@@ -13,9 +13,9 @@ import numpy as np
 from ..errors import EdgeLLMError
 from ..kv_cache import BLOCK, head_sizes, kv_rotation
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
-from ..models.tensors import Part, engine_tensors
+from ..models.tensors import DELTA_NET_TENSORS, Part, engine_tensors
 from ..quants import QType, type_info
-from . import BatchArrays, numba_float_llama, numba_kv, numba_ops as ops, out_rows as _out_rows
+from . import BatchArrays, numba_delta_net, numba_float_llama, numba_kv, numba_ops as ops, out_rows as _out_rows
 from .numba_quants import SCRATCH_INTS
 from .quant_ops import _lname, _numba_module as _module
 
@@ -212,9 +212,14 @@ class NumbaEngine:
                  for k, v in engine_tensors(cfg, lw).items()}
             L.update(out_scale=f32(lw["out_scale"]), ple_gate=w(lw["ple_gate"]), ple_proj=w(lw["ple_proj"]),
                      ple_post_norm=f32(lw["ple_post_norm"]))
+            L.update({k: (f32(lw[k]) if k in ("ssm_conv1d", "ssm_dt", "ssm_a", "ssm_norm") else w(lw[k]))
+                      for k in DELTA_NET_TENSORS})
             self.layers.append(L)
         self.has_swa = any(lc.is_swa for lc in cfg.layers)
-        self.group = [int(lc.is_swa) for lc in cfg.layers]
+        # each layer's KV group (engine_internal.h's layer_group): 0 global, 1 sliding window, -1 none
+        # (a DeltaNet layer keeps a recurrent state instead)
+        self.group = [-1 if lc.recurrent else int(lc.is_swa) for lc in cfg.layers]
+        self._init_recurrent()
         # each layer's (head_dim_k, head_dim_v, n_head_kv, n_ff, n_rot), and the layer whose cache it
         # reads (its own, or an earlier one's: gemma4's last layers hold none)
         self.sizes = [lc.sizes(cfg) for lc in cfg.layers]
@@ -226,16 +231,60 @@ class NumbaEngine:
             return np.zeros((0, kv, BLOCK, n), np.float16) if t == QType.F16 else \
                 np.zeros((0, kv, BLOCK, numba_kv.row_bytes(t, n)), np.uint8)
 
-        self.k = [store(self.cache_types[0], kv, hk) if self.owner[l] == l else None
+        holds = [self.owner[l] == l and self.group[l] >= 0 for l in range(cfg.n_layer)]  # kv.c's holds
+        self.k = [store(self.cache_types[0], kv, hk) if holds[l] else None
                   for l, (hk, _, kv, _, _) in enumerate(self.sizes)]
-        self.v = [store(self.cache_types[1], kv, hv) if self.owner[l] == l else None
+        self.v = [store(self.cache_types[1], kv, hv) if holds[l] else None
                   for l, (_, hv, kv, _, _) in enumerate(self.sizes)]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
         self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
         self._pending = None  # a deferred step's hidden states of the rows that want logits
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
 
+    def _init_recurrent(self) -> None:
+        """delta_net.c's dn_state: per slot, each DeltaNet layer's conv state then its v heads' S."""
+        dn = self.cfg.delta_net
+        rec = [l for l, g in enumerate(self.group) if g < 0]
+        self.rec_index = {l: i for i, l in enumerate(rec)}
+        self.rs = np.zeros((0, 0), np.float32)  # [slots, floats per slot]
+        if not rec:
+            return
+        self._conv_shape = (dn.d_conv - 1, dn.conv_dim)
+        self._s_shape = (dn.n_v_heads, dn.d_state, dn.d_state)
+        self._layer_floats = int(np.prod(self._conv_shape)) + int(np.prod(self._s_shape))
+        self.rs = np.zeros((0, len(rec) * self._layer_floats), np.float32)
+
+    def _rs_views(self, slot: int, l: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer l's conv state [d_conv - 1, conv_dim] and S [H, S, S] in slot (views)."""
+        off = self.rec_index[l] * self._layer_floats
+        nc = int(np.prod(self._conv_shape))
+        st = self.rs[slot]
+        return (st[off:off + nc].reshape(self._conv_shape),
+                st[off + nc:off + self._layer_floats].reshape(self._s_shape))
+
+    def _rs_ok(self, *slots: int) -> bool:
+        return bool(self.rec_index) and all(0 <= s < len(self.rs) for s in slots)
+
     # -- protocol --
+
+    def rs_reserve(self, n_slots: int) -> None:
+        """As CEngine.rs_reserve (el_rs_reserve): at least n_slots zeroed recurrent state slots."""
+        if not self.rec_index:
+            if n_slots > 0:
+                raise MemoryError(f"out of memory for {n_slots} recurrent states")
+            return
+        if n_slots > len(self.rs):
+            self.rs = np.concatenate([self.rs, np.zeros((n_slots - len(self.rs), self.rs.shape[1]), np.float32)])
+
+    def rs_clear(self, slot: int) -> None:
+        if not self._rs_ok(slot):
+            raise EdgeLLMError(f"bad recurrent state slot {slot}")
+        self.rs[slot] = 0
+
+    def rs_copy(self, src: int, dst: int) -> None:
+        if not self._rs_ok(src, dst):
+            raise EdgeLLMError(f"bad recurrent state copy {src} -> {dst}")
+        self.rs[dst] = self.rs[src]
 
     def set_threads(self, n: int, adaptive: bool | None = None) -> None:
         """n threads (numba's own pool: it does not adapt to busy cores)."""
@@ -307,7 +356,7 @@ class NumbaEngine:
         dst = np.arange(n_keep, n_slots - n_discard)
         src = dst + n_discard
         for l, (lc, g) in enumerate(zip(cfg.layers, self.group)):
-            if self.owner[l] != l:  # its keys are another layer's
+            if self.k[l] is None:  # its keys are another layer's, or it keeps none (DeltaNet)
                 continue
             hk, _, _, _, n_rot = self.sizes[l]
             t = tables[g]
@@ -344,6 +393,14 @@ class NumbaEngine:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, not {n}")
         if np.any((tokens < 0) | (tokens >= self.n_vocab)):
             raise ValueError(f"token ids must be in [0, {self.n_vocab})")
+        rs_slot = self.batch.rs_slot[:n_seqs].astype(np.int64)
+        if self.rec_index:  # el_dn_check_batch
+            for s in range(n_seqs):
+                if not 0 <= rs_slot[s] < len(self.rs):
+                    raise EdgeLLMError(f"bad batch: sequence {s}: recurrent state slot {rs_slot[s]} of {len(self.rs)}")
+                for t in range(s):
+                    if rs_slot[t] == rs_slot[s]:
+                        raise EdgeLLMError(f"bad batch: sequences {t} and {s} share recurrent state slot {rs_slot[s]}")
         starts = np.searchsorted(seq, np.arange(len(seq_len)))
         slots = np.empty(n, dtype=np.int64)
         for s in range(len(seq_len)):
@@ -358,7 +415,7 @@ class NumbaEngine:
             self.pos[g][blk, slots % BLOCK] = pos
         rows = np.flatnonzero(want)
         self._pending = None
-        x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts, len(rows))
+        x = self._forward(tokens, pos, seq, slots, seq_len, tables, starts, rs_slot, len(rows))
         if defer:
             self._pending = x[rows] if len(rows) else None
             return None
@@ -409,80 +466,22 @@ class NumbaEngine:
             _small_matmul(w.qtype)(w.k, w.rows, a[split:], out[split:])
         return out
 
-    def _forward(self, toks, positions, seq, slots, seq_len, tables, starts, n_out) -> np.ndarray:
+    def _forward(self, toks, positions, seq, slots, seq_len, tables, starts, rs_slot, n_out) -> np.ndarray:
         cfg = self.cfg
         n = len(toks)
-        E, H = cfg.n_embd, cfg.n_head
+        E = cfg.n_embd
         trace = self.trace or (lambda *a: None)
         x = _dequant_rows(self.tok_embd.qtype, self.tok_embd.rows[toks], E)
         if cfg.embd_scale != 1.0:
             x = x * np.float32(cfg.embd_scale)
-        neox = cfg.rope_type == ROPE_NEOX
         ple = self._ple_inputs(toks, x) if cfg.n_embd_per_layer else None
         for l, (lc, L) in enumerate(zip(cfg.layers, self.layers)):
-            g = self.group[l]
-            hk, hv, KV, _, n_rot = self.sizes[l]
-            own_kv = self.owner[l] == l  # else it attends to an earlier layer's cache
             h = _rmsnorm(x, L["attn_norm"], cfg.norm_eps) if L["attn_norm"] is not None else x
             trace("attn_norm", l, h)
-            q = self._matmul(L["wq"], h)
-            k = self._matmul(L["wk"], h) if own_kv else None
-            v = (self._matmul(L["wv"], h) if L["wv"] is not None else k.copy()) if own_kv else None  # else v = k
-            trace("q_mm", l, q)
-            if own_kv:
-                trace("k_mm", l, k)
-                trace("v_mm", l, v)
-            for b, t in (("bq", q), ("bk", k), ("bv", v)):
-                if L[b] is not None and t is not None:
-                    t += L[b]
-            qn_all = cfg.qk_norm == QK_NORM_ALL  # one norm over all heads, else one per head
-            if qn_all and L["attn_q_norm"] is not None:
-                q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
-            if qn_all and L["attn_k_norm"] is not None and own_kv:
-                k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
-            q = q.reshape(n, H, hk)
-            if not qn_all and L["attn_q_norm"] is not None:
-                q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
-            if own_kv:
-                k = k.reshape(n, KV, hk)
-                v = v.reshape(n, KV, hv)
-                if not qn_all and L["attn_k_norm"] is not None:
-                    k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
-                if cfg.v_norm:
-                    v = _rmsnorm(v, None, cfg.norm_eps)
-            if n_rot and lc.use_rope:
-                rc = _rope_cache(cfg, n_rot, positions, lc.rope_base, lc.rope_scale, self._freqs(lc))
-                q = _rope(q, rc, n_rot, neox)
-                k = _rope(k, rc, n_rot, neox) if own_kv else None
-            if cfg.q_scale != 1.0:
-                q = q * np.float32(cfg.q_scale)
-            if cfg.attn_temp_scale != 0.0:  # in double (the C library's log), as llama.cpp's input
-                fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))
-                t = [math.log(float(f) + 1.0) * float(np.float32(cfg.attn_temp_scale)) + 1.0 for f in fl]
-                q = q * np.array(t, dtype=np.float32)[:, None, None]
-            if self.rot_k:
-                q = numba_kv.fwht(q, self.rot_k)
-            if own_kv:
-                if self.rot_k:
-                    k = numba_kv.fwht(k, self.rot_k)
-                if self.rot_v:
-                    v = numba_kv.fwht(v, self.rot_v)
-                blk = tables[g][seq, slots // BLOCK]
-                self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
-                self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
-            trace("Qcur", l, q.reshape(n, -1))
-            if own_kv:
-                trace("Kcur", l, k.reshape(n, -1))
-            att = np.empty((n, H, hv), dtype=np.float32)
-            for s in range(len(seq_len)):
-                r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
-                att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1],
-                                             n == 1)
-            if self.rot_v:  # the values were stored rotated: rotate their mix back
-                att = numba_kv.fwht(att, self.rot_v)
-            trace("kqv_out", l, att.reshape(n, -1))
-            o = self._matmul(L["wo"], att.reshape(n, H * hv))
-            trace("attn_out", l, o)
+            if lc.recurrent:  # a gated DeltaNet layer in place of attention
+                o = self._delta_net(l, L, h, starts, rs_slot)
+            else:
+                o = self._self_attention(l, lc, L, h, positions, seq, slots, seq_len, tables, starts)
             if L["bo"] is not None:
                 o += L["bo"]
             if L["attn_post_norm"] is not None:
@@ -504,6 +503,115 @@ class NumbaEngine:
                 x = self._layer_end(L, x, None if ple is None else ple[:, l])
             trace("l_out", l, x)
         return x
+
+    def _self_attention(self, l, lc, L, h, positions, seq, slots, seq_len, tables, starts) -> np.ndarray:
+        """Layer l's attention block on its normed input h [n, E]: the output after wo."""
+        cfg = self.cfg
+        n, H = len(h), cfg.n_head
+        trace = self.trace or (lambda *a: None)
+        neox = cfg.rope_type == ROPE_NEOX
+        g = self.group[l]
+        hk, hv, KV, _, n_rot = self.sizes[l]
+        own_kv = self.owner[l] == l  # else it attends to an earlier layer's cache
+        q = self._matmul(L["wq"], h)
+        k = self._matmul(L["wk"], h) if own_kv else None
+        v = (self._matmul(L["wv"], h) if L["wv"] is not None else k.copy()) if own_kv else None  # else v = k
+        trace("q_mm", l, q)
+        if own_kv:
+            trace("k_mm", l, k)
+            trace("v_mm", l, v)
+        for b, t in (("bq", q), ("bk", k), ("bv", v)):
+            if L[b] is not None and t is not None:
+                t += L[b]
+        gate = None
+        if cfg.attn_out_gate:  # wq's rows: each head's q then its output gate (el_gate_split)
+            qg = q.reshape(n, H, 2, hk)
+            q, gate = np.ascontiguousarray(qg[:, :, 0]).reshape(n, H * hk), np.ascontiguousarray(qg[:, :, 1])
+        qn_all = cfg.qk_norm == QK_NORM_ALL  # one norm over all heads, else one per head
+        if qn_all and L["attn_q_norm"] is not None:
+            q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
+        if qn_all and L["attn_k_norm"] is not None and own_kv:
+            k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
+        q = q.reshape(n, H, hk)
+        if not qn_all and L["attn_q_norm"] is not None:
+            q = _rmsnorm(q, L["attn_q_norm"], cfg.norm_eps)
+        if own_kv:
+            k = k.reshape(n, KV, hk)
+            v = v.reshape(n, KV, hv)
+            if not qn_all and L["attn_k_norm"] is not None:
+                k = _rmsnorm(k, L["attn_k_norm"], cfg.norm_eps)
+            if cfg.v_norm:
+                v = _rmsnorm(v, None, cfg.norm_eps)
+        if n_rot and lc.use_rope:
+            rc = _rope_cache(cfg, n_rot, positions, lc.rope_base, lc.rope_scale, self._freqs(lc))
+            q = _rope(q, rc, n_rot, neox)
+            k = _rope(k, rc, n_rot, neox) if own_kv else None
+        if cfg.q_scale != 1.0:
+            q = q * np.float32(cfg.q_scale)
+        if cfg.attn_temp_scale != 0.0:  # in double (the C library's log), as llama.cpp's input
+            fl = np.floor(positions.astype(np.float32) / np.float32(cfg.attn_temp_floor))
+            t = [math.log(float(f) + 1.0) * float(np.float32(cfg.attn_temp_scale)) + 1.0 for f in fl]
+            q = q * np.array(t, dtype=np.float32)[:, None, None]
+        if self.rot_k:
+            q = numba_kv.fwht(q, self.rot_k)
+        if own_kv:
+            if self.rot_k:
+                k = numba_kv.fwht(k, self.rot_k)
+            if self.rot_v:
+                v = numba_kv.fwht(v, self.rot_v)
+            blk = tables[g][seq, slots // BLOCK]
+            self.k[l][blk, :, slots % BLOCK] = self._kv_stored(0, k)
+            self.v[l][blk, :, slots % BLOCK] = self._kv_stored(1, v)
+        trace("Qcur", l, q.reshape(n, -1))
+        if own_kv:
+            trace("Kcur", l, k.reshape(n, -1))
+        att = np.empty((n, H, hv), dtype=np.float32)
+        for s in range(len(seq_len)):
+            r0, r1 = starts[s], (starts[s + 1] if s + 1 < len(seq_len) else n)
+            att[r0:r1] = self._attention(l, g, tables[g][s], int(slots[r1 - 1]) + 1, q[r0:r1], positions[r0:r1],
+                                         n == 1)
+        if self.rot_v:  # the values were stored rotated: rotate their mix back
+            att = numba_kv.fwht(att, self.rot_v)
+        if gate is not None:  # el_gate_apply
+            numba_delta_net.sigmoid_mul(att.reshape(n, -1), gate.reshape(n, -1))
+        trace("kqv_out", l, att.reshape(n, -1))
+        o = self._matmul(L["wo"], att.reshape(n, H * hv))
+        trace("attn_out", l, o)
+        return o
+
+    def _delta_net(self, l, L, h, starts, rs_slot) -> np.ndarray:
+        """csrc/delta_net.c's el_delta_net: DeltaNet layer l on its normed input h [n, E], each
+        sequence's rows continuing the state in its slot (rs_slot); the output after ssm_out."""
+        cfg, dn = self.cfg, self.cfg.delta_net
+        n, S = len(h), dn.d_state
+        KD = S * dn.n_k_heads
+        trace = self.trace or (lambda *a: None)
+        qkv = self._matmul(L["ssm_in"], h)  # [n, conv_dim]: q, k, v
+        z = self._matmul(L["ssm_gate"], h)  # [n, d_inner]
+        beta = self._matmul(L["ssm_beta"], h)  # [n, H]
+        g = self._matmul(L["ssm_alpha"], h)  # [n, H]
+        for name, a in (("linear_attn_qkv_mixed", qkv), ("z", z), ("beta", beta), ("alpha", g)):
+            trace(name, l, a)
+        bounds = list(zip(starts, list(starts[1:]) + [n]))  # each sequence's rows
+        conv_w = L["ssm_conv1d"].reshape(dn.conv_dim, dn.d_conv)
+        for s, (r0, r1) in enumerate(bounds):
+            numba_delta_net.conv_silu(qkv[r0:r1], self._rs_views(int(rs_slot[s]), l)[0], conv_w)
+        trace("conv_output_silu", l, qkv)
+        # q and k L2-normed per head: el_rmsnorm with eps / S, times 1 / sqrt(S)
+        qk = np.ascontiguousarray(qkv[:, :2 * KD]).reshape(-1, S)
+        ops.rmsnorm(qk, _NO_WEIGHT, np.float32(cfg.norm_eps) / np.float32(S), qk)
+        qkv[:, :2 * KD] = (qk * (np.float32(1) / np.sqrt(np.float32(S)))).reshape(n, 2 * KD)
+        numba_delta_net.gates(beta, g, L["ssm_dt"], L["ssm_a"])
+        o = np.empty((n, dn.d_inner), np.float32)
+        for s, (r0, r1) in enumerate(bounds):
+            numba_delta_net.delta_rule(qkv[r0:r1], beta[r0:r1], g[r0:r1], self._rs_views(int(rs_slot[s]), l)[1],
+                                       dn.n_k_heads, o[r0:r1])
+        heads = o.reshape(-1, S)  # each head's output RMS-normed (ssm_norm), times SiLU(z)
+        ops.rmsnorm(heads, L["ssm_norm"], np.float32(cfg.norm_eps), heads)
+        ops.silu_mul(z, o)  # z = silu(z) * o
+        for name, a in (("final_output", z), ("gate", g), ("beta_sigmoid", beta)):
+            trace(name, l, a)
+        return self._matmul(L["ssm_out"], z)
 
     def _ple_inputs(self, toks: np.ndarray, x0: np.ndarray) -> np.ndarray:
         """el_ple_inputs (csrc/gemma4.c): every layer's per-layer input of each row, [n, n_layer, P],
