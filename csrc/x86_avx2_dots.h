@@ -364,6 +364,140 @@ static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int typ
     }
 }
 
+/* -offset * (the sum of a block's 32 quants at q) */
+static inline int32_t KFN(lb_seed)(int off, const uint8_t *q) {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), loadu256(q)), _mm256_set1_epi16(1));
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    return -off * _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1)));
+}
+
+/* lbatch_tile of the 4-bit types (Q4_0, Q4_1) for 2 <= C <= LB_C columns, its rows in the int32
+ * lanes: per block the 8 rows' 16 packed bytes transposed once (lane r: 4 bytes of row r), then
+ * unpacked, so that each column's 4 quants, broadcast, meet the 8 rows in one dot and the lanes
+ * end with the rows' whole sums: no reduction tree per column. Without VNNI the 8 vpmaddubsw of a
+ * column sum in int16 (u <= 15 against |a| <= 128: at most 8 * 3840 < 2^15) and widen once.
+ * seed[c * nb + b]: -offset * the quants' sum of column c's block b (Q4_0; lb_gemm). Q5 and Q8_0
+ * keep lbatch_tile: their 32 unpacked bytes take an 8 x 8 transpose, and with 16 ymm registers
+ * that tile was no faster (Q8_0, plain AVX2, K 576, 1536 rows: 2 columns 46 -> 52 us a call) */
+static inline __attribute__((always_inline)) void KFN(lbr_tile)(const int type, int n, const uint8_t *w,
+                                                                size_t ldw, const int R, const uint8_t *a,
+                                                                size_t lda, const int C, const int32_t *seed,
+                                                                float *out, size_t ldo) {
+    static const uint8_t zero16[16] = {0};
+    const int nb = n / 32;
+    const int has_m = type == EL_Q4_1, off = type == EL_Q4_0 ? 8 : 0;
+    const size_t wbs = (size_t)legacy_block_bytes(type), qo = has_m ? offsetof(block_q4_1, qs) : offsetof(block_q4_0, qs);
+    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int aqs = has_m ? 4 : 2;
+    __m256 acc[LB_C], accm[LB_C];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
+    for (size_t b = 0; b < (size_t)nb; b++) {
+        pf_step(&pf, R, ldw, wbs);
+        uint16_t hd[8] = {0}, hm[8] = {0};
+        __m256i p[4], v[8];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
+            memcpy(&hd[r], blk, 2);
+            if (has_m) memcpy(&hm[r], blk + 2, 2);
+        }
+        for (int i = 0; i < 4; i++) {  /* p[i]: the packed bytes of rows i (low lane) and i + 4 (high lane) */
+            const uint8_t *lo = i < R ? w + (size_t)i * ldw + b * wbs + qo : zero16;
+            const uint8_t *hi = i + 4 < R ? w + (size_t)(i + 4) * ldw + b * wbs + qo : zero16;
+            p[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                           _mm_loadu_si128((const __m128i *)hi), 1);
+        }
+        {  /* x[k] lane r: packed bytes 4k..4k+3 of row r */
+            const __m256i a0 = _mm256_unpacklo_epi32(p[0], p[1]), a1 = _mm256_unpackhi_epi32(p[0], p[1]);
+            const __m256i a2 = _mm256_unpacklo_epi32(p[2], p[3]), a3 = _mm256_unpackhi_epi32(p[2], p[3]);
+            const __m256i x[4] = {_mm256_unpacklo_epi64(a0, a2), _mm256_unpackhi_epi64(a0, a2),
+                                  _mm256_unpacklo_epi64(a1, a3), _mm256_unpackhi_epi64(a1, a3)};
+            const __m256i m4 = _mm256_set1_epi8(0x0F);
+            for (int k = 0; k < 4; k++)  /* v[k]: values 4k..4k+3; v[k + 4]: 16 + 4k.. */
+                v[k] = _mm256_and_si256(x[k], m4), v[k + 4] = _mm256_and_si256(_mm256_srli_epi16(x[k], 4), m4);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+        const __m256 mf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hm));
+        for (int c = 0; c < C; c++) {
+            const uint8_t *ab = a + (size_t)c * lda + b * abs_, *q = ab + aqs;
+            uint16_t h;
+            memcpy(&h, ab, 2);
+            const float ad = _cvtsh_ss(h);
+            __m256i bc[8];
+            for (int k = 0; k < 8; k++) {
+                uint32_t u;
+                memcpy(&u, q + 4 * k, 4);
+                bc[k] = _mm256_set1_epi32((int)u);
+            }
+            __m256i isum = off ? _mm256_set1_epi32(seed[(size_t)c * nb + b]) : _mm256_setzero_si256();
+#if EL_VNNI
+            __m256i s1 = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k += 2)
+                isum = KFN(dot_us)(isum, v[k], bc[k]), s1 = KFN(dot_us)(s1, v[k + 1], bc[k + 1]);
+            isum = _mm256_add_epi32(isum, s1);  /* (exact integers: any order) */
+#else
+            __m256i p16 = _mm256_maddubs_epi16(v[0], bc[0]);
+            for (int k = 1; k < 8; k++) p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v[k], bc[k]));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(ad)), acc[c]);
+            if (has_m) {
+                memcpy(&h, ab + 2, 2);
+                accm[c] = _mm256_fmadd_ps(mf, _mm256_set1_ps(_cvtsh_ss(h)), accm[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float o[8];
+        _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
+    }
+}
+
+/* seeds for at most this many (column, block) pairs at a time (on the stack) */
+#define LB_SEEDS 8192
+
+/* batch-order gemm of the 4-bit types: 8-row tiles of up to LB_C columns; one column through
+ * lbatch_tile, more through lbr_tile with their seeds worked out once per call (a chunk of columns
+ * at a time) */
+static inline __attribute__((always_inline)) void KFN(lb4_gemm)(const int type, int n, const uint8_t *W, size_t ldw,
+                                                                int nr, const uint8_t *A, size_t lda, int nc,
+                                                                float *out, size_t ldo) {
+    const int nb = n / 32, off = type == EL_Q4_0 ? 8 : 0;
+    const size_t abs_ = type == EL_Q4_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aq = type == EL_Q4_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const int chunk = EL_MAX(LB_C, LB_SEEDS / nb / LB_C * LB_C);
+    int32_t seed[off ? (size_t)EL_MIN(chunk, nc) * nb : 1];
+    for (int c0 = 0; c0 < nc; c0 += chunk) {
+        const int cn = EL_MIN(chunk, nc - c0);
+        for (int c = 0; off && nc > 1 && c < cn; c++)
+            for (int b = 0; b < nb; b++)
+                seed[(size_t)c * nb + b] = KFN(lb_seed)(off, A + (size_t)(c0 + c) * lda + (size_t)b * abs_ + aq);
+        for (int r = 0; r < nr; r += 8)
+            for (int c = c0; c < c0 + cn; c += LB_C) {
+                const int R = EL_MIN(8, nr - r), C = EL_MIN(LB_C, c0 + cn - c);
+                const int32_t *sd = seed + (size_t)(c - c0) * nb;
+                const uint8_t *w = W + r * ldw, *a = A + c * lda;
+                float *o = out + c * ldo + r;
+#define LBR(RR, CC) KFN(lbr_tile)(type, n, w, ldw, RR, a, lda, CC, sd, o, ldo)
+                if (C == 1 && R == 8) KFN(lbatch_tile)(type, n, w, ldw, 8, a, lda, 1, o, ldo);
+                else if (C == 1) KFN(lbatch_tile)(type, n, w, ldw, R, a, lda, 1, o, ldo);
+                else if (R < 8) LBR(R, C);
+                else switch (C) {
+                    case 8: LBR(8, 8); break;
+                    case 7: LBR(8, 7); break;
+                    case 6: LBR(8, 6); break;
+                    case 5: LBR(8, 5); break;
+                    case 4: LBR(8, 4); break;
+                    case 3: LBR(8, 3); break;
+                    default: LBR(8, 2);
+                    }
+#undef LBR
+            }
+    }
+}
+
 #define LB_SHAPE(TYPE, RR)                                                                  \
     switch (C) {                                                                            \
     case 8: KFN(lbatch_tile)(TYPE, n, w, ldw, RR, a, lda, 8, out, ldo); break;               \
@@ -384,6 +518,10 @@ static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int typ
     static void KFN(tname##_batch_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,   \
                                         size_t lda, int nc, float *out, size_t ldo) {              \
         const uint8_t *W = w, *A = a;                                                              \
+        if (TYPE == EL_Q4_0 || TYPE == EL_Q4_1) {                                                  \
+            KFN(lb4_gemm)(TYPE, n, W, ldw, nr, A, lda, nc, out, ldo);                              \
+            return;                                                                                \
+        }                                                                                          \
         for (int r = 0; r < nr; r += 8)                                                            \
             for (int c = 0; c < nc; c += LB_C)                                                     \
                 KFN(tname##_batch_tile)(n, W + r * ldw, ldw, EL_MIN(8, nr - r), A + c * lda, lda,  \

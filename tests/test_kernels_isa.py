@@ -498,10 +498,11 @@ def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
     over 35 columns (AVX-512: column-lane groups of 16, 16, then 3), the engine's shapes, a 16-row
     tile and its remainder at each column count 1..9, 12 and 16 (a verification step's: AVX-512 row
     tiles of up to 8 columns), odd offsets; raw blocks. Rows of 380 blocks
-    are too long for a column-lane group on the stack (LCL_PREP_BYTES): all take the row tiles."""
+    are too long for a column-lane group on the stack (LCL_PREP_BYTES): all take the row tiles; and
+    their 20 columns are more than AVX2's seeds of one chunk (LB_SEEDS: 16 columns at 380 blocks)."""
     rng = np.random.default_rng(9300 + int(t) + blocks)
     n = blocks * 32
-    rows, cols = (21, 35) if blocks < 100 else (5, 4)
+    rows, cols = (21, 35) if blocks < 100 else (5, 20)
     w = _raw_weights(t, rows, n, rng)
     a = kern.quantize_act(t, _acts(cols, n, rng))
     kern.select("generic")
