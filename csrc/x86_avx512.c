@@ -1450,9 +1450,8 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
     }
 }
 
-/* the 32 values d * q (exact) of a q8_0 / q4_0 block, as two registers */
-static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, two registers */
+static inline void q_quants_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
     __m128i lo, hi;
     if (q4) {
         const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
@@ -1462,34 +1461,59 @@ static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512
         lo = _mm_loadu_si128((const __m128i *)(blk + 2));
         hi = _mm_loadu_si128((const __m128i *)(blk + 18));
     }
-    *x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
-    *x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+    *x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo));
+    *x1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi));
+}
+
+/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
+ * block's first 2 bytes */
+static inline __attribute__((always_inline)) void pv_q_wd_avx512(const uint8_t *p, size_t rb, int nr, const float *w,
+                                                                 int ldw, int t, float (*wd)[16]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_setr_epi16(
+        (short)load_u16(p), (short)load_u16(p + rb), (short)load_u16(p + 2 * rb), (short)load_u16(p + 3 * rb),
+        (short)load_u16(p + 4 * rb), (short)load_u16(p + 5 * rb), (short)load_u16(p + 6 * rb), (short)load_u16(p + 7 * rb),
+        (short)load_u16(p + 8 * rb), (short)load_u16(p + 9 * rb), (short)load_u16(p + 10 * rb),
+        (short)load_u16(p + 11 * rb), (short)load_u16(p + 12 * rb), (short)load_u16(p + 13 * rb),
+        (short)load_u16(p + 14 * rb), (short)load_u16(p + 15 * rb)));
+    for (int r = 0; r < nr; r++) _mm512_store_ps(wd[r], _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d));
 }
 
 /* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
- * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
- * w * x added with one fma */
+ * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order.
+ * The twin adds w * (d * q) with one fma; here each tile's weights are first multiplied by their
+ * slots' scales d (a vector per row, made while the tile before is summed, so that its loads and
+ * stores are done when the slots read it), and w * d times q is added with one fma: w and d are
+ * f16 values, so w * d is exact (22 significant bits) and so is the product the fma rounds - the
+ * same bits, with no scale conversion, broadcast nor multiply per slot */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
                                                                     float *acc, int lda, const uint64_t *skip) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+    float wd[2][4][16] __attribute__((aligned(64)));
     __m512 s[4][2];
     for (int r = 0; r < nr; r++) {
         s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
         s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
     }
-    for (int t = 0; t < nt; t++) {
-        if (skip[0] >> t & 1) continue;
+    int t = 0, cur = 0;
+    while (t < nt && skip[0] >> t & 1) t++;
+    if (t < nt) pv_q_wd_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
+    while (t < nt) {
+        int u = t + 1;  /* the next tile taken */
+        while (u < nt && skip[0] >> u & 1) u++;
+        if (u < nt) pv_q_wd_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
         const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l++, row += row_bytes) {
+        for (int l = 0; l < 16; l++, row += rb) {
             __m512 x0, x1;
-            q_block_avx512(q4, row, &x0, &x1);
+            q_quants_avx512(q4, row, &x0, &x1);
             for (int r = 0; r < nr; r++) {
-                const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
+                const __m512 wl = _mm512_set1_ps(wd[cur][r][l]);
                 s[r][0] = _mm512_fmadd_ps(wl, x0, s[r][0]);
                 s[r][1] = _mm512_fmadd_ps(wl, x1, s[r][1]);
             }
         }
+        t = u;
+        cur ^= 1;
     }
     for (int r = 0; r < nr; r++) {
         _mm512_storeu_ps(acc + (size_t)r * lda, s[r][0]);
