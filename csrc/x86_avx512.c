@@ -1478,9 +1478,10 @@ static inline __attribute__((always_inline)) void pv_q_wd_avx512(const uint8_t *
     for (int r = 0; r < nr; r++) _mm512_store_ps(wd[r], _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d));
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
- * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order.
- * The twin adds w * (d * q) with one fma; here each tile's weights are first multiplied by their
+/* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64), row r
+ * skipping the tiles marked in skip[r] (its fmas masked off: its sums stay as they are, as the
+ * twin's skip leaves them): the rows' accumulators in registers over the tiles and their 16 slots
+ * in order, the quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each tile's weights are first multiplied by their
  * slots' scales d (a vector per row, made while the tile before is summed, so that its loads and
  * stores are done when the slots read it), and w * d times q is added with one fma: w and d are
  * f16 values, so w * d is exact (22 significant bits) and so is the product the fma rounds - the
@@ -1495,21 +1496,25 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
         s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
         s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
     }
+    uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
+    for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
-    while (t < nt && skip[0] >> t & 1) t++;
+    while (t < nt && none >> t & 1) t++;
     if (t < nt) pv_q_wd_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
-        while (u < nt && skip[0] >> u & 1) u++;
+        while (u < nt && none >> u & 1) u++;
         if (u < nt) pv_q_wd_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
+        __mmask16 k[4];
+        for (int r = 0; r < nr; r++) k[r] = skip[r] >> t & 1 ? 0 : 0xFFFF;
         const uint8_t *row = vt[t] + (size_t)bi * bb;
         for (int l = 0; l < 16; l++, row += rb) {
             __m512 x0, x1;
             q_quants_avx512(q4, row, &x0, &x1);
             for (int r = 0; r < nr; r++) {
                 const __m512 wl = _mm512_set1_ps(wd[cur][r][l]);
-                s[r][0] = _mm512_fmadd_ps(wl, x0, s[r][0]);
-                s[r][1] = _mm512_fmadd_ps(wl, x1, s[r][1]);
+                s[r][0] = _mm512_mask3_fmadd_ps(wl, x0, s[r][0], k[r]);
+                s[r][1] = _mm512_mask3_fmadd_ps(wl, x1, s[r][1], k[r]);
             }
         }
         t = u;
@@ -1521,39 +1526,32 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
     }
 }
 
-/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 that take the same
- * tiles (absent tiles and all-zero weights skipped, as the twin does), else row by row */
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 over the tiles any
+ * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does: the row's
+ * fmas of the tile masked off). Rows that take different tiles (at depth, a head whose weights
+ * of a tile all round to 0 in f16 while another's do not) stay together, so the quants are
+ * converted once for the group, not once a row */
 static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                         const float *w, int ldw, float *acc, int lda) {
-    uint64_t skip[4][1];  /* per row, the tiles of this pass it skips */
+    uint64_t skip[4];  /* per row, the tiles of this pass it skips */
     for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
         const int n = EL_MIN(64, nt - c);
         for (int r0 = 0; r0 < nh; r0 += 4) {
             const int nr = EL_MIN(4, nh - r0);
-            int same = 1;
-            memset(skip, 0, sizeof skip);
-            for (int t = 0; t < n; t++) {
-                int need = 0;
-                for (int r = 0; r < nr; r++)
-                    need |= (vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << r;
-                for (int r = 0; r < nr; r++) skip[r][0] |= (uint64_t)!(need >> r & 1) << t;
-                same &= !need || need == (1 << nr) - 1;
+            for (int r = 0; r < nr; r++) {
+                skip[r] = 0;
+                for (int t = 0; t < n; t++)
+                    skip[r] |= (uint64_t)!(vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
             for (int b = 0; b < nd / 32; b++) {
                 float *ab = acc + (size_t)r0 * lda + b * 32;
                 const float *wg = w + (size_t)r0 * ldw + c * 16;
-                if (same) {
-                    switch (nr) {
-                    case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip[0]); break;
-                    case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip[0]); break;
-                    case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip[0]); break;
-                    default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip[0]); break;
-                    }
-                    continue;
+                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+                case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip); break;
+                case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip); break;
+                case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip); break;
+                default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip); break;
                 }
-                for (int r = 0; r < nr; r++)
-                    pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg + (size_t)r * ldw, ldw, ab + (size_t)r * lda,
-                                      lda, skip[r]);
             }
         }
     }
