@@ -1373,9 +1373,10 @@ static inline int any16_avx512(const float *w) {
 
 /* dims d .. d + nu - 1 of pv_list_avx512: the nr x nu accumulators (one register per row and dim:
  * the 16 slot lanes) stay in registers over the n tiles of the list; each value vector is converted
- * once for the nr rows (fma: the products are exact). wl: the list's weights, [k][nr][16] */
+ * once for the nr rows (fma: the products are exact); row r's fmas of tile k masked off unless bit
+ * r of need[k] is set. wl: the list's weights, [k][nr][16] */
 static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, const el_half *const *vp, const float *wl,
-                                                                 int n, int nr, float *acc, int lda) {
+                                                                 const uint8_t *need, int n, int nr, float *acc, int lda) {
     __m512 a[4][8];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + (size_t)r * lda + (d + i) * 16);
@@ -1383,20 +1384,26 @@ static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, 
         const el_half *v = vp[k] + (size_t)d * 16;
         const float *wk = wl + (size_t)k * nr * 16;
         __m512 wr[4];
-        for (int r = 0; r < nr; r++) wr[r] = _mm512_loadu_ps(wk + r * 16);
+        __mmask16 m[4];
+        for (int r = 0; r < nr; r++) {
+            wr[r] = _mm512_loadu_ps(wk + r * 16);
+            m[r] = (__mmask16)-(need[k] >> r & 1);
+        }
         for (int i = 0; i < nu; i++) {
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16 * i)));
-            for (int r = 0; r < nr; r++) a[r][i] = _mm512_fmadd_ps(wr[r], x, a[r][i]);
+            for (int r = 0; r < nr; r++) a[r][i] = _mm512_mask3_fmadd_ps(wr[r], x, a[r][i], m[r]);
         }
     }
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < nu; i++) _mm512_storeu_ps(acc + (size_t)r * lda + (d + i) * 16, a[r][i]);
 }
 
-/* nr <= 4 rows that all take every tile of list ts (n <= 64 tiles, in order), into the lanes acc:
- * 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest one by one */
+/* nr <= 4 rows over the tiles of list ts (n <= 64 tiles, in order; need[k]: the rows that take
+ * tile k), into the lanes acc: 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest
+ * one by one */
 static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const el_half *const *vt, int nr, const float *w,
-                                                                 int ldw, float *acc, int lda, const int *ts, int n) {
+                                                                 int ldw, float *acc, int lda, const int *ts,
+                                                                 const uint8_t *need, int n) {
     const el_half *vp[64];
     float wl[64 * 4 * 16];
     for (int k = 0; k < n; k++) {
@@ -1405,16 +1412,19 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
     }
     const int nu = nr == 4 ? 6 : 8;
     int d = 0;
-    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, n, nr, acc, lda);
-    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, n, nr, acc, lda);
+    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, need, n, nr, acc, lda);
+    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda);
 }
 
-/* pv_tiles: rows in groups of up to 4; per lane set, a group's tiles of that set (lists of at most
- * 64, in order) go through pv_list_avx512 together when every row of the group takes them all (a
- * row whose weights of a tile are all zero skips it), else each row on its own */
+/* pv_tiles: rows in groups of up to 4; per lane set, the tiles of that set any row of the group
+ * takes (lists of at most 64, in order) go through pv_list_avx512 together, a row's fmas of a tile
+ * masked off where its weights are all zero (the twin skips it). Rows that take different tiles (at
+ * depth, a head whose weights of a tile all round to 0 in f16 while another's do not) stay
+ * together, so each value vector is converted once for the group, not once a row */
 static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                             int lda, int sets, int t0) {
-    int ts[64], tr[64];
+    int ts[64];
+    uint8_t need[64];
     for (int r0 = 0; r0 < nh; r0 += 4) {
         const int nr = EL_MIN(4, nh - r0);
         const float *wg = w + (size_t)r0 * ldw;
@@ -1422,28 +1432,21 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
             const int step = sets == 4 ? 4 : 1;
             for (int c = 0; c < nt; c += 64 * step) {
                 const int ce = EL_MIN(nt, c + 64 * step);
-                int n = 0, same = 1;
+                int n = 0;
                 for (int t = c + (sets == 4 ? (s - t0 - c) & 3 : 0); t < ce; t += step) {
-                    int need = 0;
-                    for (int r = 0; r < nr; r++) need |= any16_avx512(wg + (size_t)r * ldw + t * 16) << r;
-                    if (need) ts[n++] = t;
-                    same &= !need || need == (1 << nr) - 1;
+                    int m = 0;
+                    for (int r = 0; r < nr; r++) m |= any16_avx512(wg + (size_t)r * ldw + t * 16) << r;
+                    if (m) {
+                        need[n] = (uint8_t)m;
+                        ts[n++] = t;
+                    }
                 }
                 float *ag = acc + (size_t)r0 * lda + (size_t)s * nd * 16;
-                if (same) {
-                    switch (nr) {  /* (the row count a compile-time constant) */
-                    case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, n); break;
-                    case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, n); break;
-                    case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, n); break;
-                    default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, n); break;
-                    }
-                    continue;
-                }
-                for (int r = 0; r < nr; r++) {
-                    int m = 0;
-                    for (int k = 0; k < n; k++)
-                        if (any16_avx512(wg + (size_t)r * ldw + ts[k] * 16)) tr[m++] = ts[k];
-                    pv_list_avx512(nd, vt, 1, wg + (size_t)r * ldw, ldw, ag + (size_t)r * lda, lda, tr, m);
+                switch (nr) {  /* (the row count a compile-time constant) */
+                case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, need, n); break;
+                case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, need, n); break;
+                case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, need, n); break;
+                default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, need, n); break;
                 }
             }
         }
