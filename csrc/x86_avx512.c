@@ -1371,16 +1371,35 @@ static inline int any16_avx512(const float *w) {
     return _mm512_cmp_ps_mask(_mm512_loadu_ps(w), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
 }
 
+/* The tiles pv_tiles' caller sums next, prefetched into L2 a few lines per tile summed: a tile's
+ * dims are read in runs of a few dims, a lane set's tiles 4 apart, which the hardware's streams
+ * do not follow (bench_attention_kernels: f16 at hd 256 from DRAM ~700 -> ~610 ns a tile), and a
+ * whole chunk prefetched at once stalls (slower still). Cursor: tile j of n, byte o of its bytes. */
+typedef struct {
+    const el_half *const *t;
+    int n, j;
+    size_t o, bytes;
+} pv_prefetch;
+static inline __attribute__((always_inline)) void pv_prefetch_step(pv_prefetch *p) {
+    for (int i = 0; i < 3 && p->j < p->n; i++) {  /* 3 lines: enough for the 16 dims x 32 bytes of ~5 fmas */
+        if (p->t[p->j]) __builtin_prefetch((const char *)p->t[p->j] + p->o, 0, 2);
+        p->o += 64;
+        if (p->o >= p->bytes) p->o = 0, p->j++;
+    }
+}
+
 /* dims d .. d + nu - 1 of pv_list_avx512: the nr x nu accumulators (one register per row and dim:
  * the 16 slot lanes) stay in registers over the n tiles of the list; each value vector is converted
  * once for the nr rows (fma: the products are exact); row r's fmas of tile k masked off unless bit
- * r of need[k] is set. wl: the list's weights, [k][nr][16] */
+ * r of need[k] is set. wl: the list's weights, [k][nr][16]. pf: lines of the next tiles to prefetch */
 static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, const el_half *const *vp, const float *wl,
-                                                                 const uint8_t *need, int n, int nr, float *acc, int lda) {
+                                                                 const uint8_t *need, int n, int nr, float *acc, int lda,
+                                                                 pv_prefetch *pf) {
     __m512 a[4][8];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + (size_t)r * lda + (d + i) * 16);
     for (int k = 0; k < n; k++) {
+        pv_prefetch_step(pf);
         const el_half *v = vp[k] + (size_t)d * 16;
         const float *wk = wl + (size_t)k * nr * 16;
         __m512 wr[4];
@@ -1403,7 +1422,7 @@ static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, 
  * one by one */
 static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const el_half *const *vt, int nr, const float *w,
                                                                  int ldw, float *acc, int lda, const int *ts,
-                                                                 const uint8_t *need, int n) {
+                                                                 const uint8_t *need, int n, pv_prefetch *pf) {
     const el_half *vp[64];
     float wl[64 * 4 * 16];
     for (int k = 0; k < n; k++) {
@@ -1412,8 +1431,8 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
     }
     const int nu = nr == 4 ? 6 : 8;
     int d = 0;
-    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, need, n, nr, acc, lda);
-    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda);
+    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, need, n, nr, acc, lda, pf);
+    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda, pf);
 }
 
 /* pv_tiles: rows in groups of up to 4; per lane set, the tiles of that set any row of the group
@@ -1422,7 +1441,8 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
  * depth, a head whose weights of a tile all round to 0 in f16 while another's do not) stay
  * together, so each value vector is converted once for the group, not once a row */
 static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                            int lda, int sets, int t0) {
+                            int lda, int sets, int t0, const el_half *const *next, int nn) {
+    pv_prefetch pf = {next, next ? nn : 0, 0, 0, (size_t)nd * 16 * sizeof(el_half)};
     int ts[64];
     uint8_t need[64];
     for (int r0 = 0; r0 < nh; r0 += 4) {
@@ -1443,10 +1463,10 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
                 }
                 float *ag = acc + (size_t)r0 * lda + (size_t)s * nd * 16;
                 switch (nr) {  /* (the row count a compile-time constant) */
-                case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, need, n); break;
-                case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, need, n); break;
-                case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, need, n); break;
-                default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, need, n); break;
+                case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, need, n, &pf); break;
                 }
             }
         }
