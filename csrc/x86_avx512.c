@@ -1373,7 +1373,7 @@ static inline int any16_avx512(const float *w) {
 
 /* The tiles pv_tiles' caller sums next, prefetched into L2 a few lines per tile summed: a tile's
  * dims are read in runs of a few dims, a lane set's tiles 4 apart, which the hardware's streams
- * do not follow (bench_attention_kernels: f16 at hd 256 from DRAM ~700 -> ~610 ns a tile), and a
+ * do not follow (bench_attention_kernels: f16 at hd 256 from DRAM ~750 -> ~690 ns a tile), and a
  * whole chunk prefetched at once stalls (slower still). Cursor: tile j of n, byte o of its bytes. */
 typedef struct {
     const el_half *const *t;
