@@ -37,9 +37,11 @@
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
 #define PF_TILES 2     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
                           hardware's streams follow too late (scripts/bench_attention_kernels.c: a
-                          one-token step's keys from DRAM twice as fast); values are read in order
-                          within a value group and are not prefetched (that measured slower, into L1
-                          or L2). Into L2 (el_prefetch_l2): a burst of L1 prefetches (a whole tile)
+                          one-token step's keys from DRAM twice as fast). Values: a one-token step's
+                          f16 p.v (four lane sets: a set's tiles 4 apart, a few dims at a time) is
+                          handed the tiles of its next call, which the AVX-512 kernel prefetches a few
+                          lines at a time (a whole chunk at once measured slower); quantized values
+                          are read row after row, in order, and are not prefetched (slower). Into L2 (el_prefetch_l2): a burst of L1 prefetches (a whole tile)
                           stalls on the L1 miss buffers; f16 keys at hk = 256 read twice as fast into
                           L2. The key kernels but qk_tile are handed the tile and prefetch it (the
                           AVX-512 ones spread over their loop: f16 keys at hk = 256 another 2x) */
@@ -373,7 +375,7 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
     float *lanes = w + pv_weight_floats(Gs);                             /* [nb][lsz] */
     el_half *tmp = (el_half *)(lanes + pv_lane_floats(Gs, a->hv));
     if (nd <= 0) return;
-    const el_half *vt[CT];
+    const el_half *vt[CT], *vn[CT];  /* vn: the f16 tiles of the next call (a one-token step: prefetched) */
     const uint8_t *vq[CT];
     const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT, lseg = qv ? 1 : (size_t)sets * KT;  /* per dim */
     for (int r0 = 0; r0 < J->nh; r0 += nb) {
@@ -398,7 +400,17 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
                     vt[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, c) + (size_t)off * KT : NULL;
                     vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh, c) : NULL;
                 }
-                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, CT * KT, ls, (int)lsz, sets, c0);
+                int nn = 0;  /* the next call's tiles: the next segment of this chunk, else the first of the next */
+                if (!qv && sets == 4) {
+                    const int c1 = s1 < d1 ? c0 : c0 + CT, g1 = (s1 < d1 ? s1 : d0) / gd;
+                    const int off1 = (s1 < d1 ? s1 : d0) - g1 * gd;
+                    nn = EL_MAX(0, EL_MIN(CT, J->thi - c1));
+                    for (int t = 0; t < nn; t++) {
+                        const int blk = J->table[c1 + t];
+                        vn[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, g1) + (size_t)off1 * KT : NULL;
+                    }
+                }
+                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, CT * KT, ls, (int)lsz, sets, c0, nn ? vn : NULL, nn);
                 else if (vl->type == EL_Q8_0) e->vops.pv_q8_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
                 else e->vops.pv_q4_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
                 s0 = s1;

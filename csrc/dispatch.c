@@ -121,7 +121,8 @@ static int any16_generic(const float *w) {
 }
 
 static void pv_tiles_generic(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                             int lda, int sets, int t0) {
+                             int lda, int sets, int t0, const el_half *const *next, int nn) {
+    (void)next, (void)nn;
     for (int r = 0; r < nh; r++)
         for (int t = 0; t < nt; t++) {
             const float *wt = w + (size_t)r * ldw + t * 16;

@@ -96,13 +96,17 @@ typedef struct {
      * d*16; a NULL tile has all-zero weights): acc[r*lda + s*nd*16 + d*16 + l] +=
      * w[r*ldw + t*16 + l] * vt[t][d*16 + l], tiles in order, with lane set s = (t0 + t) % 4 when
      * sets == 4 (llama.cpp's single-token p.v keeps four), else 0. A (row, tile) whose 16 weights
-     * are all zero is skipped. Weights are f16 values, so every product is exact. */
+     * are all zero is skipped. Weights are f16 values, so every product is exact. next: the nn tiles
+     * (as vt: the same nd dims, NULL entries skipped) the caller sums next, or NULL; a hint (no
+     * effect on the results): the AVX-512 kernel prefetches them into L2 a few lines a tile while it
+     * sums these, others ignore it */
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                     int lda, int sets, int t0);
+                     int lda, int sets, int t0, const el_half *const *next, int nn);
     /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
      * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
      * dimensions [0, nd) (nd a multiple of 32): acc[r*lda + i] += w[r*ldw + t*16 + l] * x[i] with
-     * x = d * q (exact), added with one fma (one rounding); slots in order. A (row, tile) whose
+     * x = d * q (exact), added with one fma (one rounding); slots in order. Weights are f16 values
+     * (kernels may multiply w * d first: exact too). A (row, tile) whose
      * 16 weights are all zero is skipped, and so is a NULL tile (its weights are zero). */
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);

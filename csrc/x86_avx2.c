@@ -737,7 +737,8 @@ static void pv_tiles4_avx2(int nd, int nt, const el_half *const *vt, int nh, con
 /* The values of up to 8 tiles x 32 dims are converted once for every row; then per row, lane
  * set and 4 dims the accumulators stay in registers over the tiles (fma: the products are exact) */
 static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                          int lda, int sets, int t0) {
+                          int lda, int sets, int t0, const el_half *const *next, int nn) {
+    (void)next, (void)nn;
     if (sets == 4 && nd % 2 == 0) {
         pv_tiles4_avx2(nd, nt, vt, nh, w, ldw, acc, lda, t0);
         return;

@@ -1486,32 +1486,58 @@ static inline int any16_avx512(const float *w) {
     return _mm512_cmp_ps_mask(_mm512_loadu_ps(w), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
 }
 
+/* The tiles pv_tiles' caller sums next, prefetched into L2 a few lines per tile summed: a tile's
+ * dims are read in runs of a few dims, a lane set's tiles 4 apart, which the hardware's streams
+ * do not follow (bench_attention_kernels: f16 at hd 256 from DRAM ~750 -> ~690 ns a tile), and a
+ * whole chunk prefetched at once stalls (slower still). Cursor: tile j of n, byte o of its bytes. */
+typedef struct {
+    const el_half *const *t;
+    int n, j;
+    size_t o, bytes;
+} pv_prefetch;
+static inline __attribute__((always_inline)) void pv_prefetch_step(pv_prefetch *p) {
+    for (int i = 0; i < 3 && p->j < p->n; i++) {  /* 3 lines: enough for the 16 dims x 32 bytes of ~5 fmas */
+        if (p->t[p->j]) __builtin_prefetch((const char *)p->t[p->j] + p->o, 0, 2);
+        p->o += 64;
+        if (p->o >= p->bytes) p->o = 0, p->j++;
+    }
+}
+
 /* dims d .. d + nu - 1 of pv_list_avx512: the nr x nu accumulators (one register per row and dim:
  * the 16 slot lanes) stay in registers over the n tiles of the list; each value vector is converted
- * once for the nr rows (fma: the products are exact). wl: the list's weights, [k][nr][16] */
+ * once for the nr rows (fma: the products are exact); row r's fmas of tile k masked off unless bit
+ * r of need[k] is set. wl: the list's weights, [k][nr][16]. pf: lines of the next tiles to prefetch */
 static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, const el_half *const *vp, const float *wl,
-                                                                 int n, int nr, float *acc, int lda) {
+                                                                 const uint8_t *need, int n, int nr, float *acc, int lda,
+                                                                 pv_prefetch *pf) {
     __m512 a[4][8];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + (size_t)r * lda + (d + i) * 16);
     for (int k = 0; k < n; k++) {
+        pv_prefetch_step(pf);
         const el_half *v = vp[k] + (size_t)d * 16;
         const float *wk = wl + (size_t)k * nr * 16;
         __m512 wr[4];
-        for (int r = 0; r < nr; r++) wr[r] = _mm512_loadu_ps(wk + r * 16);
+        __mmask16 m[4];
+        for (int r = 0; r < nr; r++) {
+            wr[r] = _mm512_loadu_ps(wk + r * 16);
+            m[r] = (__mmask16)-(need[k] >> r & 1);
+        }
         for (int i = 0; i < nu; i++) {
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16 * i)));
-            for (int r = 0; r < nr; r++) a[r][i] = _mm512_fmadd_ps(wr[r], x, a[r][i]);
+            for (int r = 0; r < nr; r++) a[r][i] = _mm512_mask3_fmadd_ps(wr[r], x, a[r][i], m[r]);
         }
     }
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < nu; i++) _mm512_storeu_ps(acc + (size_t)r * lda + (d + i) * 16, a[r][i]);
 }
 
-/* nr <= 4 rows that all take every tile of list ts (n <= 64 tiles, in order), into the lanes acc:
- * 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest one by one */
+/* nr <= 4 rows over the tiles of list ts (n <= 64 tiles, in order; need[k]: the rows that take
+ * tile k), into the lanes acc: 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest
+ * one by one */
 static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const el_half *const *vt, int nr, const float *w,
-                                                                 int ldw, float *acc, int lda, const int *ts, int n) {
+                                                                 int ldw, float *acc, int lda, const int *ts,
+                                                                 const uint8_t *need, int n, pv_prefetch *pf) {
     const el_half *vp[64];
     float wl[64 * 4 * 16];
     for (int k = 0; k < n; k++) {
@@ -1520,16 +1546,20 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
     }
     const int nu = nr == 4 ? 6 : 8;
     int d = 0;
-    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, n, nr, acc, lda);
-    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, n, nr, acc, lda);
+    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, need, n, nr, acc, lda, pf);
+    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda, pf);
 }
 
-/* pv_tiles: rows in groups of up to 4; per lane set, a group's tiles of that set (lists of at most
- * 64, in order) go through pv_list_avx512 together when every row of the group takes them all (a
- * row whose weights of a tile are all zero skips it), else each row on its own */
+/* pv_tiles: rows in groups of up to 4; per lane set, the tiles of that set any row of the group
+ * takes (lists of at most 64, in order) go through pv_list_avx512 together, a row's fmas of a tile
+ * masked off where its weights are all zero (the twin skips it). Rows that take different tiles (at
+ * depth, a head whose weights of a tile all round to 0 in f16 while another's do not) stay
+ * together, so each value vector is converted once for the group, not once a row */
 static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                            int lda, int sets, int t0) {
-    int ts[64], tr[64];
+                            int lda, int sets, int t0, const el_half *const *next, int nn) {
+    pv_prefetch pf = {next, next ? nn : 0, 0, 0, (size_t)nd * 16 * sizeof(el_half)};
+    int ts[64];
+    uint8_t need[64];
     for (int r0 = 0; r0 < nh; r0 += 4) {
         const int nr = EL_MIN(4, nh - r0);
         const float *wg = w + (size_t)r0 * ldw;
@@ -1537,37 +1567,29 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
             const int step = sets == 4 ? 4 : 1;
             for (int c = 0; c < nt; c += 64 * step) {
                 const int ce = EL_MIN(nt, c + 64 * step);
-                int n = 0, same = 1;
+                int n = 0;
                 for (int t = c + (sets == 4 ? (s - t0 - c) & 3 : 0); t < ce; t += step) {
-                    int need = 0;
-                    for (int r = 0; r < nr; r++) need |= any16_avx512(wg + (size_t)r * ldw + t * 16) << r;
-                    if (need) ts[n++] = t;
-                    same &= !need || need == (1 << nr) - 1;
+                    int m = 0;
+                    for (int r = 0; r < nr; r++) m |= any16_avx512(wg + (size_t)r * ldw + t * 16) << r;
+                    if (m) {
+                        need[n] = (uint8_t)m;
+                        ts[n++] = t;
+                    }
                 }
                 float *ag = acc + (size_t)r0 * lda + (size_t)s * nd * 16;
-                if (same) {
-                    switch (nr) {  /* (the row count a compile-time constant) */
-                    case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, n); break;
-                    case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, n); break;
-                    case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, n); break;
-                    default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, n); break;
-                    }
-                    continue;
-                }
-                for (int r = 0; r < nr; r++) {
-                    int m = 0;
-                    for (int k = 0; k < n; k++)
-                        if (any16_avx512(wg + (size_t)r * ldw + ts[k] * 16)) tr[m++] = ts[k];
-                    pv_list_avx512(nd, vt, 1, wg + (size_t)r * ldw, ldw, ag + (size_t)r * lda, lda, tr, m);
+                switch (nr) {  /* (the row count a compile-time constant) */
+                case 4: pv_list_avx512(nd, vt, 4, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                case 3: pv_list_avx512(nd, vt, 3, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                case 2: pv_list_avx512(nd, vt, 2, wg, ldw, ag, lda, ts, need, n, &pf); break;
+                default: pv_list_avx512(nd, vt, 1, wg, ldw, ag, lda, ts, need, n, &pf); break;
                 }
             }
         }
     }
 }
 
-/* the 32 values d * q (exact) of a q8_0 / q4_0 block, as two registers */
-static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, two registers */
+static inline void q_quants_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
     __m128i lo, hi;
     if (q4) {
         const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
@@ -1577,34 +1599,64 @@ static inline void q_block_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512
         lo = _mm_loadu_si128((const __m128i *)(blk + 2));
         hi = _mm_loadu_si128((const __m128i *)(blk + 18));
     }
-    *x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
-    *x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+    *x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo));
+    *x1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi));
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr rows that all take tiles [0, nt) but those
- * marked in skip: the rows' accumulators in registers over the tiles and their 16 slots in order,
- * w * x added with one fma */
+/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
+ * block's first 2 bytes */
+static inline __attribute__((always_inline)) void pv_q_wd_avx512(const uint8_t *p, size_t rb, int nr, const float *w,
+                                                                 int ldw, int t, float (*wd)[16]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_setr_epi16(
+        (short)load_u16(p), (short)load_u16(p + rb), (short)load_u16(p + 2 * rb), (short)load_u16(p + 3 * rb),
+        (short)load_u16(p + 4 * rb), (short)load_u16(p + 5 * rb), (short)load_u16(p + 6 * rb), (short)load_u16(p + 7 * rb),
+        (short)load_u16(p + 8 * rb), (short)load_u16(p + 9 * rb), (short)load_u16(p + 10 * rb),
+        (short)load_u16(p + 11 * rb), (short)load_u16(p + 12 * rb), (short)load_u16(p + 13 * rb),
+        (short)load_u16(p + 14 * rb), (short)load_u16(p + 15 * rb)));
+    for (int r = 0; r < nr; r++) _mm512_store_ps(wd[r], _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d));
+}
+
+/* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64), row r
+ * skipping the tiles marked in skip[r] (its fmas masked off: its sums stay as they are, as the
+ * twin's skip leaves them): the rows' accumulators in registers over the tiles and their 16 slots
+ * in order, the quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each tile's weights are first multiplied by their
+ * slots' scales d (a vector per row, made while the tile before is summed, so that its loads and
+ * stores are done when the slots read it), and w * d times q is added with one fma: w and d are
+ * f16 values, so w * d is exact (22 significant bits) and so is the product the fma rounds - the
+ * same bits, with no scale conversion, broadcast nor multiply per slot */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
                                                                     float *acc, int lda, const uint64_t *skip) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+    float wd[2][4][16] __attribute__((aligned(64)));
     __m512 s[4][2];
     for (int r = 0; r < nr; r++) {
         s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
         s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
     }
-    for (int t = 0; t < nt; t++) {
-        if (skip[0] >> t & 1) continue;
+    uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
+    for (int r = 0; r < nr; r++) none &= skip[r];
+    int t = 0, cur = 0;
+    while (t < nt && none >> t & 1) t++;
+    if (t < nt) pv_q_wd_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
+    while (t < nt) {
+        int u = t + 1;  /* the next tile taken */
+        while (u < nt && none >> u & 1) u++;
+        if (u < nt) pv_q_wd_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
+        __mmask16 k[4];
+        for (int r = 0; r < nr; r++) k[r] = skip[r] >> t & 1 ? 0 : 0xFFFF;
         const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l++, row += row_bytes) {
+        for (int l = 0; l < 16; l++, row += rb) {
             __m512 x0, x1;
-            q_block_avx512(q4, row, &x0, &x1);
+            q_quants_avx512(q4, row, &x0, &x1);
             for (int r = 0; r < nr; r++) {
-                const __m512 wl = _mm512_set1_ps(w[(size_t)r * ldw + t * 16 + l]);
-                s[r][0] = _mm512_fmadd_ps(wl, x0, s[r][0]);
-                s[r][1] = _mm512_fmadd_ps(wl, x1, s[r][1]);
+                const __m512 wl = _mm512_set1_ps(wd[cur][r][l]);
+                s[r][0] = _mm512_mask3_fmadd_ps(wl, x0, s[r][0], k[r]);
+                s[r][1] = _mm512_mask3_fmadd_ps(wl, x1, s[r][1], k[r]);
             }
         }
+        t = u;
+        cur ^= 1;
     }
     for (int r = 0; r < nr; r++) {
         _mm512_storeu_ps(acc + (size_t)r * lda, s[r][0]);
@@ -1612,39 +1664,32 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
     }
 }
 
-/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 that take the same
- * tiles (absent tiles and all-zero weights skipped, as the twin does), else row by row */
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 over the tiles any
+ * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does: the row's
+ * fmas of the tile masked off). Rows that take different tiles (at depth, a head whose weights
+ * of a tile all round to 0 in f16 while another's do not) stay together, so the quants are
+ * converted once for the group, not once a row */
 static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                         const float *w, int ldw, float *acc, int lda) {
-    uint64_t skip[4][1];  /* per row, the tiles of this pass it skips */
+    uint64_t skip[4];  /* per row, the tiles of this pass it skips */
     for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
         const int n = EL_MIN(64, nt - c);
         for (int r0 = 0; r0 < nh; r0 += 4) {
             const int nr = EL_MIN(4, nh - r0);
-            int same = 1;
-            memset(skip, 0, sizeof skip);
-            for (int t = 0; t < n; t++) {
-                int need = 0;
-                for (int r = 0; r < nr; r++)
-                    need |= (vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << r;
-                for (int r = 0; r < nr; r++) skip[r][0] |= (uint64_t)!(need >> r & 1) << t;
-                same &= !need || need == (1 << nr) - 1;
+            for (int r = 0; r < nr; r++) {
+                skip[r] = 0;
+                for (int t = 0; t < n; t++)
+                    skip[r] |= (uint64_t)!(vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
             for (int b = 0; b < nd / 32; b++) {
                 float *ab = acc + (size_t)r0 * lda + b * 32;
                 const float *wg = w + (size_t)r0 * ldw + c * 16;
-                if (same) {
-                    switch (nr) {
-                    case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip[0]); break;
-                    case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip[0]); break;
-                    case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip[0]); break;
-                    default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip[0]); break;
-                    }
-                    continue;
+                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+                case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip); break;
+                case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip); break;
+                case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip); break;
+                default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip); break;
                 }
-                for (int r = 0; r < nr; r++)
-                    pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg + (size_t)r * ldw, ldw, ab + (size_t)r * lda,
-                                      lda, skip[r]);
             }
         }
     }

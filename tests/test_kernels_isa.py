@@ -67,7 +67,7 @@ typedef struct {
     void (*qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qsum, int nq, const uint8_t *kt, float *out,
                     const uint8_t *next);
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
-                     int lda, int sets, int t0);
+                     int lda, int sets, int t0, const el_half *const *next, int nn);
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);
     void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
@@ -775,7 +775,9 @@ def _run_vops(vops, rng_seed: int) -> dict:
                 vt[t] = _ABI.NULL if t == 5 else _ABI.cast("el_half *", tiles[t].ctypes.data) + d0 * 16
             lda = sets * nd * 16 + 5
             acc = rng.standard_normal(nh * lda).astype(np.float32)
-            vops.pv_tiles(nd, nt, vt, nh, _ptr("float *", w), nt * 16, _ptr("float *", acc), lda, sets, 2)
+            # the tiles to prefetch (a hint: the same results): these again (one absent), or none
+            nxt = (vt, nt) if sets == 4 else (_ABI.NULL, 0)
+            vops.pv_tiles(nd, nt, vt, nh, _ptr("float *", w), nt * 16, _ptr("float *", acc), lda, sets, 2, *nxt)
             out[f"pv_tiles hv={hv} sets={sets} nd={nd}"] = acc
         if hv % 32 == 0:  # values quantized per slot row (q8_0 / q4_0 blocks; dims from block 1 on)
             for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
