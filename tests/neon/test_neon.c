@@ -270,8 +270,8 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             const int lda = sets * n * 16 + 3;
             random_row(acc0, PR * lda);
             memcpy(acc1, acc0, sizeof(float) * (size_t)(PR * lda));
-            g->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc0, lda, sets, 3);
-            v->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc1, lda, sets, 3);
+            g->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc0, lda, sets, 3, vt, PT);
+            v->pv_tiles(n, PT, vt, PR, wts, PT * 16, acc1, lda, sets, 3, vt, PT);  /* next: a valid hint */
             for (int i = 0; i < PR * lda; i++) {
                 checks++;
                 if (!same_bits(acc0[i], acc1[i]))

@@ -154,8 +154,8 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
             }
         random_row(acc0, nh * lda);
         memcpy(acc1, acc0, sizeof(float) * (size_t)(nh * lda));
-        gv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc0, lda, sets, t0);
-        lv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc1, lda, sets, t0);
+        gv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc0, lda, sets, t0, vt, nt);
+        lv->pv_tiles(nd, nt, vt, nh, w, nt * 16, acc1, lda, sets, t0, vt, nt);  /* next: these tiles again, a valid hint */
         checks++;
         for (int i = 0; i < nh * lda; i++)
             if (!same_bits(acc0[i], acc1[i])) {

@@ -99,5 +99,9 @@ EMU_FMA(_mm_fnmadd_ps, __m128, 4, _mm_loadu_ps, _mm_storeu_ps, -)
 EMU_FMA(_mm256_fnmadd_ps, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, -)
 EMU_FMA(_mm512_fnmadd_ps, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, -)
 #undef EMU_FMA
+/* lanes of k: a * b + c rounded once; the others keep c (SIMDe 0.7.4 lacks it) */
+static inline __m512 _mm512_mask3_fmadd_ps(__m512 a, __m512 b, __m512 c, __mmask16 k) {
+    return _mm512_mask_mov_ps(c, k, _mm512_fmadd_ps(a, b, c));
+}
 
 #endif
