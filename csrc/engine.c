@@ -21,8 +21,9 @@
 #define TOK_TILE 32   /* activation rows per gemm call */
 /* rows of a batch-order step's FFN evaluated at a time (el_gated_ffn): a 512-token step's gate
  * and up activations would take n_batch x n_ff floats each (8 MB for Gemma-3 270m); a chunk's
- * take 1/8 of that, and the layer's FFN weights stay in cache across its chunks */
-#define FFN_CHUNK 64
+ * take half of that. 256: 64 and 128 made a 512-token step of SmolLM2 12% and 7% slower, 256 no
+ * slower (scripts/bench_engine.py ffn-chunk) */
+#define FFN_CHUNK 256
 
 static _Thread_local char last_error[256];
 

@@ -188,7 +188,7 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repetitions", type=int, default=9, help="ffn-chunk: runs of each")
-    ap.add_argument("--chunk", type=int, default=64, help="ffn-chunk: the rows of a chunk (the engine's default: 64)")
+    ap.add_argument("--chunk", type=int, default=256, help="ffn-chunk: the rows of a chunk (the engine's default: 256)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (contention)")
     ap.add_argument("--engine", action="store_true",
                     help="rss: through BatchEngine (its steps, sampling) instead of bare engine steps")

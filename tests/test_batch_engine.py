@@ -130,7 +130,7 @@ def test_batched_logits_equal_alone_exactly(model_dir, monkeypatch):
 def test_ffn_in_row_chunks_equals_the_whole_step(model_dir, monkeypatch, path, arch, qtype, n_ff):
     """A long batch-order step runs its FFN a chunk of rows at a time (el_engine_set_ffn_chunk):
     every row's logits are the bits of the step made whole, for chunks that split sequences
-    anywhere (1 row, 5, 64 - the default -, and more than the step)."""
+    anywhere (1 row, 5, 64, 256 - the default -, and more than the step)."""
     from edgellm.batch import LOGITS_ALL, Step
 
     use_engine_path(monkeypatch, path)
@@ -152,7 +152,7 @@ def test_ffn_in_row_chunks_equals_the_whole_step(model_dir, monkeypatch, path, a
 
     whole = logits(0)
     assert len(whole) == sum(map(len, ps)) > 64
-    for chunk in (1, 5, 64, 1000):
+    for chunk in (1, 5, 64, 256, 1000):
         np.testing.assert_array_equal(logits(chunk), whole, err_msg=f"chunk {chunk}")
 
 

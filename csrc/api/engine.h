@@ -181,7 +181,7 @@ int el_engine_logits(el_engine *e, int row0, int n_rows, float *out);
 /* Which layer groups the last step's attention split across threads (bit g: group g), for
  * tests and benchmarks: a split changes no result (attention.c says why). */
 int el_engine_attention_split(const el_engine *e);
-/* Rows of a batch-order step's FFN evaluated at a time (default 64; 0: the whole step at once),
+/* Rows of a batch-order step's FFN evaluated at a time (default 256; 0: the whole step at once),
  * which bounds its gate and up activations' memory. Changes no result (tests compare the two). */
 void el_engine_set_ffn_chunk(el_engine *e, int rows);
 /* The step scratch: the buffers of a step that nothing reads after it, el_engine_scratch_bytes of
