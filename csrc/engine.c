@@ -19,6 +19,11 @@
 #define ROW_ALIGN 16  /* thread row ranges start at multiples of this */
 #define ROW_TILE 256  /* weight rows per gemm call in prefill (decode: a thread's whole range) */
 #define TOK_TILE 32   /* activation rows per gemm call */
+/* rows of a batch-order step's FFN evaluated at a time (el_gated_ffn): a 512-token step's gate
+ * and up activations would take n_batch x n_ff floats each (8 MB for Gemma-3 270m); a chunk's
+ * take half of that. 256: 64 and 128 made a 512-token step of SmolLM2 12% and 7% slower, 256 no
+ * slower (scripts/bench_engine.py ffn-chunk) */
+#define FFN_CHUNK 256
 
 static _Thread_local char last_error[256];
 
@@ -39,12 +44,22 @@ void el_trace(el_engine *c, const char *name, int l, const float *p, int rows, i
     TRACE(name, l, p, rows, cols, ld);
 }
 #define FAIL(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); goto fail; } while (0)
+#define BAD(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); return -2; } while (0)
 
 static void *amalloc(size_t n) {
     void *p = NULL;
     if (n == 0) n = ALIGN;
     if (posix_memalign(&p, ALIGN, (n + ALIGN - 1) / ALIGN * ALIGN) != 0) return NULL;
     return p;
+}
+
+/* the step scratch's buffers from base on (el_engine_set_scratch), in the order of scr_bytes */
+static void place_scratch(el_engine *c, uint8_t *base) {
+    float **bufs[N_SCRATCH] = {&c->xn, &c->q, &c->kc, &c->vc, &c->gate, &c->up, &c->rope};
+    for (int i = 0; i < N_SCRATCH; i++) {
+        *bufs[i] = (float *)base;
+        base += c->scr_bytes[i];
+    }
 }
 
 static int tensor_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne1) {
@@ -75,6 +90,7 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
         FAIL("inconsistent hyperparameters");
     if (n_ctx <= 0 || n_batch <= 0) FAIL("n_ctx and n_batch must be positive");
     if (n_batch > n_ctx) n_batch = n_ctx;
+    c->ffn_chunk = FFN_CHUNK;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->layers = malloc(sizeof(el_layer) * (size_t)d->n_layer);
@@ -171,15 +187,16 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     c->max_k = max_k;
     const size_t B = (size_t)n_batch;
     c->x = amalloc(4 * B * d->n_embd);
-    c->xn = amalloc(4 * B * EL_MAX(d->n_embd, max_od));
-    c->q = amalloc(4 * B * max_qd);
-    c->kc = amalloc(4 * B * max_kd);
-    c->vc = amalloc(4 * B * EL_MAX(max_vd, max_kd));
     c->tmp = amalloc(4 * B * d->n_embd);
-    c->gate = amalloc(4 * B * n_ff);
-    c->up = amalloc(4 * B * n_ff);
     c->actq = amalloc(B * (size_t)max_k * 4 + 1024);  /* every act type takes <= 4 bytes/value */
-    c->rope = amalloc(4 * B * (max_rot ? max_rot : 2));
+    /* the buffers nothing reads after a step, in one block (el_engine_set_scratch): xn, q, kc, vc,
+     * gate, up, rope */
+    const size_t scr[N_SCRATCH] = {4 * B * EL_MAX(d->n_embd, max_od), 4 * B * max_qd, 4 * B * max_kd,
+                                   4 * B * EL_MAX(max_vd, max_kd), 4 * B * n_ff, 4 * B * n_ff,
+                                   4 * B * (max_rot ? max_rot : 2)};
+    for (int i = 0; i < N_SCRATCH; i++) c->scratch_bytes += c->scr_bytes[i] = (scr[i] + ALIGN - 1) / ALIGN * ALIGN;
+    c->own_scratch = amalloc(c->scratch_bytes);
+    if (c->own_scratch) place_scratch(c, c->own_scratch);
     step_plan *pl = &c->plan;
     pl->row_slot = amalloc(4 * B);
     pl->seq_row0 = amalloc(4 * B);
@@ -188,9 +205,8 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
     pl->qb_seq = amalloc(4 * B);
     pl->qb_row0 = amalloc(4 * B);
     pl->qb_rows = amalloc(4 * B);
-    if (!c->x || !c->xn || !c->q || !c->kc || !c->vc || !c->tmp || !c->gate || !c->up || !c->actq ||
-        !c->rope || !pl->row_slot || !pl->seq_row0 || !pl->seq_rows || !pl->out_row || !pl->qb_seq ||
-        !pl->qb_row0 || !pl->qb_rows)
+    if (!c->x || !c->tmp || !c->actq || !c->own_scratch || !pl->row_slot || !pl->seq_row0 || !pl->seq_rows ||
+        !pl->out_row || !pl->qb_seq || !pl->qb_row0 || !pl->qb_rows)
         FAIL("out of memory for scratch buffers (n_batch %d)", n_batch);
     if (el_engine_set_threads(c, n_threads, 1) != 0) FAIL("cannot start %d threads", n_threads);
     return c;
@@ -200,6 +216,17 @@ fail:
 }
 
 int el_engine_isa(const el_engine *c) { return c->isa; }
+
+void el_engine_set_ffn_chunk(el_engine *c, int rows) { c->ffn_chunk = rows > 0 ? rows : 0; }
+
+size_t el_engine_scratch_bytes(const el_engine *c) { return c->scratch_bytes; }
+
+int el_engine_set_scratch(el_engine *c, void *p, size_t n) {
+    if (p && (n < c->scratch_bytes || (uintptr_t)p % ALIGN))
+        BAD("step scratch: %zu bytes at a multiple of %d needed, got %zu at %p", c->scratch_bytes, ALIGN, n, p);
+    place_scratch(c, p ? p : c->own_scratch);
+    return 0;
+}
 
 int el_engine_has_swa(const el_engine *c) {
     for (int l = 0; l < c->d.n_layer; l++)
@@ -232,8 +259,7 @@ void el_engine_free(el_engine *c) {
     if (!c) return;
     el_pool_free(c->pool);
     if (c->layers) el_kv_free_all(c);
-    free(c->x); free(c->xn); free(c->q); free(c->kc); free(c->vc); free(c->tmp);
-    free(c->gate); free(c->up); free(c->actq); free(c->rope); free(c->tmp_k);
+    free(c->x); free(c->tmp); free(c->actq); free(c->own_scratch); free(c->tmp_k);
     el_attention_free(c);
     el_moe_free(c);
     el_ple_free(c);
@@ -355,25 +381,36 @@ static void residual_add(float *x, const float *t, int n, float scale) {
     else for (int i = 0; i < n; i++) x[i] += t[i] * scale;
 }
 
+/* A batch-order step's rows go through in chunks of c->ffn_chunk, using the first rows of c->gate
+ * and c->up: a row's numbers do not depend on the rows beside it in a batch-order matmul, nor in
+ * the activation, so chunks give the whole step's bits. llama_order steps go whole (llama.cpp's
+ * small-batch kernels depend on a matmul's row count), and so do traced ones (their intermediates
+ * are reported for every row). `out` may be c->tmp: a chunk's output rows are its input rows,
+ * quantized before they are overwritten. */
 void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
                   const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth) {
     const int n = c->plan.n, E = c->d.n_embd;
-    matmul(c, st, w_gate, c->tmp, n, E, c->gate, n_ff, ith, nth);
-    matmul(c, st, w_up, c->tmp, n, E, c->up, n_ff, ith, nth);
-    sync(c, st);
-    TRACE("ffn_gate", l, c->gate, n, n_ff, n_ff);
-    TRACE("ffn_up", l, c->up, n, n_ff, n_ff);
-    {
-        int64_t r0, r1;
-        el_split((int64_t)n * n_ff, ith, nth, 64, &r0, &r1);
-        float *gt = c->gate, *up = c->up;
-        if (act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1 - r0, gt + r0, up + r0);
-        else c->vops.silu_mul(r1 - r0, gt + r0, up + r0);
+    const int chunk = c->plan.llama_order || trace_fn || !c->ffn_chunk ? n : c->ffn_chunk;
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        const int m = EL_MIN(chunk, n - r0);
+        const float *in = c->tmp + (size_t)r0 * E;
+        matmul(c, st, w_gate, in, m, E, c->gate, n_ff, ith, nth);
+        matmul(c, st, w_up, in, m, E, c->up, n_ff, ith, nth);
+        sync(c, st);
+        TRACE("ffn_gate", l, c->gate, m, n_ff, n_ff);
+        TRACE("ffn_up", l, c->up, m, n_ff, n_ff);
+        {
+            int64_t r0e, r1e;
+            el_split((int64_t)m * n_ff, ith, nth, 64, &r0e, &r1e);
+            float *gt = c->gate, *up = c->up;
+            if (act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1e - r0e, gt + r0e, up + r0e);
+            else c->vops.silu_mul(r1e - r0e, gt + r0e, up + r0e);
+        }
+        sync(c, st);
+        TRACE("ffn_act", l, c->gate, m, n_ff, n_ff);
+        matmul(c, st, w_down, c->gate, m, n_ff, out + (size_t)r0 * E, E, ith, nth);
+        sync(c, st);
     }
-    sync(c, st);
-    TRACE("ffn_act", l, c->gate, n, n_ff, n_ff);
-    matmul(c, st, w_down, c->gate, n, n_ff, out, E, ith, nth);
-    sync(c, st);
 }
 
 static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int ith, int nth);
@@ -544,8 +581,6 @@ static void logits_task(void *arg, int ith, int nth) {
     act_state st = {0};
     output_rows(c, &st, c->plan.lg_row0, c->plan.lg_rows, c->plan.lg_out, ith, nth);
 }
-
-#define BAD(...) do { snprintf(last_error, sizeof last_error, __VA_ARGS__); return -2; } while (0)
 
 /* Check a batch and derive the step plan (rows per sequence, slots, work items, logits rows). */
 static int plan_step(el_engine *c, const el_batch *b, float *logits) {

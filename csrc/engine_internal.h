@@ -7,6 +7,7 @@
 #define KT EL_KV_BLOCK  /* slots per KV block = keys per attention tile */
 #define QB 8            /* queries per attention work item */
 #define SLAB_BLOCKS 64  /* KV blocks per allocation (a group's pool grows a slab at a time) */
+#define N_SCRATCH 7     /* buffers in the step scratch (struct el_engine) */
 
 enum { G_NONE = -1, G_GLOBAL = 0, G_SWA = 1 };  /* G_NONE: a recurrent layer keeps no KV */
 
@@ -65,17 +66,22 @@ struct el_engine {
                                        the keys (one group of head_dim_k dims) and values (groups of
                                        vl.dims) */
     int max_k;           /* widest matmul input */
-    /* scratch, n_batch rows each */
+    int ffn_chunk;       /* rows of a batch-order step's FFN at a time (0: whole steps; el_gated_ffn) */
+    /* scratch, n_batch rows each; x, tmp and actq hold what a step's logits are made from
+     * (el_engine_logits), the others are the step scratch, free after a step: one block, the
+     * engine's own or the caller's (el_engine_set_scratch), scr_bytes[i] for each in this order */
     float *x;      /* [n_batch, n_embd] residual stream */
+    float *tmp;    /* [n_batch, n_embd] */
+    uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
     float *xn;     /* [n_batch, max(n_embd, q_dim)] normed input / attention output */
     float *q;      /* [n_batch, n_head * head_dim_k] */
     float *kc;     /* [n_batch, n_head_kv * head_dim_k] */
     float *vc;     /* [n_batch, n_head_kv * head_dim_v] */
-    float *tmp;    /* [n_batch, n_embd] */
-    float *gate;   /* [n_batch, n_ff] */
-    float *up;     /* [n_batch, n_ff] */
-    uint8_t *actq; /* quantized activations, n_batch rows of up to max_k values */
+    float *gate;   /* [n_batch, n_ff]; batch-order steps use the first ffn_chunk rows */
+    float *up;     /* [n_batch, n_ff]; likewise */
     float *rope;   /* [n_batch, max n_rot] cos/sin per token for the current rope parameters */
+    size_t scr_bytes[N_SCRATCH], scratch_bytes;
+    uint8_t *own_scratch;
     struct att_state *att; /* attention's scratch and per-step plan (attention.c) */
     struct moe_state *moe; /* the expert FFN's scratch (moe.c); NULL for dense models */
     struct ple_state *ple; /* per-layer embeddings' scratch (gemma4.c); NULL without them */
@@ -142,7 +148,8 @@ void el_task_sync(el_engine *c, act_state *st);
 /* a weight the engine's kernels multiply by: a supported type, ne0 values per row (whole blocks), ne1 rows */
 int el_weight_ok(const el_engine *c, const el_tensor *t, int64_t ne0, int64_t ne1);
 /* the gated FFN of c->tmp's rows: out <- w_down . (act(w_gate . x) * (w_up . x)), with c->gate and
- * c->up as scratch (act: EL_ACT_*); ends with a barrier */
+ * c->up as scratch (act: EL_ACT_*), batch-order steps in chunks of c->ffn_chunk rows; ends with a
+ * barrier */
 void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
                   const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth);
 void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_t nrows, const uint8_t *a,

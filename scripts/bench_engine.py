@@ -4,6 +4,7 @@
     python scripts/bench_engine.py prefix MODEL [-t 2]     # prefix reuse: time to first token
     python scripts/bench_engine.py rss MODEL [-t 2] [--cache-types f16/f16,q8_0/q8_0,q4_0/q4_0] [--engine]
     python scripts/bench_engine.py contention MODEL [--llama-bench PATH]
+    python scripts/bench_engine.py ffn-chunk MODEL [-t 2] [-r 9]
 
 prefix: 16 requests sharing a 1,000-token system prompt, one after another through BatchEngine,
 with and without the prefix cache; the median time to first token of requests 2..16 and the
@@ -11,7 +12,9 @@ ratio. rss: 32 sequences of 512 tokens decoded together (in a fresh process per 
 256-token prompts in chunks of 128, then one-token steps; with --engine, through BatchEngine (its
 512-token steps, sampling); peak RSS against the file + the KV blocks in use + 64 MB. contention: 2-thread decode alone, then with a busy loop
 pinned on one core, and -t 3 / -t 8 on this machine's cores (unclamped: EDGELLM_NO_CLAMP=1),
-beside llama-bench's tg under the same conditions when --llama-bench is given.
+beside llama-bench's tg under the same conditions when --llama-bench is given. ffn-chunk: the
+time of a 512-token batch-order step (4 prompts of 128) with its FFN in chunks of rows (the
+default, or --chunk) and whole (el_engine_set_ffn_chunk 0), alternated in one process, medians of -r runs.
 """
 
 from __future__ import annotations
@@ -144,18 +147,55 @@ def contention(args) -> None:
               f"-t 3 {t3:.1f} ({t3 / base:.2f}x); -t 8 {t8:.1f} ({t8 / base:.2f}x)")
 
 
+def ffn_chunk(args) -> None:
+    import numpy as np
+
+    import edgellm
+    from edgellm.batch import LOGITS_LAST, Step
+
+    llm = edgellm.LLM(args.model, n_ctx=512, n_batch=512, n_threads=args.threads)
+    eng, pool = llm._engine, llm._pool
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, llm.n_vocab, 128).tolist() for _ in range(4)]
+    times = {args.chunk: [], 0: []}
+
+    def step():
+        seqs = [pool.new_sequence() for _ in prompts]
+        st = Step()
+        for s, p in zip(seqs, prompts):
+            pool.reserve(s, len(p))
+            st.add(s, p, LOGITS_LAST)
+        t = time.perf_counter()
+        st.run(eng, pool)
+        dt = time.perf_counter() - t
+        for s in seqs:
+            pool.release(s)
+        return dt
+
+    step()  # warm-up
+    for _ in range(args.repetitions):
+        for chunk in times:
+            eng.set_ffn_chunk(chunk)
+            times[chunk].append(step())
+    for chunk, ts in times.items():
+        print(f"FFN {f'in chunks of {chunk} rows' if chunk else 'whole'}: 512-token step median {statistics.median(ts) * 1000:.1f} ms "
+              f"({512 / statistics.median(ts):.1f} tok/s) over {len(ts)} runs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["prefix", "rss", "contention"])
+    ap.add_argument("what", choices=["prefix", "rss", "contention", "ffn-chunk"])
     ap.add_argument("model")
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--repetitions", type=int, default=9, help="ffn-chunk: runs of each")
+    ap.add_argument("--chunk", type=int, default=256, help="ffn-chunk: the rows of a chunk (the engine's default: 256)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (contention)")
     ap.add_argument("--engine", action="store_true",
                     help="rss: through BatchEngine (its steps, sampling) instead of bare engine steps")
     ap.add_argument("--cache-types", default="f16/f16,q8_0/q8_0,q4_0/q4_0",
                     help="rss: comma-separated K/V cache type pairs, one fresh process each")
     args = ap.parse_args()
-    {"prefix": prefix, "rss": rss, "contention": contention}[args.what](args)
+    {"prefix": prefix, "rss": rss, "contention": contention, "ffn-chunk": ffn_chunk}[args.what](args)
 
 
 if __name__ == "__main__":

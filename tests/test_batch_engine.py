@@ -124,6 +124,74 @@ def test_batched_logits_equal_alone_exactly(model_dir, monkeypatch):
         np.testing.assert_array_equal(logits([p])[0], t)
 
 
+@pytest.mark.parametrize("path", [b for b in BACKENDS if b != "numba"])
+@pytest.mark.parametrize("arch,qtype,n_ff", [("llama", QType.Q4_K, 512), ("gemma3", QType.Q8_0, 96),
+                                             ("llama", QType.Q4_0, 160)])
+def test_ffn_in_row_chunks_equals_the_whole_step(model_dir, monkeypatch, path, arch, qtype, n_ff):
+    """A long batch-order step runs its FFN a chunk of rows at a time (el_engine_set_ffn_chunk):
+    every row's logits are the bits of the step made whole, for chunks that split sequences
+    anywhere (1 row, 5, 64, 256 - the default -, and more than the step)."""
+    from edgellm.batch import LOGITS_ALL, Step
+
+    use_engine_path(monkeypatch, path)
+    llm = edgellm.LLM(model_path(model_dir, arch, qtype, n_ff=n_ff), n_ctx=128, n_batch=128, n_threads=2)
+    pool, eng = llm._pool, llm._engine
+    ps = prompts(5, seed=21, lo=14, hi=30)  # 5 prompts, one step of 70-150 rows, every row's logits
+
+    def logits(chunk):
+        eng.set_ffn_chunk(chunk)
+        seqs = [pool.new_sequence() for _ in ps]
+        st = Step()
+        for s, p in zip(seqs, ps):
+            pool.reserve(s, len(p))
+            st.add(s, p, LOGITS_ALL)
+        out = np.concatenate([np.array(x) for x in st.run(eng, pool)])
+        for s in seqs:
+            pool.release(s)
+        return out
+
+    whole = logits(0)
+    assert len(whole) == sum(map(len, ps)) > 64
+    for chunk in (1, 5, 64, 256, 1000):
+        np.testing.assert_array_equal(logits(chunk), whole, err_msg=f"chunk {chunk}")
+
+
+def test_logits_in_the_step_scratch_equal_a_buffer_of_their_own(model_dir, monkeypatch):
+    """The C engine's logits buffer is its step scratch (el_engine_set_scratch): logits made there,
+    step after step and in a grown buffer, are the bits of logits made into the caller's array;
+    the engine refuses scratch memory too small or unaligned."""
+    from edgellm.batch import LOGITS_ALL, Step
+
+    use_engine_path(monkeypatch, BACKENDS[0])
+    if BACKENDS[0] == "numba":
+        pytest.skip("the C engine's buffers")
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_K), n_ctx=128, n_batch=128, n_threads=2)
+    pool, eng = llm._pool, llm._engine
+    need = eng.lib.el_engine_scratch_bytes(eng._eng)
+    assert eng._out.nbytes <= eng._scratch.nbytes and eng._scratch.nbytes >= need
+    ps = prompts(6, seed=3, lo=2, hi=12)
+    for grow in (False, True):  # the engine's buffer, then a larger one that replaces it
+        if grow:
+            eng._out = eng._new_out(2 * len(eng._out))
+        got = []
+        for out in (None, np.empty((100, llm.n_vocab), np.float32), None):
+            seqs = [pool.new_sequence() for _ in ps]
+            st = Step()
+            for s, p in zip(seqs, ps):
+                pool.reserve(s, len(p))
+                st.add(s, p, LOGITS_ALL)
+            got.append(np.concatenate([np.array(x) for x in st.run(eng, pool, out=out)]))
+            for s in seqs:
+                pool.release(s)
+        np.testing.assert_array_equal(got[0], got[1])
+        np.testing.assert_array_equal(got[2], got[1])
+    raw = np.empty(need + 64, np.uint8)
+    aligned = raw[-raw.ctypes.data % 64:]
+    for buf, n in ((aligned, need - 64), (aligned[1:], need)):
+        assert eng.lib.el_engine_set_scratch(eng._eng, eng.ffi.from_buffer(buf), n) == -2
+    assert "step scratch" in eng.ffi.string(eng.lib.el_last_error()).decode()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_logits_in_groups_equal_the_whole_step(model_dir, monkeypatch, backend):
     """Step.run_in_groups makes the same bits as Step.run, whatever the groups (entries with all,

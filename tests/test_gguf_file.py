@@ -126,6 +126,34 @@ print(json.dumps([before, opened, rss_mb(), sum(v.nbytes for v in views)]))
     assert with_views - before < 60, (before, with_views)
 
 
+@pytest.mark.real
+def test_metadata_pages_dropped_and_read_again(gemma3_path):
+    """drop_metadata_pages gives back the header's resident pages (the mapping's RSS falls by the
+    vocabulary's megabytes) and what is read in place afterwards reads the same."""
+    def mapped_kb():
+        rss, inside = 0, False
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()
+                if "-" in head[0] and not head[0].endswith(":"):
+                    inside = head[-1] == str(gemma3_path)
+                elif inside and head[0] == "Rss:":
+                    rss += int(head[1])
+        return rss
+
+    if not os.path.exists("/proc/self/smaps"):
+        pytest.skip("Linux's /proc")
+    with GGUFFile(gemma3_path) as f:
+        tokens = f.require("tokenizer.ggml.tokens", StringArray)
+        scores = f.require("tokenizer.ggml.scores", np.ndarray)
+        before = (list(tokens), scores.copy())
+        touched = mapped_kb()
+        f.drop_metadata_pages()
+        assert touched > 4096 and mapped_kb() < touched - 4096, (touched, mapped_kb())
+        assert list(tokens) == before[0]
+        np.testing.assert_array_equal(scores, before[1])
+
+
 # --- synthetic files: values --------------------------------------------------------------
 
 SCALARS = {

@@ -181,6 +181,16 @@ int el_engine_logits(el_engine *e, int row0, int n_rows, float *out);
 /* Which layer groups the last step's attention split across threads (bit g: group g), for
  * tests and benchmarks: a split changes no result (attention.c says why). */
 int el_engine_attention_split(const el_engine *e);
+/* Rows of a batch-order step's FFN evaluated at a time (default 256; 0: the whole step at once),
+ * which bounds its gate and up activations' memory. Changes no result (tests compare the two). */
+void el_engine_set_ffn_chunk(el_engine *e, int rows);
+/* The step scratch: the buffers of a step that nothing reads after it, el_engine_scratch_bytes of
+ * them. el_engine_set_scratch makes the engine use the caller's memory p (n >= those bytes, at a
+ * multiple of 64) from the next step on, or its own again (p NULL): so the caller can keep a
+ * step's logits there (el_engine_decode's logits and el_engine_logits' out may point into it; the
+ * next decode overwrites them), one block of memory for both. Returns 0, or -2 when p does not do. */
+size_t el_engine_scratch_bytes(const el_engine *e);
+int el_engine_set_scratch(el_engine *e, void *p, size_t n);
 
 /* Debugging: fn(name, layer, data, rows, cols, ld) sees each named intermediate of a forward
  * pass (names as llama.cpp's graph uses them); NULL turns it off. Not thread-safe to change

@@ -276,6 +276,7 @@ class LLM:
         if self.tokenizer.n_vocab != self.config.n_vocab:
             raise GGUFError(f"the tokenizer has {self.tokenizer.n_vocab} tokens but the model "
                             f"{self.config.n_vocab} output rows")
+        self.gguf.drop_metadata_pages()  # parsed: resident only as far as they are read again
         # the KV cache types (kv_cache.CACHE_TYPES: f16, q8_0, q4_0), checked before any work
         self.cache_type_k, self.cache_type_v = str(cache_type_k).lower(), str(cache_type_v).lower()
         hk, hv = head_sizes(self.config)

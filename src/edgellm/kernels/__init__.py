@@ -83,7 +83,8 @@ class BatchArrays:
 
 def out_rows(engine, out, n_out: int):
     """Where an engine writes n_out rows of logits: the caller's array (C-contiguous float32
-    [>= n_out, n_vocab]), else the engine's own growing buffer (valid until its next step)."""
+    [>= n_out, n_vocab]), else the engine's own growing buffer (engine._new_out; valid until its
+    next step)."""
     import numpy as np
 
     if out is not None:
@@ -92,7 +93,7 @@ def out_rows(engine, out, n_out: int):
             raise ValueError("out must be C-contiguous float32 [>= rows wanted, n_vocab]")
         return out[:n_out]
     if engine._out.shape[0] < n_out:  # grown to what a step asks, no more: a row of a large vocabulary is 1 MB
-        engine._out = np.empty((n_out, engine.n_vocab), dtype=np.float32)
+        engine._out = engine._new_out(n_out)
     return engine._out[:n_out]
 
 

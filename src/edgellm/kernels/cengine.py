@@ -85,7 +85,7 @@ class CEngine:
         self.n_batch = min(n_batch, n_ctx)
         self.has_swa = bool(lib.el_engine_has_swa(eng))
         self.n_swa = cfg.n_swa
-        self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self._out = self._new_out(0)
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
         b = self._batch = ffi.new("el_batch *")
         self._batch_bufs = [ffi.from_buffer(t, a) for t, a in (
@@ -94,6 +94,19 @@ class CEngine:
             ("int32_t[]", self.batch.rs_slot))]
         b.token, b.pos, b.seq, b.logits, b.seq_len, b.tables, b.rs_slot = self._batch_bufs
         self.recurrent = cfg.delta_net is not None and any(lc.recurrent for lc in cfg.layers)
+
+    def _new_out(self, rows: int) -> np.ndarray:
+        """The engine's logits buffer, float32 [>= rows, n_vocab], which is also its step scratch
+        (el_engine_set_scratch): a step's logits rows take the memory of the activations the step
+        is done with, not memory of their own (16 MB for 16 rows of a 262k vocabulary)."""
+        row = 4 * self.n_vocab
+        nbytes = max(rows * row, self.lib.el_engine_scratch_bytes(self._eng))
+        raw = np.empty(nbytes + 64, np.uint8)
+        buf = raw[-raw.ctypes.data % 64:][:nbytes]  # at a multiple of 64 bytes, as the engine wants
+        if self.lib.el_engine_set_scratch(self._eng, self.ffi.from_buffer(buf), nbytes) != 0:
+            raise EdgeLLMError(f"scratch: {self.ffi.string(self.lib.el_last_error()).decode()}")
+        self._scratch = buf  # the engine's from now on
+        return buf[:nbytes // row * row].view(np.float32).reshape(-1, self.n_vocab)
 
     def _fill(self, t, part) -> None:
         """Point t at a tensor (a TensorInfo) or a Part of one (None: absent)."""
@@ -217,6 +230,11 @@ class CEngine:
         active, runs, reduced = self.ffi.new("int *"), self.ffi.new("long long *"), self.ffi.new("long long *")
         self.lib.el_engine_thread_stats(self._eng, active, runs, reduced)
         return active[0], runs[0], reduced[0]
+
+    def set_ffn_chunk(self, rows: int) -> None:
+        """Rows of a batch-order step's FFN evaluated at a time (0: whole steps); the default
+        bounds the FFN's activations' memory. Changes no result (tests)."""
+        self.lib.el_engine_set_ffn_chunk(self._eng, rows)
 
     @property
     def attention_split(self) -> int:

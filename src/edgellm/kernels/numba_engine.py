@@ -237,7 +237,7 @@ class NumbaEngine:
         self.v = [store(self.cache_types[1], kv, hv) if holds[l] else None
                   for l, (_, hv, kv, _, _) in enumerate(self.sizes)]
         self.pos = [np.zeros((0, BLOCK), dtype=np.int32) for _ in range(2)]
-        self._out = np.empty((0, cfg.n_vocab), dtype=np.float32)
+        self._out = self._new_out(0)
         self._pending = None  # a deferred step's hidden states of the rows that want logits
         self.batch = BatchArrays(self.n_batch, -(-n_ctx // BLOCK) + 1)
 
@@ -264,6 +264,10 @@ class NumbaEngine:
 
     def _rs_ok(self, *slots: int) -> bool:
         return bool(self.rec_index) and all(0 <= s < len(self.rs) for s in slots)
+
+    def _new_out(self, rows: int) -> np.ndarray:
+        """The engine's logits buffer (out_rows), [rows, n_vocab]."""
+        return np.empty((rows, self.n_vocab), dtype=np.float32)
 
     # -- protocol --
 
