@@ -329,6 +329,25 @@ def test_step_listeners_and_phase_times(model_dir, monkeypatch):
     assert 0.5 * wall < 1e9 * sum(ph.values()) <= wall
 
 
+def test_events_go_to_on_event_or_the_queue_not_both(model_dir, monkeypatch):
+    """A request with an on_event callback hands each event to it and queues none for iteration
+    (a server's requests would otherwise hold every token's event until they are freed); without
+    one, iterating gives the same events."""
+    use_engine_path(monkeypatch, BACKENDS[0])
+    llm = edgellm.LLM(model_path(model_dir, "llama", QType.Q8_0), n_ctx=96, n_batch=32, n_threads=1)
+    eng = BatchEngine(llm, max_seqs=2)
+    p = prompts(1, seed=43)[0]
+    seen = []
+    called = eng.submit(p, max_tokens=5, sampling=GREEDY, on_event=lambda r, ev: seen.append(ev))
+    queued = eng.submit(p, max_tokens=5, sampling=GREEDY)
+    eng.run_until_done([called, queued])
+    assert list(called) == [] and called.result() == queued.text
+    events = list(queued)
+    assert list(queued) == [] and queued.result() == queued.text  # iterated once, a request stays done
+    assert [e for e in seen if e is not None] == events and seen[-1] is None
+    assert [e.token for e in events if e.token is not None] == queued.generated
+
+
 def test_requests_sharing_a_prompt_sent_together_evaluate_it_once(model_dir, monkeypatch):
     """Six requests with one 70-token system prompt, two of them the very same prompt, all
     submitted before the first step (as many clients at once), with a 32-token step budget so
