@@ -531,17 +531,45 @@ static inline __m512i lrt_headers(const uint8_t *wb, const int ix[16]) {
  * 1536 rows, 4 columns 42 -> 37 us a call without them) */
 static inline size_t lrt_pf_bytes(size_t span, int nb) { return (span + (size_t)nb * 64 - 1) / ((size_t)nb * 64) * 64; }
 
+/* ix[j]: the offset of lane j's row (lrt_lane(j)) among R rows ldw bytes apart; 0 past R */
+static inline void lrt_row_offsets(int R, size_t ldw, int ix[16]) {
+    for (int j = 0; j < 16; j++) ix[j] = lrt_lane(j) < R ? lrt_lane(j) * (int)ldw : 0;
+}
+
+/* rows 4g..4g+3 of the block at wb (rows ldw bytes apart) unpacked into lo[g] / hi[g] (values
+ * 0..15 / 16..31); rows past R are zero */
+static inline __attribute__((always_inline)) void lrt_unpack_rows(const int type, const uint8_t *wb, size_t ldw,
+                                                                  int R, __m512i lo[4], __m512i hi[4]) {
+    for (int g = 0; g < 4; g++) {
+        lo[g] = hi[g] = _mm512_setzero_si512();
+        if (4 * g >= R) continue;
+        const uint8_t *p[4];
+        for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
+        lrt_unpack(type, p, &lo[g], &hi[g]);
+    }
+}
+
+/* the C columns' sums of a row tile (accm: the min terms, types with one) to out, row r from lane lrt_lane(r) */
+static inline void lrt_store(const __m512 *acc, const __m512 *accm, int has_m, int C, int R, float *out,
+                             size_t ldo) {
+    for (int c = 0; c < C; c++) {
+        float o[16];
+        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[lrt_lane(r)];
+    }
+}
+
+/* R <= 16 weight rows x one column a (a decode step's), in the layout above; the column's scales and
+ * offset seed worked out as the blocks go (lrw_tile takes 2-8 prepared columns) */
 static inline __attribute__((always_inline)) void lrt_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                           const int R, const lrtprep *pp, const uint8_t *a,
-                                                           size_t lda, const int C, float *out, size_t ldo) {
+                                                           const int R, const uint8_t *a, float *out) {
     const int nb = n / 32;
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
     const size_t wbs = (size_t)legacy_block_bytes(type), abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
     int ix[16];
-    for (int j = 0; j < 16; j++) ix[j] = lrt_lane(j) < R ? lrt_lane(j) * (int)ldw : 0;  /* lane j: row lrt_lane(j) */
-    __m512 acc[LRT_C], accm[LRT_C];
-    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    lrt_row_offsets(R, ldw, ix);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     /* the R rows after the next R, one contiguous span, prefetched in order as the blocks go */
     const size_t span = (size_t)R * ldw;
     const uint8_t *ahead = w + 2 * span;
@@ -551,41 +579,26 @@ static inline __attribute__((always_inline)) void lrt_tile(const int type, int n
         for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
         const uint8_t *wb = w + (size_t)b * wbs;
         __m512i lo[4], hi[4];
-        for (int g = 0; g < 4; g++) {
-            lo[g] = hi[g] = _mm512_setzero_si512();
-            if (4 * g >= R) continue;
-            const uint8_t *p[4];
-            for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
-            lrt_unpack(type, p, &lo[g], &hi[g]);
-        }
+        lrt_unpack_rows(type, wb, ldw, R, lo, hi);
         const __m512i hdr = lrt_headers(wb, ix);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
         const __m512 mw = has_m ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16))) : dw;
-        for (int c = 0; c < C; c++) {
-            const uint8_t *ab = a + (size_t)c * lda + (size_t)b * abs_;
-            const size_t i = (size_t)b * LRT_C + c;
-            const __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq)));
-            const __m512i a1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq + 16)));
-            __m512i seed = _mm512_setzero_si512();
-            if (off && C == 1) {  /* -offset * the quants' sum, in the lanes of each row's partial sums */
-                const __m512i o8 = _mm512_set1_epi8((char)off);
-                seed = _mm512_sub_epi32(seed, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, o8, a0), o8, a1));
-            }
-            __m512i t[4];
-            for (int g = 0; g < 4; g++)
-                t[g] = 4 * g < R ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, lo[g], a0), hi[g], a1) : _mm512_setzero_si512();
-            __m512i isum = lrt_reduce(t);
-            if (off && C > 1) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(pp->seed[i]));  /* (exact: any order) */
-            const float da = C > 1 ? pp->d[i] : _cvtsh_ss(load_u16(ab));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[c]);
-            if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(C > 1 ? pp->s[i] : _cvtsh_ss(load_u16(ab + 2))), accm[c]);
+        const uint8_t *ab = a + (size_t)b * abs_;
+        const __m512i a0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq)));
+        const __m512i a1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab + aq + 16)));
+        __m512i seed = _mm512_setzero_si512();
+        if (off) {  /* -offset * the quants' sum, in the lanes of each row's partial sums */
+            const __m512i o8 = _mm512_set1_epi8((char)off);
+            seed = _mm512_sub_epi32(seed, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, o8, a0), o8, a1));
         }
+        __m512i t[4];
+        for (int g = 0; g < 4; g++)
+            t[g] = 4 * g < R ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(seed, lo[g], a0), hi[g], a1) : _mm512_setzero_si512();
+        const __m512i isum = lrt_reduce(t);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab)))), acc);
+        if (has_m) accm = _mm512_fmadd_ps(mw, _mm512_set1_ps(_cvtsh_ss(load_u16(ab + 2))), accm);
     }
-    for (int c = 0; c < C; c++) {
-        float o[16];
-        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[c], accm[c]) : acc[c]);
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[lrt_lane(r)];
-    }
+    lrt_store(&acc, &accm, has_m, 1, R, out, 0);
 }
 
 /* q[g] 128-bit lane L: 16 bytes of row 4g + L -> t[k] dword lane lrt_lane(r): bytes 4k..4k+3 of row r
@@ -631,13 +644,7 @@ static inline __attribute__((always_inline)) void lrw_unpack(const int type, con
         }
         return;
     }
-    for (int g = 0; g < 4; g++) {
-        lo[g] = hi[g] = _mm512_setzero_si512();
-        if (4 * g >= R) continue;
-        const uint8_t *p[4];
-        for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
-        lrt_unpack(type, p, &lo[g], &hi[g]);
-    }
+    lrt_unpack_rows(type, wb, ldw, R, lo, hi);
     lrt_transpose(lo, v), lrt_transpose(hi, v + 4);
 }
 
@@ -654,7 +661,7 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
     const size_t wbs = (size_t)legacy_block_bytes(type), abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
     int ix[16];
-    for (int j = 0; j < 16; j++) ix[j] = lrt_lane(j) < R ? lrt_lane(j) * (int)ldw : 0;  /* lane j: row lrt_lane(j) */
+    lrt_row_offsets(R, ldw, ix);
     __m512 acc[LRT_C], accm[LRT_C];
     for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
     const size_t span = (size_t)R * ldw;  /* prefetched as in lrt_tile */
@@ -682,11 +689,7 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
             if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(pp->s[i]), accm[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        float o[16];
-        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[c], accm[c]) : acc[c]);
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[lrt_lane(r)];
-    }
+    lrt_store(acc, accm, has_m, C, R, out, ldo);
 }
 
 typedef void (*lcl_fn)(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp, int C, float *out, size_t ldo);
@@ -749,7 +752,7 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
     case 4: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 4, out, ldo); break;           \
     case 3: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 3, out, ldo); break;           \
     case 2: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 2, out, ldo); break;           \
-    default: lrt_tile(TYPE, n, w, ldw, RR, pp, a, lda, 1, out, ldo);                 \
+    default: lrt_tile(TYPE, n, w, ldw, RR, a, out);                                  \
     }
 #define LBATCH_KERNELS(tname, TYPE)                                                                \
     static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp,   \
