@@ -299,6 +299,29 @@ static inline __m256i KFN(rows8_sums)(const __m256i v[8]) {
  * --rows 1536 --threads 1 --order batch) */
 #define LB_C 8
 
+/* a row tile's column at block ab (its d, then s for the types with a min): the 8 rows' integer
+ * sums isum times their scales dw and the column's d into *acc, the min terms (mf, s) into *accm */
+static inline void KFN(lb_add)(__m256i isum, __m256 dw, __m256 mf, const uint8_t *ab, int has_m, __m256 *acc,
+                               __m256 *accm) {
+    uint16_t h;
+    memcpy(&h, ab, 2);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(h))), *acc);
+    if (has_m) {
+        memcpy(&h, ab + 2, 2);
+        *accm = _mm256_fmadd_ps(mf, _mm256_set1_ps(_cvtsh_ss(h)), *accm);
+    }
+}
+
+/* the C columns' sums of a row tile (accm: the min terms, types with one) to out */
+static inline void KFN(lb_store)(const __m256 *acc, const __m256 *accm, int has_m, int C, int R, float *out,
+                                 size_t ldo) {
+    for (int c = 0; c < C; c++) {
+        float o[8];
+        _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
+    }
+}
+
 /* R <= 8 rows x C <= LB_C columns: per block the rows' values unpacked once (to a small stack
  * panel), then per column 8 dot products and one reduction tree */
 static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int type, int n, const uint8_t *w,
@@ -336,9 +359,6 @@ static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int typ
         for (int c = 0; c < C; c++) {
             const uint8_t *ab = a + (size_t)c * lda + b * abs_;
             const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
-            uint16_t h;
-            memcpy(&h, ab, 2);
-            const float ad = _cvtsh_ss(h);
             __m256i seed = _mm256_setzero_si256();
             if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
             __m256i v[8];
@@ -350,18 +370,10 @@ static inline __attribute__((always_inline)) void KFN(lbatch_tile)(const int typ
                 else v[r] = KFN(dot_us)(seed, wq[r], av);
             }
             const __m256i isum = KFN(rows8_sums)(v);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(ad)), acc[c]);
-            if (has_m) {
-                memcpy(&h, ab + 2, 2);
-                accm[c] = _mm256_fmadd_ps(mf, _mm256_set1_ps(_cvtsh_ss(h)), accm[c]);
-            }
+            KFN(lb_add)(isum, dw, mf, ab, has_m, &acc[c], &accm[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        float o[8];
-        _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
-    }
+    KFN(lb_store)(acc, accm, has_m, C, R, out, ldo);
 }
 
 /* -offset * (the sum of a block's 32 quants at q) */
@@ -421,9 +433,6 @@ static inline __attribute__((always_inline)) void KFN(lbr_tile)(const int type, 
         const __m256 mf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hm));
         for (int c = 0; c < C; c++) {
             const uint8_t *ab = a + (size_t)c * lda + b * abs_, *q = ab + aqs;
-            uint16_t h;
-            memcpy(&h, ab, 2);
-            const float ad = _cvtsh_ss(h);
             __m256i bc[8];
             for (int k = 0; k < 8; k++) {
                 uint32_t u;
@@ -441,18 +450,10 @@ static inline __attribute__((always_inline)) void KFN(lbr_tile)(const int type, 
             for (int k = 1; k < 8; k++) p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v[k], bc[k]));
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 #endif
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(ad)), acc[c]);
-            if (has_m) {
-                memcpy(&h, ab + 2, 2);
-                accm[c] = _mm256_fmadd_ps(mf, _mm256_set1_ps(_cvtsh_ss(h)), accm[c]);
-            }
+            KFN(lb_add)(isum, dw, mf, ab, has_m, &acc[c], &accm[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        float o[8];
-        _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = o[r];
-    }
+    KFN(lb_store)(acc, accm, has_m, C, R, out, ldo);
 }
 
 /* seeds for at most this many (column, block) pairs at a time (on the stack) */
