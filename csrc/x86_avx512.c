@@ -1259,20 +1259,49 @@ static inline __m512 expf_avx512(__m512 x) {
     return _mm512_mask_blend_ps(big, res, alt);
 }
 
-/* one query at a time: 16 accumulators (lane class d mod 16) of 16 keys, then el_sum16 across them */
+/* Lane classes i and i + 8 (dims d = i mod 16, in order; the sum the tree takes first) of N <= 4
+ * queries: each key vector converted once for the N queries, 2N fma chains in flight */
+static inline __attribute__((always_inline)) __m512 *qk_pair_avx512(const int N, int hk, int i, const float *q, int ldq,
+                                                                   const el_half *kt, __m512 *s) {
+    __m512 a[4], b[4];
+    for (int j = 0; j < N; j++) a[j] = b[j] = _mm512_setzero_ps();
+    for (int d = i; d < hk; d += 16) {
+        const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16)));
+        for (int j = 0; j < N; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)j * ldq + d]), k, a[j]);  /* exact product */
+        if (d + 8 < hk) {
+            const __m512 k8 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (d + 8) * 16)));
+            for (int j = 0; j < N; j++) b[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)j * ldq + d + 8]), k8, b[j]);
+        }
+    }
+    for (int j = 0; j < N; j++) s[j] = _mm512_add_ps(b[j], a[j]);
+    return s;
+}
+
+/* N <= 4 queries: per query, lane class c's accumulator (dims c, c + 16, ...) and el_sum16's tree
+ * over c, taken a branch at a time: t_i = (a_{i+12} + a_{i+4}) + (a_{i+8} + a_i), out = (t_0 +
+ * t_2) + (t_1 + t_3); the keys converted once for all N */
+static inline __attribute__((always_inline)) void qk_tile_n_avx512(const int N, int hk, const float *q, int ldq,
+                                                                  const el_half *kt, float *out) {
+    __m512 h[2][4];  /* t_0 + t_2, t_1 + t_3 */
+    for (int i = 0; i < 4; i++) {
+        __m512 lo[4], hi[4];
+        qk_pair_avx512(N, hk, i, q, ldq, kt, lo);
+        qk_pair_avx512(N, hk, i + 4, q, ldq, kt, hi);
+        for (int j = 0; j < N; j++) {
+            const __m512 t = _mm512_add_ps(hi[j], lo[j]);
+            h[i & 1][j] = i < 2 ? t : _mm512_add_ps(h[i & 1][j], t);
+        }
+    }
+    for (int j = 0; j < N; j++) _mm512_storeu_ps(out + j * 16, _mm512_add_ps(h[0][j], h[1][j]));
+}
+
 static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
-    for (int j = 0; j < nq; j++) {
-        const float *qj = q + (size_t)j * ldq;
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d0 = 0; d0 < hk; d0 += 16)
-            for (int i = 0; i < 16 && d0 + i < hk; i++) {
-                const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + (d0 + i) * 16)));
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qj[d0 + i]), k, acc[i]);  /* exact product */
-            }
-        for (int i = 0; i < 8; i++) acc[i] = _mm512_add_ps(acc[i + 8], acc[i]);
-        for (int i = 0; i < 4; i++) acc[i] = _mm512_add_ps(acc[i + 4], acc[i]);
-        _mm512_storeu_ps(out + j * 16, _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+    int j = 0;
+    for (; j + 4 <= nq; j += 4) qk_tile_n_avx512(4, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16);
+    switch (nq - j) {  /* (the query count a compile-time constant) */
+    case 3: qk_tile_n_avx512(3, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
+    case 2: qk_tile_n_avx512(2, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
+    case 1: qk_tile_n_avx512(1, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
     }
 }
 

@@ -743,7 +743,7 @@ def _run_vops(vops, rng_seed: int) -> dict:
     out["f16_to_f32"] = f
     for hk in (40, 64, 80, 128, 256):
         kt = _f16_values(rng, (hk, 16)).astype(np.float16).view(np.uint16)
-        for nq, ldq in ((1, hk), (3, hk + 5), (8, hk)):
+        for nq, ldq in ((1, hk), (3, hk + 5), (6, hk + 2), (8, hk)):
             q = _f16_values(rng, (nq, ldq), 4.0)
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
