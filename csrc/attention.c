@@ -380,8 +380,9 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
     const el_half *vt[CT], *vn[CT];  /* vn: the f16 tiles of the next call (prefetched) */
     const uint8_t *vq[CT];
     const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT, lseg = qv ? 1 : (size_t)sets * KT;  /* per dim */
-    for (int r0 = 0; r0 < J->nh; r0 += nb) {
-        const int nr = EL_MIN(nb, J->nh - r0);
+    const int passes = (J->nh + nb - 1) / nb;
+    for (int k = 0, r0 = 0, nr; k < passes; k++, r0 += nr) {
+        nr = (J->nh - r0) / (passes - k);  /* rows shared evenly: 9 as 4 + 5, not 8 + 1 */
         memset(lanes, 0, sizeof(float) * lsz * nr);
         for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
             const int nt = EL_MIN(CT, J->thi - c0);

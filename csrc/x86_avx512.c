@@ -1260,9 +1260,9 @@ static inline __m512 expf_avx512(__m512 x) {
 }
 
 /* Lane classes i and i + 8 (dims d = i mod 16, in order; the sum the tree takes first) of N <= 4
- * queries: each key vector converted once for the N queries, 2N fma chains in flight */
-static inline __attribute__((always_inline)) __m512 *qk_pair_avx512(const int N, int hk, int i, const float *q, int ldq,
-                                                                   const el_half *kt, __m512 *s) {
+ * queries, s[j] = a_{i+8} + a_i: each key vector converted once for the N queries */
+static inline __attribute__((always_inline)) void qk_pair_avx512(const int N, int hk, int i, const float *q, int ldq,
+                                                                const el_half *kt, __m512 *s) {
     __m512 a[4], b[4];
     for (int j = 0; j < N; j++) a[j] = b[j] = _mm512_setzero_ps();
     for (int d = i; d < hk; d += 16) {
@@ -1274,7 +1274,27 @@ static inline __attribute__((always_inline)) __m512 *qk_pair_avx512(const int N,
         }
     }
     for (int j = 0; j < N; j++) s[j] = _mm512_add_ps(b[j], a[j]);
-    return s;
+}
+
+/* Both pairs of branch i at once, lo = (i, i + 8) and hi = (i + 4, i + 12), for N <= 2 queries:
+ * 4N fma chains in flight (a pair alone would leave the fmas waiting on their latency) */
+static inline __attribute__((always_inline)) void qk_quad_avx512(const int N, int hk, int i, const float *q, int ldq,
+                                                                const el_half *kt, __m512 *lo, __m512 *hi) {
+    __m512 a[4][2];  /* [class i, i + 8, i + 4, i + 12][query] */
+    for (int c = 0; c < 4; c++)
+        for (int j = 0; j < N; j++) a[c][j] = _mm512_setzero_ps();
+    static const int off[4] = {0, 8, 4, 12};
+    for (int d0 = 0; d0 < hk; d0 += 16)
+        for (int c = 0; c < 4; c++) {
+            const int d = d0 + i + off[c];
+            if (d >= hk) continue;
+            const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16)));
+            for (int j = 0; j < N; j++) a[c][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)j * ldq + d]), k, a[c][j]);
+        }
+    for (int j = 0; j < N; j++) {
+        lo[j] = _mm512_add_ps(a[1][j], a[0][j]);
+        hi[j] = _mm512_add_ps(a[3][j], a[2][j]);
+    }
 }
 
 /* N <= 4 queries: per query, lane class c's accumulator (dims c, c + 16, ...) and el_sum16's tree
@@ -1285,8 +1305,12 @@ static inline __attribute__((always_inline)) void qk_tile_n_avx512(const int N, 
     __m512 h[2][4];  /* t_0 + t_2, t_1 + t_3 */
     for (int i = 0; i < 4; i++) {
         __m512 lo[4], hi[4];
-        qk_pair_avx512(N, hk, i, q, ldq, kt, lo);
-        qk_pair_avx512(N, hk, i + 4, q, ldq, kt, hi);
+        if (N <= 2) {
+            qk_quad_avx512(N, hk, i, q, ldq, kt, lo, hi);
+        } else {
+            qk_pair_avx512(N, hk, i, q, ldq, kt, lo);
+            qk_pair_avx512(N, hk, i + 4, q, ldq, kt, hi);
+        }
         for (int j = 0; j < N; j++) {
             const __m512 t = _mm512_add_ps(hi[j], lo[j]);
             h[i & 1][j] = i < 2 ? t : _mm512_add_ps(h[i & 1][j], t);
@@ -1295,13 +1319,19 @@ static inline __attribute__((always_inline)) void qk_tile_n_avx512(const int N, 
     for (int j = 0; j < N; j++) _mm512_storeu_ps(out + j * 16, _mm512_add_ps(h[0][j], h[1][j]));
 }
 
+/* queries in ceil(nq / 4) runs of as even a size as can be (9 = 3 + 3 + 3, not 4 + 4 + 1) */
 static void qk_tile_avx512(int hk, const float *q, int nq, int ldq, const el_half *kt, float *out) {
-    int j = 0;
-    for (; j + 4 <= nq; j += 4) qk_tile_n_avx512(4, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16);
-    switch (nq - j) {  /* (the query count a compile-time constant) */
-    case 3: qk_tile_n_avx512(3, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
-    case 2: qk_tile_n_avx512(2, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
-    case 1: qk_tile_n_avx512(1, hk, q + (size_t)j * ldq, ldq, kt, out + j * 16); break;
+    const int runs = (nq + 3) / 4;
+    for (int k = 0, j = 0; k < runs; k++) {
+        const int n = (nq - j) / (runs - k);  /* the rest shared evenly (smaller runs first) */
+        const float *qj = q + (size_t)j * ldq;
+        switch (n) {  /* (the query count a compile-time constant) */
+        case 4: qk_tile_n_avx512(4, hk, qj, ldq, kt, out + j * 16); break;
+        case 3: qk_tile_n_avx512(3, hk, qj, ldq, kt, out + j * 16); break;
+        case 2: qk_tile_n_avx512(2, hk, qj, ldq, kt, out + j * 16); break;
+        default: qk_tile_n_avx512(1, hk, qj, ldq, kt, out + j * 16); break;
+        }
+        j += n;
     }
 }
 
@@ -1582,18 +1612,20 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
     for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda, pf);
 }
 
-/* pv_tiles: rows in groups of up to 4; per lane set, the tiles of that set any row of the group
- * takes (lists of at most 64, in order) go through pv_list_avx512 together, a row's fmas of a tile
- * masked off where its weights are all zero (the twin skips it). Rows that take different tiles (at
- * depth, a head whose weights of a tile all round to 0 in f16 while another's do not) stay
- * together, so each value vector is converted once for the group, not once a row */
+/* pv_tiles: rows in groups of up to 4 (sizes as even as can be); per lane set, the tiles of that
+ * set any row of the group takes (lists of at most 64, in order) go through pv_list_avx512
+ * together, a row's fmas of a tile masked off where its weights are all zero (the twin skips it).
+ * Rows that take different tiles (at depth, a head whose weights of a tile all round to 0 in f16
+ * while another's do not) stay together, so each value vector is converted once for the group,
+ * not once a row */
 static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                             int lda, int sets, int t0, const el_half *const *next, int nn) {
     pv_prefetch pf = {next, next ? nn : 0, 0, 0, (size_t)nd * 16 * sizeof(el_half)};
     int ts[64];
     uint8_t need[64];
-    for (int r0 = 0; r0 < nh; r0 += 4) {
-        const int nr = EL_MIN(4, nh - r0);
+    const int groups = (nh + 3) / 4;
+    for (int k = 0, r0 = 0, nr; k < groups; k++, r0 += nr) {
+        nr = (nh - r0) / (groups - k);  /* the rest shared evenly: 9 rows as 3 + 3 + 3, not 4 + 4 + 1 */
         const float *wg = w + (size_t)r0 * ldw;
         for (int s = 0; s < sets; s++) {
             const int step = sets == 4 ? 4 : 1;

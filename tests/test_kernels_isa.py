@@ -743,7 +743,7 @@ def _run_vops(vops, rng_seed: int) -> dict:
     out["f16_to_f32"] = f
     for hk in (40, 64, 80, 128, 256):
         kt = _f16_values(rng, (hk, 16)).astype(np.float16).view(np.uint16)
-        for nq, ldq in ((1, hk), (3, hk + 5), (6, hk + 2), (8, hk)):
+        for nq, ldq in ((1, hk), (3, hk + 5), (5, hk + 1), (6, hk + 2), (8, hk)):
             q = _f16_values(rng, (nq, ldq), 4.0)
             o = np.zeros((nq, 16), dtype=np.float32)
             vops.qk_tile(hk, _ptr("float *", q), nq, ldq, _ptr("el_half *", kt), _ptr("float *", o))
@@ -762,14 +762,16 @@ def _run_vops(vops, rng_seed: int) -> dict:
                 rows = _key_rows(rng, qt, hk, raw)
                 out[f"{name} hk={hk} nq={nq}"] = _run_qk_q(vops, name, qt, hk, rows, q, qsum)
     for hv in (64, 80, 256):
-        # 11 tiles (more than one pass of 8), 3 rows; some (row, tile) pairs all zero, one tile absent
-        nt, nh = 11, 3
-        w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
-        w[:, 3] = 0.0
-        w[1, 16:32] = 0.0
-        w[:, 5 * 16:6 * 16] = 0.0
+        # 11 tiles (more than one pass of 8), 9 or 3 rows (kernels may take them in groups; the 3-row
+        # weights last, for the quantized p.v below); some (row, tile) pairs all zero, one tile absent
+        nt = 11
         tiles = [_f16_values(rng, (hv, 16)).astype(np.float16).view(np.uint16) for _ in range(nt)]
-        for sets, nd, d0 in ((1, hv, 0), (4, hv, 0), (1, hv // 2 - 8, 8)):
+        for nh, sets, nd, d0 in ((9, 1, hv, 0), (9, 4, hv, 0), (3, 1, hv, 0), (3, 4, hv, 0), (3, 1, hv // 2 - 8, 8)):
+            w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
+            w[:, 3] = 0.0
+            w[1, 16:32] = 0.0
+            w[nh - 1, 32:48] = 0.0
+            w[:, 5 * 16:6 * 16] = 0.0
             vt = _ABI.new("el_half *[]", nt)
             for t in range(nt):
                 vt[t] = _ABI.NULL if t == 5 else _ABI.cast("el_half *", tiles[t].ctypes.data) + d0 * 16
@@ -778,7 +780,7 @@ def _run_vops(vops, rng_seed: int) -> dict:
             # the tiles to prefetch (a hint: the same results): these again (one absent), or none
             nxt = (vt, nt) if sets == 4 else (_ABI.NULL, 0)
             vops.pv_tiles(nd, nt, vt, nh, _ptr("float *", w), nt * 16, _ptr("float *", acc), lda, sets, 2, *nxt)
-            out[f"pv_tiles hv={hv} sets={sets} nd={nd}"] = acc
+            out[f"pv_tiles hv={hv} nh={nh} sets={sets} nd={nd}"] = acc
         if hv % 32 == 0:  # values quantized per slot row (q8_0 / q4_0 blocks; dims from block 1 on)
             for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
                 rows = [quant_ops.quantize_rows(qt, rng.standard_normal((16, hv + 32)).astype(np.float32), "c")
