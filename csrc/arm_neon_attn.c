@@ -114,52 +114,99 @@ static void pv_tiles_neon(int nd, int nt, const el_half *const *vt, int nh, cons
         }
 }
 
-/* the 32 values d * q (exact) of a q8_0 / q4_0 block */
-EL_INLINE void q8_0_values_neon(const block_q8_0 *x, float *v) {
-    const float d = el_half_to_float(x->d);
-    for (int i = 0; i < 32; i += 16) {
-        const int8x16_t q = vld1q_s8(x->qs + i);
-        const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_s8(vget_high_s8(q));
-        vst1q_f32(v + i, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
-        vst1q_f32(v + i + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
-        vst1q_f32(v + i + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
-        vst1q_f32(v + i + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
+/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, eight registers */
+EL_INLINE void q_quants_neon(int q4, const uint8_t *blk, float32x4_t x[8]) {
+    int8x16_t part[2];
+    if (q4) {
+        const uint8x16_t b = vld1q_u8(blk + 2);
+        const int8x16_t k8 = vdupq_n_s8(8);
+        part[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), k8);  /* values 0..15 */
+        part[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), k8);            /* values 16..31 */
+    } else {
+        part[0] = vld1q_s8((const int8_t *)blk + 2);
+        part[1] = vld1q_s8((const int8_t *)blk + 18);
     }
-}
-EL_INLINE void q4_0_values_neon(const block_q4_0 *x, float *v) {
-    const float d = el_half_to_float(x->d);
-    const uint8x16_t b = vld1q_u8(x->qs);
-    const int8x16_t k8 = vdupq_n_s8(8);
-    const int8x16_t part[2] = {vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), k8),
-                               vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), k8)};
     for (int p = 0; p < 2; p++) {
         const int16x8_t lo = vmovl_s8(vget_low_s8(part[p])), hi = vmovl_s8(vget_high_s8(part[p]));
-        vst1q_f32(v + 16 * p, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
-        vst1q_f32(v + 16 * p + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
-        vst1q_f32(v + 16 * p + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
-        vst1q_f32(v + 16 * p + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
+        x[4 * p] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+        x[4 * p + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo)));
+        x[4 * p + 2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+        x[4 * p + 3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)));
     }
 }
 
-/* per row and slot, the row's blocks dequantized and w * x added with one fma */
+/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
+ * block's first 2 bytes */
+EL_INLINE void pv_q_wd_neon(const uint8_t *p, size_t rb, int nr, const float *w, int ldw, int t, float (*wd)[16]) {
+    uint16_t h[16];
+    for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
+    float32x4_t d[4];
+    for (int i = 0; i < 4; i++) d[i] = h4_to_f32(vld1_u16(h + 4 * i));
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 4; i++) vst1q_f32(wd[r] + 4 * i, vmulq_f32(vld1q_f32(w + (size_t)r * ldw + t * 16 + 4 * i), d[i]));
+}
+
+/* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64),
+ * row r skipping the tiles marked in skip[r] (its sums stay as they are, as the twin's skip leaves
+ * them): the rows' accumulators in registers over the tiles and their 16 slots in order, the
+ * quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each
+ * tile's weights are first multiplied by their slots' scales d, and w * d times q is added with
+ * one fma: w and d are f16 values, so w * d is exact (22 significant bits) and so is the product
+ * the fma rounds - the same bits, with no scale work per slot (as x86_avx512.c's pv_q_block_avx512) */
+EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt, size_t row_bytes, int nr,
+                               const float *w, int ldw, float *acc, int lda, const uint64_t *skip) {
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+    float wd[3][16];
+    float32x4_t s[3][8];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 8; i++) s[r][i] = vld1q_f32(acc + (size_t)r * lda + 4 * i);
+    uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
+    for (int r = 0; r < nr; r++) none &= skip[r];
+    for (int t = 0; t < nt; t++) {
+        if (none >> t & 1) continue;
+        pv_q_wd_neon(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd);
+        int take[3];
+        for (int r = 0; r < nr; r++) take[r] = !(skip[r] >> t & 1);
+        const uint8_t *row = vt[t] + (size_t)bi * bb;
+        for (int l = 0; l < 16; l++, row += rb) {
+            float32x4_t x[8];
+            q_quants_neon(q4, row, x);
+            for (int r = 0; r < nr; r++) {
+                if (!take[r]) continue;
+                for (int i = 0; i < 8; i++) s[r][i] = vfmaq_n_f32(s[r][i], x[i], wd[r][l]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 8; i++) vst1q_f32(acc + (size_t)r * lda + 4 * i, s[r][i]);
+}
+
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 3 over the tiles any
+ * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does), so the
+ * quants are converted once for the group */
 static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                       const float *w, int ldw, float *acc, int lda) {
-    float x[32];
-    for (int r = 0; r < nh; r++)
-        for (int t = 0; t < nt; t++) {
-            const float *wt = w + (size_t)r * ldw + t * 16;
-            if (!vt[t] || !any16_neon(wt)) continue;
-            for (int l = 0; l < 16; l++) {
-                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
-                for (int b = 0; b < nd / 32; b++) {
-                    if (q4) q4_0_values_neon((const block_q4_0 *)row + b0 + b, x);
-                    else q8_0_values_neon((const block_q8_0 *)row + b0 + b, x);
-                    float *a = acc + (size_t)r * lda + b * 32;
-                    for (int i = 0; i < 32; i += 4)
-                        vst1q_f32(a + i, vfmaq_n_f32(vld1q_f32(a + i), vld1q_f32(x + i), wt[l]));
+    uint64_t skip[3];  /* per row, the tiles of this pass it skips */
+    for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
+        const int n = EL_MIN(64, nt - c);
+        for (int r0 = 0; r0 < nh; r0 += 3) {
+            const int nr = EL_MIN(3, nh - r0);
+            for (int r = 0; r < nr; r++) {
+                skip[r] = 0;
+                for (int t = 0; t < n; t++)
+                    skip[r] |= (uint64_t)!(vt[c + t] && any16_neon(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
+            }
+            for (int b = 0; b < nd / 32; b++) {
+                float *ab = acc + (size_t)r0 * lda + b * 32;
+                const float *wg = w + (size_t)r0 * ldw + c * 16;
+                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+                case 3: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip); break;
+                case 2: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip); break;
+                default: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip); break;
                 }
             }
         }
+    }
 }
 
 static void pv_q8_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,

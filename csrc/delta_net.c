@@ -298,14 +298,13 @@ void el_delta_net(el_engine *c, act_state *st, int l, int ith, int nth) {
 
 float *el_gate_q(el_engine *c) { return c->dn->qg; }
 
-void el_gate_split(el_engine *c, const el_layer *L, int m) {
-    const int hd = c->d.head_dim_k, nh = c->d.n_head, qd = nh * hd;
-    float *qg = c->dn->qg + (size_t)m * 2 * qd, *q = c->q + (size_t)m * qd, *g = c->dn->gate + (size_t)m * qd;
-    if (L->bq.data) for (int i = 0; i < 2 * qd; i++) qg[i] += ((const float *)L->bq.data)[i];
-    for (int h = 0; h < nh; h++) {
-        memcpy(q + h * hd, qg + 2 * h * hd, sizeof(float) * (size_t)hd);
-        memcpy(g + h * hd, qg + (2 * h + 1) * hd, sizeof(float) * (size_t)hd);
-    }
+void el_gate_split(el_engine *c, const el_layer *L, int m, int h) {
+    const int hd = c->d.head_dim_k, qd = c->d.n_head * hd;
+    float *qg = c->dn->qg + (size_t)m * 2 * qd + (size_t)2 * h * hd;
+    if (L->bq.data)
+        for (int i = 0; i < 2 * hd; i++) qg[i] += ((const float *)L->bq.data)[(size_t)2 * h * hd + i];
+    memcpy(c->q + (size_t)m * qd + (size_t)h * hd, qg, sizeof(float) * (size_t)hd);
+    memcpy(c->dn->gate + (size_t)m * qd + (size_t)h * hd, qg + hd, sizeof(float) * (size_t)hd);
 }
 
 void el_gate_apply(el_engine *c, int ith, int nth) {

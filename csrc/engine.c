@@ -287,9 +287,18 @@ static void quantize_acts(el_engine *c, act_state *st, int vdt, const float *x, 
                           int ith, int nth) {
     if (st->src == x && st->type == vdt && st->m == m && st->k == k) return;
     if (st->in_use) sync(c, st);
+    const el_type_traits *t = &c->traits[vdt];
     const size_t rs = el_row_size(vdt, k);
-    for (int r = ith; r < m; r += nth)
-        c->traits[vdt].from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
+    if (m >= nth)
+        for (int r = ith; r < m; r += nth) t->from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
+    else  /* fewer rows than threads: each row's blocks shared (every block is quantized on its own) */
+        for (int r = 0; r < m; r++) {
+            int64_t b0, b1;
+            el_split(k / t->blck, ith, nth, EL_MAX(1, 64 / t->blck), &b0, &b1);
+            if (b1 > b0)
+                t->from_float(x + (size_t)r * ldx + b0 * t->blck, c->actq + (size_t)r * rs + (size_t)b0 * t->size,
+                              (b1 - b0) * t->blck);
+        }
     st->src = x; st->type = vdt; st->m = m; st->k = k;
     sync(c, st);
 }
@@ -362,12 +371,93 @@ void el_task_sync(el_engine *c, act_state *st) { sync(c, st); }
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* Store row m's keys and values in its slot of the blocks of layer l (kv.c: in the cache types). */
-static void store_kv(el_engine *c, int l, int m, const float *k, const float *v, el_half *h16) {
+/* Before attention, per token: the layer's queries, keys and values made ready head by head.
+ * Every operation here is a head's own (biases, per-head norms, RoPE, scales, the Walsh-Hadamard
+ * chunks, which divide a head), so the heads can be shared among threads: a step with fewer rows
+ * than threads gives each thread a share of units (below), a larger one whole rows. */
+
+/* row m's keys of kv heads [h0, h1): bias, norm, RoPE, rotation, stored in the row's slot (where
+ * the layer has no wv, the values are these keys: copied first, as they are; head_dim_v is then
+ * head_dim_k, checked at load) */
+static void key_heads(el_engine *c, const el_layer *L, int l, int m, int h0, int h1, el_half *h16) {
+    const el_model_desc *d = &c->d;
+    const int hk = L->head_dim_k, kd = L->n_head_kv * hk, i0 = h0 * hk, i1 = h1 * hk;
+    float *k = c->kc + (size_t)m * kd;
+    if (!L->wv.data) memcpy(c->vc + (size_t)m * kd + i0, k + i0, sizeof(float) * (size_t)(i1 - i0));
+    if (L->bk.data) for (int i = i0; i < i1; i++) k[i] += ((const float *)L->bk.data)[i];
+    const int kn = d->qk_norm_all ? kd : hk;  /* one norm per kn values */
+    if (L->attn_k_norm.data)
+        for (int i = i0; i < i1; i += kn) el_rmsnorm(k + i, k + i, L->attn_k_norm.data, kn, d->norm_eps);
+    if (L->n_rot && L->use_rope)
+        el_rope(k + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)m * L->n_rot);
+    if (d->rot_k) el_fwht(k + i0, i1 - i0, d->rot_k);
     const step_plan *pl = &c->plan;
     const int slot = pl->row_slot[m];
     const int blk = seq_table(pl->b, layer_group(c, l), pl->b->seq[m])[slot / KT];
-    el_kv_store(c, l, blk, slot % KT, k, v, h16);
+    for (int h = h0; h < h1; h++) el_kv_store(c, l, blk, slot % KT, 0, h, k + (size_t)h * hk, h16);
+}
+
+/* row m's values of kv heads [h0, h1): bias, norm, rotation, stored in the row's slot */
+static void value_heads(el_engine *c, const el_layer *L, int l, int m, int h0, int h1, el_half *h16) {
+    const el_model_desc *d = &c->d;
+    const int hv = L->head_dim_v, i0 = h0 * hv, i1 = h1 * hv;
+    float *v = c->vc + (size_t)m * L->n_head_kv * hv;
+    if (L->bv.data) for (int i = i0; i < i1; i++) v[i] += ((const float *)L->bv.data)[i];
+    if (d->v_norm) for (int i = i0; i < i1; i += hv) el_rmsnorm(v + i, v + i, NULL, hv, d->norm_eps);
+    if (d->rot_v) el_fwht(v + i0, i1 - i0, d->rot_v);
+    const step_plan *pl = &c->plan;
+    const int slot = pl->row_slot[m];
+    const int blk = seq_table(pl->b, layer_group(c, l), pl->b->seq[m])[slot / KT];
+    for (int h = h0; h < h1; h++) el_kv_store(c, l, blk, slot % KT, 1, h, v + (size_t)h * hv, h16);
+}
+
+/* row m's queries of heads [h0, h1): bias (or the output gate's split), norm, RoPE, scales,
+ * rotation */
+static void query_heads(el_engine *c, const el_layer *L, int m, int h0, int h1) {
+    const el_model_desc *d = &c->d;
+    const int hk = L->head_dim_k, qd = d->n_head * hk, i0 = h0 * hk, i1 = h1 * hk;
+    float *q = c->q + (size_t)m * qd;
+    if (d->attn_out_gate)  /* q (its bias added) into c->q, the gate kept */
+        for (int h = h0; h < h1; h++) el_gate_split(c, L, m, h);
+    else if (L->bq.data) for (int i = i0; i < i1; i++) q[i] += ((const float *)L->bq.data)[i];
+    const int qn = d->qk_norm_all ? qd : hk;  /* one norm per qn values */
+    if (L->attn_q_norm.data)
+        for (int i = i0; i < i1; i += qn) el_rmsnorm(q + i, q + i, L->attn_q_norm.data, qn, d->norm_eps);
+    if (L->n_rot && L->use_rope)
+        el_rope(q + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)L->n_rot * m);
+    if (d->q_scale != 1.0f) for (int i = i0; i < i1; i++) q[i] *= d->q_scale;
+    if (d->attn_temp_scale != 0.0f) {
+        /* in double, as llama.cpp's input */
+        const float t = (float)(log(floorf((float)c->plan.b->pos[m] / (float)d->attn_temp_floor) + 1.0) *
+                                d->attn_temp_scale + 1.0);
+        for (int i = i0; i < i1; i++) q[i] *= t;
+    }
+    if (d->rot_k) el_fwht(q + i0, i1 - i0, d->rot_k);
+}
+
+/* The units of that work, in this order: the keys of each kv head (of them all where one norm
+ * spans every head, qk_norm_all; with their values where the values are the keys), the values of
+ * each kv head, the query heads (all in one unit with qk_norm_all). A layer that reads another's
+ * cache has query units only. */
+static int head_units(const el_engine *c, const el_layer *L, int *nk, int *nv) {
+    const int own_kv = !L->kv_share, all = c->d.qk_norm_all;
+    *nk = own_kv ? (all ? 1 : L->n_head_kv) : 0;
+    *nv = own_kv && L->wv.data ? L->n_head_kv : 0;
+    return *nk + *nv + (all ? 1 : c->d.n_head);
+}
+
+static void head_unit(el_engine *c, const el_layer *L, int l, int m, int u, int nk, int nv, el_half *h16) {
+    const int all = c->d.qk_norm_all;
+    if (u < nk) {
+        const int h0 = all ? 0 : u, h1 = all ? L->n_head_kv : u + 1;
+        key_heads(c, L, l, m, h0, h1, h16);
+        if (!L->wv.data) value_heads(c, L, l, m, h0, h1, h16);
+    } else if (u < nk + nv) {
+        value_heads(c, L, l, m, u - nk, u - nk + 1, h16);
+    } else {
+        u -= nk + nv;
+        query_heads(c, L, m, all ? 0 : u, all ? c->d.n_head : u + 1);
+    }
 }
 
 /* a block's input: RMS-normed with w, or as it is where the block has no norm (olmo2) */
@@ -447,7 +537,8 @@ static void forward_task(void *arg, int ith, int nth) {
             pre_norm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
         if (n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale || n_rot != rope_n || ff != rope_ff)) {
             rope_base = L->rope_base; rope_scale = L->rope_scale; rope_n = n_rot; rope_ff = ff;
-            for (int m = ith; m < n; m += nth)
+            /* rows dealt from the last thread, so a one-row step's pre-norm and cos/sin go to two */
+            for (int m = nth - 1 - ith; m < n; m += nth)
                 el_rope_cache(c->rope + (size_t)m * n_rot, n_rot, (float)b->pos[m], rope_base, rope_scale, ff, d);
         }
         sync(c, &st);
@@ -464,47 +555,33 @@ static void forward_task(void *arg, int ith, int nth) {
         TRACE("q_mm", l, c->q, n, qd, qd);
         TRACE("k_mm", l, c->kc, n, kd, kd);
         TRACE("v_mm", l, c->vc, n, vd, vd);
-        /* per token: biases, q/k norms, rope, store k and v */
-        el_half *h16 = c->tmp_k + (size_t)ith * EL_MAX(hk, hv);
-        for (int m = ith; m < n; m += nth) {
-            float *q = c->q + (size_t)m * qd, *k = c->kc + (size_t)m * kd, *v = c->vc + (size_t)m * vd;
-            if (own_kv && !L->wv.data) memcpy(v, k, sizeof(float) * (size_t)kd);  /* the values are the keys */
-            if (d->attn_out_gate) el_gate_split(c, L, m);  /* q (its bias added) into c->q, the gate kept */
-            else if (L->bq.data) for (int i = 0; i < qd; i++) q[i] += ((const float *)L->bq.data)[i];
-            if (L->bk.data) for (int i = 0; i < kd; i++) k[i] += ((const float *)L->bk.data)[i];
-            if (L->bv.data) for (int i = 0; i < vd; i++) v[i] += ((const float *)L->bv.data)[i];
-            const int qn = d->qk_norm_all ? qd : hk, kn = d->qk_norm_all ? kd : hk;  /* one norm per qn values */
-            if (L->attn_q_norm.data)
-                for (int i = 0; i < qd; i += qn) el_rmsnorm(q + i, q + i, L->attn_q_norm.data, qn, d->norm_eps);
-            if (L->attn_k_norm.data && own_kv)
-                for (int i = 0; i < kd; i += kn) el_rmsnorm(k + i, k + i, L->attn_k_norm.data, kn, d->norm_eps);
-            if (d->v_norm && own_kv)
-                for (int i = 0; i < vd; i += hv) el_rmsnorm(v + i, v + i, NULL, hv, d->norm_eps);
-            if (n_rot && L->use_rope) {
-                const float *rc = c->rope + (size_t)m * n_rot;
-                el_rope(q, d->n_head, hk, n_rot, d->rope_type, rc);
-                if (own_kv) el_rope(k, L->n_head_kv, hk, n_rot, d->rope_type, rc);
-            }
-            if (d->q_scale != 1.0f) for (int i = 0; i < qd; i++) q[i] *= d->q_scale;
-            if (d->attn_temp_scale != 0.0f) {
-                /* in double, as llama.cpp's input */
-                const float t = (float)(log(floorf((float)b->pos[m] / (float)d->attn_temp_floor) + 1.0) *
-                                        d->attn_temp_scale + 1.0);
-                for (int i = 0; i < qd; i++) q[i] *= t;
-            }
-            if (d->rot_k) el_fwht(q, qd, d->rot_k);
-            if (!own_kv) continue;  /* attends to another layer's cache */
-            if (d->rot_k) el_fwht(k, kd, d->rot_k);
-            if (d->rot_v) el_fwht(v, vd, d->rot_v);
-            store_kv(c, l, m, k, v, h16);
+        /* per token: biases, q/k norms, rope, store k and v, by rows or (fewer rows than threads)
+         * by units of heads */
+        {
+            el_half *h16 = c->tmp_k + (size_t)ith * EL_MAX(hk, hv);
+            int nk, nv;
+            const int nu = head_units(c, L, &nk, &nv);
+            if (n >= nth)
+                for (int m = ith; m < n; m += nth)
+                    for (int u = 0; u < nu; u++) head_unit(c, L, l, m, u, nk, nv, h16);
+            else
+                for (int j = ith; j < n * nu; j += nth) head_unit(c, L, l, j / nu, j % nu, nk, nv, h16);
         }
         sync(c, &st);
         TRACE("Qcur", l, c->q, n, qd, qd);
         TRACE("Kcur", l, c->kc, n, kd, kd);
         el_attention(c, l, ith, nth);
         sync(c, &st);
-        if (d->rot_v) {  /* the values were stored rotated: rotate their mix back */
-            for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
+        if (d->rot_v) {  /* the values were stored rotated: rotate their mix back (by chunks where
+                            the rows are fewer than the threads: each chunk is its own) */
+            if (n >= nth)
+                for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
+            else
+                for (int m = 0; m < n; m++) {
+                    int64_t c0, c1;
+                    el_split(od / d->rot_v, ith, nth, 1, &c0, &c1);
+                    el_fwht(c->xn + (size_t)m * od + c0 * d->rot_v, (int)(c1 - c0) * d->rot_v, d->rot_v);
+                }
             sync(c, &st);
         }
         if (d->attn_out_gate) {

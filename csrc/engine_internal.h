@@ -179,22 +179,22 @@ void el_layer_end(el_engine *e, act_state *st, int l, int ith, int nth);
 /* delta_net.c: init checks the DeltaNet tensors and allocates the scratch (0, or -1 with a
  * message in err); el_delta_net replaces c->tmp's n rows (the normed layer input) by the layer's
  * output (after ssm_out), as attention's wo leaves it; ends with a barrier. The attention output
- * gate: el_gate_q gives the buffer wq's rows go to (2 * q_dim per row); el_gate_split moves row m's
- * q (with bq added) into c->q and keeps its gate; el_gate_apply multiplies c->xn by sigmoid(gate). */
+ * gate: el_gate_q gives the buffer wq's rows go to (2 * q_dim per row); el_gate_split moves head h of
+ * row m's q (with bq added) into c->q and keeps its gate; el_gate_apply multiplies c->xn by sigmoid(gate). */
 int el_dn_init(el_engine *e, char *err, size_t err_size);
 void el_dn_free(el_engine *e);
 int el_dn_check_batch(el_engine *e, const el_batch *b, char *err, size_t err_size);
 void el_delta_net(el_engine *e, act_state *st, int l, int ith, int nth);
 float *el_gate_q(el_engine *e);
-void el_gate_split(el_engine *e, const el_layer *L, int m);
+void el_gate_split(el_engine *e, const el_layer *L, int m, int h);
 void el_gate_apply(el_engine *e, int ith, int nth);
 /* TRACE for the other files of the forward pass (el_set_trace; every thread calls it alike) */
 void el_trace(el_engine *c, const char *name, int l, const float *p, int rows, int cols, int ld, int ith);
 /* kv.c */
 int el_kv_init(el_engine *e, int type_k, int type_v);  /* the cache types; -1 unsupported */
 void el_kv_free_all(el_engine *e);
-/* store row k (n_head_kv * head_dim_k floats) and v in slot `lane` of block blk of layer l;
- * buf: head_dim floats of scratch (max of k and v) */
-void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf);
+/* store head h's keys (v = 0: head_dim_k floats) or values (v = 1: head_dim_v floats) x in slot
+ * `lane` of block blk of layer l; buf: head_dim halves of scratch (max of k and v) */
+void el_kv_store(el_engine *e, int l, int blk, int lane, int v, int h, const float *x, el_half *buf);
 
 #endif

@@ -131,12 +131,8 @@ static void slot_move(const el_engine *e, int v, int l, int src, int ls, int dst
     }
 }
 
-void el_kv_store(el_engine *e, int l, int blk, int lane, const float *k, const float *v, el_half *buf) {
-    const int hk = e->layers[l].head_dim_k, hv = e->layers[l].head_dim_v;
-    for (int h = 0; h < e->layers[l].n_head_kv; h++) {
-        slot_put(e, 0, l, blk, h, lane, k + (size_t)h * hk, buf);
-        slot_put(e, 1, l, blk, h, lane, v + (size_t)h * hv, buf);
-    }
+void el_kv_store(el_engine *e, int l, int blk, int lane, int v, int h, const float *x, el_half *buf) {
+    slot_put(e, v, l, blk, h, lane, x, buf);
 }
 
 static void *map_zeroed(size_t n) {

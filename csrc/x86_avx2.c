@@ -794,62 +794,101 @@ static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, cons
     }
 }
 
-/* the 32 values d * q (exact) of a q8_0 / q4_0 block */
-static inline void q8_0_values_avx2(const block_q8_0 *x, float *v) {
-    const __m256 d = _mm256_set1_ps(el_half_to_float(x->d));
-    for (int i = 0; i < 4; i++) {
-        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * i)));
-        _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, four registers */
+static inline void q_quants_avx2(int q4, const uint8_t *blk, __m256 x[4]) {
+    __m128i part[4];
+    if (q4) {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8);                       /* values 0..15 */
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);   /* values 16..31 */
+        part[0] = lo, part[1] = _mm_srli_si128(lo, 8), part[2] = hi, part[3] = _mm_srli_si128(hi, 8);
+    } else {
+        for (int i = 0; i < 4; i++) part[i] = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * i));
     }
-}
-static inline void q4_0_values_avx2(const block_q4_0 *x, float *v) {
-    const __m256 d = _mm256_set1_ps(el_half_to_float(x->d));
-    const __m128i b = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);
-    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    for (int i = 0; i < 4; i++)
-        _mm256_storeu_ps(v + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]))));
+    for (int i = 0; i < 4; i++) x[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
 }
 
-/* a[0 .. 8 nv) += w[l] * x[l][...] (one fma), slots l in order: nv accumulators in
- * registers (nv a constant where inlined) */
-static inline __attribute__((always_inline)) void pv_q_dims_avx2(int nv, const float *w, const float *x, float *a) {
-    __m256 s[8];
-    for (int i = 0; i < nv; i++) s[i] = _mm256_loadu_ps(a + 8 * i);
-    for (int l = 0; l < 16; l++) {
-        const __m256 wl = _mm256_broadcast_ss(w + l);
-        for (int i = 0; i < nv; i++) s[i] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x + l * 256 + 8 * i), s[i]);
+/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
+ * block's first 2 bytes */
+static inline __attribute__((always_inline)) void pv_q_wd_avx2(const uint8_t *p, size_t rb, int nr, const float *w,
+                                                               int ldw, int t, float (*wd)[16]) {
+    uint16_t h[16];
+    for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8)));
+    for (int r = 0; r < nr; r++) {
+        const float *wr = w + (size_t)r * ldw + t * 16;
+        _mm256_store_ps(wd[r], _mm256_mul_ps(_mm256_loadu_ps(wr), d0));
+        _mm256_store_ps(wd[r] + 8, _mm256_mul_ps(_mm256_loadu_ps(wr + 8), d1));
     }
-    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a + 8 * i, s[i]);
 }
 
-/* a tile's 16 rows dequantized once (up to 256 dims at a time) for every row of weights, whose
- * accumulators stay in registers over the 16 slots, 64 dims at a time: w * x added with one fma */
+/* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64),
+ * row r skipping the tiles marked in skip[r] (its sums stay as they are, as the twin's skip leaves
+ * them): the rows' accumulators in registers over the tiles and their 16 slots in order, the
+ * quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each
+ * tile's weights are first multiplied by their slots' scales d (made while the tile before is
+ * summed), and w * d times q is added with one fma: w and d are f16 values, so w * d is exact (22
+ * significant bits) and so is the product the fma rounds - the same bits, with no scale work per
+ * slot (x86_avx512.c's pv_q_block_avx512 does the same) */
+static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi, int nt, const uint8_t *const *vt,
+                                                                  size_t row_bytes, int nr, const float *w, int ldw,
+                                                                  float *acc, int lda, const uint64_t *skip) {
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+    float wd[2][3][16] __attribute__((aligned(32)));
+    __m256 s[3][4];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 4; i++) s[r][i] = _mm256_loadu_ps(acc + (size_t)r * lda + 8 * i);
+    uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
+    for (int r = 0; r < nr; r++) none &= skip[r];
+    int t = 0, cur = 0;
+    while (t < nt && none >> t & 1) t++;
+    if (t < nt) pv_q_wd_avx2(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
+    while (t < nt) {
+        int u = t + 1;  /* the next tile taken */
+        while (u < nt && none >> u & 1) u++;
+        if (u < nt) pv_q_wd_avx2(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
+        int take[3];
+        for (int r = 0; r < nr; r++) take[r] = !(skip[r] >> t & 1);
+        const uint8_t *row = vt[t] + (size_t)bi * bb;
+        for (int l = 0; l < 16; l++, row += rb) {
+            __m256 x[4];
+            q_quants_avx2(q4, row, x);
+            for (int r = 0; r < nr; r++) {
+                if (!take[r]) continue;
+                const __m256 wl = _mm256_broadcast_ss(&wd[cur][r][l]);
+                for (int i = 0; i < 4; i++) s[r][i] = _mm256_fmadd_ps(wl, x[i], s[r][i]);
+            }
+        }
+        t = u;
+        cur ^= 1;
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(acc + (size_t)r * lda + 8 * i, s[r][i]);
+}
+
+/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 3 over the tiles any
+ * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does). Rows that
+ * take different tiles stay together, so the quants are converted once for the group */
 static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                       const float *w, int ldw, float *acc, int lda) {
-    float xv[16][256];
-    for (int t = 0; t < nt; t++) {
-        if (!vt[t]) continue;
-        int need = 0;
-        for (int r = 0; r < nh && !need; r++) need = any16_avx2(w + (size_t)r * ldw + t * 16);
-        if (!need) continue;
-        for (int db = 0; db < nd; db += 256) {
-            const int ndb = EL_MIN(256, nd - db);
-            for (int l = 0; l < 16; l++) {
-                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
-                for (int b = 0; b < ndb / 32; b++) {
-                    const int bi = b0 + db / 32 + b;
-                    if (q4) q4_0_values_avx2((const block_q4_0 *)row + bi, xv[l] + 32 * b);
-                    else q8_0_values_avx2((const block_q8_0 *)row + bi, xv[l] + 32 * b);
-                }
+    uint64_t skip[3];  /* per row, the tiles of this pass it skips */
+    for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
+        const int n = EL_MIN(64, nt - c);
+        for (int r0 = 0; r0 < nh; r0 += 3) {
+            const int nr = EL_MIN(3, nh - r0);
+            for (int r = 0; r < nr; r++) {
+                skip[r] = 0;
+                for (int t = 0; t < n; t++)
+                    skip[r] |= (uint64_t)!(vt[c + t] && any16_avx2(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
-            for (int r = 0; r < nh; r++) {
-                const float *wt = w + (size_t)r * ldw + t * 16;
-                if (!any16_avx2(wt)) continue;
-                for (int dd = 0; dd < ndb; dd += 64) {  /* 8 or 4 vectors: in registers either way */
-                    float *a = acc + (size_t)r * lda + db + dd;
-                    if (ndb - dd >= 64) pv_q_dims_avx2(8, wt, &xv[0][dd], a);
-                    else pv_q_dims_avx2(4, wt, &xv[0][dd], a);
+            for (int b = 0; b < nd / 32; b++) {
+                float *ab = acc + (size_t)r0 * lda + b * 32;
+                const float *wg = w + (size_t)r0 * ldw + c * 16;
+                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+                case 3: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip); break;
+                case 2: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip); break;
+                default: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip); break;
                 }
             }
         }

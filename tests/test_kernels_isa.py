@@ -788,10 +788,14 @@ def _run_vops(vops, rng_seed: int) -> dict:
                 vq = _ABI.new("uint8_t *[]", nt)
                 for t in range(nt):
                     vq[t] = _ABI.NULL if t == 5 else _ABI.cast("uint8_t *", rows[t].ctypes.data)
-                qacc = rng.standard_normal(nh * hv).astype(np.float32)
-                getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nh, _ptr("float *", w), nt * 16,
-                                    _ptr("float *", qacc), hv)
-                out[f"{name} hv={hv}"] = qacc
+                # 3 rows, and 4 (kernels group rows: a group of 3 and one of 1), the 4th skipping tile 7
+                w4 = np.vstack([w, rng.uniform(0, 1, (1, nt * 16)).astype(np.float16).astype(np.float32)])
+                w4[3, 7 * 16:8 * 16] = 0.0
+                for nq, wq in ((nh, w), (4, w4)):
+                    qacc = rng.standard_normal(nq * hv).astype(np.float32)
+                    getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nq, _ptr("float *", wq), nt * 16,
+                                        _ptr("float *", qacc), hv)
+                    out[f"{name} hv={hv} rows={nq}"] = qacc
         acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
         vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
