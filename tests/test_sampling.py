@@ -500,3 +500,30 @@ def test_masked_logits_are_filtered_and_drawn_as_the_tokens_left(n_allowed, top_
     np.testing.assert_array_equal(c.ids, allowed[ref.ids])
     np.testing.assert_array_equal(c.logits, ref.logits)
     assert [full.sample(masked, []) for _ in range(50)] == [int(allowed[alone.sample(x[allowed], [])]) for _ in range(50)]
+
+
+def test_a_top_k_chain_holds_no_vocabulary_sized_id_array():
+    # the ids of candidates cut from a whole row are their positions: a top-k chain (the default)
+    # draws the same tokens as one over an explicit arange, and never makes one (2 MB at 262k)
+    from edgellm import sampling
+
+    rng = np.random.default_rng(7)
+    n = 262144
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    sampling._vocab_ids.cache_clear()
+    s = Sampler(SamplingParams(temperature=0.8, seed=5), n)
+    got = [s.sample(x, []) for _ in range(20)]
+    rows = sample_rows([Sampler(SamplingParams(temperature=0.8, seed=i), n) for i in range(3)],
+                       np.stack([x, -x, x * 2]), [0, 1, 2], [[], [], []])
+    assert sampling._vocab_ids.cache_info().currsize == 0
+    p = s.params
+    ref = Sampler(p, n)
+    want = []
+    for _ in range(20):  # the chain spelled out over all_candidates (an arange of ids)
+        c = top_p(top_k(all_candidates(x), p.top_k), p.top_p)
+        c = min_p(c, p.min_p)
+        c = sampling.apply_temperature(c, p.temperature)
+        want.append(sampling.draw(c, ref.rng))
+    assert got == want
+    assert rows == [Sampler(SamplingParams(temperature=0.8, seed=i), n).sample(r, [])
+                    for i, r in enumerate((x, -x, x * 2))]

@@ -168,6 +168,25 @@ def lookup(request):
 
 
 @pytest.mark.usefixtures("lookup")
+def test_spm_scores_unaligned_as_gguf_gives_them():
+    # GGUFFile hands unaligned metadata arrays out as views (no copy); the SPM encoder merges by
+    # the same scores and gives C an aligned copy of them
+    pieces = {"▁": -1, "a": -1, "b": -1, "c": -1, "ab": -5, "bc": -2, "▁a": -3}
+    meta = spm_meta(pieces)
+    raw = np.zeros(meta["tokenizer.ggml.scores"].nbytes + 1, np.uint8)
+    unaligned = raw[1:].view(np.float32)
+    unaligned[:] = meta["tokenizer.ggml.scores"]
+    assert not unaligned.flags.aligned
+    aligned_tok = Tokenizer.from_metadata(meta)
+    tok = Tokenizer.from_metadata({**meta, "tokenizer.ggml.scores": unaligned})
+    for text in ("abc", "a bc ab", "cab abc  bca"):
+        assert tok.encode(text) == aligned_tok.encode(text)
+    enc = tok._encoder
+    if enc._c_args is not None:
+        assert enc._c_keep.flags.aligned and enc._c_keep.flags.c_contiguous
+
+
+@pytest.mark.usefixtures("lookup")
 def test_spm_merges_by_score_and_defaults():
     pieces = {"▁": -1, "a": -1, "b": -1, "c": -1, "ab": -5, "bc": -2, "▁a": -3}
     tok = Tokenizer.from_metadata(spm_meta(pieces))

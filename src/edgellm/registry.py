@@ -18,17 +18,14 @@ HF_ENDPOINT / HF_HUB_OFFLINE / HF_TOKEN (as huggingface_hub reads them).
 
 from __future__ import annotations
 
-import difflib
+# difflib, shlex, shutil, subprocess and zipfile are imported in the functions that use them (errors,
+# downloads): a process that only loads a model does not hold them in memory (issue 8).
 import hashlib
 import json
 import os
 import re
-import shlex
-import shutil
-import subprocess
 import sys
 import time
-import zipfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -249,6 +246,8 @@ def pull(alias: str, *, progress: bool = True, force: bool = False) -> Path:
 
 
 def _unknown(name: str, models: dict, extra: str = "") -> ModelNotFoundError:
+    import difflib
+
     hint = difflib.get_close_matches(name, list(models), n=1)
     did_you_mean = f"did you mean {hint[0]!r}? " if hint else ""
     known = ", ".join(models)
@@ -371,6 +370,8 @@ def _fetch(alias: str, entry: dict, dest: Path, progress: bool) -> Path:
     it. Bytes that fail a check are deleted, and a source that failed on bytes left by an earlier
     fetch is tried once more from nothing.
     """
+    import shutil
+
     partial = dest.with_name(f".{dest.name}.partial")
     tried, bad_download = [], False
     try:
@@ -397,6 +398,8 @@ def _fetch(alias: str, entry: dict, dest: Path, progress: bool) -> Path:
 
 def _fetch_from(alias: str, src: dict, work: Path, tmp: Path, dest: Path, entry: dict, progress: bool) -> None:
     """One source into `dest`, working in `work`; raises _Unavailable or DownloadError."""
+    import shutil
+
     if "hf" in src:  # huggingface_hub writes to a file named for its process; no later one resumes it
         shutil.rmtree(work, ignore_errors=True)
     resumed = work.is_dir() and any(work.iterdir())
@@ -466,6 +469,8 @@ def _concat(openers: list[Callable[[], BinaryIO]], total: int, tmp: Path, progre
 
 
 def _from_pypi(src: dict, work: Path, tmp: Path, entry: dict, progress: bool) -> str:
+    import zipfile
+
     installed = _installed_files(src["pypi"], src["files"])
     if installed is not None:
         openers = [lambda p=p: open(p, "rb") for p in installed]
@@ -493,6 +498,8 @@ def _download_wheels(reqs: list[str], work: Path, progress: bool) -> list[Path]:
     pip copies a finished wheel into its download folder non-atomically, so it downloads into
     ``work/.incoming`` and the rename out of it is what marks a wheel complete.
     """
+    import shutil
+
     incoming = work / ".incoming"
     shutil.rmtree(incoming, ignore_errors=True)  # a wheel being copied when a fetch was stopped
     out = []
@@ -541,6 +548,9 @@ def _pip_download(reqs: list[str], dest: Path, progress: bool) -> None:
     On a terminal pip shows its own progress on stderr; otherwise it runs quietly and only its
     error line is reported.
     """
+    import shlex
+    import subprocess
+
     try:
         extra = shlex.split(os.environ.get("EDGELLM_PIP_ARGS", ""))
     except ValueError as e:

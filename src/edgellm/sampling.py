@@ -145,9 +145,9 @@ class Candidates(NamedTuple):
     logits: np.ndarray  # (n,) float32 logits of those ids
 
 
-def all_candidates(logits: np.ndarray, ids: np.ndarray | None = None) -> Candidates:
-    """The whole vocabulary (pass a cached ``arange`` as ``ids`` to skip allocating one)."""
-    return Candidates(np.arange(logits.shape[0], dtype=np.int64) if ids is None else ids, logits)
+def all_candidates(logits: np.ndarray) -> Candidates:
+    """The whole vocabulary."""
+    return Candidates(np.arange(logits.shape[0], dtype=np.int64), logits)
 
 
 def top_k(c: Candidates, k: int) -> Candidates:
@@ -157,7 +157,8 @@ def top_k(c: Candidates, k: int) -> Candidates:
     if k <= 0 or k >= n:
         return c
     if _narrows(n, k):
-        c = _top_k_contenders(c, k)
+        pos = _top_k_contenders(c.logits, k)
+        c = Candidates(c.ids[pos], c.logits[pos])
     return _top_k_among(c, k)
 
 
@@ -178,16 +179,15 @@ def _top_k_among(c: Candidates, k: int) -> Candidates:
     return Candidates(c.ids[best], c.logits[best])
 
 
-def _top_k_contenders(c: Candidates, k: int) -> Candidates:
-    """The tokens of c (in their order) whose logit is at least a floor no larger than the k-th
-    largest: all k best and their ties, usually a few thousand of a large vocabulary.
+def _top_k_contenders(x: np.ndarray, k: int) -> np.ndarray:
+    """The positions in x (int64, ascending) of the logits at least a floor no larger than the
+    k-th largest: all k best and their ties, usually a few thousand of a large vocabulary.
 
     The logits are laid out as _TOP_K_ROWS rows and each column's maximum taken (one pass, vectorized
     across columns). The k-th largest of those maxima is the floor: k columns reach it, so at
     least k logits do, so the k-th largest logit is at least the floor. Selecting among the
     column maxima and the few columns that reach the floor costs a small fraction of
     np.partition over the whole vocabulary (about 0.1 ms instead of 1-4 ms on Gemma's 262k)."""
-    x = c.logits
     cols = x.shape[0] // _TOP_K_ROWS
     body = cols * _TOP_K_ROWS
     grid = x[:body].reshape(_TOP_K_ROWS, cols)  # column j: logits j, cols + j, 2 cols + j, ...
@@ -199,11 +199,11 @@ def _top_k_contenders(c: Candidates, k: int) -> Candidates:
     rows, j = np.nonzero(grid[:, hit] >= floor)
     idx = np.concatenate((rows * cols + hit[j], body + np.flatnonzero(tail >= floor)))
     idx.sort()
-    return Candidates(c.ids[idx], x[idx])
+    return idx
 
 
-def _contenders_of_rows(x: np.ndarray, members: list[int], k: int, ids: np.ndarray) -> list[Candidates]:
-    """_top_k_contenders(all_candidates(x[r], ids), k) for each row r of members, exactly (the
+def _contenders_of_rows(x: np.ndarray, members: list[int], k: int) -> list[Candidates]:
+    """top_k's contenders of all_candidates(x[r]) for each row r of members, exactly (the
     same floors: an order statistic has one value), with the column maxima of all of x's rows
     taken in one numpy call and the floors in another, instead of one of each per row."""
     n = x.shape[1]
@@ -221,7 +221,7 @@ def _contenders_of_rows(x: np.ndarray, members: list[int], k: int, ids: np.ndarr
         rr, j = np.nonzero(grid[r][:, hit] >= floor)
         idx = np.concatenate((rr * cols + hit[j], body + np.flatnonzero(tail[r] >= floor)))
         idx.sort()
-        out.append(Candidates(ids[idx], x[r][idx]))
+        out.append(Candidates(idx, x[r][idx]))  # a whole row: token ids are positions
     return out
 
 
@@ -245,7 +245,7 @@ def sample_rows(samplers: list, x: np.ndarray, rows: list[int], histories: list)
                 groups.setdefault(s.params.top_k, []).append(i)
         for k, members in groups.items():
             if len(members) > 1:
-                cands = _contenders_of_rows(xs, [rows[i] - lo for i in members], k, samplers[members[0]]._ids)
+                cands = _contenders_of_rows(xs, [rows[i] - lo for i in members], k)
                 for i, c in zip(members, cands):
                     out[i] = samplers[i]._draw_top_k(c)
     for i, s in enumerate(samplers):
@@ -367,8 +367,8 @@ def draw(c: Candidates, rng: np.random.Generator) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _vocab_ids(n_vocab: int) -> np.ndarray:
-    """0 .. n_vocab - 1, one read-only array for every sampler of a vocabulary (a server makes a
-    sampler per request; Gemma's 262k ids are 2 MB)."""
+    """0 .. n_vocab - 1, one read-only array for the samplers that keep whole vocabularies (no
+    top-k: 2 MB for Gemma's 262k, made once instead of on every draw); the others never make it."""
     ids = np.arange(n_vocab, dtype=np.int64)
     ids.flags.writeable = False
     return ids
@@ -385,7 +385,6 @@ class Sampler:
             raise ValueError(f"n_vocab must be a positive integer, got {n_vocab!r}")
         self.params = params
         self.n_vocab = int(n_vocab)
-        self._ids = _vocab_ids(self.n_vocab)
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -460,13 +459,19 @@ class Sampler:
         p = self.params
         if best == np.inf:  # +inf tokens take all the probability, shared equally
             x = np.where(x == np.inf, np.float32(0), np.float32(-np.inf))
-        c = all_candidates(x, self._ids)
+        # The whole vocabulary's token ids are positions in x: the candidates a filter keeps take
+        # theirs from where they are, with no vocabulary-sized id array (2 MB on Gemma's 262k).
         if x.min() == -np.inf and not self._top_k_skips_masked(x):
             # masked logits (a grammar's mask): the filters run on the tokens left. The draw is
             # the same (a -inf token weighs 0), and np.partition over a vocabulary of equal -inf
             # values is ~16x slower (9 ms instead of 0.6 on Gemma's 262k).
             live = np.flatnonzero(x != -np.inf)
-            c = Candidates(c.ids[live], x[live])
+            c = Candidates(live, x[live])
+        elif 0 < p.top_k < x.shape[0] and _narrows(x.shape[0], p.top_k):  # top_k's steps over all of x
+            pos = _top_k_contenders(x, p.top_k)
+            return self._nucleus(_top_k_among(Candidates(pos, x[pos]), p.top_k))
+        else:  # no top-k cut: the filters keep ids of the whole vocabulary
+            c = Candidates(_vocab_ids(x.shape[0]), x)
         return self._nucleus(top_k(c, p.top_k))
 
     def _batchable(self, n_vocab: int, history) -> bool:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import statistics
 import time
 import weakref
 from collections import deque
@@ -230,7 +229,7 @@ class StepCosts:
             return
         if rows == 1:
             self.ones.append(seconds)
-            self._one = statistics.median(self.ones)
+            self._one = _median(self.ones)
             if self._waiting:
                 ref = 0.5 * (self._before + seconds)
                 for r, t in self._waiting:
@@ -257,7 +256,7 @@ class StepCosts:
     def draft_seconds(self) -> float:
         """Seconds a draft costs, as drafting phases took them (the median of the last WINDOW;
         0: none measured)."""
-        return statistics.median(self.per_draft) if self.per_draft else 0.0
+        return _median(self.per_draft) if self.per_draft else 0.0
 
     @classmethod
     def known(cls, seconds: Sequence[float]) -> "StepCosts":
@@ -282,7 +281,7 @@ class StepCosts:
         return self._shape[rows]
 
     def _build(self, size: int) -> list[float]:
-        t = {r: statistics.median(q) for r, q in self.ratios.items()}
+        t = {r: _median(q) for r, q in self.ratios.items()}
         t[1] = 1.0
         ks = sorted(t)
         hi = ks[-1]
@@ -650,6 +649,15 @@ class ModelDrafter:
         return tok
 
 
+def _median(xs) -> float:
+    """statistics.median of a non-empty collection of numbers (the middle one, or the mean of the
+    two middle ones), without importing statistics (decimal, fractions, ...: ~0.5 MB resident) into
+    every process that serves (issue 8)."""
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
 def _weight_bytes(llm) -> int:
     return max(1, sum(t.nbytes for t in llm.gguf.tensors.values()))
 
@@ -862,7 +870,7 @@ class SpecState:
         runs = self._model_runs
         if len(runs) < self.MIN_RUNS:
             return True
-        plain = statistics.median(self._plain_runs) if self._plain_runs else self.costs.predict(base_rows)
+        plain = _median(self._plain_runs) if self._plain_runs else self.costs.predict(base_rows)
         return sum(n for _, n in runs) * plain >= sum(t for t, _ in runs)
 
     def draft_lookup(self, k: int) -> list[int]:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import regex
+if TYPE_CHECKING:
+    import regex
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -208,9 +210,13 @@ class Splitter:
 @functools.lru_cache(maxsize=None)
 def _compiled(pre_type: str) -> tuple[tuple[regex.Pattern, bool], ...]:
     """(expression, whether it uses Unicode classes) for each expression of a pre-tokenizer."""
+    import regex  # here, not at the top: SPM vocabularies never split (the module is ~1.7 MB resident)
+
     return tuple((regex.compile(p), r"\p{" in p) for p in PATTERNS[pre_type])
 
 
 @functools.lru_cache(maxsize=None)
 def _newer_chars() -> regex.Pattern:
+    import regex
+
     return regex.compile(_NEWER_THAN_15_1)

@@ -24,7 +24,7 @@ class SpmEncoder:
     def __init__(self, vocab: Vocab):
         self._token_to_id = vocab.token_to_id
         scores = vocab.scores if vocab.scores is not None else np.zeros(vocab.n_vocab, np.float32)
-        scores = np.ascontiguousarray(scores, np.float32)
+        scores = np.require(scores, np.float32, ["C", "A"])  # C reads it: contiguous and aligned (a copy if not)
         # token id -> score: indexing a memoryview of the float32 array gives exact Python floats
         # without a float object per token
         self._scores = memoryview(scores)
