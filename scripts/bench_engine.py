@@ -57,18 +57,18 @@ from edgellm.batch import LOGITS_LAST, Step, logits_group_rows
 path, threads, ctk, ctv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads, cache_type_k=ctk, cache_type_v=ctv)
 eng, pool = llm._engine, llm._pool
-import numpy as np
-rng = np.random.default_rng(0)
+import random
+rng = random.Random(0)  # (not numpy.random: the library does not load it)
 group = logits_group_rows(llm.n_vocab)  # the step's logits made as BatchEngine makes them
 seqs = [pool.new_sequence() for _ in range(32)]
 for s in seqs:  # 256-token prompts, then decode together to 512
-    ids = rng.integers(3, llm.n_vocab, 256).tolist()
+    ids = [rng.randrange(3, llm.n_vocab) for _ in range(256)]
     for i in range(0, 256, 128):
         pool.reserve(s, 128); st = Step(); st.add(s, ids[i:i + 128]); st.run(eng, pool)
 while seqs[0].n < 512:
     st = Step()
     for s in seqs:
-        pool.reserve(s, 1); st.add(s, [int(rng.integers(3, llm.n_vocab))], LOGITS_LAST)
+        pool.reserve(s, 1); st.add(s, [rng.randrange(3, llm.n_vocab)], LOGITS_LAST)
     for _ in st.run_in_groups(eng, pool, group):
         pass
 # a block's bytes in every layer of its group (keys and values in the cache types, positions)
@@ -79,14 +79,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, blocks, sum(t.n
 # the same 32 sequences through BatchEngine as a server runs them: its own steps (prompts in steps of
 # n_batch tokens), sampling at llama.cpp's default temperature, stop checks, detokenizing
 RSS_ENGINE_CHILD = r"""
-import resource, sys, edgellm, numpy as np
+import random, resource, sys, edgellm
 from edgellm.sampling import SamplingParams
 from edgellm.scheduler import BatchEngine
 path, threads, ctk, ctv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 llm = edgellm.LLM(path, n_ctx=520, n_batch=512, n_threads=threads, cache_type_k=ctk, cache_type_v=ctv)
 eng, pool, e = BatchEngine(llm, max_seqs=32, kv_tokens=32 * 520, prefix_cache=False), llm._pool, llm._engine
-rng = np.random.default_rng(0)
-reqs = [eng.submit(rng.integers(3, llm.n_vocab, 256).tolist(), max_tokens=256, ignore_eos=True,
+rng = random.Random(0)  # (not numpy.random: the library does not load it, so neither does its measurement)
+reqs = [eng.submit([rng.randrange(3, llm.n_vocab) for _ in range(256)], max_tokens=256, ignore_eos=True,
                    sampling=SamplingParams(temperature=0.8, seed=i)) for i in range(32)]
 most = [0]
 eng.add_step_listener(lambda: most.__setitem__(0, max(most[0], sum(

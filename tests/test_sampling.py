@@ -114,11 +114,11 @@ def test_sampler_rejects_bad_construction_and_logits():
 def test_greedy_is_argmax_and_uses_no_randomness():
     rng = np.random.default_rng(0)
     s = Sampler(SamplingParams(temperature=0, seed=7), 1000)
-    state = s._rng.bit_generator.state
+    state = s._rng._state
     for _ in range(20):
         logits = rng.standard_normal(1000).astype(np.float32)
         assert s.sample(logits, []) == int(np.argmax(logits))
-    assert s._rng.bit_generator.state == state
+    assert s._rng._state == state
 
 
 def test_greedy_ties_pick_first_and_float64_logits_accepted():
@@ -527,3 +527,39 @@ def test_a_top_k_chain_holds_no_vocabulary_sized_id_array():
     assert got == want
     assert rows == [Sampler(SamplingParams(temperature=0.8, seed=i), n).sample(r, [])
                     for i, r in enumerate((x, -x, x * 2))]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42, 2**32 - 1, 2**32, 2**64 + 5, 2**128 - 1, 3**150])
+def test_pcg64_gives_numpys_generator_draws(seed):
+    """The samplers' plain-Python PCG64 is numpy's Generator(PCG64(seed)).random(), draw for
+    draw: seeds of one to many 32-bit words (SeedSequence's pool of 4, and words past it)."""
+    from edgellm.rng import Pcg64
+
+    ours = Pcg64(seed)
+    assert [ours.random() for _ in range(2000)] == np.random.Generator(np.random.PCG64(seed)).random(2000).tolist()
+
+
+def test_pcg64_rejects_bad_seeds():
+    from edgellm.rng import Pcg64
+
+    for bad in (-1, 1.5, "3", None):
+        with pytest.raises(ValueError, match="seed"):
+            Pcg64(bad)
+
+
+def test_sampling_imports_no_numpy_random():
+    """numpy.random (with OpenSSL's libcrypto through `secrets`) costs a process ~6 MB resident;
+    loading edgellm's engine, scheduler and speculation and drawing tokens must not import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, edgellm, edgellm.scheduler, edgellm.speculative\n"
+        "from edgellm.sampling import Sampler, SamplingParams\n"
+        "for seed in (7, None):\n"
+        "    s = Sampler(SamplingParams(temperature=0.8, top_k=0, seed=seed), 1000)\n"
+        "    [s.sample(np.linspace(0, 3, 1000, dtype=np.float32), []) for _ in range(5)]\n"
+        "print(sorted(m for m in sys.modules if m.startswith('numpy.random') or m in ('secrets', '_hashlib')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

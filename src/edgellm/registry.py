@@ -18,9 +18,9 @@ HF_ENDPOINT / HF_HUB_OFFLINE / HF_TOKEN (as huggingface_hub reads them).
 
 from __future__ import annotations
 
-# difflib, shlex, shutil, subprocess and zipfile are imported in the functions that use them (errors,
-# downloads): a process that only loads a model does not hold them in memory (issue 8).
-import hashlib
+# difflib, hashlib (OpenSSL's libcrypto: ~3.5 MB resident), shlex, shutil, subprocess and zipfile are
+# imported in the functions that use them (errors, downloads): a process that only loads a model
+# does not hold them in memory (issue 8).
 import json
 import os
 import re
@@ -370,6 +370,7 @@ def _fetch(alias: str, entry: dict, dest: Path, progress: bool) -> Path:
     it. Bytes that fail a check are deleted, and a source that failed on bytes left by an earlier
     fetch is tried once more from nothing.
     """
+    import hashlib
     import shutil
 
     partial = dest.with_name(f".{dest.name}.partial")
@@ -442,6 +443,8 @@ def _verify(tmp: Path, entry: dict, digest: str | None, progress: bool) -> None:
 
 
 def _sha256_file(path: Path, progress: bool) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f, _Bar(f"verifying {path.name}", path.stat().st_size, progress) as bar:
         while block := f.read(CHUNK):
@@ -452,6 +455,8 @@ def _sha256_file(path: Path, progress: bool) -> str:
 
 def _concat(openers: list[Callable[[], BinaryIO]], total: int, tmp: Path, progress: bool) -> str:
     """Stream the chunks, in order, into `tmp` (fsynced); return the sha256 of what was written."""
+    import hashlib
+
     h = hashlib.sha256()
     with open(tmp, "wb") as out, _Bar(f"unpacking {tmp.name}", total, progress) as bar:
         for opener in openers:

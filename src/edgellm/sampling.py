@@ -23,6 +23,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from .rng import Pcg64, fresh_seed
+
 # Defaults as llama.cpp's common_params_sampling (common/common.h).
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
@@ -339,7 +341,7 @@ def apply_temperature(c: Candidates, temperature: float) -> Candidates:
     return Candidates(c.ids, (c.logits - c.logits.max()) / np.float32(temperature))
 
 
-def draw(c: Candidates, rng: np.random.Generator) -> int:
+def draw(c: Candidates, rng: Pcg64) -> int:
     """One token from the softmax of the candidates, by inverse CDF of one uniform draw over the
     candidates in their given order (deterministic, so a seed fixes the outcome).
 
@@ -375,8 +377,8 @@ def _vocab_ids(n_vocab: int) -> np.ndarray:
 
 
 class Sampler:
-    """Chooses token ids from logits with ``params``; owns its random generator (numpy PCG64), so
-    the same seed, logits and history give the same ids."""
+    """Chooses token ids from logits with ``params``; owns its random generator (numpy's PCG64
+    stream, `rng.Pcg64`), so the same seed, logits and history give the same ids."""
 
     def __init__(self, params: SamplingParams, n_vocab: int):
         if not isinstance(params, SamplingParams):
@@ -393,11 +395,11 @@ class Sampler:
         if seed is None:
             seed = self.params.seed
         if seed is None:
-            seed = int(np.random.SeedSequence().entropy)
+            seed = fresh_seed()
         elif not _is_int(seed) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
         self.seed = int(seed)
-        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self._rng = Pcg64(self.seed)
 
     def _check_logits(self, logits) -> np.ndarray:
         x = np.asarray(logits)
@@ -416,7 +418,7 @@ class Sampler:
         return draw(self._filtered(x, best), self._rng)
 
     @property
-    def rng(self) -> np.random.Generator:
+    def rng(self) -> Pcg64:
         """The generator draws come from (speculative decoding's acceptance tests use it too)."""
         return self._rng
 

@@ -56,6 +56,7 @@ import numpy as np
 from .batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Step
 from .errors import DraftModelError, UnsupportedModelError
 from .kv_cache import KVCacheFullError
+from .rng import Pcg64
 from .sampling import Sampler, SamplingParams, StopChecker, probabilities
 
 LOOKUP = "lookup"
@@ -662,7 +663,7 @@ def _weight_bytes(llm) -> int:
     return max(1, sum(t.nbytes for t in llm.gguf.tensors.values()))
 
 
-def _draw_index(p: np.ndarray, rng: np.random.Generator) -> int:
+def _draw_index(p: np.ndarray, rng: Pcg64) -> int:
     """An index drawn from probabilities p (float64, summing to ~1) by one uniform."""
     cum = np.cumsum(p)
     i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
