@@ -67,6 +67,23 @@ def test_hugepages_off_keeps_the_file_mapping(model, monkeypatch):
     assert moved._store.in_huge_pages == weights._thp_available()
 
 
+@pytest.mark.parametrize("huge", ["0", "1"])
+def test_data_bytes_are_every_tensor_where_the_engine_reads_them(model, monkeypatch, huge):
+    """data_bytes (the read loop's buffer) spans every tensor: the copy in huge pages when moved,
+    the file's data section otherwise, with the file's bytes either way."""
+    monkeypatch.setenv("EDGELLM_HUGEPAGES", huge)
+    llm = api.LLM(model, n_ctx=64)
+    llm._engine  # moves the weights where it can
+    data = llm._store.data_bytes()
+    assert data.nbytes == _data_bytes(llm)
+    first = min(llm.gguf.tensors.values(), key=lambda t: t.offset)
+    last = max(llm.gguf.tensors.values(), key=lambda t: t.offset + t.nbytes)
+    assert bytes(data[:first.nbytes]) == bytes(llm.gguf.tensor_bytes(first.name).reshape(-1))
+    assert bytes(data[data.nbytes - last.nbytes:]) == bytes(llm.gguf.tensor_bytes(last.name).reshape(-1))
+    if huge == "1" and llm._store.in_huge_pages:
+        assert data.ctypes.data != llm.gguf._u8.ctypes.data + first.offset
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads VmLck from /proc")
 @pytest.mark.parametrize("huge", ["0", "1"])
 def test_mlock_holds_the_weights_in_ram(model, monkeypatch, huge):

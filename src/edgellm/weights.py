@@ -123,6 +123,14 @@ class WeightStore:
             return None
         return min(t.offset for t in tensors), max(t.offset + t.nbytes for t in tensors)
 
+    def data_bytes(self) -> np.ndarray:
+        """Every tensor's bytes as one array, where the engine reads them (the huge-page copy or
+        the mapping); empty for a file without tensors."""
+        if self._copy is not None:
+            return self._copy
+        span = self._data_span()
+        return self.gguf._u8[span[0]:span[1]] if span else self.gguf._u8[:0]
+
     def tensor_bytes(self, name: str) -> np.ndarray:
         if self._copy is None:
             return self.gguf.tensor_bytes(name)
