@@ -36,9 +36,10 @@
 #define CT 32          /* tiles a p.v call takes (8 per lane set of a one-token step) */
 #define NHB 8          /* query rows (x heads) per p.v pass */
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
-#define PF_TILES 2     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
+#define PF_TILES 4     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
                           hardware's streams follow too late (scripts/bench_attention_kernels.c: a
-                          one-token step's keys from DRAM twice as fast). Values: f16 p.v (a tile's dims
+                          one-token step's keys from DRAM twice as fast; 4 ahead rather than 2, SmolLM2
+                          shape from DRAM: f16 keys ~125 vs ~135 ns a tile, q8_0 52 vs 67, hk = 256 1%). Values: f16 p.v (a tile's dims
                           read a few at a time, tile after tile; a one-token step's four lane sets take
                           tiles 4 apart) is handed the tiles of its next call, which the AVX-512 kernel
                           prefetches a few lines at a time (a whole chunk at once measured slower; a
