@@ -354,7 +354,7 @@ static void job_weights(const el_engine *e, const job_t *J, int r, int ta, int t
     if (tb > ta) e->vops.f16_scale((tb - ta) * KT, J->sc + (size_t)r * e->att->cap + (size_t)ta * KT, inv);
 }
 
-/* Phase 3: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), the weights
+/* Phase 4: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), the weights
  * in sc (job_weights). Writes the attention output. The dims are taken a value group at a time
  * (the stored parts, kv.c), each its own stream over the tiles; a row's lanes are
  * [segment][sets][segment dims][KT], a segment being [d0, d1) within a group. */
