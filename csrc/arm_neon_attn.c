@@ -318,14 +318,35 @@ EL_INLINE float32x4_t expf4(float32x4_t x) {
     return vbslq_f32(big, edge, v);
 }
 
-static double exp_sum_neon(int n, float *x, float max) {
+/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed
+ * in double */
+EL_INLINE double exp_sum_sums_neon(int n, float *x, float max, float *sums) {
     const float32x4_t m = vdupq_n_f32(max);
     double sum = 0.0;
     for (int i = 0; i < n; i += 16) {
         for (int k = 0; k < 16; k += 4) vst1q_f32(x + i + k, expf4(vsubq_f32(vld1q_f32(x + i + k), m)));
-        sum += sum16(x + i);
+        const float s = sum16(x + i);
+        if (sums) sums[i / 16] = s;
+        sum += s;
     }
     return sum;
+}
+static double exp_sum_neon(int n, float *x, float max) { return exp_sum_sums_neon(n, x, max, NULL); }
+static void exp_sums_neon(int n, float *x, float max, float *sums) { exp_sum_sums_neon(n, x, max, sums); }
+
+static void scale_max_neon(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
+    for (int r = 0; r < nh; r++)
+        for (int k = 0; k < 16; k += 4) {
+            const float32x4_t v = vmulq_n_f32(vld1q_f32(src + r * 16 + k), scale), m = vld1q_f32(lmax + r * 16 + k);
+            vst1q_f32(dst + (size_t)r * ldd + k, v);
+            vst1q_f32(lmax + r * 16 + k, vbslq_f32(vcgtq_f32(v, m), v, m));  /* v > m ? v : m */
+        }
+}
+
+static void f16_scale_neon(int n, float *x, float s) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, h4_to_f32(f32_to_h4(vmulq_n_f32(vld1q_f32(x + i), s))));
+    for (; i < n; i++) x[i] = el_half_to_float(el_float_to_half(x[i] * s));
 }
 
 static void silu_mul_neon(int64_t n, float *g, const float *u) {
@@ -351,6 +372,9 @@ void el_neon_register_vops(int dp) {
     el_vops.sum16_rows = sum16_rows_neon;
     el_vops.exp_sum = exp_sum_neon;
     el_vops.silu_mul = silu_mul_neon;
+    el_vops.scale_max = scale_max_neon;
+    el_vops.exp_sums = exp_sums_neon;
+    el_vops.f16_scale = f16_scale_neon;
 }
 
 #endif /* __aarch64__ */

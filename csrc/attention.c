@@ -21,23 +21,25 @@
  * head sharing that kv head, so each key and value tile is read once for all of them. With
  * enough jobs, each thread takes whole jobs (an atomic counter hands them out). A step with few
  * jobs over many keys (decode of one or two long sequences) is split across the threads instead:
- * the keys of each job in tile ranges for the scores and their exponentials (phases 1 and 2,
- * each followed by a barrier), the value dimensions for p.v (phase 3). The split changes no
- * bit: every score, maximum and exponential is computed alone; the softmax sum is the same
- * sequence of double additions of the same 16-value partial sums, in slot order; each output
- * dimension sums its p.v products in the same order. So results do not depend on the number of
+ * the keys of each job in tile ranges for the scores, their exponentials and the softmax weights
+ * (phases 1, 2 and 3, each followed by a barrier), the value dimensions for p.v (phase 4). The
+ * split changes no bit: every score, maximum, exponential and weight is computed alone; the
+ * softmax sum is the same sequence of double additions of the same 16-value partial sums, in
+ * slot order; each output dimension sums its p.v products in the same order. The weights are
+ * made once, in place of the exponentials, and p.v reads them there. So results do not depend on the number of
  * threads nor on which mode ran (tests/test_attention_split.py).
  */
 #include <stdlib.h>
 #include <stdatomic.h>
 #include "engine_internal.h"
 
-#define CT 32          /* tiles of weights made at a time for p.v (8 per lane set of a one-token step) */
+#define CT 32          /* tiles a p.v call takes (8 per lane set of a one-token step) */
 #define NHB 8          /* query rows (x heads) per p.v pass */
 #define SPLIT_MIN 32   /* a step's few jobs are split across threads from this many seen tiles */
-#define PF_TILES 2     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
+#define PF_TILES 4     /* key tiles prefetched ahead: a tile's lines are read out of order, which the
                           hardware's streams follow too late (scripts/bench_attention_kernels.c: a
-                          one-token step's keys from DRAM twice as fast). Values: f16 p.v (a tile's dims
+                          one-token step's keys from DRAM twice as fast; 4 ahead rather than 2, SmolLM2
+                          shape from DRAM: f16 keys ~125 vs ~135 ns a tile, q8_0 52 vs 67, hk = 256 1%). Values: f16 p.v (a tile's dims
                           read a few at a time, tile after tile; a one-token step's four lane sets take
                           tiles 4 apart) is handed the tiles of its next call, which the AVX-512 kernel
                           prefetches a few lines at a time (a whole chunk at once measured slower; a
@@ -71,16 +73,13 @@ struct att_state {
  * G rows) NHB / 4 but at least G, so the values are read once for all the rows of a job */
 static int pv_pass_rows(int G, int sets) { return sets == 4 ? EL_MAX(NHB / 4, G) : NHB; }
 
-/* per-thread scratch in floats: rounded queries, a score tile, weights of CT tiles (a pass's
- * rows), p.v lanes (a pass's rows x sets), f16 conversions, maxima and (double) sums */
-static size_t pv_weight_floats(int G) { return (size_t)EL_MAX(pv_pass_rows(G, 1), pv_pass_rows(G, 4)) * CT * KT; }
+/* per-thread scratch in floats: rounded queries, a score tile, p.v lanes (a pass's rows x sets), a
+ * query in f16, maxima */
 static size_t pv_lane_floats(int G, int hv) {
     return (size_t)EL_MAX(pv_pass_rows(G, 1), 4 * pv_pass_rows(G, 4)) * hv * KT;
 }
 static size_t scratch_floats(int G, int hk, int hv) {
-    const int hmax = EL_MAX(EL_MAX(hk, hv), CT * KT);
-    return (size_t)QB * G * hk + (size_t)QB * G * KT + pv_weight_floats(G) + pv_lane_floats(G, hv) + (size_t)hmax +
-           (size_t)QB * G * 3 + 16;
+    return (size_t)QB * G * hk + (size_t)QB * G * KT + pv_lane_floats(G, hv) + (size_t)hk + (size_t)QB * G;
 }
 
 void el_attention_free(el_engine *e) {
@@ -245,23 +244,6 @@ static void job_get(const el_engine *e, int l, int j, float *sc, job_t *J) {
 /* score row r of a job: query row r / G, head kvh * G + r % G */
 static int job_head(const job_t *J, int r) { return J->kvh * J->G + r % J->G; }
 
-typedef float f32x4 __attribute__((vector_size(16)));  /* GCC / clang vectors: SSE2, NEON */
-typedef int32_t i32x4 __attribute__((vector_size(16)));
-
-/* dst[u] = src[u] * scale and lm[u] = dst[u] > lm[u] ? dst[u] : lm[u], for the KT slots of a tile */
-static inline void scale_max_tile(const float *src, float scale, float *dst, float *lm) {
-    for (int u = 0; u < KT; u += 4) {
-        f32x4 v, m;
-        memcpy(&v, src + u, sizeof v);
-        memcpy(&m, lm + u, sizeof m);
-        v = v * scale;
-        const i32x4 gt = v > m;
-        m = (f32x4)((gt & (i32x4)v) | (~gt & (i32x4)m));
-        memcpy(dst + u, &v, sizeof v);
-        memcpy(lm + u, &m, sizeof m);
-    }
-}
-
 /* Phase 1: scores of the job's rows against tiles [ta, tb), masked; mx[r] = their maximum. */
 static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, float *mx, float *scr) {
     const struct att_state *a = e->att;
@@ -273,7 +255,7 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
     const kv_layout *kl = &e->kl[kv_owner(e, l)];
     float *qr = scr;                            /* [nh][hk] queries rounded to f16 */
     float *tile = qr + (size_t)QB * Gs * a->hk; /* [nh][KT] */
-    el_half *tmp = (el_half *)(tile + (size_t)QB * Gs * KT + pv_weight_floats(Gs) + pv_lane_floats(Gs, a->hv));
+    el_half *tmp = (el_half *)(tile + (size_t)QB * Gs * KT + pv_lane_floats(Gs, a->hv));
     /* quantized keys: the queries as q8_0 rows (34 hk / 32 bytes), then the sums of their blocks'
      * quants ([nh][hk / 32] int32): together within qr's 4 hk bytes a row */
     const int nb = hk / 32;
@@ -331,28 +313,32 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         }
         const int32_t *ps = any ? kv_pos(e, g, J->table[t]) : NULL;
         const int nt = EL_MIN(KT, J->n_slots - t * KT);
-        for (int r = 0; r < nh; r++) {
-            const int j = r / G, p = b->pos[J->m0 + j];
-            float *dst = J->sc + (size_t)r * a->cap + (size_t)t * KT, *src = tile + r * KT, m = mx[r];
+        for (int j = 0; j < J->mq; j++) {  /* query row j: score rows j G .. j G + G - 1 */
+            const int p = b->pos[J->m0 + j], r0 = j * G;
+            float *dst0 = J->sc + (size_t)r0 * a->cap + (size_t)t * KT;
             if (!any || cls[j] == 0) {
-                for (int u = 0; u < KT; u++) dst[u] = -INFINITY;
+                for (int r = 0; r < G; r++)
+                    for (int u = 0; u < KT; u++) dst0[(size_t)r * a->cap + u] = -INFINITY;
                 continue;
             }
             if (cls[j] == 1 && !capped) {  /* all visible: lane-wise maxima */
-                scale_max_tile(src, scale, dst, lmax + (size_t)r * KT);
+                e->vops.scale_max(G, tile + r0 * KT, scale, dst0, a->cap, lmax + (size_t)r0 * KT);
                 continue;
             }
-            for (int u = 0; u < KT; u++) {
-                float v = -INFINITY;
-                if (cls[j] == 1 || (u < nt && visible(ps[u], p, swa, d->n_swa))) {
-                    /* soft-capped as llama.cpp's graph: tanh(s * (1 / cap)) * cap, then the
-                     * softmax's scale */
-                    v = capped ? tanhf(src[u] * uncap) * softcap * scale : src[u] * scale;
-                    m = v > m ? v : m;
+            for (int r = r0; r < r0 + G; r++) {
+                float *dst = J->sc + (size_t)r * a->cap + (size_t)t * KT, *src = tile + r * KT, m = mx[r];
+                for (int u = 0; u < KT; u++) {
+                    float v = -INFINITY;
+                    if (cls[j] == 1 || (u < nt && visible(ps[u], p, swa, d->n_swa))) {
+                        /* soft-capped as llama.cpp's graph: tanh(s * (1 / cap)) * cap, then the
+                         * softmax's scale */
+                        v = capped ? tanhf(src[u] * uncap) * softcap * scale : src[u] * scale;
+                        m = v > m ? v : m;
+                    }
+                    dst[u] = v;
                 }
-                dst[u] = v;
+                mx[r] = m;
             }
-            mx[r] = m;
         }
     }
     /* The maximum of a set does not depend on the order it is taken in (no NaN is ever kept;
@@ -361,11 +347,18 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         for (int u = 0; u < KT; u++) mx[r] = lmax[(size_t)r * KT + u] > mx[r] ? lmax[(size_t)r * KT + u] : mx[r];
 }
 
-/* Phase 3: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), given each
- * row's softmax sum S[r] (of the exponentials in sc). Writes the attention output. The dims are
- * taken a value group at a time (the stored parts, kv.c), each its own stream over the tiles;
- * a row's lanes are [segment][sets][segment dims][KT], a segment being [d0, d1) within a group. */
-static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const double *S, float *scr) {
+/* The softmax weights of row r of a job over tiles [ta, tb), in place: its exponentials in sc times
+ * 1 / S (S: the row's softmax sum), rounded to f16 (llama.cpp's p.v takes them as f16) */
+static void job_weights(const el_engine *e, const job_t *J, int r, int ta, int tb, double S) {
+    const float inv = S > 0 ? (float)(1.0 / S) : 0.0f;
+    if (tb > ta) e->vops.f16_scale((tb - ta) * KT, J->sc + (size_t)r * e->att->cap + (size_t)ta * KT, inv);
+}
+
+/* Phase 4: p.v of the job's rows over its seen tiles, for value dimensions [d0, d1), the weights
+ * in sc (job_weights). Writes the attention output. The dims are taken a value group at a time
+ * (the stored parts, kv.c), each its own stream over the tiles; a row's lanes are
+ * [segment][sets][segment dims][KT], a segment being [d0, d1) within a group. */
+static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, float *scr) {
     const struct att_state *a = e->att;
     const el_model_desc *d = &e->d;
     const kv_layout *vl = &e->vl[kv_owner(e, l)];
@@ -373,9 +366,8 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
     const int od = d->n_head * hv;
     const int qv = vl->type != EL_F16;  /* quantized values: accumulated per dimension, no lanes */
     const int sets = !qv && e->plan.b->llama_order && e->plan.n == 1 ? 4 : 1, nb = pv_pass_rows(G, sets);
-    float *w = scr + (size_t)QB * Gs * a->hk + (size_t)QB * Gs * KT;  /* [nb][CT * KT] */
-    float *lanes = w + pv_weight_floats(Gs);                             /* [nb][lsz] */
-    el_half *tmp = (el_half *)(lanes + pv_lane_floats(Gs, a->hv));
+    float *lanes = scr + (size_t)QB * Gs * a->hk + (size_t)QB * Gs * KT;  /* [nb][lsz] */
+    const int ldw = (int)a->cap;
     if (nd <= 0) return;
     const el_half *vt[CT], *vn[CT];  /* vn: the f16 tiles of the next call (prefetched) */
     const uint8_t *vq[CT];
@@ -386,15 +378,7 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
         memset(lanes, 0, sizeof(float) * lsz * nr);
         for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
             const int nt = EL_MIN(CT, J->thi - c0);
-            for (int r = 0; r < nr; r++) {
-                const double sum = S[r0 + r];
-                const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-                const float *x = J->sc + (size_t)(r0 + r) * a->cap + (size_t)c0 * KT;
-                float *wr = w + (size_t)r * CT * KT;
-                for (int u = 0; u < nt * KT; u++) wr[u] = x[u] * inv;
-                e->vops.f32_to_f16(nt * KT, wr, tmp);  /* weights rounded to f16 */
-                e->vops.f16_to_f32(nt * KT, tmp, wr);
-            }
+            const float *w = J->sc + (size_t)r0 * a->cap + (size_t)c0 * KT;  /* [nr][ldw] from tile c0 */
             for (int s0 = d0; s0 < d1;) {  /* segments: [s0, s1) of value group c */
                 const int c = s0 / gd, s1 = EL_MIN(d1, (c + 1) * gd), n = s1 - s0, off = s0 - c * gd;
                 float *ls = lanes + (size_t)(s0 - d0) * lseg;
@@ -413,9 +397,9 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, const do
                         vn[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, g1) + (size_t)off1 * KT : NULL;
                     }
                 }
-                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, CT * KT, ls, (int)lsz, sets, c0, nn ? vn : NULL, nn);
-                else if (vl->type == EL_Q8_0) e->vops.pv_q8_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
-                else e->vops.pv_q4_0(off / 32, n, nt, vq, vl->row, nr, w, CT * KT, ls, (int)lsz);
+                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, ldw, ls, (int)lsz, sets, c0, nn ? vn : NULL, nn);
+                else if (vl->type == EL_Q8_0) e->vops.pv_q8_0(off / 32, n, nt, vq, vl->row, nr, w, ldw, ls, (int)lsz);
+                else e->vops.pv_q4_0(off / 32, n, nt, vq, vl->row, nr, w, ldw, ls, (int)lsz);
                 s0 = s1;
             }
         }
@@ -454,8 +438,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     const int g = layer_group(e, l), G = a->G, hv = e->layers[l].head_dim_v;
     const int n_jobs = pl->n_qb * e->layers[l].n_head_kv;
     float *scr = a->scratch + (size_t)ith * a->per_thread;
-    float *mx = scr + (a->per_thread - (size_t)QB * G * 3 - 16);
-    double *S = (double *)(mx + QB * G + (((uintptr_t)(mx + QB * G) & 7) ? 1 : 0));
+    float *mx = scr + (a->per_thread - (size_t)QB * G);
     if (!a->split[g]) {  /* whole jobs, one thread each */
         float *sc = a->sc + (size_t)ith * QB * G * a->cap;
         for (;;) {
@@ -464,9 +447,11 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             job_t J;
             job_get(e, l, j, sc, &J);
             job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
-            for (int r = 0; r < J.nh; r++)
-                S[r] = J.thi > J.tlo ? e->vops.exp_sum((J.thi - J.tlo) * KT, J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT, mx[r]) : 0.0;
-            job_pv(e, l, &J, 0, hv, S, scr);
+            for (int r = 0; r < J.nh && J.thi > J.tlo; r++) {
+                float *x = J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT;
+                job_weights(e, &J, r, J.tlo, J.thi, e->vops.exp_sum((J.thi - J.tlo) * KT, x, mx[r]));
+            }
+            job_pv(e, l, &J, 0, hv, scr);
         }
         return;
     }
@@ -496,25 +481,33 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
                 m = v > m ? v : m;
             }
             float *x = J.sc + (size_t)r * a->cap + (size_t)ta * KT;
-            e->vops.exp_sum((tb - ta) * KT, x, m);
-            e->vops.sum16_rows(tb - ta, x, a->psum + (row0 + r) * (a->cap / KT) + ta);
+            e->vops.exp_sums((tb - ta) * KT, x, m, a->psum + (row0 + r) * (a->cap / KT) + ta);
         }
         row0 += (size_t)J.nh;
     }
     el_pool_barrier(e->pool);
     row0 = 0;
-    for (int j = 0; j < n_jobs; j++) {  /* phase 3: p.v over a share of the value dimensions */
+    for (int j = 0; j < n_jobs; j++) {  /* phase 3: the weights of the same share (the sums in slot order) */
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
-        for (int r = 0; r < J.nh; r++) {
+        int ta, tb;
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
+        for (int r = 0; r < J.nh && ta < tb; r++) {
             const float *ps = a->psum + (row0 + r) * (a->cap / KT);
             double sum = 0.0;
             for (int t = J.tlo; t < J.thi; t++) sum += ps[t];
-            S[r] = sum;
+            job_weights(e, &J, r, ta, tb, sum);
         }
+        row0 += (size_t)J.nh;
+    }
+    el_pool_barrier(e->pool);
+    row0 = 0;
+    for (int j = 0; j < n_jobs; j++) {  /* phase 4: p.v over a share of the value dimensions */
+        job_t J;
+        job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int d0, d1;  /* quantized values: whole blocks of 32 */
         share(0, hv, ith, nth, e->vl[kv_owner(e, l)].type == EL_F16 ? 8 : 32, &d0, &d1);
-        job_pv(e, l, &J, d0, d1, S, scr);
+        job_pv(e, l, &J, d0, d1, scr);
         row0 += (size_t)J.nh;
     }
 }

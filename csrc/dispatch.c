@@ -178,13 +178,32 @@ static void sum16_rows_generic(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = el_sum16(acc + 16 * i);
 }
 
-static double exp_sum_generic(int n, float *x, float max) {
+/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed
+ * in double */
+static double exp_sum_sums_generic(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     for (int i = 0; i < n; i += 16) {
         for (int l = 0; l < 16; l++) x[i + l] = el_expf(x[i + l] - max);
-        sum += el_sum16(x + i);
+        const float s = el_sum16(x + i);
+        if (sums) sums[i / 16] = s;
+        sum += s;
     }
     return sum;
+}
+static double exp_sum_generic(int n, float *x, float max) { return exp_sum_sums_generic(n, x, max, NULL); }
+static void exp_sums_generic(int n, float *x, float max, float *sums) { exp_sum_sums_generic(n, x, max, sums); }
+
+static void scale_max_generic(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
+    for (int r = 0; r < nh; r++)
+        for (int l = 0; l < 16; l++) {
+            const float v = src[r * 16 + l] * scale;
+            dst[(size_t)r * ldd + l] = v;
+            lmax[r * 16 + l] = v > lmax[r * 16 + l] ? v : lmax[r * 16 + l];
+        }
+}
+
+static void f16_scale_generic(int n, float *x, float s) {
+    for (int i = 0; i < n; i++) x[i] = el_half_to_float(el_float_to_half(x[i] * s));
 }
 
 static void silu_mul_generic(int64_t n, float *g, const float *u) {
@@ -268,6 +287,9 @@ int el_set_isa(int isa) {
     el_vops.sum16_rows = sum16_rows_generic;
     el_vops.exp_sum = exp_sum_generic;
     el_vops.silu_mul = silu_mul_generic;
+    el_vops.scale_max = scale_max_generic;
+    el_vops.exp_sums = exp_sums_generic;
+    el_vops.f16_scale = f16_scale_generic;
     int features = 0;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);

@@ -908,7 +908,9 @@ static void sum16_rows_avx2(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16_avx2(_mm256_loadu_ps(acc + 16 * i), _mm256_loadu_ps(acc + 16 * i + 8));
 }
 
-static double exp_sum_avx2(int n, float *x, float max) {
+/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and
+ * summed in double */
+static inline __attribute__((always_inline)) double exp_sum_sums_avx2(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     const __m256 m = _mm256_set1_ps(max);
     for (int i = 0; i < n; i += 16) {
@@ -916,9 +918,32 @@ static double exp_sum_avx2(int n, float *x, float max) {
         const __m256 v1 = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
         _mm256_storeu_ps(x + i, v0);
         _mm256_storeu_ps(x + i + 8, v1);
-        sum += sum16_avx2(v0, v1);
+        const float s = sum16_avx2(v0, v1);
+        if (sums) sums[i / 16] = s;
+        sum += s;
     }
     return sum;
+}
+static double exp_sum_avx2(int n, float *x, float max) { return exp_sum_sums_avx2(n, x, max, NULL); }
+static void exp_sums_avx2(int n, float *x, float max, float *sums) { exp_sum_sums_avx2(n, x, max, sums); }
+
+static void scale_max_avx2(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int r = 0; r < nh; r++)
+        for (int h = 0; h < 16; h += 8) {
+            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(src + r * 16 + h), s);
+            _mm256_storeu_ps(dst + (size_t)r * ldd + h, v);
+            _mm256_storeu_ps(lmax + r * 16 + h, _mm256_max_ps(v, _mm256_loadu_ps(lmax + r * 16 + h)));  /* v > m ? v : m */
+        }
+}
+
+
+static void f16_scale_avx2(int n, float *x, float s) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) x[i] = el_half_to_float(el_float_to_half(x[i] * s));
 }
 
 static void silu_mul_avx2(int64_t n, float *g, const float *u) {
@@ -998,5 +1023,8 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.sum16_rows = sum16_rows_avx2;
     el_vops.exp_sum = exp_sum_avx2;
     el_vops.silu_mul = silu_mul_avx2;
+    el_vops.scale_max = scale_max_avx2;
+    el_vops.exp_sums = exp_sums_avx2;
+    el_vops.f16_scale = f16_scale_avx2;
 }
 #endif

@@ -1556,9 +1556,10 @@ typedef struct {
     const el_half *const *t;
     int n, j;
     size_t o, bytes;
+    int per;  /* lines a step: the next tiles' lines over the steps of this call */
 } pv_prefetch;
 static inline __attribute__((always_inline)) void pv_prefetch_step(pv_prefetch *p) {
-    for (int i = 0; i < 3 && p->j < p->n; i++) {  /* 3 lines: enough for the 16 dims x 32 bytes of ~5 fmas */
+    for (int i = 0; i < p->per && p->j < p->n; i++) {
         if (p->t[p->j]) __builtin_prefetch((const char *)p->t[p->j] + p->o, 0, 2);
         p->o += 64;
         if (p->o >= p->bytes) p->o = 0, p->j++;
@@ -1620,10 +1621,12 @@ static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const e
  * not once a row */
 static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                             int lda, int sets, int t0, const el_half *const *next, int nn) {
-    pv_prefetch pf = {next, next ? nn : 0, 0, 0, (size_t)nd * 16 * sizeof(el_half)};
+    const int groups = (nh + 3) / 4, nu = nh / groups >= 4 ? 6 : 8;  /* (pv_list's dims a pass) */
+    const size_t bytes = (size_t)nd * 16 * sizeof(el_half);
+    const int steps = groups * nt * (nd / nu + nd % nu), lines = (int)(next ? nn * (bytes / 64) : 0);
+    pv_prefetch pf = {next, next ? nn : 0, 0, 0, bytes, EL_MAX(1, (lines + steps - 1) / EL_MAX(1, steps))};
     int ts[64];
     uint8_t need[64];
-    const int groups = (nh + 3) / 4;
     for (int k = 0, r0 = 0, nr; k < groups; k++, r0 += nr) {
         nr = (nh - r0) / (groups - k);  /* the rest shared evenly: 9 rows as 3 + 3 + 3, not 4 + 4 + 1 */
         const float *wg = w + (size_t)r0 * ldw;
@@ -1772,15 +1775,30 @@ static void sum16_rows_avx512(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16_avx512(_mm512_loadu_ps(acc + 16 * i));
 }
 
-static double exp_sum_avx512(int n, float *x, float max) {
+/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and
+ * summed in double */
+static inline __attribute__((always_inline)) double exp_sum_sums_avx512(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     const __m512 m = _mm512_set1_ps(max);
     for (int i = 0; i < n; i += 16) {
         const __m512 v = expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
         _mm512_storeu_ps(x + i, v);
-        sum += sum16_avx512(v);
+        const float s = sum16_avx512(v);
+        if (sums) sums[i / 16] = s;
+        sum += s;
     }
     return sum;
+}
+static double exp_sum_avx512(int n, float *x, float max) { return exp_sum_sums_avx512(n, x, max, NULL); }
+static void exp_sums_avx512(int n, float *x, float max, float *sums) { exp_sum_sums_avx512(n, x, max, sums); }
+
+static void scale_max_avx512(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int r = 0; r < nh; r++) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(src + r * 16), s);
+        _mm512_storeu_ps(dst + (size_t)r * ldd, v);
+        _mm512_storeu_ps(lmax + r * 16, _mm512_max_ps(v, _mm512_loadu_ps(lmax + r * 16)));  /* v > m ? v : m */
+    }
 }
 
 static void silu_mul_avx512(int64_t n, float *g, const float *u) {
@@ -1824,6 +1842,8 @@ void el_register_avx512(el_type_traits *t) {
     el_vops.sum16_rows = sum16_rows_avx512;
     el_vops.exp_sum = exp_sum_avx512;
     el_vops.silu_mul = silu_mul_avx512;
+    el_vops.scale_max = scale_max_avx512;
+    el_vops.exp_sums = exp_sums_avx512;
 #define SET(id, name) t[id].vec_dot = name##_vec_dot_avx512, t[id].gemm = name##_gemm_avx512
     SET(EL_Q4_0, q4_0);
     SET(EL_Q4_1, q4_1);

@@ -22,7 +22,7 @@
  * many ahead handed to the kernel to prefetch, as attention.c's job_scores does (0: none); hp: 1 =
  * K/V on 2 MB pages; vpf: 1 = f16 p.v handed the group's next chunk of tiles to prefetch, as
  * attention.c's job_pv does, 0 = none; on a busy machine, more sweeps of a hot run give a steadier best. Gemma-3-270M's
- * global layers at d = 30000: 3 1875 1 4 32 2 3 1 256 2; in L2: 1 24 1 4 32 2 20 1 256 0.)
+ * global layers at d = 30000: 3 1875 1 4 32 2 3 1 256 4; in L2: 1 24 1 4 32 2 20 1 256 0.)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -75,12 +75,16 @@ typedef struct {
     void (*sum16_rows)(int n, const float *acc, float *out);
     double (*exp_sum)(int n, float *x, float max);
     void (*silu_mul)(int64_t n, float *g, const float *u);
+    void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
+    void (*exp_sums)(int n, float *x, float max, float *sums);
+    void (*f16_scale)(int n, float *x, float s);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
 """)
-VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul"]
+VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul",
+        "scale_max", "exp_sums", "f16_scale"]
 
 
 def _variants() -> list[str]:
@@ -807,6 +811,25 @@ def _run_vops(vops, rng_seed: int) -> dict:
         total = vops.exp_sum(len(xe), _ptr("float *", xe), mx)
         out[f"exp_sum max={mx}"] = xe
         out[f"exp_sum max={mx} sum"] = np.array([total], dtype=np.float64)
+        sums = np.zeros(len(xe) // 16, dtype=np.float32)
+        xs = e.copy()
+        vops.exp_sums(len(xs), _ptr("float *", xs), mx, _ptr("float *", sums))
+        out[f"exp_sums max={mx}"] = xs
+        out[f"exp_sums max={mx} sums"] = sums
+    # softmax weights: exponentials (many f16 subnormals, some rounding to 0) times 1 / sum, odd length
+    wts = xs[:4093].copy()
+    vops.f16_scale(len(wts), _ptr("float *", wts), np.float32(1.0 / 3.7))
+    out["f16_scale"] = wts
+    # a score tile's 9 rows into rows 21 floats apart, against running maxima (ties, -0 and +0 among them)
+    src = rng.standard_normal(9 * 16).astype(np.float32)
+    src[::5] = 0.0
+    src[1::7] = -0.0
+    lm = np.where(rng.uniform(size=9 * 16) < 0.3, -np.inf, rng.standard_normal(9 * 16) * 0.1).astype(np.float32)
+    lm[::5] = src[::5] * np.float32(0.125)
+    dst = np.zeros(9 * 21, dtype=np.float32)
+    vops.scale_max(9, _ptr("float *", src), 0.125, _ptr("float *", dst), 21, _ptr("float *", lm))
+    out["scale_max dst"] = dst
+    out["scale_max lmax"] = lm
     g = np.concatenate([_exp_inputs(rng, 4096), rng.standard_normal(13).astype(np.float32)])  # odd tail
     u = rng.standard_normal(len(g)).astype(np.float32)
     vops.silu_mul(len(g), _ptr("float *", g), _ptr("float *", u))

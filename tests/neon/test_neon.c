@@ -335,6 +335,46 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             checks++;
             if (!same_bits(x0[i], x1[i])) fail("%s exp_sum n=%d x[%d] = %.9g, portable %.9g", level, 16 * n, i, x1[i], x0[i]);
         }
+        /* exp_sums: the same exponentials, and each 16's el_sum16 */
+        static float es0[256], es1[256];
+        memcpy(x0, x1, sizeof(float) * 16 * (size_t)n);  /* the exponentials: new scores below mx */
+        for (int i = 0; i < 16 * n; i++) x0[i] = mx - 30.0f * x0[i] * (float)(i & 1);
+        memcpy(x1, x0, sizeof(float) * 16 * (size_t)n);
+        g->exp_sums(16 * n, x0, mx, es0);
+        v->exp_sums(16 * n, x1, mx, es1);
+        for (int i = 0; i < 16 * n; i++) {
+            checks++;
+            if (!same_bits(x0[i], x1[i])) fail("%s exp_sums n=%d x[%d] = %.9g, portable %.9g", level, 16 * n, i, x1[i], x0[i]);
+        }
+        for (int i = 0; i < n; i++) {
+            checks++;
+            if (!same_bits(es0[i], es1[i])) fail("%s exp_sums n=%d sums[%d] = %.9g, portable %.9g", level, 16 * n, i, es1[i], es0[i]);
+        }
+        /* f16_scale: softmax weights (some f16 subnormals, some rounding to 0) */
+        memcpy(x1, x0, sizeof(float) * 16 * (size_t)n);
+        const float inv = 1.0f / (1.0f + 3.0f * uniform());
+        g->f16_scale(16 * n - si, x0, inv);
+        v->f16_scale(16 * n - si, x1, inv);
+        for (int i = 0; i < 16 * n; i++) {
+            checks++;
+            if (!same_bits(x0[i], x1[i])) fail("%s f16_scale n=%d x[%d] = %.9g, portable %.9g", level, 16 * n - si, i, x1[i], x0[i]);
+        }
+        /* scale_max: n rows of a score tile (some -0, +0, equal values) into rows 20 floats apart */
+        static float sst[256 * 16], sd0[256 * 20], sd1[256 * 20], sm0[256 * 16], sm1[256 * 16];
+        random_row(sst, 16 * n);
+        random_row(sm0, 16 * n);
+        for (int i = 0; i < 16 * n; i += 7) sst[i] = (i & 8) ? -0.0f : 0.0f, sm0[i] = 0.0f;
+        memcpy(sm1, sm0, sizeof(float) * 16 * (size_t)n);
+        memset(sd0, 0, sizeof sd0);
+        memset(sd1, 0, sizeof sd1);
+        g->scale_max(n, sst, 0.125f, sd0, 20, sm0);
+        v->scale_max(n, sst, 0.125f, sd1, 20, sm1);
+        for (int i = 0; i < 16 * n; i++) {
+            checks += 2;
+            if (!same_bits(sd0[i / 16 * 20 + i % 16], sd1[i / 16 * 20 + i % 16]) || !same_bits(sm0[i], sm1[i]))
+                fail("%s scale_max rows=%d [%d] = %.9g / max %.9g, portable %.9g / %.9g", level, n, i,
+                     sd1[i / 16 * 20 + i % 16], sm1[i], sd0[i / 16 * 20 + i % 16], sm0[i]);
+        }
         /* SiLU(gate) * up, gates from tiny to beyond exp's range */
         static float g0[256 * 16], g1[256 * 16], up[256 * 16];
         const int ns = 16 * n - si;  /* any length */
