@@ -168,6 +168,8 @@ el_engine *el_engine_new(const el_model_desc *desc, int n_ctx, int n_batch, int 
             FAIL("blk.%d: a bias has a bad shape", l);
     }
     if (any_swa && d->n_swa <= 0) FAIL("sliding-window layers without a window size");
+    c->few_ok = !d->n_expert && !d->n_embd_per_layer;
+    for (int l = 0; l < d->n_layer; l++) c->few_ok &= !c->layers[l].recurrent && !c->layers[l].out_scale.data;
     if (el_kv_init(c, type_k, type_v) != 0)
         FAIL("KV cache types %d / %d: f16, q8_0 or q4_0, quantized ones for head sizes that are multiples of 32 "
              "(these are %d / %d)", type_k, type_v, d->head_dim_k, d->head_dim_v);
@@ -239,13 +241,15 @@ int el_engine_set_threads(el_engine *c, int n_threads, int adaptive) {
     if (!c->pool || el_pool_size(c->pool) != n_threads) {
         el_pool_free(c->pool);
         free(c->tmp_k);
+        free(c->xp);
         c->pool = el_pool_new(n_threads);
         c->n_threads = n_threads;
         int hmax = 0;
         for (int l = 0; l < c->d.n_layer; l++)
             hmax = EL_MAX(hmax, EL_MAX(c->layers[l].head_dim_k, c->layers[l].head_dim_v));
         c->tmp_k = amalloc(sizeof(el_half) * (size_t)n_threads * hmax);
-        if (!c->pool || !c->tmp_k || el_attention_init(c) != 0) return -1;
+        c->xp = amalloc(sizeof(float) * (size_t)n_threads * 2 * EL_MAX(1, n_threads - 1) * c->d.n_embd);
+        if (!c->pool || !c->tmp_k || !c->xp || el_attention_init(c) != 0) return -1;
     }
     el_pool_set_adaptive(c->pool, adaptive);
     return 0;
@@ -259,7 +263,7 @@ void el_engine_free(el_engine *c) {
     if (!c) return;
     el_pool_free(c->pool);
     if (c->layers) el_kv_free_all(c);
-    free(c->x); free(c->tmp); free(c->actq); free(c->own_scratch); free(c->tmp_k);
+    free(c->x); free(c->tmp); free(c->actq); free(c->own_scratch); free(c->tmp_k); free(c->xp);
     el_attention_free(c);
     el_moe_free(c);
     el_ple_free(c);
@@ -281,6 +285,22 @@ static void sync(el_engine *c, act_state *st) {
     st->in_use = 0;
 }
 
+/* values [*v0, *v1) of a row of k: this thread's share of the row's blocks of type t, for a step of
+ * fewer rows than threads (each row's blocks shared out) */
+static void block_share(const el_type_traits *t, int k, int ith, int nth, int64_t *v0, int64_t *v1) {
+    int64_t b0, b1;
+    el_split(k / t->blck, ith, nth, EL_MAX(1, 64 / t->blck), &b0, &b1);
+    *v0 = b0 * t->blck;
+    *v1 = b1 * t->blck;
+}
+
+/* this thread's share of the row x (k values) quantized into q (every block is quantized on its own) */
+static void quantize_share(const el_type_traits *t, const float *x, uint8_t *q, int k, int ith, int nth) {
+    int64_t v0, v1;
+    block_share(t, k, ith, nth, &v0, &v1);
+    if (v1 > v0) t->from_float(x + v0, q + (size_t)(v0 / t->blck) * t->size, v1 - v0);
+}
+
 /* Contents of x must not change between matmuls that share its quantized copy, unless the
  * pointer changes too: callers quantize a buffer, use it, and only then overwrite it. */
 static void quantize_acts(el_engine *c, act_state *st, int vdt, const float *x, int m, int k, int ldx,
@@ -292,13 +312,7 @@ static void quantize_acts(el_engine *c, act_state *st, int vdt, const float *x, 
     if (m >= nth)
         for (int r = ith; r < m; r += nth) t->from_float(x + (size_t)r * ldx, c->actq + (size_t)r * rs, k);
     else  /* fewer rows than threads: each row's blocks shared (every block is quantized on its own) */
-        for (int r = 0; r < m; r++) {
-            int64_t b0, b1;
-            el_split(k / t->blck, ith, nth, EL_MAX(1, 64 / t->blck), &b0, &b1);
-            if (b1 > b0)
-                t->from_float(x + (size_t)r * ldx + b0 * t->blck, c->actq + (size_t)r * rs + (size_t)b0 * t->size,
-                              (b1 - b0) * t->blck);
-        }
+        for (int r = 0; r < m; r++) quantize_share(t, x + (size_t)r * ldx, c->actq + (size_t)r * rs, k, ith, nth);
     st->src = x; st->type = vdt; st->m = m; st->k = k;
     sync(c, st);
 }
@@ -471,30 +485,108 @@ static void residual_add(float *x, const float *t, int n, float scale) {
     else for (int i = 0; i < n; i++) x[i] += t[i] * scale;
 }
 
+/* Steps of fewer rows than threads (one-token decode steps), on models of attention and dense FFN
+ * layers (few_ok): every thread keeps its own copy of the step's rows of the residual stream
+ * (c->xp; each does the same operations on the same numbers, so the copies are equal) and writes
+ * its share of it to c->x. A block's input norm then waits for no barrier and no single thread:
+ * each thread norms the rows itself, writes its share of them (to c->xn, which no thread reads
+ * then) and quantizes that share for the block's matmuls. Where the residual add, the norm and
+ * the quantization took a barrier each, they take one; the FFN's activation and the quantization
+ * of its output go by the same share of blocks, with none between them. Same operations on the
+ * same values: the same bits. */
+static float *few_x(const el_engine *c, int ith, int m) {
+    return c->xp + ((size_t)(2 * ith) * EL_MAX(1, c->n_threads - 1) + m) * c->d.n_embd;
+}
+static float *few_buf(const el_engine *c, int ith, int m) {  /* a normed row, or a block's output */
+    return c->xp + ((size_t)(2 * ith + 1) * EL_MAX(1, c->n_threads - 1) + m) * c->d.n_embd;
+}
+
+/* this thread's share of the row v (n values, its own copy) written to the shared row dst */
+static void few_publish(const float *v, float *dst, int n, int ith, int nth) {
+    int64_t i0, i1;
+    el_split(n, ith, nth, 16, &i0, &i1);
+    if (i1 > i0) memcpy(dst + i0, v + i0, sizeof(float) * (size_t)(i1 - i0));
+}
+
+/* the input of weight w's matmul: each row m of the residual stream with out[m] >= 0 (out NULL: every
+ * row, to row m) normed with nw (pre_norm; rms: el_rmsnorm, also without a weight), its share
+ * written to row out[m] of dst and quantized into actq. The caller then syncs. */
+static void few_norm_quant(el_engine *c, act_state *st, const el_tensor *w, const float *nw, int rms,
+                           const int32_t *out, int n, float *dst, int ith, int nth) {
+    const int E = c->d.n_embd, vdt = c->traits[w->type].vec_dot_type;
+    const el_type_traits *t = &c->traits[vdt];
+    const size_t rs = el_row_size(vdt, E);
+    if (st->in_use) sync(c, st);
+    int rows = 0;
+    for (int m = 0; m < n; m++) {
+        const int j = out ? out[m] : m;
+        if (j < 0) continue;
+        float *y = few_buf(c, ith, m);
+        if (rms) el_rmsnorm(y, few_x(c, ith, m), nw, E, c->d.norm_eps);
+        else pre_norm(y, few_x(c, ith, m), nw, E, c->d.norm_eps);
+        few_publish(y, dst + (size_t)j * E, E, ith, nth);
+        quantize_share(t, y, c->actq + (size_t)j * rs, E, ith, nth);
+        rows = EL_MAX(rows, j + 1);
+    }
+    st->src = dst; st->type = vdt; st->m = rows; st->k = E;
+}
+
+/* a block's output rows (c->tmp) onto this thread's residual stream: bias, post-norm, residual add;
+ * its share written to c->x */
+static void few_residual(el_engine *c, const el_tensor *bias, const el_tensor *post_norm, int n, int ith, int nth) {
+    const el_model_desc *d = &c->d;
+    const int E = d->n_embd;
+    for (int m = 0; m < n; m++) {
+        float *t = few_buf(c, ith, m), *xr = few_x(c, ith, m);
+        memcpy(t, c->tmp + (size_t)m * E, sizeof(float) * (size_t)E);
+        if (bias && bias->data) for (int i = 0; i < E; i++) t[i] += ((const float *)bias->data)[i];
+        if (post_norm->data) el_rmsnorm(t, t, post_norm->data, E, d->norm_eps);
+        residual_add(xr, t, E, d->residual_scale);
+        few_publish(xr, c->x + (size_t)m * E, E, ith, nth);
+    }
+}
+
 /* A batch-order step's rows go through in chunks of c->ffn_chunk, using the first rows of c->gate
  * and c->up: a row's numbers do not depend on the rows beside it in a batch-order matmul, nor in
  * the activation, so chunks give the whole step's bits. llama_order steps go whole (llama.cpp's
  * small-batch kernels depend on a matmul's row count), and so do traced ones (their intermediates
  * are reported for every row). `out` may be c->tmp: a chunk's output rows are its input rows,
  * quantized before they are overwritten. */
-void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
-                  const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth) {
+static void activation(el_engine *c, int act, int64_t n, float *gate, const float *up) {
+    if (act == EL_ACT_GELU_TANH) el_geglu(&c->vops, n, gate, up);
+    else c->vops.silu_mul(n, gate, up);
+}
+
+/* el_gated_ffn of the rows `in` (E apart); few: a few-rows step (its input already quantized for
+ * w_gate), whose activation and w_down's quantization go by blocks */
+static void gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
+                      const el_tensor *w_down, int n_ff, int act, const float *in, float *out, int few, int ith,
+                      int nth) {
     const int n = c->plan.n, E = c->d.n_embd;
     const int chunk = c->plan.llama_order || trace_fn || !c->ffn_chunk ? n : c->ffn_chunk;
     for (int r0 = 0; r0 < n; r0 += chunk) {
         const int m = EL_MIN(chunk, n - r0);
-        const float *in = c->tmp + (size_t)r0 * E;
-        matmul(c, st, w_gate, in, m, E, c->gate, n_ff, ith, nth);
-        matmul(c, st, w_up, in, m, E, c->up, n_ff, ith, nth);
+        matmul(c, st, w_gate, in + (size_t)r0 * E, m, E, c->gate, n_ff, ith, nth);
+        matmul(c, st, w_up, in + (size_t)r0 * E, m, E, c->up, n_ff, ith, nth);
         sync(c, st);
         TRACE("ffn_gate", l, c->gate, m, n_ff, n_ff);
         TRACE("ffn_up", l, c->up, m, n_ff, n_ff);
-        {
+        if (few) {  /* this thread's blocks of each row: activation, then quantized for w_down */
+            const int vdt = c->traits[w_down->type].vec_dot_type;
+            const el_type_traits *t = &c->traits[vdt];
+            const size_t rs = el_row_size(vdt, n_ff);
+            int64_t v0, v1;
+            block_share(t, n_ff, ith, nth, &v0, &v1);
+            for (int r = 0; r < m && v1 > v0; r++) {
+                float *g = c->gate + (size_t)r * n_ff;
+                activation(c, act, v1 - v0, g + v0, c->up + (size_t)r * n_ff + v0);
+                quantize_share(t, g, c->actq + (size_t)r * rs, n_ff, ith, nth);
+            }
+            st->src = c->gate; st->type = vdt; st->m = m; st->k = n_ff;
+        } else {
             int64_t r0e, r1e;
             el_split((int64_t)m * n_ff, ith, nth, 64, &r0e, &r1e);
-            float *gt = c->gate, *up = c->up;
-            if (act == EL_ACT_GELU_TANH) el_geglu(&c->vops, r1e - r0e, gt + r0e, up + r0e);
-            else c->vops.silu_mul(r1e - r0e, gt + r0e, up + r0e);
+            activation(c, act, r1e - r0e, c->gate + r0e, c->up + r0e);
         }
         sync(c, st);
         TRACE("ffn_act", l, c->gate, m, n_ff, n_ff);
@@ -503,7 +595,12 @@ void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, c
     }
 }
 
-static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int ith, int nth);
+void el_gated_ffn(el_engine *c, act_state *st, int l, const el_tensor *w_gate, const el_tensor *w_up,
+                  const el_tensor *w_down, int n_ff, int act, float *out, int ith, int nth) {
+    gated_ffn(c, st, l, w_gate, w_up, w_down, n_ff, act, c->tmp, out, 0, ith, nth);
+}
+
+static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int few, int ith, int nth);
 
 static void forward_task(void *arg, int ith, int nth) {
     el_engine *c = arg;
@@ -513,15 +610,17 @@ static void forward_task(void *arg, int ith, int nth) {
     const int n = pl->n;
     const int E = d->n_embd;
     act_state st = {0};
+    const int few = n < nth && c->few_ok && !trace_fn;  /* the few-rows path (few_x) */
 
-    /* token embeddings */
-    for (int m = ith; m < n; m += nth) {
+    /* token embeddings (few: every row on every thread, into its own copy) */
+    for (int m = few ? 0 : ith; m < n; m += few ? 1 : nth) {
         const el_tensor *te = &d->tok_embd;
-        float *xr = c->x + (size_t)m * E;
+        float *xr = few ? few_x(c, ith, m) : c->x + (size_t)m * E;
         c->traits[te->type].to_float((const uint8_t *)te->data + (size_t)b->token[m] * te->row_bytes, xr, E);
         if (d->embd_scale != 1.0f) for (int i = 0; i < E; i++) xr[i] *= d->embd_scale;
+        if (few) few_publish(xr, c->x + (size_t)m * E, E, ith, nth);
     }
-    sync(c, &st);
+    if (!few) sync(c, &st);
     if (d->n_embd_per_layer) el_ple_inputs(c, &st, ith, nth);
 
     float rope_base = -1, rope_scale = -1;
@@ -532,9 +631,12 @@ static void forward_task(void *arg, int ith, int nth) {
         const int hk = L->head_dim_k, hv = L->head_dim_v, n_rot = L->n_rot, own_kv = !L->kv_share;
         const int qd = d->n_head * hk, kd = L->n_head_kv * hk, vd = L->n_head_kv * hv, od = d->n_head * hv;
         const float *ff = L->rope_freqs ? d->rope_freqs.data : NULL;
-        /* attention block */
-        for (int m = ith; m < n; m += nth)
-            pre_norm(c->tmp + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
+        /* attention block; its input in (few: normed and quantized for wq by every thread) */
+        float *in = few ? c->xn : c->tmp;
+        if (few) few_norm_quant(c, &st, &L->wq, L->attn_norm.data, 0, NULL, n, in, ith, nth);
+        else
+            for (int m = ith; m < n; m += nth)
+                pre_norm(in + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
         if (n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale || n_rot != rope_n || ff != rope_ff)) {
             rope_base = L->rope_base; rope_scale = L->rope_scale; rope_n = n_rot; rope_ff = ff;
             /* rows dealt from the last thread, so a one-row step's pre-norm and cos/sin go to two */
@@ -547,11 +649,12 @@ static void forward_task(void *arg, int ith, int nth) {
             el_delta_net(c, &st, l, ith, nth);
             goto ffn;
         }
-        if (d->attn_out_gate) matmul(c, &st, &L->wq, c->tmp, n, E, el_gate_q(c), 2 * qd, ith, nth);
-        else matmul(c, &st, &L->wq, c->tmp, n, E, c->q, qd, ith, nth);
-        if (own_kv) matmul(c, &st, &L->wk, c->tmp, n, E, c->kc, kd, ith, nth);
-        if (own_kv && L->wv.data) matmul(c, &st, &L->wv, c->tmp, n, E, c->vc, vd, ith, nth);
+        if (d->attn_out_gate) matmul(c, &st, &L->wq, in, n, E, el_gate_q(c), 2 * qd, ith, nth);
+        else matmul(c, &st, &L->wq, in, n, E, c->q, qd, ith, nth);
+        if (own_kv) matmul(c, &st, &L->wk, in, n, E, c->kc, kd, ith, nth);
+        if (own_kv && L->wv.data) matmul(c, &st, &L->wv, in, n, E, c->vc, vd, ith, nth);
         sync(c, &st);
+        st.src = NULL;  /* attention writes c->xn, the few-rows path's input: no longer in actq */
         TRACE("q_mm", l, c->q, n, qd, qd);
         TRACE("k_mm", l, c->kc, n, kd, kd);
         TRACE("v_mm", l, c->vc, n, vd, vd);
@@ -593,13 +696,17 @@ static void forward_task(void *arg, int ith, int nth) {
         sync(c, &st);
         TRACE("attn_out", l, c->tmp, n, E, E);
     ffn:
-        for (int m = ith; m < n; m += nth) {
-            float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
-            if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
-            if (L->attn_post_norm.data) el_rmsnorm(t, t, L->attn_post_norm.data, E, d->norm_eps);
-            residual_add(xr, t, E, d->residual_scale);
-            pre_norm(t, xr, L->ffn_norm.data, E, d->norm_eps);
-        }
+        if (few) {  /* the FFN's input into c->xn, quantized for w_gate */
+            few_residual(c, &L->bo, &L->attn_post_norm, n, ith, nth);
+            few_norm_quant(c, &st, &L->w_gate, L->ffn_norm.data, 0, NULL, n, c->xn, ith, nth);
+        } else
+            for (int m = ith; m < n; m += nth) {
+                float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
+                if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
+                if (L->attn_post_norm.data) el_rmsnorm(t, t, L->attn_post_norm.data, E, d->norm_eps);
+                residual_add(xr, t, E, d->residual_scale);
+                pre_norm(t, xr, L->ffn_norm.data, E, d->norm_eps);
+            }
         sync(c, &st);
         TRACE("ffn_inp", l, c->x, n, E, E);
         TRACE("ffn_norm", l, c->tmp, n, E, E);
@@ -607,9 +714,14 @@ static void forward_task(void *arg, int ith, int nth) {
          * that want logits before it, so its matmuls see that many columns (their order) */
         if (b->llama_order && l == d->n_layer - 1 && pl->n_out) st.cols = pl->n_out;
         if (d->n_expert) el_moe_ffn(c, &st, l, ith, nth);
-        else el_gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, L->n_ff, d->act, c->tmp, ith, nth);
+        else gated_ffn(c, &st, l, &L->w_gate, &L->w_up, &L->w_down, L->n_ff, d->act, few ? c->xn : c->tmp, c->tmp, few,
+                       ith, nth);
         st.cols = 0;
         TRACE("ffn_out", l, c->tmp, n, E, E);
+        if (few) {  /* onto this thread's copy: the next norm needs no barrier */
+            few_residual(c, NULL, &L->ffn_post_norm, n, ith, nth);
+            continue;
+        }
         for (int m = ith; m < n; m += nth) {
             float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
             if (L->ffn_post_norm.data) el_rmsnorm(t, t, L->ffn_post_norm.data, E, d->norm_eps);
@@ -619,25 +731,28 @@ static void forward_task(void *arg, int ith, int nth) {
         if (d->n_embd_per_layer || L->out_scale.data) el_layer_end(c, &st, l, ith, nth);
         TRACE("l_out", l, c->x, n, E, E);
     }
-    if (pl->n_out && pl->logits) output_rows(c, &st, 0, pl->n_out, pl->logits, ith, nth);
+    if (pl->n_out && pl->logits) output_rows(c, &st, 0, pl->n_out, pl->logits, few, ith, nth);
 }
 
 /* Logits rows [j0, j0 + nj) of the step (the rows that want logits, in order): final norm of
  * their hidden states in c->x, then the output projection into out [nj, n_vocab]. Every row's
  * numbers are the same whichever rows are made together, but on llama_order steps (which make
  * them all at once). */
-static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int ith, int nth) {
+static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out, int few, int ith, int nth) {
     const step_plan *pl = &c->plan;
     const el_model_desc *d = &c->d;
     const int n = pl->n, E = d->n_embd;
-    for (int m = ith; m < n; m += nth) {
-        const int j = pl->out_row[m];
-        if (j >= j0 && j < j0 + nj)
-            el_rmsnorm(c->tmp + (size_t)(j - j0) * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
-    }
+    float *in = few ? c->xn : c->tmp;  /* few: the rows of this thread's copy (all of them: j0 = 0) */
+    if (few) few_norm_quant(c, st, &d->output, d->output_norm.data, 1, pl->out_row, n, in, ith, nth);
+    else
+        for (int m = ith; m < n; m += nth) {
+            const int j = pl->out_row[m];
+            if (j >= j0 && j < j0 + nj)
+                el_rmsnorm(in + (size_t)(j - j0) * E, c->x + (size_t)m * E, d->output_norm.data, E, d->norm_eps);
+        }
     sync(c, st);
-    TRACE("result_norm", -1, c->tmp, nj, E, E);
-    matmul(c, st, &d->output, c->tmp, nj, E, out, d->n_vocab, ith, nth);
+    TRACE("result_norm", -1, in, nj, E, E);
+    matmul(c, st, &d->output, in, nj, E, out, d->n_vocab, ith, nth);
     sync(c, st);
     if (d->output_bias.data || d->logit_scale != 1.0f || d->final_softcap > 0) {
         int64_t r0, r1;
@@ -656,7 +771,7 @@ static void output_rows(el_engine *c, act_state *st, int j0, int nj, float *out,
 static void logits_task(void *arg, int ith, int nth) {
     el_engine *c = arg;
     act_state st = {0};
-    output_rows(c, &st, c->plan.lg_row0, c->plan.lg_rows, c->plan.lg_out, ith, nth);
+    output_rows(c, &st, c->plan.lg_row0, c->plan.lg_rows, c->plan.lg_out, 0, ith, nth);
 }
 
 /* Check a batch and derive the step plan (rows per sequence, slots, work items, logits rows). */

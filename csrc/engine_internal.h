@@ -88,6 +88,9 @@ struct el_engine {
     struct dn_state *dn;   /* DeltaNet layers' recurrent states and scratch, the attention output
                               gate's scratch (delta_net.c); NULL for models with neither */
     el_half *tmp_k; /* per thread: one key or value row in f16 */
+    int few_ok;     /* the model takes the few-rows path (engine.c, forward_task) */
+    float *xp;      /* per thread, that path's rows: [n_threads][2][n_threads - 1][n_embd] (its copy of the
+                       residual stream, then a normed row) */
     step_plan plan;
 };
 

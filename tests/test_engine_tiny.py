@@ -137,6 +137,22 @@ def test_thread_count_does_not_change_results(model_dir, monkeypatch, backend):
     np.testing.assert_array_equal(one, two)
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.startswith("c:")])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("qtype", [QType.Q4_1, QType.Q8_0, QType.Q4_K], ids=["Q4_1", "Q8_0", "Q4_K"])
+def test_one_token_steps_do_not_depend_on_threads(model_dir, monkeypatch, backend, arch, qtype):
+    """One-token steps on two threads (fewer rows than threads: each thread keeps its own copy of
+    the residual stream and norms and quantizes its share of each block's input, engine.c) give
+    the bits of one thread, logits of every step."""
+    monkeypatch.setenv("EDGELLM_FIXED_THREADS", "1")  # both threads in every step
+    path = model_path(model_dir, arch, qtype)
+    got = []
+    for n_threads in (1, 2):
+        eng = engine(path, backend, monkeypatch, n_threads=n_threads)
+        got.append(np.concatenate([eng.decode([t], all_logits=True) for t in PROMPT]))
+    np.testing.assert_array_equal(got[0], got[1])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sliding_window_ring(model_dir, monkeypatch, backend):
     """gemma3 with a window of 8 and a ring of window + n_batch slots, fed past several wraps:

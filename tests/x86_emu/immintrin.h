@@ -16,6 +16,7 @@
 #include <simde/x86/fma.h>
 
 typedef simde__mmask16 __mmask16;
+typedef simde__mmask32 __mmask32;
 typedef simde__mmask64 __mmask64;
 
 /* AVX-VNNI: the VEX forms compute what the AVX512-VL ones do */
@@ -102,6 +103,11 @@ EMU_FMA(_mm512_fnmadd_ps, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, -)
 /* lanes of k: a * b + c rounded once; the others keep c (SIMDe 0.7.4 lacks it) */
 static inline __m512 _mm512_mask3_fmadd_ps(__m512 a, __m512 b, __m512 c, __mmask16 k) {
     return _mm512_mask_mov_ps(c, k, _mm512_fmadd_ps(a, b, c));
+}
+/* lanes of k: a + b; the others keep src (SIMDe 0.7.4 lacks the 256-bit form) */
+static inline __m256i _mm256_mask_add_epi8(__m256i src, __mmask32 k, __m256i a, __m256i b) {
+    return _mm512_castsi512_si256(_mm512_mask_add_epi8(_mm512_castsi256_si512(src), (__mmask64)k,
+                                                       _mm512_castsi256_si512(a), _mm512_castsi256_si512(b)));
 }
 
 #endif
