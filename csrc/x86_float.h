@@ -13,9 +13,10 @@
  *
  * gemm converts up to FT_COLS activation columns to floats once per call (exact; zero-padded to
  * a multiple of 8) into a buffer of the calling thread, then runs every tile of FT_R rows
- * against each group of at most FT_C of them (the rows stay in L1 meanwhile). Where no buffer can
- * be had, and in vec_dot, the tiles read the activations as stored. (On a Zen 4 the 256-bit tile
- * beat one holding two rows per 512-bit register, whose flushes cost a permute: see the commit.) */
+ * against each group of at most FT_C of them (the rows stay in L1 meanwhile). A single column
+ * (a decode step, streaming the rows from DRAM: ~10% faster so), vec_dot and a call that gets no
+ * buffer read the activations as stored. (On a Zen 4 the 256-bit tile beat one holding two rows
+ * per 512-bit register, whose flushes cost a permute: see the commit.) */
 
 #include <stdlib.h>
 
@@ -160,9 +161,13 @@ static inline __attribute__((always_inline)) void ft_pass(const int type, int n,
 
 static inline __attribute__((always_inline)) void ft_gemm(const int type, int n, const void *w, size_t ldw, int nr,
                                                           const void *a, size_t lda, int nc, float *out, size_t ldo) {
+    const uint8_t *A = a;
+    if (nc == 1) { /* a decode step: the column as stored, half the bytes beside the streamed rows */
+        ft_pass(type, n, w, ldw, nr, A, lda, 1, 0, 1, out, ldo);
+        return;
+    }
     const size_t n8 = ((size_t)n + 7) & ~(size_t)7;
     float *af = ft_columns((size_t)EL_MIN(nc, FT_COLS) * n8);
-    const uint8_t *A = a;
     for (int c0 = 0; c0 < nc; c0 += FT_COLS) {
         const int ncc = EL_MIN(FT_COLS, nc - c0);
         if (!af) {
