@@ -106,20 +106,26 @@ static inline __attribute__((always_inline)) float dot_vec_f16(int n, const floa
     return np == n ? r : f16_tail(r, n - np, x + np, y + np);
 }
 
-/* tinyBLAS's order for four columns of one row at once, F16 values as floats */
-static inline __attribute__((always_inline)) void dot_tinyblas4_f16(int n, const float *x, const float *y, size_t ldy, float *out, size_t ldo) {
-    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+#define TB_RMAX 4 /* weight rows per tinyBLAS tile at most (the AVX-512 copy: 16 accumulators in 32 registers) */
+
+/* tinyBLAS's order for RM rows (x: ldx floats apart) x four columns at once, F16 values as floats:
+ * each weight vector loaded once for four columns, each activation vector once for RM rows */
+static inline __attribute__((always_inline)) void dot_tinyblas_tile_f16(int n, const float *x, size_t ldx, const int RM,
+                                                                      const float *y, size_t ldy, float *out,
+                                                                      size_t ldo) {
+    v16 acc[TB_RMAX][4];
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = (v16){0};
     for (int i = 0; i < n; i += 16) {
-        const v16 w = LOAD16(x + i);
-        a0 = a0 + w * LOAD16(y + i);
-        a1 = a1 + w * LOAD16(y + ldy + i);
-        a2 = a2 + w * LOAD16(y + 2 * ldy + i);
-        a3 = a3 + w * LOAD16(y + 3 * ldy + i);
+        v16 w[TB_RMAX];
+        for (int r = 0; r < RM; r++) w[r] = LOAD16(x + r * ldx + i);
+        for (int c = 0; c < 4; c++) {
+            const v16 a = LOAD16(y + c * ldy + i);
+            for (int r = 0; r < RM; r++) acc[r][c] = acc[r][c] + w[r] * a;
+        }
     }
-    out[0] = SUM16(a0);
-    out[ldo] = SUM16(a1);
-    out[2 * ldo] = SUM16(a2);
-    out[3 * ldo] = SUM16(a3);
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < 4; c++) out[c * ldo + r] = SUM16(acc[r][c]);
 }
 
 static inline __attribute__((always_inline)) float dot_tinyblas_f16(int n, const float *x, const float *y) {
@@ -128,7 +134,7 @@ static inline __attribute__((always_inline)) float dot_tinyblas_f16(int n, const
     return SUM16(a);
 }
 
-/* This thread's buffer for F16 rows as floats (one weight row and up to COLS activation rows),
+/* This thread's buffer for F16 rows as floats (TB_RMAX weight rows and up to COLS activation rows),
  * kept between calls and freed when the thread ends; NULL when it cannot grow (then rows are
  * converted 64 values at a time). */
 #define COLS 64
@@ -163,43 +169,55 @@ static float *row_buffer(size_t n) {
  * follow too late from DRAM (SmolLM2 F16, one token: see the commit) */
 #define PF_ROWS 4
 
-/* the loops with the type and the order constant, so each is compiled on its own */
-static inline __attribute__((always_inline)) void gemm(const int type, const int tinyblas, int n, const uint8_t *w,
-                                                       size_t ldw, int nr, const uint8_t *a, size_t lda, int nc,
-                                                       float *out, size_t ldo) {
-    float *xs = type == EL_F16 ? row_buffer((size_t)n * (EL_MIN(nc, COLS) + 1)) : NULL, *ys = xs ? xs + n : NULL;
+/* the loops with the type and the order constant, so each is compiled on its own; RM: weight
+ * rows per tinyBLAS tile (as many as the ISA's registers hold) */
+static inline __attribute__((always_inline)) void gemm(const int type, const int tinyblas, const int RM, int n,
+                                                       const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                                                       size_t lda, int nc, float *out, size_t ldo) {
+    float *xs = type == EL_F16 ? row_buffer((size_t)n * (EL_MIN(nc, COLS) + TB_RMAX)) : NULL;
+    float *ys = xs ? xs + (size_t)TB_RMAX * n : NULL;
     for (int c0 = 0; c0 < nc; c0 += COLS) {
         const int c1 = EL_MIN(nc, c0 + COLS);
         for (int c = c0; ys && c < c1; c++)
             el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
-        for (int r = 0; r < nr; r++) {
+        for (int r = 0; r < nr;) {
+            /* a tile of RM rows where tinyBLAS takes four columns at a time, else one row */
+            const int R = xs && tinyblas && c1 - c0 >= 4 && nr - r >= RM ? RM : 1;
             const uint8_t *x = w + (size_t)r * ldw;
-            if (r + PF_ROWS < nr) el_prefetch_l2(x + PF_ROWS * ldw, ldw);
-            if (xs) el_vops.f16_to_f32(n, (const el_half *)x, xs);
+            if (r + PF_ROWS < nr) el_prefetch_l2(x + PF_ROWS * ldw, (size_t)EL_MIN(R, nr - r - PF_ROWS) * ldw);
+            for (int k = 0; xs && k < R; k++) el_vops.f16_to_f32(n, (const el_half *)(x + k * ldw), xs + (size_t)k * n);
             int c = c0;
             if (xs && tinyblas)
-                for (; c + 4 <= c1; c += 4)
-                    dot_tinyblas4_f16(n, xs, ys + (size_t)(c - c0) * n, (size_t)n, out + (size_t)c * ldo + r, ldo);
-            for (; xs && c < c1; c++)
-                out[(size_t)c * ldo + r] = tinyblas ? dot_tinyblas_f16(n, xs, ys + (size_t)(c - c0) * n)
-                                                    : dot_vec_f16(n, xs, ys + (size_t)(c - c0) * n);
-            for (; c < c1; c++) {
-                const uint8_t *y = a + (size_t)c * lda;
-                out[(size_t)c * ldo + r] = tinyblas ? dot_tinyblas(type, n, x, y) : dot_vec(type, n, x, y);
+                for (; c + 4 <= c1; c += 4) {
+                    const float *y = ys + (size_t)(c - c0) * n;
+                    float *o = out + (size_t)c * ldo + r;
+                    if (R == RM) dot_tinyblas_tile_f16(n, xs, (size_t)n, RM, y, (size_t)n, o, ldo);
+                    else dot_tinyblas_tile_f16(n, xs, (size_t)n, 1, y, (size_t)n, o, ldo);
+                }
+            for (int k = 0; k < R; k++) {
+                const uint8_t *xk = x + k * ldw;
+                for (int cc = c; xs && cc < c1; cc++)
+                    out[(size_t)cc * ldo + r + k] = tinyblas ? dot_tinyblas_f16(n, xs + (size_t)k * n, ys + (size_t)(cc - c0) * n)
+                                                             : dot_vec_f16(n, xs + (size_t)k * n, ys + (size_t)(cc - c0) * n);
+                for (int cc = c; !xs && cc < c1; cc++) {
+                    const uint8_t *y = a + (size_t)cc * lda;
+                    out[(size_t)cc * ldo + r + k] = tinyblas ? dot_tinyblas(type, n, xk, y) : dot_vec(type, n, xk, y);
+                }
             }
+            r += R;
         }
     }
 }
 
-static inline __attribute__((always_inline)) void gemm_types(int type, int tinyblas, int n, const uint8_t *w,
+static inline __attribute__((always_inline)) void gemm_types(int type, int tinyblas, const int RM, int n, const uint8_t *w,
                                                              size_t ldw, int nr, const uint8_t *a, size_t lda, int nc,
                                                              float *out, size_t ldo) {
     if (type == EL_F16) {
-        if (tinyblas) gemm(EL_F16, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
-        else gemm(EL_F16, 0, n, w, ldw, nr, a, lda, nc, out, ldo);
+        if (tinyblas) gemm(EL_F16, 1, RM, n, w, ldw, nr, a, lda, nc, out, ldo);
+        else gemm(EL_F16, 0, RM, n, w, ldw, nr, a, lda, nc, out, ldo);
     } else {
-        if (tinyblas) gemm(EL_F32, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
-        else gemm(EL_F32, 0, n, w, ldw, nr, a, lda, nc, out, ldo);
+        if (tinyblas) gemm(EL_F32, 1, RM, n, w, ldw, nr, a, lda, nc, out, ldo);
+        else gemm(EL_F32, 0, RM, n, w, ldw, nr, a, lda, nc, out, ldo);
     }
 }
 
@@ -207,14 +225,14 @@ static inline __attribute__((always_inline)) void gemm_types(int type, int tinyb
  * the same operations in the same order, on wider vectors. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define EL_FLOAT_ISA_COPIES 1
-#define GEMM_COPY(name, isa)                                                                                   \
+#define GEMM_COPY(name, isa, RM)                                                                               \
     __attribute__((target(isa))) static void name(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, \
                                                   int nr, const uint8_t *a, size_t lda, int nc, float *out,   \
                                                   size_t ldo) {                                                \
-        gemm_types(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);                                      \
+        gemm_types(type, tinyblas, RM, n, w, ldw, nr, a, lda, nc, out, ldo);                                  \
     }
-GEMM_COPY(gemm_avx512, "avx512f")
-GEMM_COPY(gemm_avx2, "avx2")
+GEMM_COPY(gemm_avx512, "avx512f", 4)
+GEMM_COPY(gemm_avx2, "avx2", 1)
 #endif
 
 void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
@@ -229,5 +247,5 @@ void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t
         return;
     }
 #endif
-    gemm_types(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
+    gemm_types(type, tinyblas, 1, n, w, ldw, nr, a, lda, nc, out, ldo);
 }

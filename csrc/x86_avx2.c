@@ -228,98 +228,12 @@ static inline __m256i fold_halves(__m256i e, __m256i f) {
 #define KT_CMAX 2
 
 /* ------------------------------------------------------------------------------------------ */
-/* float weights (F32, F16, BF16) against activations of the same type. Products go into 8 float
- * lanes by FMA; every 64 values the lanes are added into double lanes (the reference sums in
- * double), so rounding error stays far below the float error of one long sum. A partial last
- * group of 8 values goes through a zero-padded copy. */
-
-static inline __m256 load8_float(int type, const uint8_t *p) {
-    switch (type) {
-    case EL_F32: return _mm256_loadu_ps((const float *)p);
-    case EL_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    default: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-    }
-}
-
-static inline __m256d flush_to_double(__m256d accd, __m256 accf) {
-    accd = _mm256_add_pd(accd, _mm256_cvtps_pd(_mm256_castps256_ps128(accf)));
-    return _mm256_add_pd(accd, _mm256_cvtps_pd(_mm256_extractf128_ps(accf, 1)));
-}
-
-/* Tiles of 2 rows x 2 columns; a single column (a decode step) gets 4-row tiles: each (row,
- * column)'s lanes are one FMA chain, and 2 chains left the one-column tile waiting on FMA latency
- * (a SmolLM2 F16 one-token step on the batch-invariant path, EDGELLM_ISA=avx2: 0.8-0.9x the time) */
-#define FT_RMAX 4
-#define FT_CMAX 2
-
-static inline __attribute__((always_inline)) void float_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                             const int R, const uint8_t *a, size_t lda, const int C,
-                                                             float *out, size_t ldo) {
-    const size_t es = type == EL_F32 ? 4 : 2;  /* bytes per value */
-    __m256 accf[FT_RMAX][FT_CMAX];
-    __m256d accd[FT_RMAX][FT_CMAX];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) accf[r][c] = _mm256_setzero_ps(), accd[r][c] = _mm256_setzero_pd();
-    const int n8 = n & ~7;
-    pf_cursor pf = pf_start(w, ldw, R, (size_t)n * es);  /* (x86_common.h: decode streams the rows) */
-    for (int i = 0; i < n8; i += 8) {
-        if ((i * es & 63) == 0 && ldw) pf_step(&pf, R, ldw, 64);
-        __m256 wv[FT_RMAX];
-        for (int r = 0; r < R; r++) wv[r] = load8_float(type, w + r * ldw + i * es);
-        for (int c = 0; c < C; c++) {
-            const __m256 av = load8_float(type, a + c * lda + i * es);
-            for (int r = 0; r < R; r++) accf[r][c] = _mm256_fmadd_ps(wv[r], av, accf[r][c]);
-        }
-        if ((i & 63) == 56)
-            for (int r = 0; r < R; r++)
-                for (int c = 0; c < C; c++) {
-                    accd[r][c] = flush_to_double(accd[r][c], accf[r][c]);
-                    accf[r][c] = _mm256_setzero_ps();
-                }
-    }
-    if (n8 < n) {  /* last 1..7 values through zero-padded copies */
-        uint8_t buf[32];
-        __m256 wv[FT_RMAX];
-        for (int r = 0; r < R; r++) {
-            memset(buf, 0, sizeof buf);
-            memcpy(buf, w + r * ldw + n8 * es, (size_t)(n - n8) * es);
-            wv[r] = load8_float(type, buf);
-        }
-        for (int c = 0; c < C; c++) {
-            memset(buf, 0, sizeof buf);
-            memcpy(buf, a + c * lda + n8 * es, (size_t)(n - n8) * es);
-            const __m256 av = load8_float(type, buf);
-            for (int r = 0; r < R; r++) accf[r][c] = _mm256_fmadd_ps(wv[r], av, accf[r][c]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) {
-            const __m256d d = flush_to_double(accd[r][c], accf[r][c]);
-            __m128d s = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
-            s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-            out[(size_t)c * ldo + r] = (float)_mm_cvtsd_f64(s);
-        }
-}
-
-#define FLOAT_TILE(T, RR, CC) float_tile(T, n, w, ldw, RR, a, lda, CC, out, ldo)
-#define FLOAT_KERNELS(tname, TYPE)                                                                 \
-    static void tname##_tile_avx2(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
-                                  size_t lda, int C, float *out, size_t ldo) {                     \
-        TILE_SHAPES(FLOAT_TILE, TYPE, 2, 2, 4, R, C);                                              \
-    }                                                                                              \
-    static void tname##_gemm_avx2(int n, const void *w, size_t ldw, int nr, const void *a,         \
-                                  size_t lda, int nc, float *out, size_t ldo) {                    \
-        gemm_tiles(tname##_tile_avx2, 2, 2, 4, n, w, ldw, nr, a, lda, nc, out, ldo);               \
-    }                                                                                              \
-    static void tname##_vec_dot_avx2(int n, float *s, const void *x, const void *y) {              \
-        float_tile(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                               \
-    }
-
-FLOAT_KERNELS(f32, EL_F32)
-FLOAT_KERNELS(f16, EL_F16)
-FLOAT_KERNELS(bf16, EL_BF16)
-#undef FLOAT_KERNELS
-#undef FLOAT_TILE
+/* float weights (F32, F16, BF16): x86_float.h, tiles of 3 rows x 2 columns (4 rows against a
+ * single column: a decode step's FMA chains hide their latency) in 16 registers              */
+#define FT_R 3
+#define FT_C 2
+#define FT_R1 4
+#include "x86_float.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* activation quantizers: the same bytes as the generic quantize_row_q8_0 / q8_1 (x * 127/max,
@@ -1008,9 +922,7 @@ void el_register_avx2(el_type_traits *t) {
     t[EL_Q8_0].from_float = quantize_row_q8_0_avx2;
     t[EL_Q8_1].from_float = quantize_row_q8_1_avx2;
     t[EL_Q8_K].from_float = quantize_row_q8_K_avx2;
-    t[EL_F32].vec_dot = f32_vec_dot_avx2, t[EL_F32].gemm = f32_gemm_avx2;
-    t[EL_F16].vec_dot = f16_vec_dot_avx2, t[EL_F16].gemm = f16_gemm_avx2;
-    t[EL_BF16].vec_dot = bf16_vec_dot_avx2, t[EL_BF16].gemm = bf16_gemm_avx2;
+    ft_register(t);
     if (use_avx_vnni()) register_avxvnni(t), register_iq4_avxvnni(t);
     else register_avx2(t), register_iq4_avx2(t);
     el_vops.f32_to_f16 = f32_to_f16_avx2;
