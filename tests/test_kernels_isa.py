@@ -430,11 +430,11 @@ FLOAT_TYPES = [QType.F32, QType.F16, QType.BF16]
 @pytest.mark.parametrize("n", [8, 192, 203, 1029])
 @pytest.mark.parametrize("t", FLOAT_TYPES, ids=lambda t: t.name)
 def test_float_gemm_is_the_avx2_tile(kern, t, n):
-    """The float types have one order on x86 (x86_avx2.c float_tile: 8 float lanes flushed into
+    """The float types have one order on x86 (x86_float.h ft_tile: 8 float lanes flushed into
     double lanes every 64 values): every variant's gemm gives the AVX2 vec_dot's bits for every
-    (row, column), whatever the column count of the call (1..9: the AVX-512 kernel's column
-    groups of 4 and its 4-row tiles, odd rows included) and the row length (one group of 8, whole
-    flushes, a tail, a partial flush)."""
+    (row, column), whatever the column count of the call (1..9: tiles of 3 rows x 2 columns on
+    AVX2 and 4 x 3 on AVX-512, a single column's tiles, odd rows included) and the row length
+    (one group of 8, whole flushes, a tail, a partial flush)."""
     rng = np.random.default_rng(9300 + int(t) + n)
     rows = 11
     # values around 2^-11 with a few around 2^13: float lanes summing products of very different
