@@ -121,16 +121,6 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spin until *v != val or spin_ns have passed; returns whether it changed. */
-static int spin_while_equal(atomic_int *v, int val, int64_t spin_ns) {
-    if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
-    const int64_t end = now_ns() + spin_ns;
-    for (int i = 1;; i++) {
-        EL_PAUSE();
-        if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
-        if ((i & 63) == 0 && now_ns() > end) return 0;
-    }
-}
 
 /* The pool that started the latest run in this process. Two engines in one process (a target
  * and its draft model) take turns on the same cores: a worker idle-spinning for its own pool's
@@ -139,15 +129,16 @@ static int spin_while_equal(atomic_int *v, int val, int64_t spin_ns) {
  * its own), so an idle worker stops spinning as soon as another pool starts a run. */
 static atomic_uintptr_t last_pool;
 
-/* spin_while_equal(&p->ticket, seen, IDLE_SPIN_NS), cut short when another pool starts a run */
-static int idle_spin(el_pool *p, int seen) {
-    if (atomic_load_explicit(&p->ticket, memory_order_acquire) != seen) return 1;
-    const int64_t end = now_ns() + IDLE_SPIN_NS;
+/* Spin until *v != val or spin_ns have passed, or (owner not NULL) another pool than owner starts
+ * a run; returns whether *v changed. */
+static int spin_while_equal(atomic_int *v, int val, int64_t spin_ns, const el_pool *owner) {
+    if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
+    const int64_t end = now_ns() + spin_ns;
     for (int i = 1;; i++) {
         EL_PAUSE();
-        if (atomic_load_explicit(&p->ticket, memory_order_acquire) != seen) return 1;
+        if (atomic_load_explicit(v, memory_order_acquire) != val) return 1;
         if ((i & 63) == 0 &&
-            (now_ns() > end || atomic_load_explicit(&last_pool, memory_order_relaxed) != (uintptr_t)p))
+            (now_ns() > end || (owner && atomic_load_explicit(&last_pool, memory_order_relaxed) != (uintptr_t)owner)))
             return 0;
     }
 }
@@ -178,7 +169,7 @@ static void *worker_main(void *arg) {
     int seen = 0;
     int spin = 1;  /* a worker left out of a run sleeps at once: its core is wanted elsewhere */
     for (;;) {
-        if (!spin || !idle_spin(p, seen))
+        if (!spin || !spin_while_equal(&p->ticket, seen, IDLE_SPIN_NS, p))
             sleep_while_equal(p, &p->ticket, seen, &p->task_cv, &p->task_sleepers);
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->ticket);
@@ -322,7 +313,7 @@ void el_pool_run(el_pool *pool, el_task_fn fn, void *arg) {
     for (;;) {
         const int done = atomic_load(&pool->n_done);
         if (done == nth - 1) break;
-        if (!spin_while_equal(&pool->n_done, done, BARRIER_SPIN_NS)) {
+        if (!spin_while_equal(&pool->n_done, done, BARRIER_SPIN_NS, NULL)) {
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->done_sleepers, 1);
             atomic_thread_fence(memory_order_seq_cst);
@@ -347,7 +338,7 @@ void el_pool_barrier(el_pool *pool) {
         return;
     }
     const int64_t t = now_ns();
-    if (!spin_while_equal(&pool->bar_phase, phase, BARRIER_SPIN_NS))
+    if (!spin_while_equal(&pool->bar_phase, phase, BARRIER_SPIN_NS, NULL))
         sleep_while_equal(pool, &pool->bar_phase, phase, &pool->bar_cv, &pool->bar_sleepers);
     tl_wait_ns += now_ns() - t;
 }
