@@ -84,7 +84,7 @@ def weight_bytes_per_token(llm: LLM) -> int:
 
 def read_loop_gbps(llm: LLM, n_threads: int) -> float:
     """GB/s of a plain read loop over all the model's weights, where the engine reads them: what a
-    decode step streams from memory. (Not one tensor: SmolLM2's largest, 21 MB, fits in a 32 MB L3,
+    decode step streams from memory. (Not one tensor: SmolLM2's largest, 30 MB, fits in a 32 MB L3,
     and a loop over it measured the cache at 30-190 GB/s from run to run.)"""
     from .kernels import c_module
 
