@@ -531,17 +531,24 @@ static void few_norm_quant(el_engine *c, act_state *st, const el_tensor *w, cons
     st->src = dst; st->type = vdt; st->m = rows; st->k = E;
 }
 
-/* a block's output rows (c->tmp) onto this thread's residual stream: bias, post-norm, residual add;
- * its share written to c->x */
-static void few_residual(el_engine *c, const el_tensor *bias, const el_tensor *post_norm, int n, int ith, int nth) {
+/* a block's output row t onto its residual row xr: bias (or NULL), post-norm, residual add; t is
+ * changed */
+static void block_residual(const el_engine *c, float *t, float *xr, const el_tensor *bias, const el_tensor *post_norm) {
     const el_model_desc *d = &c->d;
     const int E = d->n_embd;
+    if (bias && bias->data) for (int i = 0; i < E; i++) t[i] += ((const float *)bias->data)[i];
+    if (post_norm->data) el_rmsnorm(t, t, post_norm->data, E, d->norm_eps);
+    residual_add(xr, t, E, d->residual_scale);
+}
+
+/* a block's output rows (c->tmp) onto this thread's residual stream (block_residual on a copy);
+ * its share written to c->x */
+static void few_residual(el_engine *c, const el_tensor *bias, const el_tensor *post_norm, int n, int ith, int nth) {
+    const int E = c->d.n_embd;
     for (int m = 0; m < n; m++) {
         float *t = few_buf(c, ith, m), *xr = few_x(c, ith, m);
         memcpy(t, c->tmp + (size_t)m * E, sizeof(float) * (size_t)E);
-        if (bias && bias->data) for (int i = 0; i < E; i++) t[i] += ((const float *)bias->data)[i];
-        if (post_norm->data) el_rmsnorm(t, t, post_norm->data, E, d->norm_eps);
-        residual_add(xr, t, E, d->residual_scale);
+        block_residual(c, t, xr, bias, post_norm);
         few_publish(xr, c->x + (size_t)m * E, E, ith, nth);
     }
 }
@@ -702,9 +709,7 @@ static void forward_task(void *arg, int ith, int nth) {
         } else
             for (int m = ith; m < n; m += nth) {
                 float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
-                if (L->bo.data) for (int i = 0; i < E; i++) t[i] += ((const float *)L->bo.data)[i];
-                if (L->attn_post_norm.data) el_rmsnorm(t, t, L->attn_post_norm.data, E, d->norm_eps);
-                residual_add(xr, t, E, d->residual_scale);
+                block_residual(c, t, xr, &L->bo, &L->attn_post_norm);
                 pre_norm(t, xr, L->ffn_norm.data, E, d->norm_eps);
             }
         sync(c, &st);
@@ -722,11 +727,8 @@ static void forward_task(void *arg, int ith, int nth) {
             few_residual(c, NULL, &L->ffn_post_norm, n, ith, nth);
             continue;
         }
-        for (int m = ith; m < n; m += nth) {
-            float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
-            if (L->ffn_post_norm.data) el_rmsnorm(t, t, L->ffn_post_norm.data, E, d->norm_eps);
-            residual_add(xr, t, E, d->residual_scale);
-        }
+        for (int m = ith; m < n; m += nth)
+            block_residual(c, c->tmp + (size_t)m * E, c->x + (size_t)m * E, NULL, &L->ffn_post_norm);
         sync(c, &st);
         if (d->n_embd_per_layer || L->out_scale.data) el_layer_end(c, &st, l, ith, nth);
         TRACE("l_out", l, c->x, n, E, E);
