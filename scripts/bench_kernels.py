@@ -85,7 +85,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--file", action="store_true", help="map the matvec matrix from a file")
     ap.add_argument("--order", choices=["llama", "batch"], default="llama",
-                    help="the kernels of llama_order steps (single stream) or of the batched engine's steps")
+                    help="the kernels of llama_order steps (single stream) or of the batched engine's steps; "
+                         "F32/F16/BF16 in llama order: the vec_dot kernels el_matmul takes, not the engine's "
+                         "float_llama.c tiles (el_matmul keeps vec_dot's bits, which the ISA tests check)")
     args = ap.parse_args()
     names = args.types.split(",")
     for name in names:  # bad input: one line, before any work
