@@ -33,81 +33,107 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * Legacy 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against Q8_0 / Q8_1 activations.
  * Per block the weight values become 32 unsigned bytes u (Q8_0 with VNNI: w + 128) with an
  * offset o (8, 16, 128; 0 for the types with a min), so sum(w*a) = sum(u*a) - o*sum(a); the
- * per-column term -o*sum(a) seeds the accumulator. The float part is the generic twins' order
- * (quants_generic.c): each (row, column) has 8 float lanes, acc = fma(cvt(int lane), dw * da,
- * acc) block after block, summed at the end by hsum256 (el_hsum8's tree). Q4_1 / Q5_1 add
- * sum over blocks of m * s (weight min times the activation's d*sum(q)) as one chain of fmas in
- * block order (legacy_tile: a second pass over the blocks; the gemm tiles: in the same block
- * loop), accm[c] lane r taking row r. The result is hsum(main) + lane r of accm[c].
+ * per-column term -o*sum(a) seeds the accumulator (Q8_0 without VNNI: |w| against sign(w)*a, no
+ * seed). The float part is the generic twins' order (quants_generic.c): each (row, column) has 8
+ * float lanes, acc = fma(cvt(int lane), dw * da, acc) block after block, summed at the end by
+ * hsum256 (el_hsum8's tree). Q4_1 / Q5_1 add the sum over blocks of m * s (weight min times the
+ * activation's d*sum(q)) as one chain of fmas in block order. The result is hsum(main) + the
+ * row's min chain.
+ *
+ * One activation column (lone_tile: a one-token step in llama.cpp's order, and vec_dot) is
+ * x86_avx512.c's lone_tile on ymm registers, laid out for a stream of rows:
+ * - L1_R = 8 rows a tile, so the column's block (values, seed, d, s) is read once for 8 rows;
+ * - their headers converted at once (lone_head): each row's d and m from one 4-byte load, two
+ *   blends, one vcvtph2ps of the 8 d and one of the 8 m (lane lone_lane(r) is row r); dw * da
+ *   stored and read back by each row's fma as a broadcast from memory, the min part one fma for
+ *   the 8 rows' chains. A block's headers are worked out while the block before is summed: their
+ *   loads, inserts and conversions are a long chain that otherwise held up the block's fmas;
+ * - the span of rows L1_PF tiles ahead prefetched in order, a slice per block.
+ * Single thread, plain AVX2 (EDGELLM_ISA=avx2 on a Zen 4), one column, GB/s of weights against
+ * legacy_tile's 4 x 1 tiles (bench_kernels --tokens 1 --mb 0, medians of alternating runs): from
+ * DRAM (Q4_1 K 576 x 277778 rows, Q8_0 K 640 x 262144) Q4_1 14.7 -> 19.2, Q8_0 28.5 -> 31.5; from
+ * L2 (Q4_1 1536 rows, Q8_0 1024) Q4_1 14.4 -> 18.9, Q8_0 30.2 -> 31.1; K 576 x 1536 rows, GFLOP/s:
+ * Q4_0 53 -> 56, Q5_0 33 -> 40, Q5_1 33 -> 41. Compute-bound at about 3.3 cycles a block-row
+ * (3.5 GHz) even from L1; in a micro-test vpmaddubsw, vpmaddwd and vfmadd did not overlap (two a
+ * cycle together), and those are three of a row's six vector ops. Did not
+ * pay: 4-row tiles (Q4_1 from DRAM 18.4 -> 15.9, before the headers were moved a block ahead);
+ * dw * da taken out of a register (vpermps) instead of memory (Q4_1 from L1 0.92 -> 1.08 ns a
+ * block-row); the headers packed in general registers before one vmovq / vpinsrq each (slower).
  * ------------------------------------------------------------------------------------------ */
+#define L1_R 8
+#define L1_PF 4
 
-static inline __attribute__((always_inline)) void KFN(legacy_tile)(
-    const int type, int n, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-    const int C, float *out, size_t ldo) {
+/* the lane of row r (< L1_R) in a tile's header vectors */
+static inline int KFN(lone_lane)(int r) { return r < 4 ? 2 * r : 2 * (r - 4) + 1; }
+
+/* block header of R rows (ldw bytes apart) at wb against the column's block at ab: dw * da of row r
+ * in lane lone_lane(r), returned; the rows' min chains in accm take their next fma (Q4_1, Q5_1) */
+static inline __attribute__((always_inline)) __m256 KFN(lone_head)(const int type, const int R, const uint8_t *wb,
+                                                                   size_t ldw, const uint8_t *ab, __m256 *accm) {
+    uint32_t h[8];  /* row r's d (and m) */
+    for (int r = 0; r < 8; r++) h[r] = r < R ? load_u32(wb + (size_t)r * ldw) : 0;
+    const __m128i lo = _mm_setr_epi32((int)h[0], (int)h[1], (int)h[2], (int)h[3]);
+    const __m128i hi = _mm_setr_epi32((int)h[4], (int)h[5], (int)h[6], (int)h[7]);
+    if (type == EL_Q4_1 || type == EL_Q5_1)
+        *accm = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_blend_epi16(_mm_srli_epi32(lo, 16), hi, 0xAA)),
+                                _mm256_set1_ps(load_half(ab + 2)), *accm);
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blend_epi16(lo, _mm_slli_epi32(hi, 16), 0xAA)), _mm256_set1_ps(load_half(ab)));
+}
+
+/* R <= L1_R weight rows (ldw bytes apart) x the one column a */
+static inline __attribute__((always_inline)) void KFN(lone_tile)(const int type, int n, const uint8_t *w, size_t ldw,
+                                                                 const int R, const uint8_t *a, float *out) {
     const int nb = n / 32;
     const int has_m = type == EL_Q4_1 || type == EL_Q5_1;
-    const size_t wbs = (size_t)legacy_block_bytes(type);
-    const size_t abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const int aqs = has_m ? 4 : 2;  /* offset of qs in the activation block */
     const int off = type == EL_Q4_0 ? 8 : type == EL_Q5_0 ? 16 : (type == EL_Q8_0 && EL_VNNI) ? 128 : 0;
-    __m256 acc[LT_RMAX][LT_CMAX], accm[LT_CMAX];
-    for (int c = 0; c < C; c++) {
-        accm[c] = _mm256_setzero_ps();
-        for (int r = 0; r < R; r++) acc[r][c] = _mm256_setzero_ps();
-    }
-    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
-    for (size_t b = 0; b < (size_t)nb; b++) {
-        pf_step(&pf, R, ldw, wbs);
-        __m256i wq[LT_RMAX];
-        __m256 wd[LT_RMAX];
+    const size_t wbs = (size_t)legacy_block_bytes(type), abs_ = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    __m256 acc[L1_R], accm = _mm256_setzero_ps();  /* accm: the rows' min chains, in their lanes */
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const size_t span = (size_t)R * ldw;
+    const uint8_t *ahead = w + L1_PF * span;
+    const size_t pf_bytes = lrt_pf_bytes(span, nb);
+    size_t po = 0;
+    float sc[2][8] __attribute__((aligned(32)));  /* lane lone_lane(r): dw * da of row r, blocks b and b + 1 */
+    __m256 next = KFN(lone_head)(type, R, w, ldw, a, &accm);
+    for (int b = 0; b < nb; b++) {
+        for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
+        const uint8_t *wb = w + (size_t)b * wbs, *ab = a + (size_t)b * abs_;
+        const __m256i av = loadu256(ab + aq);
+        __m256i seed = _mm256_setzero_si256();
+        if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
+        _mm256_store_ps(sc[b & 1], next);
+        if (b + 1 < nb) next = KFN(lone_head)(type, R, wb + wbs, ldw, ab + abs_, &accm);
+        __asm__ volatile("" : "+m"(sc));  /* read back by broadcasts, not shuffled out of a register */
         for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + (size_t)r * ldw + b * wbs;
-            wq[r] = legacy_unpack(type, blk);
-            if (type == EL_Q8_0 && EL_VNNI) wq[r] = _mm256_xor_si256(wq[r], _mm256_set1_epi8((char)0x80));
-            wd[r] = bcast_half(blk);
-        }
-        for (int c = 0; c < C; c++) {
-            const uint8_t *ab = a + (size_t)c * lda + b * abs_;
-            const __m256i av = _mm256_loadu_si256((const __m256i *)(ab + aqs));
-            const __m256 ad = bcast_half(ab);
-            __m256i seed = _mm256_setzero_si256();
-            if (off) seed = _mm256_sub_epi32(seed, KFN(dot_us)(seed, _mm256_set1_epi8((char)off), av));
-            for (int r = 0; r < R; r++) {
-                __m256i x;
-                if (type == EL_Q8_0 && !EL_VNNI) {  /* signed x signed: |w| against sign(w)*a */
-                    x = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq[r], wq[r]),
-                                                               _mm256_sign_epi8(av, wq[r])),
-                                          _mm256_set1_epi16(1));
-                } else {
-                    x = KFN(dot_us)(seed, wq[r], av);
-                }
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_mul_ps(wd[r], ad), acc[r][c]);
-            }
+            const __m256i u = legacy_unpack_bcast(type, wb + (size_t)r * ldw);
+            __m256i x;
+            if (type == EL_Q8_0 && !EL_VNNI)
+                x = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(av, u)),
+                                      _mm256_set1_epi16(1));
+            else if (type == EL_Q8_0)
+                x = KFN(dot_us)(seed, _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80)), av);
+            else
+                x = KFN(dot_us)(seed, u, av);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_broadcast_ss(sc[b & 1] + KFN(lone_lane)(r)), acc[r]);
         }
     }
-    if (has_m)  /* second pass over the (now cached) blocks for the min part */
-        for (size_t b = 0; b < (size_t)nb; b++) {
-            uint16_t h[8] = {0};
-            for (int r = 0; r < R; r++) memcpy(&h[r], w + (size_t)r * ldw + b * wbs + 2, 2);
-            const __m256 mf = _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
-                                                             (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
-            for (int c = 0; c < C; c++)
-                accm[c] = _mm256_fmadd_ps(mf, bcast_half(a + (size_t)c * lda + b * abs_ + 2), accm[c]);
-        }
-    for (int c = 0; c < C; c++) {
-        float m[8];
-        _mm256_storeu_ps(m, accm[c]);
-        for (int r = 0; r < R; r++) {
-            float s = hsum256(acc[r][c]);
-            if (has_m) s += m[r];
-            out[(size_t)c * ldo + r] = s;
-        }
-    }
+    float m[8];
+    _mm256_storeu_ps(m, accm);
+    for (int r = 0; r < R; r++) out[r] = has_m ? hsum256(acc[r]) + m[KFN(lone_lane)(r)] : hsum256(acc[r]);
+}
+
+/* nr rows x one column: tiles of L1_R rows, then one at a time */
+static inline __attribute__((always_inline)) void KFN(lone_gemm)(const int type, int n, const uint8_t *w, size_t ldw,
+                                                                 int nr, const uint8_t *a, float *out) {
+    int r = 0;
+    for (; r + L1_R <= nr; r += L1_R) KFN(lone_tile)(type, n, w + (size_t)r * ldw, ldw, L1_R, a, out + r);
+    for (; r < nr; r++) KFN(lone_tile)(type, n, w + (size_t)r * ldw, ldw, 1, a, out + r);
 }
 
 /* ------------------------------------------------------------------------------------------
  * The same legacy dot products for many columns at once (gemm with nc >= 2), the float steps of
- * every (row, column) exactly legacy_tile's, so the results are its bits. What differs is what is
+ * every (row, column) exactly lone_tile's, so the results are its bits. What differs is what is
  * done once: a call converts the activation scales (d, and s for the types with a min) of its
  * columns to floats once; rows are taken RT at a time, and for each chunk of LG_KB blocks of
  * those rows the weights are unpacked once into a small panel (unsigned values for the types with
@@ -255,33 +281,27 @@ static inline __attribute__((always_inline)) void KFN(legacy_gemm)(
     }
 }
 
-#define LG_TILE(T, RR, CC) KFN(legacy_tile)(T, n, w, ldw, RR, a, lda, CC, out, ldo)
-#define LEGACY_KERNELS(tname, TYPE, RT, CT, RT1, GR, GC)                                           \
-    static void KFN(tname##_tile)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,    \
-                                  size_t lda, int C, float *out, size_t ldo) {                     \
-        TILE_SHAPES(LG_TILE, TYPE, RT, CT, RT1, R, C);                                             \
-    }                                                                                              \
+#define LEGACY_KERNELS(tname, TYPE, GR, GC)                                                        \
     static void KFN(tname##_gemm)(int n, const void *w, size_t ldw, int nr, const void *a,         \
                                   size_t lda, int nc, float *out, size_t ldo) {                    \
         if (nc >= 2) KFN(legacy_gemm)(TYPE, GR, GC, n, w, ldw, nr, a, lda, nc, out, ldo);          \
-        else gemm_tiles(KFN(tname##_tile), RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo);      \
+        else if (nc == 1) KFN(lone_gemm)(TYPE, n, w, ldw, nr, a, out);                             \
     }                                                                                              \
     static void KFN(tname##_vec_dot)(int n, float *s, const void *x, const void *y) {              \
-        KFN(legacy_tile)(TYPE, n, x, 0, 1, y, 0, 1, s, 0);                                         \
+        KFN(lone_tile)(TYPE, n, x, 0, 1, y, s);                                                    \
     }
 
-LEGACY_KERNELS(q4_0, EL_Q4_0, 2, 4, 4, 4, 2)
-LEGACY_KERNELS(q4_1, EL_Q4_1, 2, 4, 4, 4, 2)
-LEGACY_KERNELS(q5_0, EL_Q5_0, 2, 4, 4, 4, 2)
-LEGACY_KERNELS(q5_1, EL_Q5_1, 2, 4, 4, 4, 2)
-LEGACY_KERNELS(q8_0, EL_Q8_0, 2, 4, 4, 4, 2)
+LEGACY_KERNELS(q4_0, EL_Q4_0, 4, 2)
+LEGACY_KERNELS(q4_1, EL_Q4_1, 4, 2)
+LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 2)
+LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 2)
+LEGACY_KERNELS(q8_0, EL_Q8_0, 4, 2)
 #undef LEGACY_KERNELS
-#undef LG_TILE
 
 /* ------------------------------------------------------------------------------------------
  * The legacy types in the batch order (quants_generic.c): per (row, column, block) the exact
  * integer sum of the block's 32 products, then one fma with dw * da. A tile of R <= 8 rows x C <= 8
- * columns: per block the rows unpacked once; per column each row's 8 int32 lanes (legacy_tile's)
+ * columns: per block the rows unpacked once; per column each row's 8 int32 lanes (lone_tile's)
  * reduced by a vphaddd tree shared by the 8 rows (lane r: row r), then one cvt and one fma.
  * ------------------------------------------------------------------------------------------ */
 

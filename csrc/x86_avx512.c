@@ -248,11 +248,6 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
 #define L1_R 8
 #define L1_PF 4
 
-/* the bytes of the span ahead a row tile prefetches per block: whole lines, the span in nb steps
- * (a step of its own per block, span * b / nb, took two 64-bit divisions a block: Q4_1 K 576,
- * 1536 rows, 4 columns 42 -> 37 us a call without them) */
-static inline size_t lrt_pf_bytes(size_t span, int nb) { return (span + (size_t)nb * 64 - 1) / ((size_t)nb * 64) * 64; }
-
 /* a row's block as 32 unsigned bytes u = value + offset (legacy_unpack_pair, one row) */
 static inline __attribute__((always_inline)) __m256i lone_unpack(const int type, const uint8_t *x) {
     if (type == EL_Q8_0)
