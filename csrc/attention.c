@@ -370,13 +370,30 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, float *s
     const int ldw = (int)a->cap;
     if (nd <= 0) return;
     const el_half *vt[CT], *vn[CT];  /* vn: the f16 tiles of the next call (prefetched) */
-    const uint8_t *vq[CT];
+    const uint8_t *vq[CT];           /* quantized tiles */
     const size_t lsz = qv ? (size_t)nd : (size_t)sets * nd * KT, lseg = qv ? 1 : (size_t)sets * KT;  /* per dim */
     const int passes = (J->nh + nb - 1) / nb;
     for (int k = 0, r0 = 0, nr; k < passes; k++, r0 += nr) {
         nr = (J->nh - r0) / (passes - k);  /* rows shared evenly: 9 as 4 + 5, not 8 + 1 */
         memset(lanes, 0, sizeof(float) * lsz * nr);
-        for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
+        /* quantized values: a value group (one block) at a time over all the tiles, so each group's
+         * parts are read as one stream (Gemma-3-270M, d = 30000, 1 thread: attention 6.9 -> 6.3 ms
+         * a step; the same sums in the same order). f16: a chunk of tiles at a time, its segments in
+         * turn, each call handed the next call's tiles to prefetch */
+        for (int s0 = d0; qv && s0 < d1; s0 += gd) {
+            const int c = s0 / gd;
+            for (int c0 = J->tlo; c0 < J->thi; c0 += CT) {
+                const int nt = EL_MIN(CT, J->thi - c0);
+                for (int t = 0; t < nt; t++) {
+                    const int blk = J->table[c0 + t];
+                    vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh, c) : NULL;
+                }
+                const float *w = J->sc + (size_t)r0 * a->cap + (size_t)c0 * KT;
+                if (vl->type == EL_Q8_0) e->vops.pv_q8_0(0, gd, nt, vq, vl->row, nr, w, ldw, lanes + (s0 - d0), (int)lsz);
+                else e->vops.pv_q4_0(0, gd, nt, vq, vl->row, nr, w, ldw, lanes + (s0 - d0), (int)lsz);
+            }
+        }
+        for (int c0 = J->tlo; !qv && c0 < J->thi; c0 += CT) {
             const int nt = EL_MIN(CT, J->thi - c0);
             const float *w = J->sc + (size_t)r0 * a->cap + (size_t)c0 * KT;  /* [nr][ldw] from tile c0 */
             for (int s0 = d0; s0 < d1;) {  /* segments: [s0, s1) of value group c */
@@ -385,21 +402,16 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, float *s
                 for (int t = 0; t < nt; t++) {  /* absent blocks have all-zero weights */
                     const int blk = J->table[c0 + t];
                     vt[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, c) + (size_t)off * KT : NULL;
-                    vq[t] = blk >= 0 ? kv_vb(e, l, blk, J->kvh, c) : NULL;
                 }
-                int nn = 0;  /* the next call's tiles: the next segment of this chunk, else the first of the next */
-                if (!qv) {
-                    const int c1 = s1 < d1 ? c0 : c0 + CT, g1 = (s1 < d1 ? s1 : d0) / gd;
-                    const int off1 = (s1 < d1 ? s1 : d0) - g1 * gd;
-                    nn = EL_MAX(0, EL_MIN(CT, J->thi - c1));
-                    for (int t = 0; t < nn; t++) {
-                        const int blk = J->table[c1 + t];
-                        vn[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, g1) + (size_t)off1 * KT : NULL;
-                    }
+                /* the next call's tiles: the next segment of this chunk, else the first of the next */
+                const int c1 = s1 < d1 ? c0 : c0 + CT, g1 = (s1 < d1 ? s1 : d0) / gd;
+                const int off1 = (s1 < d1 ? s1 : d0) - g1 * gd;
+                const int nn = EL_MAX(0, EL_MIN(CT, J->thi - c1));
+                for (int t = 0; t < nn; t++) {
+                    const int blk = J->table[c1 + t];
+                    vn[t] = blk >= 0 ? kv_v(e, l, blk, J->kvh, g1) + (size_t)off1 * KT : NULL;
                 }
-                if (!qv) e->vops.pv_tiles(n, nt, vt, nr, w, ldw, ls, (int)lsz, sets, c0, nn ? vn : NULL, nn);
-                else if (vl->type == EL_Q8_0) e->vops.pv_q8_0(off / 32, n, nt, vq, vl->row, nr, w, ldw, ls, (int)lsz);
-                else e->vops.pv_q4_0(off / 32, n, nt, vq, vl->row, nr, w, ldw, ls, (int)lsz);
+                e->vops.pv_tiles(n, nt, vt, nr, w, ldw, ls, (int)lsz, sets, c0, nn ? vn : NULL, nn);
                 s0 = s1;
             }
         }
