@@ -1660,49 +1660,62 @@ static inline __attribute__((always_inline)) void pv_prefetch_step(pv_prefetch *
 
 /* dims d .. d + nu - 1 of pv_list_avx512: the nr x nu accumulators (one register per row and dim:
  * the 16 slot lanes) stay in registers over the n tiles of the list; each value vector is converted
- * once for the nr rows (fma: the products are exact); row r's fmas of tile k masked off unless bit
- * r of need[k] is set. wl: the list's weights, [k][nr][16]. pf: lines of the next tiles to prefetch */
-static inline __attribute__((always_inline)) void pv_dims_avx512(int d, int nu, const el_half *const *vp, const float *wl,
-                                                                 const uint8_t *need, int n, int nr, float *acc, int lda,
-                                                                 pv_prefetch *pf) {
+ * once for the nr rows (fma: the products are exact). masked: row r's fmas of tile k masked off
+ * unless bit r of need[k] is set (else every row takes every tile). vd: the list's tiles from dim
+ * d on. wl: the list's weights, [k][nr][16]. pf: lines of the next tiles to prefetch */
+static inline __attribute__((always_inline)) void pv_dims_avx512(const int masked, int nu, const el_half *const *vd,
+                                                                 const float *wl, const uint8_t *need, int n, int nr,
+                                                                 float *acc, size_t lda, pv_prefetch *pf) {
     __m512 a[4][8];
     for (int r = 0; r < nr; r++)
-        for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + (size_t)r * lda + (d + i) * 16);
-    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < nu; i++) a[r][i] = _mm512_loadu_ps(acc + r * lda + i * 16);
+    for (int k = 0; k < n; k++, wl += nr * 16) {
         pv_prefetch_step(pf);
-        const el_half *v = vp[k] + (size_t)d * 16;
-        const float *wk = wl + (size_t)k * nr * 16;
+        const el_half *v = vd[k];
         __m512 wr[4];
         __mmask16 m[4];
         for (int r = 0; r < nr; r++) {
-            wr[r] = _mm512_loadu_ps(wk + r * 16);
-            m[r] = (__mmask16)-(need[k] >> r & 1);
+            wr[r] = _mm512_loadu_ps(wl + r * 16);
+            if (masked) m[r] = (__mmask16)-(need[k] >> r & 1);
         }
         for (int i = 0; i < nu; i++) {
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16 * i)));
-            for (int r = 0; r < nr; r++) a[r][i] = _mm512_mask3_fmadd_ps(wr[r], x, a[r][i], m[r]);
+            for (int r = 0; r < nr; r++)
+                a[r][i] = masked ? _mm512_mask3_fmadd_ps(wr[r], x, a[r][i], m[r]) : _mm512_fmadd_ps(wr[r], x, a[r][i]);
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int i = 0; i < nu; i++) _mm512_storeu_ps(acc + (size_t)r * lda + (d + i) * 16, a[r][i]);
+        for (int i = 0; i < nu; i++) _mm512_storeu_ps(acc + r * lda + i * 16, a[r][i]);
 }
 
 /* nr <= 4 rows over the tiles of list ts (n <= 64 tiles, in order; need[k]: the rows that take
  * tile k), into the lanes acc: 8 dims at a time (6 for 4 rows: at most 24 accumulators), the rest
- * one by one */
+ * one by one; the fmas masked only when some row skips a tile of the list */
 static inline __attribute__((always_inline)) void pv_list_avx512(int nd, const el_half *const *vt, int nr, const float *w,
                                                                  int ldw, float *acc, int lda, const int *ts,
                                                                  const uint8_t *need, int n, pv_prefetch *pf) {
-    const el_half *vp[64];
+    const el_half *vd[64];  /* the tiles from the current dims on (advanced a pass at a time: the value
+                               loads take immediate offsets; per-dim offsets kept live spilled to the stack) */
     float wl[64 * 4 * 16];
+    int all = 1;
     for (int k = 0; k < n; k++) {
-        vp[k] = vt[ts[k]];
+        vd[k] = vt[ts[k]];
+        all &= need[k] == (1 << nr) - 1;
         for (int r = 0; r < nr; r++) memcpy(wl + ((size_t)k * nr + r) * 16, w + (size_t)r * ldw + ts[k] * 16, 64);
     }
     const int nu = nr == 4 ? 6 : 8;
-    int d = 0;
-    for (; d + nu <= nd; d += nu) pv_dims_avx512(d, nu, vp, wl, need, n, nr, acc, lda, pf);
-    for (; d < nd; d++) pv_dims_avx512(d, 1, vp, wl, need, n, nr, acc, lda, pf);
+    for (int d = 0; d < nd;) {
+        const int u = nd - d >= nu ? nu : 1;
+        float *ad = acc + (size_t)d * 16;
+        if (u == nu) {
+            if (all) pv_dims_avx512(0, nu, vd, wl, need, n, nr, ad, (size_t)lda, pf);
+            else pv_dims_avx512(1, nu, vd, wl, need, n, nr, ad, (size_t)lda, pf);
+        } else {
+            pv_dims_avx512(1, 1, vd, wl, need, n, nr, ad, (size_t)lda, pf);
+        }
+        for (int k = 0; k < n; k++) vd[k] += u * 16;
+        d += u;
+    }
 }
 
 /* pv_tiles: rows in groups of up to 4 (sizes as even as can be); per lane set, the tiles of that

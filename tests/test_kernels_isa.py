@@ -675,6 +675,19 @@ def _f16_values(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarr
     return (rng.standard_normal(shape) * scale).astype(np.float16).astype(np.float32)
 
 
+def _special_halves(rng: np.random.Generator, shape, inf: bool) -> np.ndarray:
+    """f16 bits of a tile: normal values with a share of subnormals (both signs) and of +0 / -0,
+    and with inf one +inf and one -inf"""
+    h = _f16_values(rng, shape).astype(np.float16).view(np.uint16).copy()
+    sub = rng.uniform(size=shape) < 0.2
+    h[sub] = rng.integers(1, 0x400, shape, dtype=np.uint16)[sub] | (rng.integers(0, 2, shape, dtype=np.uint16)[sub] << 15)
+    h[rng.uniform(size=shape) < 0.05] = 0x0000
+    h[rng.uniform(size=shape) < 0.05] = 0x8000
+    if inf:
+        h[3, 5], h[shape[0] - 2, 12] = 0x7C00, 0xFC00
+    return h
+
+
 def _exp_inputs(rng: np.random.Generator, n: int) -> np.ndarray:
     """[-120, 90] (underflow to subnormals and zero, overflow to infinity), dense around the
     edges of the fast range and of |n| > 192, plus ordinary values."""
@@ -830,6 +843,30 @@ def _run_vops(vops, rng_seed: int) -> dict:
     vops.scale_max(9, _ptr("float *", src), 0.125, _ptr("float *", dst), 21, _ptr("float *", lm))
     out["scale_max dst"] = dst
     out["scale_max lmax"] = lm
+    # f16 key and value tiles with subnormals and signed zeros, then also an infinity (a kernel that
+    # converts halves by integer operations must give vcvtph2ps's values and notice the inf)
+    for hk in (64, 128, 256):
+        for inf in (False, True):
+            kt = _special_halves(rng, (hk, 16), inf)
+            for nq in (3, 4):
+                q = _f16_values(rng, (nq, hk), 4.0)
+                q[:, ::7] = 0.0
+                o = np.zeros((nq, 16), dtype=np.float32)
+                vops.qk_tile_one(hk, _ptr("float *", q), nq, hk, _ptr("el_half *", kt), _ptr("float *", o), _ABI.NULL)
+                out[f"qk_tile_one special hk={hk} nq={nq} inf={inf}"] = o
+            nt = 9
+            tiles = [_special_halves(rng, (hk, 16), inf and t == 6) for t in range(nt)]
+            vt = _ABI.new("el_half *[]", nt)
+            for t in range(nt):
+                vt[t] = _ABI.cast("el_half *", tiles[t].ctypes.data)
+            for nh, sets, nd in ((3, 4, hk // 2), (4, 4, hk // 2 + 2), (3, 1, hk // 2 - 1)):
+                w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
+                w[:, 1::5] = np.float16(2.0**-20)  # f16 subnormal weights (tiny probabilities)
+                w[:, 2::9] = 0.0
+                lda = sets * nd * 16 + 3
+                acc = rng.standard_normal(nh * lda).astype(np.float32)
+                vops.pv_tiles(nd, nt, vt, nh, _ptr("float *", w), nt * 16, _ptr("float *", acc), lda, sets, 1, _ABI.NULL, 0)
+                out[f"pv_tiles special hv={hk} nh={nh} sets={sets} nd={nd} inf={inf}"] = acc
     g = np.concatenate([_exp_inputs(rng, 4096), rng.standard_normal(13).astype(np.float32)])  # odd tail
     u = rng.standard_normal(len(g)).astype(np.float32)
     vops.silu_mul(len(g), _ptr("float *", g), _ptr("float *", u))
