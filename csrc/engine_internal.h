@@ -28,11 +28,24 @@ typedef struct {
     size_t row, part;
 } kv_layout;
 
+/* Slab memory (kv.c): a reservation ("extent") holds `cap` slabs back to back, each slab every
+ * layer's keys and values of its SLAB_BLOCKS blocks and their positions. Slabs become usable as
+ * the pool grows; those whose blocks were all written are offered to 2 MB pages (el_kv_settle). */
+#define KV_EXTENTS 24
+typedef struct {
+    uint8_t *base;        /* 2 MB aligned */
+    int first, cap;       /* slabs first .. first + cap - 1 */
+    int made, settled;    /* slabs usable, and (from first) offered to huge pages */
+} kv_extent;
+
 typedef struct {
     int n_blocks;
     int n_slabs, cap_slabs;
     uint8_t ***k, ***v;   /* [n_layer][slab] (only this group's layers are set) */
     int32_t **pos;        /* [slab] -> [SLAB_BLOCKS][KT] */
+    size_t slab;          /* bytes of a slab */
+    kv_extent ext[KV_EXTENTS];
+    int n_ext;
 } kv_store;
 
 /* What one decode step is made of, derived from the el_batch before the threads start. */

@@ -1,7 +1,7 @@
 /* KV cache storage: per layer group, a pool of blocks of KT slots that grows a slab at a time.
- * Slabs are anonymous mappings, so a block costs memory only once it is written; the block
+ * Slabs are anonymous memory, so a block costs memory only once it is written; the block
  * manager (src/edgellm/kv_cache.py) hands out low block ids first, which keeps the touched part
- * of the pool as small as the blocks in use.
+ * of the pool as small as the blocks in use (and contiguous: el_kv_settle).
  *
  * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
  * attention's f16 tiles read), or q8_0 / q4_0: keys as key tiles (per 32-dim block the KT slots'
@@ -13,7 +13,9 @@
  * it back, applies RoPE, rotates and quantizes it again. */
 #include <stdlib.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "engine_internal.h"
 
 /* layer l's keys (values) of one block */
@@ -135,9 +137,70 @@ void el_kv_store(el_engine *e, int l, int blk, int lane, int v, int h, const flo
     slot_put(e, v, l, blk, h, lane, x, buf);
 }
 
-static void *map_zeroed(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+/* Slab memory. An extent reserves address space for many slabs at once, without access (it
+ * costs no memory), 2 MB aligned; a slab is made readable and writable when the pool grows into
+ * it. Within a slab, each layer of the group has its keys then its values (SLAB_BLOCKS blocks
+ * each, page-aligned), then come the blocks' positions. So the blocks in use (low ids first, as
+ * the block manager hands them out) are one contiguous run of memory from the extent's start,
+ * which el_kv_settle can move into 2 MB pages as whole slabs fill: attention at depth streams
+ * this run, and on 4 KB pages every page of it is a TLB miss. */
+#define HUGE_BYTES ((size_t)2 << 20)
+#define EXTENT_MIN_SLABS 64 /* the first reservation: 64 slabs (65,536 slots) of address space */
+
+static size_t page_bytes(void) {
+    const long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* the bytes of one slab of group g; the offsets of each layer's keys and values in it, and of
+ * the positions, when asked */
+static size_t slab_layout(const el_engine *e, int g, size_t *koff, size_t *voff, size_t *poff) {
+    const size_t pg = page_bytes();
+    size_t o = 0;
+    for (int l = 0; l < e->d.n_layer; l++) {
+        if (!holds(e, l, g)) continue;
+        if (koff) koff[l] = o;
+        o = round_up(o + k_block_bytes(e, l) * SLAB_BLOCKS, pg);
+        if (voff) voff[l] = o;
+        o = round_up(o + v_block_bytes(e, l) * SLAB_BLOCKS, pg);
+    }
+    if (poff) *poff = o;
+    return round_up(o + sizeof(int32_t) * SLAB_BLOCKS * KT, pg);
+}
+
+static size_t extent_bytes(const kv_store *st, const kv_extent *x) { return round_up(x->cap * st->slab, HUGE_BYTES); }
+
+/* address space for cap slabs, 2 MB aligned, without access; NULL when refused */
+static uint8_t *reserve_space(size_t n) {
+    const size_t len = n + HUGE_BYTES;
+    uint8_t *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uint8_t *q = (uint8_t *)round_up((uintptr_t)p, HUGE_BYTES);
+    if (q > p) munmap(p, (size_t)(q - p));
+    munmap(q + n, (size_t)(p + len - (q + n)));  /* at least a page: q - p < HUGE_BYTES */
+    return q;
+}
+
+/* slabs [x->made, to) of extent x become usable and are entered in the slab tables */
+static int open_slabs(el_engine *e, int g, kv_extent *x, int to, const size_t *koff, const size_t *voff, size_t poff) {
+    kv_store *st = &e->kv[g];
+    const size_t pg = page_bytes();
+    uint8_t *a = x->base + (size_t)x->made * st->slab, *b = x->base + (size_t)to * st->slab;
+    if (mprotect(a, round_up((size_t)(b - a), pg), PROT_READ | PROT_WRITE) != 0) return -1;
+    for (int i = x->made; i < to; i++) {
+        uint8_t *slab = x->base + (size_t)i * st->slab;
+        const int s = x->first + i;
+        for (int l = 0; l < e->d.n_layer; l++) {
+            if (!holds(e, l, g)) continue;
+            st->k[l][s] = slab + koff[l];
+            st->v[l][s] = slab + voff[l];
+        }
+        st->pos[s] = (int32_t *)(slab + poff);
+    }
+    x->made = to;
+    st->n_slabs = x->first + to;
+    return 0;
 }
 
 int el_kv_reserve(el_engine *e, int g, int n_blocks) {
@@ -161,45 +224,66 @@ int el_kv_reserve(el_engine *e, int g, int n_blocks) {
         }
         st->cap_slabs = cap;
     }
-    while (st->n_slabs < need) {
-        const int s = st->n_slabs;
-        st->pos[s] = map_zeroed(sizeof(int32_t) * SLAB_BLOCKS * KT);
-        if (!st->pos[s]) return -1;
-        int ok = 1;
-        for (int l = 0; l < e->d.n_layer && ok; l++) {
-            if (!holds(e, l, g)) continue;
-            st->k[l][s] = map_zeroed(k_block_bytes(e, l) * SLAB_BLOCKS);
-            st->v[l][s] = map_zeroed(v_block_bytes(e, l) * SLAB_BLOCKS);
-            ok = st->k[l][s] && st->v[l][s];
-            if (!ok) {  /* undo this slab */
-                for (int m = 0; m <= l; m++) {
-                    if (!holds(e, m, g)) continue;
-                    if (st->k[m][s]) munmap(st->k[m][s], k_block_bytes(e, m) * SLAB_BLOCKS);
-                    if (st->v[m][s]) munmap(st->v[m][s], v_block_bytes(e, m) * SLAB_BLOCKS);
-                }
-                munmap(st->pos[s], sizeof(int32_t) * SLAB_BLOCKS * KT);
-                return -1;
+    if (st->n_slabs >= need) return st->n_blocks;
+    size_t *koff = malloc(sizeof(size_t) * 2 * (size_t)e->d.n_layer), *voff = koff + e->d.n_layer, poff;
+    if (!koff) return -1;
+    st->slab = slab_layout(e, g, koff, voff, &poff);
+    int rc = 0;
+    while (rc == 0 && st->n_slabs < need) {
+        kv_extent *x = st->n_ext ? &st->ext[st->n_ext - 1] : NULL;
+        if (!x || x->made == x->cap) {  /* a new extent: twice the slabs so far, or what is asked */
+            if (st->n_ext == KV_EXTENTS) { rc = -1; break; }
+            x = &st->ext[st->n_ext];
+            *x = (kv_extent){.first = st->n_slabs, .cap = EL_MAX(need - st->n_slabs, EL_MAX(st->n_slabs, EXTENT_MIN_SLABS))};
+            x->base = reserve_space(extent_bytes(st, x));
+            if (!x->base) {  /* little address space (a 32-bit process): just what is asked */
+                x->cap = need - st->n_slabs;
+                x->base = reserve_space(extent_bytes(st, x));
             }
+            if (!x->base) { rc = -1; break; }
+            st->n_ext++;
         }
-        st->n_slabs++;
+        rc = open_slabs(e, g, x, EL_MIN(x->cap, need - x->first), koff, voff, poff);
     }
+    free(koff);
     st->n_blocks = EL_MAX(st->n_blocks, st->n_slabs * SLAB_BLOCKS);
-    return st->n_blocks;
+    return rc == 0 ? st->n_blocks : -1;
 }
 
 int el_kv_blocks(const el_engine *e, int g) { return g == 0 || g == 1 ? e->kv[g].n_blocks : -1; }
 
+#if defined(__linux__) && !defined(MADV_COLLAPSE)
+#define MADV_COLLAPSE 25  /* Linux 6.1; older C libraries lack the name */
+#endif
+
+long long el_kv_settle(el_engine *e, int g, int n_written) {
+    if (g < 0 || g > 1) return -2;
+    kv_store *st = &e->kv[g];
+    long long moved = 0;
+#ifdef MADV_COLLAPSE
+    for (int i = 0; i < st->n_ext; i++) {
+        kv_extent *x = &st->ext[i];
+        const int full = EL_MIN(x->made, EL_MAX(0, n_written / SLAB_BLOCKS - x->first));
+        if (full <= x->settled) continue;
+        /* the 2 MB ranges that hold only full slabs and were not whole at the last call */
+        const size_t lo = x->settled * st->slab / HUGE_BYTES * HUGE_BYTES;
+        const size_t hi = full * st->slab / HUGE_BYTES * HUGE_BYTES;
+        x->settled = full;
+        for (size_t o = lo; o < hi; o += HUGE_BYTES)  /* refused (an old kernel, no huge page free
+                                                         now, pages never written): left as is */
+            if (madvise(x->base + o, HUGE_BYTES, MADV_COLLAPSE) == 0) moved += (long long)HUGE_BYTES;
+    }
+#else
+    (void)n_written;
+    (void)st;
+#endif
+    return moved;
+}
+
 void el_kv_free_all(el_engine *e) {
     for (int g = 0; g < 2; g++) {
         kv_store *st = &e->kv[g];
-        for (int s = 0; s < st->n_slabs; s++) {
-            munmap(st->pos[s], sizeof(int32_t) * SLAB_BLOCKS * KT);
-            for (int l = 0; l < e->d.n_layer; l++) {
-                if (!holds(e, l, g)) continue;
-                munmap(st->k[l][s], k_block_bytes(e, l) * SLAB_BLOCKS);
-                munmap(st->v[l][s], v_block_bytes(e, l) * SLAB_BLOCKS);
-            }
-        }
+        for (int i = 0; i < st->n_ext; i++) munmap(st->ext[i].base, extent_bytes(st, &st->ext[i]));
         if (st->k) for (int l = 0; l < e->d.n_layer; l++) { free(st->k[l]); free(st->v[l]); }
         free(st->k); free(st->v); free(st->pos);
         memset(st, 0, sizeof(*st));

@@ -26,6 +26,7 @@ class FakeEngine:
         self.store = [{}, {}]
         self.n_blocks = [0, 0]
         self.pool = None  # set after the pool exists (to check ownership of written blocks)
+        self.settled = [0, 0]
 
     def kv_reserve(self, g, n):
         self.n_blocks[g] = max(self.n_blocks[g], n)
@@ -44,6 +45,13 @@ class FakeEngine:
     def kv_clear_block(self, g, b):
         assert self.pool.groups[g].refs[b] == 1, "cleared a block someone else holds"
         self.store[g][b] = [None] * BLOCK
+
+    def kv_settle(self, g, n):
+        """The pool says blocks [0, n) hold data (the C engine then moves their full slabs into
+        huge pages): each must have been written."""
+        unwritten = [b for b in range(n) if b not in self.store[g]]
+        assert not unwritten, f"group {g}: settled up to {n}, but blocks {unwritten[:5]} were never written"
+        self.settled[g] = max(self.settled[g], n)
 
     def kv_shift(self, tables, n, n_keep, n_discard):
         for g in range(2 if self.has_swa else 1):
@@ -141,6 +149,8 @@ def test_random_operations_against_a_storage_model(has_swa, seed):
         pool.release(s)
     pool.check()
     assert pool.blocks_in_use(0) == 0 and pool.blocks_in_use(1) == 0
+    for g in range(2 if has_swa else 1):  # every block ever handed out was settled
+        assert eng.settled[g] == pool.groups[g].high > 0
 
 
 def test_prefix_match_takes_whole_blocks_and_leaves_the_last_token():

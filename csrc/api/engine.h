@@ -118,6 +118,11 @@ int el_engine_has_swa(const el_engine *e);  /* whether group 1 has layers */
  * Returns the pool's size, or -1 when out of memory. */
 int el_kv_reserve(el_engine *e, int group, int n_blocks);
 int el_kv_blocks(const el_engine *e, int group);
+/* Blocks [0, n_written) of group g hold data (the block manager hands out low ids first): move
+ * the memory of the slabs they fill into 2 MB pages where the kernel allows (Linux 6.1+,
+ * MADV_COLLAPSE; a slab's memory is resident already, so this costs no memory). Returns the
+ * bytes moved by this call (0 where unsupported), -2 for a bad group. */
+long long el_kv_settle(el_engine *e, int group, int n_written);
 /* Copy block src to dst in every layer of group g (keys, values, positions): copy-on-write. */
 int el_kv_copy_block(el_engine *e, int group, int src, int dst);
 /* Zero block blk's keys and values in every layer of group g: a block handed to a new sequence

@@ -153,6 +153,8 @@ class _Group:
         self.evictable: OrderedDict = OrderedDict()  # block -> node, least recently used first
         self.owner: dict[int, _Node] = {}    # block -> the index node that names it
         self.written: set[int] = set()       # blocks handed out before (new ones are all zeros)
+        self.high = 0                        # 1 + the highest block id handed out
+        self.settled = 0                     # `high` when the engine last settled the group
 
     @property
     def size(self) -> int:
@@ -225,6 +227,8 @@ class KVPool:
             self._grow(g, blocks[g])
             for b in range(before, grp.size):
                 self.engine.kv_clear_block(g, b)  # writes the block: its pages become resident
+            if grp.size > before:
+                self.engine.kv_settle(g, grp.size)
 
     def _alloc(self, g: int, *, clear: bool = True) -> int:
         """A block for a sequence to write: zeroed if another sequence wrote it before (the
@@ -241,6 +245,7 @@ class KVPool:
         else:
             raise KVCacheFullError(f"the KV cache is full ({grp.size} blocks of {BLOCK} tokens in use)")
         grp.refs[b] = 1
+        grp.high = max(grp.high, b + 1)
         if clear and b in grp.written:
             self.engine.kv_clear_block(g, b)
         grp.written.add(b)
@@ -401,10 +406,11 @@ class KVPool:
         b = int(seq.tables[g, i])
         return b >= 0 and self.groups[g].refs[b] > 1
 
-    def reserve(self, seq: Sequence, n_new: int) -> None:
+    def reserve(self, seq: Sequence, n_new: int, *, swa_only: set[int] | None = None) -> None:
         """Make slots [seq.n, seq.n + n_new) writable: blocks allocated, a shared or indexed
         partial block copied first. Raises KVCacheFullError (nothing changed) when the pool
-        cannot give them."""
+        cannot give them. swa_only (restore): the sliding-window group's block indices to
+        allocate; the others stay absent (never handed out, so blocks [0, high) stay written)."""
         if seq.n + n_new > self.n_ctx:
             raise KVCacheFullError(f"a sequence holds at most {self.n_ctx} tokens")
         if self.blocks_needed(seq, n_new) > self.blocks_free(0):
@@ -415,7 +421,7 @@ class KVPool:
             if lo % BLOCK:
                 self._own(g, seq, lo // BLOCK)
             for i in range(-(-lo // BLOCK), -(-hi // BLOCK)):
-                if seq.tables[g, i] < 0:
+                if seq.tables[g, i] < 0 and (g == 0 or swa_only is None or i in swa_only):
                     seq.tables[g, i] = self._alloc(g)
 
     def _own(self, g: int, seq: Sequence, i: int) -> None:
@@ -437,8 +443,9 @@ class KVPool:
         if g == 0 and i < len(seq.nodes):
             del seq.nodes[i:]
 
-    def commit(self, seq: Sequence, tokens) -> None:
-        """The engine wrote len(tokens) slots after seq.n (reserved before)."""
+    def commit(self, seq: Sequence, tokens, *, written: bool = True) -> None:
+        """The engine wrote len(tokens) slots after seq.n (reserved before); written=False: the
+        caller writes them next, and calls settle() then."""
         seq.tokens.extend(tokens)
         seq.n += len(tokens)
         if seq.cacheable:
@@ -446,23 +453,29 @@ class KVPool:
                 self._register(seq, i)
         if self.has_swa:
             self._drop_swa(seq)
+        if written:
+            self.settle()
+
+    def settle(self) -> None:
+        """Blocks are handed out low ids first, so once those handed out are written, blocks
+        [0, high) all hold data: the engine may move the memory of the slabs they fill into huge
+        pages (kv.c, el_kv_settle; a range it would have to fill with zeros it leaves alone)."""
+        for g in range(GROUPS if self.has_swa else 1):
+            grp = self.groups[g]
+            if grp.high > grp.settled:
+                grp.settled = grp.high
+                self.engine.kv_settle(g, grp.high)
 
     def restore(self, seq: Sequence, tokens, held, *, swa_valid: int = 0, cacheable: bool = True) -> None:
         """Make the empty seq hold tokens whose blocks a saved state gives (state.py): blocks
         allocated (the caller then writes each held one into seq.tables[g, i]); sliding-window
         blocks the saved sequence had dropped (not in held[1]) stay absent, and so do the slots
-        its window validity says hold nothing."""
+        its window validity says hold nothing. The caller calls settle() once it wrote them."""
         if seq.n:
             raise ValueError("restore needs an empty sequence")
-        self.reserve(seq, len(tokens))
-        if self.has_swa:
-            keep = set(held[1])
-            for i in range(-(-len(tokens) // BLOCK)):
-                if i not in keep and seq.tables[1, i] >= 0:
-                    self._unref(1, int(seq.tables[1, i]))
-                    seq.tables[1, i] = -1
+        self.reserve(seq, len(tokens), swa_only=set(held[1]) if self.has_swa else None)
         seq.cacheable = seq.cacheable and cacheable
-        self.commit(seq, [int(t) for t in tokens])
+        self.commit(seq, [int(t) for t in tokens], written=False)
         if self.has_swa:
             seq.swa_valid = max(seq.swa_valid, swa_valid)
 

@@ -153,4 +153,5 @@ def load(llm, seq, path) -> dict | None:
                 if blk >= 0:  # (a window block the restored sequence no longer needs was dropped)
                     eng.kv_write_block(g, blk, blob[o:o + sizes[g]])
                 o += sizes[g]
+        pool.settle()
     return header.get("meta")

@@ -7,7 +7,8 @@ page is a TLB miss; in huge pages the same Q8_0 matvec runs at the plain read lo
 (30.2 -> 34 GB/s single-threaded on this machine). The copy replaces the mapping rather than
 adding to it: each chunk's file pages are dropped from the process (madvise DONTNEED; they stay
 in the page cache) as soon as it is copied, so resident memory stays at about the file size.
-EDGELLM_HUGEPAGES=0 turns it off (the engine then reads the file's own pages).
+EDGELLM_HUGEPAGES=0 turns it off (the engine then reads the file's own pages), and with it the
+KV cache's move of its full slabs into huge pages (csrc/kv.c, el_kv_settle).
 
 mlock=True (llama.cpp's --mlock) pins whichever copy the engine reads in RAM, so the kernel never
 pages the weights out under memory pressure: the file's pages at load, the huge-page copy once it
@@ -39,6 +40,12 @@ def _thp_available() -> bool:
     except OSError:
         return False
     return "[always]" in mode or "[madvise]" in mode
+
+
+def huge_pages_wanted() -> bool:
+    """Whether the engine's memory (the weights' copy, the KV cache's full slabs) goes into 2 MB
+    pages: the platform has transparent huge pages and EDGELLM_HUGEPAGES is not 0."""
+    return os.environ.get("EDGELLM_HUGEPAGES", "1") != "0" and _thp_available()
 
 
 def mem_available() -> int:
@@ -143,7 +150,7 @@ class WeightStore:
         if self._tried:
             return self._copy is not None
         self._tried = True
-        if os.environ.get("EDGELLM_HUGEPAGES", "1") == "0" or not _thp_available():
+        if not huge_pages_wanted():
             return False
         span = self._data_span()
         if span is None:

@@ -12,6 +12,7 @@ from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import DELTA_NET_TENSORS, Part, engine_tensors
 from ..quants import QType
+from ..weights import huge_pages_wanted
 
 ISA_NAMES = ("generic", "avx2", "avx512", "neon")
 
@@ -82,6 +83,7 @@ class CEngine:
             raise EdgeLLMError(f"cannot create the model engine: {ffi.string(lib.el_last_error()).decode()}")
         self._eng = ffi.gc(eng, lib.el_engine_free)
         self.set_threads(n_threads)
+        self._huge = huge_pages_wanted()
         self.n_batch = min(n_batch, n_ctx)
         self.has_swa = bool(lib.el_engine_has_swa(eng))
         self.n_swa = cfg.n_swa
@@ -132,6 +134,12 @@ class CEngine:
         if got < 0:
             raise MemoryError(f"out of memory for {n_blocks} KV blocks")
         return got
+
+    def kv_settle(self, group: int, n_written: int) -> int:
+        """Blocks [0, n_written) hold data: their full slabs go into 2 MB pages (kv.c). Bytes moved."""
+        if not self._huge:
+            return 0
+        return max(0, int(self.lib.el_kv_settle(self._eng, group, n_written)))
 
     def kv_copy_block(self, group: int, src: int, dst: int) -> None:
         if self.lib.el_kv_copy_block(self._eng, group, src, dst) != 0:

@@ -306,6 +306,10 @@ class NumbaEngine:
             self.pos[group] = np.concatenate([self.pos[group], np.zeros((extra, BLOCK), np.int32)])
         return self.pos[group].shape[0]
 
+    def kv_settle(self, group: int, n_written: int) -> int:
+        """(The C engine moves full slabs into huge pages; numpy arrays stay as they are.)"""
+        return 0
+
     def kv_copy_block(self, group: int, src: int, dst: int) -> None:
         for l in self._group_layers(group):
             self.k[l][dst] = self.k[l][src]
