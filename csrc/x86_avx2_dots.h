@@ -60,8 +60,6 @@ static inline __m256i KFN(dot_ww)(__m256i acc, __m256i p, __m256i k) {
  * dw * da taken out of a register (vpermps) instead of memory (Q4_1 from L1 0.92 -> 1.08 ns a
  * block-row); the headers packed in general registers before one vmovq / vpinsrq each (slower).
  * ------------------------------------------------------------------------------------------ */
-#define L1_R 8
-#define L1_PF 4
 
 /* the lane of row r (< L1_R) in a tile's header vectors */
 static inline int KFN(lone_lane)(int r) { return r < 4 ? 2 * r : 2 * (r - 4) + 1; }

@@ -245,8 +245,6 @@ static inline __attribute__((always_inline)) void legacy_tile(const int type, in
  * on that busy machine); from L2 (0.7 MB Q4_1): 15.3 -> 21.9. 16-row tiles were faster from L2 and
  * slower from DRAM (Q4_1 15 GB/s), as were 2 and 8 tiles ahead (12.7, 15.3).
  * ------------------------------------------------------------------------------------------ */
-#define L1_R 8
-#define L1_PF 4
 
 /* a row's block as 32 unsigned bytes u = value + offset (legacy_unpack_pair, one row) */
 static inline __attribute__((always_inline)) __m256i lone_unpack(const int type, const uint8_t *x) {

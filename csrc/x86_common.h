@@ -75,6 +75,11 @@ static inline void pf_step(pf_cursor *p, int R, size_t ldw, size_t bytes) {
  * 1536 rows, 4 columns 42 -> 37 us a call without them) */
 static inline size_t lrt_pf_bytes(size_t span, int nb) { return (span + (size_t)nb * 64 - 1) / ((size_t)nb * 64) * 64; }
 
+/* one-column legacy matvec tiles (AVX-512 and AVX2's lone_tile): rows a tile, and tiles ahead
+ * whose rows are prefetched */
+#define L1_R 8
+#define L1_PF 4
+
 /* ------------------------------------------------------------------------------------------ */
 /* tiling: gemm splits its rows x columns into tiles of RT x CT (then 1 x CT for leftover rows);
  * the leftover columns (fewer than CT) form one more group, RT x C and 1 x C, or RT1 x 1 and 1 x 1
