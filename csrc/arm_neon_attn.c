@@ -318,9 +318,8 @@ EL_INLINE float32x4_t expf4(float32x4_t x) {
     return vbslq_f32(big, edge, v);
 }
 
-/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed
- * in double */
-EL_INLINE double exp_sum_sums_neon(int n, float *x, float max, float *sums) {
+/* exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed in double */
+static double exp_sums_neon(int n, float *x, float max, float *sums) {
     const float32x4_t m = vdupq_n_f32(max);
     double sum = 0.0;
     for (int i = 0; i < n; i += 16) {
@@ -331,8 +330,6 @@ EL_INLINE double exp_sum_sums_neon(int n, float *x, float max, float *sums) {
     }
     return sum;
 }
-static double exp_sum_neon(int n, float *x, float max) { return exp_sum_sums_neon(n, x, max, NULL); }
-static void exp_sums_neon(int n, float *x, float max, float *sums) { exp_sum_sums_neon(n, x, max, sums); }
 
 static void scale_max_neon(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
     for (int r = 0; r < nh; r++)
@@ -370,7 +367,6 @@ void el_neon_register_vops(int dp) {
     el_vops.pv_q8_0 = pv_q8_0_neon;
     el_vops.pv_q4_0 = pv_q4_0_neon;
     el_vops.sum16_rows = sum16_rows_neon;
-    el_vops.exp_sum = exp_sum_neon;
     el_vops.silu_mul = silu_mul_neon;
     el_vops.scale_max = scale_max_neon;
     el_vops.exp_sums = exp_sums_neon;

@@ -461,7 +461,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
             for (int r = 0; r < J.nh && J.thi > J.tlo; r++) {
                 float *x = J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT;
-                job_weights(e, &J, r, J.tlo, J.thi, e->vops.exp_sum((J.thi - J.tlo) * KT, x, mx[r]));
+                job_weights(e, &J, r, J.tlo, J.thi, e->vops.exp_sums((J.thi - J.tlo) * KT, x, mx[r], NULL));
             }
             job_pv(e, l, &J, 0, hv, scr);
         }

@@ -178,9 +178,8 @@ static void sum16_rows_generic(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = el_sum16(acc + 16 * i);
 }
 
-/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed
- * in double */
-static double exp_sum_sums_generic(int n, float *x, float max, float *sums) {
+/* exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed in double */
+static double exp_sums_generic(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     for (int i = 0; i < n; i += 16) {
         for (int l = 0; l < 16; l++) x[i + l] = el_expf(x[i + l] - max);
@@ -190,8 +189,6 @@ static double exp_sum_sums_generic(int n, float *x, float max, float *sums) {
     }
     return sum;
 }
-static double exp_sum_generic(int n, float *x, float max) { return exp_sum_sums_generic(n, x, max, NULL); }
-static void exp_sums_generic(int n, float *x, float max, float *sums) { exp_sum_sums_generic(n, x, max, sums); }
 
 static void scale_max_generic(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
     for (int r = 0; r < nh; r++)
@@ -285,7 +282,6 @@ int el_set_isa(int isa) {
     el_vops.pv_q8_0 = pv_q8_0_generic;
     el_vops.pv_q4_0 = pv_q4_0_generic;
     el_vops.sum16_rows = sum16_rows_generic;
-    el_vops.exp_sum = exp_sum_generic;
     el_vops.silu_mul = silu_mul_generic;
     el_vops.scale_max = scale_max_generic;
     el_vops.exp_sums = exp_sums_generic;

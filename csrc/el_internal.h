@@ -114,17 +114,15 @@ typedef struct {
                     int ldw, float *acc, int lda);
     /* out[i] = el_sum16(acc + 16 i) for i < n */
     void (*sum16_rows)(int n, const float *acc, float *out);
-    /* x[i] = exp(x[i] - max) (ggml_v_expf) for i < n (a multiple of 16); returns the sum of the
-     * el_sum16 of each 16 values, accumulated in double */
-    double (*exp_sum)(int n, float *x, float max);
     /* g[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + ggml_v_expf(-x)) */
     void (*silu_mul)(int64_t n, float *g, const float *u);
     /* a score tile's rows scaled, and their lane-wise maxima: for r < nh, l < 16, v = src[r*16 + l] *
      * scale, dst[r*ldd + l] = v, lmax[r*16 + l] = v > lmax[r*16 + l] ? v : lmax[r*16 + l] */
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
-    /* exp_sum's exponentials with each 16 values' el_sum16 kept: x[i] = exp(x[i] - max) (ggml_v_expf)
-     * for i < n (a multiple of 16), sums[i / 16] = el_sum16(x + i) */
-    void (*exp_sums)(int n, float *x, float max, float *sums);
+    /* softmax numerators: x[i] = exp(x[i] - max) (ggml_v_expf) for i < n (a multiple of 16); each 16
+     * values' el_sum16 kept in sums[i / 16] unless sums is NULL; returns the sum of those el_sum16,
+     * accumulated in double */
+    double (*exp_sums)(int n, float *x, float max, float *sums);
     /* softmax weights: x[i] = x[i] * s rounded to f16 (round to nearest even), as a float, i < n */
     void (*f16_scale)(int n, float *x, float s);
 } el_vec_ops;

@@ -837,9 +837,8 @@ static void sum16_rows_avx2(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16_avx2(_mm256_loadu_ps(acc + 16 * i), _mm256_loadu_ps(acc + 16 * i + 8));
 }
 
-/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and
- * summed in double */
-static inline __attribute__((always_inline)) double exp_sum_sums_avx2(int n, float *x, float max, float *sums) {
+/* exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed in double */
+static double exp_sums_avx2(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     const __m256 m = _mm256_set1_ps(max);
     for (int i = 0; i < n; i += 16) {
@@ -853,8 +852,6 @@ static inline __attribute__((always_inline)) double exp_sum_sums_avx2(int n, flo
     }
     return sum;
 }
-static double exp_sum_avx2(int n, float *x, float max) { return exp_sum_sums_avx2(n, x, max, NULL); }
-static void exp_sums_avx2(int n, float *x, float max, float *sums) { exp_sum_sums_avx2(n, x, max, sums); }
 
 static void scale_max_avx2(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
     const __m256 s = _mm256_set1_ps(scale);
@@ -948,7 +945,6 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.pv_q8_0 = pv_q8_0_avx2;
     el_vops.pv_q4_0 = pv_q4_0_avx2;
     el_vops.sum16_rows = sum16_rows_avx2;
-    el_vops.exp_sum = exp_sum_avx2;
     el_vops.silu_mul = silu_mul_avx2;
     el_vops.scale_max = scale_max_avx2;
     el_vops.exp_sums = exp_sums_avx2;

@@ -1878,9 +1878,8 @@ static void sum16_rows_avx512(int n, const float *acc, float *out) {
     for (int i = 0; i < n; i++) out[i] = sum16_avx512(_mm512_loadu_ps(acc + 16 * i));
 }
 
-/* exp_sum and exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and
- * summed in double */
-static inline __attribute__((always_inline)) double exp_sum_sums_avx512(int n, float *x, float max, float *sums) {
+/* exp_sums: the exponentials, each 16's el_sum16 kept in sums (unless NULL) and summed in double */
+static double exp_sums_avx512(int n, float *x, float max, float *sums) {
     double sum = 0.0;
     const __m512 m = _mm512_set1_ps(max);
     for (int i = 0; i < n; i += 16) {
@@ -1892,8 +1891,6 @@ static inline __attribute__((always_inline)) double exp_sum_sums_avx512(int n, f
     }
     return sum;
 }
-static double exp_sum_avx512(int n, float *x, float max) { return exp_sum_sums_avx512(n, x, max, NULL); }
-static void exp_sums_avx512(int n, float *x, float max, float *sums) { exp_sum_sums_avx512(n, x, max, sums); }
 
 static void scale_max_avx512(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax) {
     const __m512 s = _mm512_set1_ps(scale);
@@ -1943,7 +1940,6 @@ void el_register_avx512(el_type_traits *t) {
     el_vops.pv_q8_0 = pv_q8_0_avx512;
     el_vops.pv_q4_0 = pv_q4_0_avx512;
     el_vops.sum16_rows = sum16_rows_avx512;
-    el_vops.exp_sum = exp_sum_avx512;
     el_vops.silu_mul = silu_mul_avx512;
     el_vops.scale_max = scale_max_avx512;
     el_vops.exp_sums = exp_sums_avx512;

@@ -73,17 +73,16 @@ typedef struct {
     void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);
     void (*sum16_rows)(int n, const float *acc, float *out);
-    double (*exp_sum)(int n, float *x, float max);
     void (*silu_mul)(int64_t n, float *g, const float *u);
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
-    void (*exp_sums)(int n, float *x, float max, float *sums);
+    double (*exp_sums)(int n, float *x, float max, float *sums);
     void (*f16_scale)(int n, float *x, float s);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
 """)
-VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "exp_sum", "silu_mul",
+VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "silu_mul",
         "scale_max", "exp_sums", "f16_scale"]
 
 
@@ -821,12 +820,12 @@ def _run_vops(vops, rng_seed: int) -> dict:
     e[5::97] = -np.inf  # masked slots
     for mx in (0.0, float(np.max(e)), -3.5):
         xe = e.copy()
-        total = vops.exp_sum(len(xe), _ptr("float *", xe), mx)
-        out[f"exp_sum max={mx}"] = xe
-        out[f"exp_sum max={mx} sum"] = np.array([total], dtype=np.float64)
+        total = vops.exp_sums(len(xe), _ptr("float *", xe), mx, _ABI.NULL)
+        out[f"exp_sums max={mx} without sums"] = xe
+        out[f"exp_sums max={mx} total"] = np.array([total], dtype=np.float64)
         sums = np.zeros(len(xe) // 16, dtype=np.float32)
         xs = e.copy()
-        vops.exp_sums(len(xs), _ptr("float *", xs), mx, _ptr("float *", sums))
+        assert vops.exp_sums(len(xs), _ptr("float *", xs), mx, _ptr("float *", sums)) == total
         out[f"exp_sums max={mx}"] = xs
         out[f"exp_sums max={mx} sums"] = sums
     # softmax weights: exponentials (many f16 subnormals, some rounding to 0) times 1 / sum, odd length
