@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     }
     el_set_isa(isa);
     const int qk = kty != EL_F16;
-    const size_t tile = (size_t)HD * 16, head = (size_t)nt * tile, layer = (size_t)nkv * head;  /* halves */
+    const size_t tile = (size_t)HD * 16;  /* halves of an f16 tile */
     const size_t ktile = qk ? 16 * el_row_size(kty, HD) : 2 * tile;  /* bytes of a key tile */
     const size_t khead = (size_t)nt * ktile, klayer = (size_t)nkv * khead;
     /* K, V: the kernels' inputs; R: as many bytes as K for the read (each byte read once a sweep) */
@@ -110,6 +110,8 @@ int main(int argc, char **argv) {
         }
     }
     for (int i = 0; i < nq * 256 * 16; i++) w[i] = rand_half() * 0.01f + 0.5f;
+    /* the weight gemm of a quantized key type (the generic path has none: vec_dot rows only) */
+    const int gemm = qk && el_traits[kty].gemm != NULL;
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     volatile uint64_t sink = 0;
     for (int sweep = 0; sweep <= sweeps; sweep++) {  /* sweep 0 warms up */
@@ -149,7 +151,7 @@ int main(int argc, char **argv) {
                 sink += s;
                 t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
             }
-        for (int l = 0; qk && l < nl; l++)  /* the same bytes as rows, through the weight gemm (its own pass) */
+        for (int l = 0; gemm && l < nl; l++)  /* the same bytes as rows, through the weight gemm (its own pass) */
             for (int h = 0; h < nkv; h++) {
                 const uint8_t *Kh = K + l * klayer + h * khead;
                 const double g0 = cpu_now();
@@ -166,7 +168,7 @@ int main(int argc, char **argv) {
                            "read, in sequence", "rows, weight gemm"};
     printf("%d layers x %d kv heads x %d tiles (%.1f MB of K), hk = hv = %d, %d queries per kv head, chunk %d, isa %d, "
            "key prefetch %d tiles\n", nl, nkv, nt, tiles * bytes[0] / 1e6, HD, nq, chunk, el_get_isa(), pf);
-    for (int i = 0; i < 3 + qk; i++)
+    for (int i = 0; i < 3 + gemm; i++)
         printf("  %-18s %8.1f ns/tile  %6.2f GB/s\n", name[i], best[i] / tiles * 1e9, tiles * bytes[i] / best[i] / 1e9);
     return (int)(sink & 0);
 }
