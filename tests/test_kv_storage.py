@@ -4,8 +4,8 @@ huge pages (el_kv_settle) - for every cache type, with and without sliding-windo
 
 from __future__ import annotations
 
-import os
 import platform
+import re
 
 import numpy as np
 import pytest
@@ -37,8 +37,8 @@ def _kernel_collapses() -> bool:
     """MADV_COLLAPSE: Linux 6.1 and later, with transparent huge pages not off."""
     if platform.system() != "Linux" or not huge_pages_wanted():
         return False
-    major, minor = (int(x) for x in platform.release().split(".")[:2])
-    return (major, minor) >= (6, 1)
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return m is not None and (int(m[1]), int(m[2])) >= (6, 1)
 
 
 @pytest.mark.parametrize("arch,types", [("llama", ("f16", "f16")), ("llama", ("q8_0", "q4_0")),
