@@ -153,12 +153,16 @@ class _Group:
         self.evictable: OrderedDict = OrderedDict()  # block -> node, least recently used first
         self.owner: dict[int, _Node] = {}    # block -> the index node that names it
         self.written: set[int] = set()       # blocks handed out before (new ones are all zeros)
-        self.high = 0                        # 1 + the highest block id handed out
         self.settled = 0                     # `high` when the engine last settled the group
 
     @property
     def size(self) -> int:
         return len(self.refs)
+
+    @property
+    def high(self) -> int:
+        """Blocks handed out so far: low ids first, so they are blocks [0, high)."""
+        return len(self.written)
 
     @property
     def used(self) -> int:
@@ -245,7 +249,6 @@ class KVPool:
         else:
             raise KVCacheFullError(f"the KV cache is full ({grp.size} blocks of {BLOCK} tokens in use)")
         grp.refs[b] = 1
-        grp.high = max(grp.high, b + 1)
         if clear and b in grp.written:
             self.engine.kv_clear_block(g, b)
         grp.written.add(b)
