@@ -114,8 +114,9 @@ static void pv_tiles_neon(int nd, int nt, const el_half *const *vt, int nh, cons
         }
 }
 
-/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, eight registers */
-EL_INLINE void q_quants_neon(int q4, const uint8_t *blk, float32x4_t x[8]) {
+/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as int16, four registers (dims
+ * 8k .. 8k + 7 in x[k]) */
+EL_INLINE void q_quants_neon(int q4, const uint8_t *blk, int16x8_t x[4]) {
     int8x16_t part[2];
     if (q4) {
         const uint8x16_t b = vld1q_u8(blk + 2);
@@ -127,36 +128,50 @@ EL_INLINE void q_quants_neon(int q4, const uint8_t *blk, float32x4_t x[8]) {
         part[1] = vld1q_s8((const int8_t *)blk + 18);
     }
     for (int p = 0; p < 2; p++) {
-        const int16x8_t lo = vmovl_s8(vget_low_s8(part[p])), hi = vmovl_s8(vget_high_s8(part[p]));
-        x[4 * p] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
-        x[4 * p + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo)));
-        x[4 * p + 2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
-        x[4 * p + 3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)));
+        x[2 * p] = vmovl_s8(vget_low_s8(part[p]));
+        x[2 * p + 1] = vmovl_high_s8(part[p]);
     }
 }
 
-/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
- * block's first 2 bytes */
-EL_INLINE void pv_q_wd_neon(const uint8_t *p, size_t rb, int nr, const float *w, int ldw, int t, float (*wd)[16]) {
+/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p: the slots' d
+ * are each row's block's first 2 bytes), el_internal.h's contract (as dispatch.c's pv_q_weights):
+ * wd = w * d (exact), m = the largest of 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E;
+ * wq[r] = wd p rounded to nearest even (fcvtns), saturated to int16 (sqxtn), sc[r] = 1 / p */
+EL_INLINE void pv_q_wq_neon(const uint8_t *p, size_t rb, int nr, const float *w, int ldw, int t, int16_t (*wq)[16],
+                            float *sc) {
     uint16_t h[16];
     for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
     float32x4_t d[4];
     for (int i = 0; i < 4; i++) d[i] = h4_to_f32(vld1_u16(h + 4 * i));
-    for (int r = 0; r < nr; r++)
-        for (int i = 0; i < 4; i++) vst1q_f32(wd[r] + 4 * i, vmulq_f32(vld1q_f32(w + (size_t)r * ldw + t * 16 + 4 * i), d[i]));
+    for (int r = 0; r < nr; r++) {
+        float32x4_t wd[4];
+        for (int i = 0; i < 4; i++) wd[i] = vmulq_f32(vld1q_f32(w + (size_t)r * ldw + t * 16 + 4 * i), d[i]);
+        const float32x4_t m4 = vmaxq_f32(vmaxq_f32(vabsq_f32(wd[0]), vabsq_f32(wd[1])), vmaxq_f32(vabsq_f32(wd[2]), vabsq_f32(wd[3])));
+        const float m = vmaxvq_f32(vmaxq_f32(m4, vdupq_n_f32(0x1p-48f)));
+        uint32_t e;
+        memcpy(&e, &m, 4);
+        e &= 0x7f800000u;
+        const uint32_t pb = (268u << 23) - e, ib = e - (14u << 23);
+        float pw;
+        memcpy(&pw, &pb, 4);
+        memcpy(&sc[r], &ib, 4);
+        for (int i = 0; i < 2; i++)
+            vst1q_s16(wq[r] + 8 * i, vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(wd[2 * i], pw))),
+                                                  vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(wd[2 * i + 1], pw)))));
+    }
 }
 
 /* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64),
  * row r skipping the tiles marked in skip[r] (its sums stay as they are, as the twin's skip leaves
- * them): the rows' accumulators in registers over the tiles and their 16 slots in order, the
- * quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each
- * tile's weights are first multiplied by their slots' scales d, and w * d times q is added with
- * one fma: w and d are f16 values, so w * d is exact (22 significant bits) and so is the product
- * the fma rounds - the same bits, with no scale work per slot (as x86_avx512.c's pv_q_block_avx512) */
+ * them): per tile, each slot's quants (widened to int16 once for all the rows) times the row's
+ * integer weight added to int32 sums with widening multiply-adds (smlal: exact), then the sums
+ * converted to float and added to the rows' accumulators (in registers over the tiles) times
+ * 1 / p with one fma (the product exact), as x86_avx512.c's pv_q_block_avx512 */
 EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt, size_t row_bytes, int nr,
                                const float *w, int ldw, float *acc, int lda, const uint64_t *skip) {
     const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
-    float wd[3][16];
+    int16_t wq[3][16];
+    float sc[3];
     float32x4_t s[3][8];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < 8; i++) s[r][i] = vld1q_f32(acc + (size_t)r * lda + 4 * i);
@@ -164,17 +179,25 @@ EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt,
     for (int r = 0; r < nr; r++) none &= skip[r];
     for (int t = 0; t < nt; t++) {
         if (none >> t & 1) continue;
-        pv_q_wd_neon(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd);
-        int take[3];
-        for (int r = 0; r < nr; r++) take[r] = !(skip[r] >> t & 1);
+        pv_q_wq_neon(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq, sc);
+        int32x4_t is[3][8];
+        for (int r = 0; r < nr; r++)
+            for (int i = 0; i < 8; i++) is[r][i] = vdupq_n_s32(0);
         const uint8_t *row = vt[t] + (size_t)bi * bb;
         for (int l = 0; l < 16; l++, row += rb) {
-            float32x4_t x[8];
+            int16x8_t x[4];
             q_quants_neon(q4, row, x);
             for (int r = 0; r < nr; r++) {
-                if (!take[r]) continue;
-                for (int i = 0; i < 8; i++) s[r][i] = vfmaq_n_f32(s[r][i], x[i], wd[r][l]);
+                const int16_t wl = wq[r][l];
+                for (int k = 0; k < 4; k++) {
+                    is[r][2 * k] = vmlal_n_s16(is[r][2 * k], vget_low_s16(x[k]), wl);
+                    is[r][2 * k + 1] = vmlal_high_n_s16(is[r][2 * k + 1], x[k], wl);
+                }
             }
+        }
+        for (int r = 0; r < nr; r++) {
+            if (skip[r] >> t & 1) continue;
+            for (int i = 0; i < 8; i++) s[r][i] = vfmaq_n_f32(s[r][i], vcvtq_f32_s32(is[r][i]), sc[r]);
         }
     }
     for (int r = 0; r < nr; r++)

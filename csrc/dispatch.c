@@ -133,33 +133,57 @@ static void pv_tiles_generic(int nd, int nt, const el_half *const *vt, int nh, c
         }
 }
 
-/* the 32 values of a q8_0 / q4_0 block: d * q, exact in float */
-static void q8_0_values(const block_q8_0 *x, float *v) {
-    const float d = el_half_to_float(x->d);
-    for (int i = 0; i < 32; i++) v[i] = d * (float)x->qs[i];
+/* quant i (0..31) of a q8_0 / q4_0 block (q4_0: nibble - 8) */
+static int block_quant(int q4, const uint8_t *blk, int i) {
+    if (q4) return (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+    return (int8_t)blk[2 + i];
 }
-static void q4_0_values(const block_q4_0 *x, float *v) {
-    const float d = el_half_to_float(x->d);
-    for (int i = 0; i < 16; i++) {
-        v[i] = d * (float)((x->qs[i] & 15) - 8);
-        v[i + 16] = d * (float)((x->qs[i] >> 4) - 8);
+
+/* el_internal.h's integer weights of one (row, tile, block): W[l] = w[l] * d[l] * p rounded to
+ * nearest even, saturated to int16, p = 2^(141 - E) with E the exponent bits of the largest of
+ * 2^-48 and |w[l] * d[l]|; returns 1 / p */
+static float pv_q_weights(const float *w, const float *d, int16_t *W) {
+    float wd[16], m = 0x1p-48f;
+    for (int l = 0; l < 16; l++) {
+        wd[l] = w[l] * d[l];
+        m = fabsf(wd[l]) > m ? fabsf(wd[l]) : m;
     }
+    uint32_t e, pb, ib;
+    memcpy(&e, &m, 4);
+    e &= 0x7f800000u;
+    pb = (268u << 23) - e, ib = e - (14u << 23);
+    float p, inv;
+    memcpy(&p, &pb, 4);
+    memcpy(&inv, &ib, 4);
+    for (int l = 0; l < 16; l++) {
+        const float v = nearbyintf(wd[l] * p);  /* (the default rounding: to nearest even) */
+        W[l] = (int16_t)(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);
+    }
+    return inv;
 }
 
 static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                          const float *w, int ldw, float *acc, int lda) {
-    float x[32];
+    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     for (int r = 0; r < nh; r++)
         for (int t = 0; t < nt; t++) {
             const float *wt = w + (size_t)r * ldw + t * 16;
             if (!vt[t] || !any16_generic(wt)) continue;
-            for (int l = 0; l < 16; l++) {
-                const uint8_t *row = vt[t] + (size_t)l * row_bytes;
-                for (int b = 0; b < nd / 32; b++) {
-                    if (q4) q4_0_values((const block_q4_0 *)row + b0 + b, x);
-                    else q8_0_values((const block_q8_0 *)row + b0 + b, x);
-                    float *a = acc + (size_t)r * lda + b * 32;
-                    for (int i = 0; i < 32; i++) a[i] = fmaf(wt[l], x[i], a[i]);
+            for (int b = 0; b < nd / 32; b++) {
+                const uint8_t *blk = vt[t] + (size_t)(b0 + b) * bb;  /* slot l's block: + l * row_bytes */
+                float d[16];
+                int16_t W[16];
+                for (int l = 0; l < 16; l++) {
+                    el_half h;
+                    memcpy(&h, blk + (size_t)l * row_bytes, sizeof h);
+                    d[l] = el_half_to_float(h);
+                }
+                const float inv = pv_q_weights(wt, d, W);
+                float *a = acc + (size_t)r * lda + b * 32;
+                for (int i = 0; i < 32; i++) {
+                    int32_t S = 0;
+                    for (int l = 0; l < 16; l++) S += W[l] * block_quant(q4, blk + (size_t)l * row_bytes, i);
+                    a[i] = a[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
                 }
             }
         }

@@ -104,10 +104,16 @@ typedef struct {
                      int lda, int sets, int t0, const el_half *const *next, int nn);
     /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
      * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
-     * dimensions [0, nd) (nd a multiple of 32): acc[r*lda + i] += w[r*ldw + t*16 + l] * x[i] with
-     * x = d * q (exact), added with one fma (one rounding); slots in order. Weights are f16 values
-     * (kernels may multiply w * d first: exact too). A (row, tile) whose
-     * 16 weights are all zero is skipped, and so is a NULL tile (its weights are zero). */
+     * dimensions [0, nd) (nd a multiple of 32). Summed in integers, per (row r, tile t, block):
+     * with the slots' scales d[l] (finite) and weights w[l] = w[r*ldw + t*16 + l] (f16 values),
+     * wd[l] = w[l] * d[l] (exact), m = the largest of 2^-48 and the |wd[l]|, E = m's exponent
+     * bits (its float bits & 0x7f800000, as an integer >> 23) and p = 2^(141 - E), so that m p
+     * lies in [2^14, 2^15); the int16 weights W[l] = wd[l] * p (exact) rounded to nearest even,
+     * saturated to [-32768, 32767]; for each dim i the exact sum S[i] = sum_l W[l] * q_l[i] (q:
+     * the int8 quant, q4_0's nibble - 8; |S| < 2^27); then acc[r*lda + i] += (float)S[i] * (1 /
+     * p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma). Tiles
+     * in order. A (row, tile) whose 16 weights are all zero is skipped (acc untouched), and so
+     * is a NULL tile (its weights are zero). */
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
                     int ldw, float *acc, int lda);
     void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,

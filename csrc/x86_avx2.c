@@ -723,48 +723,67 @@ static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, cons
     }
 }
 
-/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, four registers */
-static inline void q_quants_avx2(int q4, const uint8_t *blk, __m256 x[4]) {
-    __m128i part[4];
-    if (q4) {
-        const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8);                       /* values 0..15 */
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);   /* values 16..31 */
-        part[0] = lo, part[1] = _mm_srli_si128(lo, 8), part[2] = hi, part[3] = _mm_srli_si128(hi, 8);
-    } else {
-        for (int i = 0; i < 4; i++) part[i] = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * i));
-    }
-    for (int i = 0; i < 4; i++) x[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
-}
-
-/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
- * block's first 2 bytes */
-static inline __attribute__((always_inline)) void pv_q_wd_avx2(const uint8_t *p, size_t rb, int nr, const float *w,
-                                                               int ldw, int t, float (*wd)[16]) {
+/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p: the slots' d
+ * are each row's block's first 2 bytes), el_internal.h's contract (x86_avx512.c's pv_q_wq_avx512):
+ * wd = w * d (exact), m = the largest of 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E;
+ * wq[r] = wd p rounded to nearest even (vcvtps2dq, default MXCSR), saturated to int16 (vpackssdw,
+ * its lane order undone), sc[r] = 1 / p */
+static inline __attribute__((always_inline)) void pv_q_wq_avx2(const uint8_t *p, size_t rb, int nr, const float *w,
+                                                               int ldw, int t, int16_t (*wq)[16], float *sc) {
     uint16_t h[16];
     for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
     const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
     const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8)));
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int r = 0; r < nr; r++) {
         const float *wr = w + (size_t)r * ldw + t * 16;
-        _mm256_store_ps(wd[r], _mm256_mul_ps(_mm256_loadu_ps(wr), d0));
-        _mm256_store_ps(wd[r] + 8, _mm256_mul_ps(_mm256_loadu_ps(wr + 8), d1));
+        const __m256 wd0 = _mm256_mul_ps(_mm256_loadu_ps(wr), d0), wd1 = _mm256_mul_ps(_mm256_loadu_ps(wr + 8), d1);
+        __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, wd0), _mm256_andnot_ps(sign, wd1));
+        m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+        m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
+        m = _mm256_max_ps(_mm256_max_ps(m, _mm256_permute_ps(m, 0xB1)), _mm256_set1_ps(0x1p-48f));
+        const __m256i e = _mm256_and_si256(_mm256_castps_si256(m), _mm256_set1_epi32(0x7f800000));
+        const __m256 pw = _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_set1_epi32(268 << 23), e));
+        sc[r] = _mm256_cvtss_f32(_mm256_castsi256_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(14 << 23))));
+        const __m256i q = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(wd0, pw)), _mm256_cvtps_epi32(_mm256_mul_ps(wd1, pw)));
+        _mm256_storeu_si256((__m256i *)wq[r], _mm256_permute4x64_epi64(q, 0xD8));  /* slots 0..3, 8..11 | 4..7, 12..15 -> in order */
+    }
+}
+
+/* slots l and l + 1 of a block (at p and p + rb) as int16 pairs: x[k]'s int32 lane i holds
+ * (q_l, q_l+1) of dim 8k + i */
+static inline __attribute__((always_inline)) void pv_q_pair_avx2(int q4, const uint8_t *p, size_t rb, __m256i x[4]) {
+    if (q4) {  /* byte j of a slot holds dims j and 16 + j */
+        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2)), b = _mm_loadu_si128((const __m128i *)(p + rb + 2));
+        const __m128i m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
+        const __m128i lo = _mm_unpacklo_epi8(a, b), hi = _mm_unpackhi_epi8(a, b);
+        x[0] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(lo, m4), k8));
+        x[1] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(hi, m4), k8));
+        x[2] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(lo, 4), m4), k8));
+        x[3] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(hi, 4), m4), k8));
+    } else {
+        for (int h = 0; h < 2; h++) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2 + 16 * h));
+            const __m128i b = _mm_loadu_si128((const __m128i *)(p + rb + 2 + 16 * h));
+            x[2 * h] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+            x[2 * h + 1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+        }
     }
 }
 
 /* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64),
  * row r skipping the tiles marked in skip[r] (its sums stay as they are, as the twin's skip leaves
- * them): the rows' accumulators in registers over the tiles and their 16 slots in order, the
- * quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each
- * tile's weights are first multiplied by their slots' scales d (made while the tile before is
- * summed), and w * d times q is added with one fma: w and d are f16 values, so w * d is exact (22
- * significant bits) and so is the product the fma rounds - the same bits, with no scale work per
- * slot (x86_avx512.c's pv_q_block_avx512 does the same) */
+ * them): per tile, two slots at a time, vpmaddwd's pairwise products of the slots' quants and
+ * integer weights (pv_q_wq_avx2, made while the tile before is summed) added to int32 sums (exact),
+ * the quants made once for all the rows; after the tile's 16 slots the sums converted to float and
+ * added to the rows' accumulators (in registers over the tiles) times 1 / p with one fma (the
+ * product exact), as x86_avx512.c's pv_q_block_avx512 */
 static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                   size_t row_bytes, int nr, const float *w, int ldw,
                                                                   float *acc, int lda, const uint64_t *skip) {
     const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
-    float wd[2][3][16] __attribute__((aligned(32)));
+    int16_t wq[2][3][16] __attribute__((aligned(32)));
+    float sc[2][3];
     __m256 s[3][4];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < 4; i++) s[r][i] = _mm256_loadu_ps(acc + (size_t)r * lda + 8 * i);
@@ -772,22 +791,27 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wd_avx2(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
+    if (t < nt) pv_q_wq_avx2(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
-        if (u < nt) pv_q_wd_avx2(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
-        int take[3];
-        for (int r = 0; r < nr; r++) take[r] = !(skip[r] >> t & 1);
+        if (u < nt) pv_q_wq_avx2(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+        __m256i is[3][4];
+        for (int r = 0; r < nr; r++)
+            for (int i = 0; i < 4; i++) is[r][i] = _mm256_setzero_si256();
         const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l++, row += rb) {
-            __m256 x[4];
-            q_quants_avx2(q4, row, x);
+        for (int l = 0; l < 16; l += 2, row += 2 * rb) {
+            __m256i x[4];
+            pv_q_pair_avx2(q4, row, rb, x);
             for (int r = 0; r < nr; r++) {
-                if (!take[r]) continue;
-                const __m256 wl = _mm256_broadcast_ss(&wd[cur][r][l]);
-                for (int i = 0; i < 4; i++) s[r][i] = _mm256_fmadd_ps(wl, x[i], s[r][i]);
+                const __m256i wp = _mm256_set1_epi32((int32_t)load_u32(&wq[cur][r][l]));
+                for (int i = 0; i < 4; i++) is[r][i] = _mm256_add_epi32(is[r][i], _mm256_madd_epi16(x[i], wp));
             }
+        }
+        for (int r = 0; r < nr; r++) {
+            if (skip[r] >> t & 1) continue;
+            const __m256 f = _mm256_set1_ps(sc[cur][r]);
+            for (int i = 0; i < 4; i++) s[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][i]), f, s[r][i]);
         }
         t = u;
         cur ^= 1;

@@ -1758,87 +1758,131 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
     }
 }
 
-/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as floats, two registers */
-static inline void q_quants_avx512(int q4, const uint8_t *blk, __m512 *x0, __m512 *x1) {
-    __m128i lo, hi;
-    if (q4) {
-        const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
-        lo = _mm_sub_epi8(_mm_and_si128(b, m4), k8);                      /* values 0..15 */
-        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m4), k8);   /* values 16..31 */
-    } else {
-        lo = _mm_loadu_si128((const __m128i *)(blk + 2));
-        hi = _mm_loadu_si128((const __m128i *)(blk + 18));
-    }
-    *x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo));
-    *x1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi));
+/* four slots' scales d (the first 2 bytes of their blocks, rb apart) as a 64-bit word, put
+ * together in general registers (idle here: 16 vector inserts cost more) */
+static inline uint64_t pv_q_d4(const uint8_t *p, size_t rb) {
+    return (uint64_t)load_u16(p) | (uint64_t)load_u16(p + rb) << 16 | (uint64_t)load_u16(p + 2 * rb) << 32 |
+           (uint64_t)load_u16(p + 3 * rb) << 48;
 }
 
-/* w * d of nr rows for the 16 slots of tile t (its rows' block at p): the slots' d are each row's
- * block's first 2 bytes */
-static inline __attribute__((always_inline)) void pv_q_wd_avx512(const uint8_t *p, size_t rb, int nr, const float *w,
-                                                                 int ldw, int t, float (*wd)[16]) {
+/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p), el_internal.h's
+ * contract: wd = w * d (exact), m = the largest of 2^-48 and |wd|, and from m's exponent bits E the
+ * powers of two p = 2^(141 - E) (so m p in [2^14, 2^15)) and 1 / p; wq[r] = wd p rounded to
+ * nearest even (vcvtps2dq under the default MXCSR), saturated to int16 (vpmovsdw), sc[r][0] =
+ * 1 / p. The four rows' maxima are taken together (their 128-bit lanes folded into one register,
+ * row r's in lane r), and p and 1 / p made once for the four */
+static inline __attribute__((always_inline)) void pv_q_wq_avx512(const uint8_t *p, size_t rb, int nr, const float *w,
+                                                                 int ldw, int t, int16_t (*wq)[16], float (*sc)[4]) {
     const __m512 d = _mm512_cvtph_ps(_mm256_setr_epi16(
         (short)load_u16(p), (short)load_u16(p + rb), (short)load_u16(p + 2 * rb), (short)load_u16(p + 3 * rb),
         (short)load_u16(p + 4 * rb), (short)load_u16(p + 5 * rb), (short)load_u16(p + 6 * rb), (short)load_u16(p + 7 * rb),
         (short)load_u16(p + 8 * rb), (short)load_u16(p + 9 * rb), (short)load_u16(p + 10 * rb),
         (short)load_u16(p + 11 * rb), (short)load_u16(p + 12 * rb), (short)load_u16(p + 13 * rb),
         (short)load_u16(p + 14 * rb), (short)load_u16(p + 15 * rb)));
-    for (int r = 0; r < nr; r++) _mm512_store_ps(wd[r], _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d));
+    __m512 wd[4], m[4];
+    for (int r = 0; r < 4; r++) {
+        wd[r] = r < nr ? _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d) : _mm512_setzero_ps();
+        m[r] = _mm512_abs_ps(wd[r]);
+    }
+    const __m512 m01 = _mm512_max_ps(_mm512_shuffle_f32x4(m[0], m[1], 0x44), _mm512_shuffle_f32x4(m[0], m[1], 0xEE));
+    const __m512 m23 = _mm512_max_ps(_mm512_shuffle_f32x4(m[2], m[3], 0x44), _mm512_shuffle_f32x4(m[2], m[3], 0xEE));
+    __m512 mx = _mm512_max_ps(_mm512_shuffle_f32x4(m01, m23, 0x88), _mm512_shuffle_f32x4(m01, m23, 0xDD));
+    mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, 0x4E));
+    mx = _mm512_max_ps(_mm512_max_ps(mx, _mm512_permute_ps(mx, 0xB1)), _mm512_set1_ps(0x1p-48f));
+    const __m512i e = _mm512_and_si512(_mm512_castps_si512(mx), _mm512_set1_epi32(0x7f800000));
+    const __m512 pw = _mm512_castsi512_ps(_mm512_sub_epi32(_mm512_set1_epi32(268 << 23), e));
+    _mm512_store_ps(sc[0], _mm512_castsi512_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(14 << 23))));
+    for (int r = 0; r < nr; r++) {
+        const __m512 pr = _mm512_shuffle_f32x4(pw, pw, r * 0x55);  /* row r's p in every lane */
+        _mm256_store_si256((__m256i *)wq[r], _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(wd[r], pr))));
+    }
+}
+
+/* slots l and l + 1 of a block (at p and p + rb) as int16 pairs, dims in two registers: x0's int32
+ * lane i holds (q_l, q_l+1) of dim i (q4_0) or of dims 0..7, 16..23 (q8_0), x1 the other 16 */
+static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const uint8_t *p, size_t rb, __m512i *x0,
+                                                                   __m512i *x1) {
+    if (q4) {  /* bytes j of the two slots side by side hold dims j and 16 + j of both */
+        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2)), b = _mm_loadu_si128((const __m128i *)(p + rb + 2));
+        const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1);
+        const __m256i m4 = _mm256_set1_epi8(15), k8 = _mm256_set1_epi8(8);
+        *x0 = _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_and_si256(y, m4), k8));
+        *x1 = _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4), k8));
+    } else {  /* (unpacklo / hi interleave within 128-bit lanes) */
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 2)), b = _mm256_loadu_si256((const __m256i *)(p + rb + 2));
+        *x0 = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(a, b));
+        *x1 = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(a, b));
+    }
 }
 
 /* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64), row r
- * skipping the tiles marked in skip[r] (its fmas masked off: its sums stay as they are, as the
- * twin's skip leaves them): the rows' accumulators in registers over the tiles and their 16 slots
- * in order, the quants converted once for all the rows. The twin adds w * (d * q) with one fma; here each tile's weights are first multiplied by their
- * slots' scales d (a vector per row, made while the tile before is summed, so that its loads and
- * stores are done when the slots read it), and w * d times q is added with one fma: w and d are
- * f16 values, so w * d is exact (22 significant bits) and so is the product the fma rounds - the
- * same bits, with no scale conversion, broadcast nor multiply per slot */
+ * skipping the tiles marked in skip[r] (its adds masked off: its sums stay as they are, as the
+ * twin's skip leaves them). Per tile, two slots at a time: vpdpwssd adds the products of a pair
+ * of slots' quants and integer weights (pv_q_wq_avx512, made while the tile before is summed) to
+ * int32 sums, the quants made once for all the rows; after the tile's 16 slots the sums (exact)
+ * are converted to float and added to the rows' accumulators times 1 / p with one fma (the
+ * product is exact: the twin's multiply then add). The accumulators stay in registers, q8_0's
+ * dims in pv_q_pair_avx512's order (put in order at the load and the store) */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
                                                                     float *acc, int lda, const uint64_t *skip) {
     const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
-    float wd[2][4][16] __attribute__((aligned(64)));
+    int16_t wq[2][4][16] __attribute__((aligned(64)));
+    float sc[2][4][4] __attribute__((aligned(64)));  /* row r's 1 / p: sc[.][r][0] */
     __m512 s[4][2];
-    for (int r = 0; r < nr; r++) {
-        s[r][0] = _mm512_loadu_ps(acc + (size_t)r * lda);
-        s[r][1] = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
+    for (int r = 0; r < nr; r++) {  /* q8_0: register 0 holds dims 0..7, 16..23, register 1 the rest */
+        const __m512 a0 = _mm512_loadu_ps(acc + (size_t)r * lda), a1 = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
+        s[r][0] = q4 ? a0 : _mm512_shuffle_f32x4(a0, a1, 0x44);
+        s[r][1] = q4 ? a1 : _mm512_shuffle_f32x4(a0, a1, 0xEE);
     }
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wd_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wd[0]);
+    if (t < nt) pv_q_wq_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
-        if (u < nt) pv_q_wd_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wd[cur ^ 1]);
-        __mmask16 k[4];
-        for (int r = 0; r < nr; r++) k[r] = skip[r] >> t & 1 ? 0 : 0xFFFF;
+        if (u < nt) pv_q_wq_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+        __m512i is[4][2];
+        for (int r = 0; r < nr; r++) is[r][0] = is[r][1] = _mm512_setzero_si512();
         const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l++, row += rb) {
-            __m512 x0, x1;
-            q_quants_avx512(q4, row, &x0, &x1);
+        for (int l = 0; l < 16; l += 2, row += 2 * rb) {
+            __m512i x0, x1;
+            pv_q_pair_avx512(q4, row, rb, &x0, &x1);
             for (int r = 0; r < nr; r++) {
-                const __m512 wl = _mm512_set1_ps(wd[cur][r][l]);
-                s[r][0] = _mm512_mask3_fmadd_ps(wl, x0, s[r][0], k[r]);
-                s[r][1] = _mm512_mask3_fmadd_ps(wl, x1, s[r][1], k[r]);
+                int32_t pair;
+                memcpy(&pair, &wq[cur][r][l], 4);
+                const __m512i wp = _mm512_set1_epi32(pair);
+                is[r][0] = _mm512_dpwssd_epi32(is[r][0], x0, wp);
+                is[r][1] = _mm512_dpwssd_epi32(is[r][1], x1, wp);
             }
+        }
+        for (int r = 0; r < nr; r++) {
+            const __mmask16 k = skip[r] >> t & 1 ? 0 : 0xFFFF;
+            const __m512 f = _mm512_set1_ps(sc[cur][r][0]);
+            s[r][0] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][0]), f, s[r][0], k);
+            s[r][1] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][1]), f, s[r][1], k);
         }
         t = u;
         cur ^= 1;
     }
     for (int r = 0; r < nr; r++) {
-        _mm512_storeu_ps(acc + (size_t)r * lda, s[r][0]);
-        _mm512_storeu_ps(acc + (size_t)r * lda + 16, s[r][1]);
+        const __m512 a0 = q4 ? s[r][0] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0x44);
+        const __m512 a1 = q4 ? s[r][1] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0xEE);
+        _mm512_storeu_ps(acc + (size_t)r * lda, a0);
+        _mm512_storeu_ps(acc + (size_t)r * lda + 16, a1);
     }
 }
 
 /* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 over the tiles any
  * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does: the row's
- * fmas of the tile masked off). Rows that take different tiles (at depth, a head whose weights
+ * add of the tile masked off). Rows that take different tiles (at depth, a head whose weights
  * of a tile all round to 0 in f16 while another's do not) stay together, so the quants are
- * converted once for the group, not once a row */
+ * widened once for the group, not once a row. (Summed in integers: Gemma-3-270M's global-layer
+ * shape, bench_attention_kernels 1 24 1 4 32 2 20 8 256 0, 1 thread: 470 -> 375 ns a tile; the
+ * floats' 128 fmas a block of 4 rows become 64 vpdpwssd, and the integer weights (a reduction
+ * and a conversion per row and tile) cost about a third of what is left) */
 static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
                         const float *w, int ldw, float *acc, int lda) {
     uint64_t skip[4];  /* per row, the tiles of this pass it skips */

@@ -69,6 +69,21 @@ static inline __m256i _mm512_cvtepi32_epi16(__m512i x) {
     for (int i = 0; i < 16; i++) h[i] = (int16_t)a[i];
     return _mm256_loadu_si256((const __m256i *)h);
 }
+static inline __m512i _mm512_cvtps_epi32(__m512 v) {  /* vcvtps2dq: to nearest even (the default MXCSR) */
+    float f[16];
+    int32_t a[16];
+    memcpy(f, &v, sizeof f);
+    for (int i = 0; i < 16; i++) a[i] = fabsf(f[i]) < 0x1p31f ? (int32_t)nearbyintf(f[i]) : INT32_MIN;
+    return _mm512_loadu_si512(a);
+}
+#define _mm512_shuffle_f32x4(a, b, imm) _mm512_castsi512_ps(_mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), imm))
+static inline __m512 _mm512_permute_ps(__m512 v, int imm) {  /* within each 128-bit lane */
+    float a[16], r[16];
+    memcpy(a, &v, sizeof a);
+    for (int i = 0; i < 16; i++) r[i] = a[(i & ~3) + ((imm >> (2 * (i & 3))) & 3)];
+    memcpy(&v, r, sizeof r);
+    return v;
+}
 static inline __m512i emu_i32gather_epi32(__m512i vindex, const void *base, int scale) {
     int32_t ix[16], v[16];
     _mm512_storeu_si512(ix, vindex);

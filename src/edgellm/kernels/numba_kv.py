@@ -2,11 +2,14 @@
 stores the same blocks, its keys as key tiles), and the attention kernels that read them (twins of
 csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in csrc/dispatch.c: per
 block the exact integer dot product times dk * dq rounded, added with one fma, blocks in order),
-and p.v from dequantized rows (pv_q8_0 / pv_q4_0: x = d * q exact, w * x added with one fma,
-slots in order).
+and p.v in integers (pv_q8_0 / pv_q4_0, el_internal.h's contract: per tile of 16 slots and 32-dim
+block, the weights times the slots' scales as int16 relative to a power of two, the quants' sums
+exact in integers, then converted and added times the inverse power, tiles in order).
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -102,19 +105,35 @@ def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _pv(q4, rows, w, acc):
-    """acc[r, i] = fma(w[r, s], x_s[i], acc[r, i]) over slots s in order, x = d * q of slot s's row
-    (csrc twin)."""
+    """csrc twin (pv_q_generic): tiles of 16 slots in order (tile t: slots 16t..16t+15, the rows
+    past the end weigh 0), a row's tile skipped when its weights are all zero; per 32-dim block
+    the int16 weights W[l] = rint(w d p) saturated, p = 2^(15 - e) with m = 2^e * f (f in [0.5, 1))
+    the largest of 2^-48 and |w d|, and acc[i] += float(sum_l W[l] q_l[i]) / p."""
     nb = acc.shape[1] // 32
     bsz = 18 if q4 else 34
+    S = rows.shape[0]
+    wd = np.empty(16, np.float32)
+    W = np.empty(16, np.int64)
     for r in range(w.shape[0]):
-        for s in range(rows.shape[0]):
-            ws = w[r, s]
+        for t in range((S + 15) // 16):
+            n = min(16, S - 16 * t)
+            if not np.any(w[r, 16 * t:16 * t + n] != 0):
+                continue
             for b in range(nb):
                 o = b * bsz
-                d = nq._get_half(rows[s], o)
+                m = np.float32(2.0 ** -48)
+                for l in range(16):
+                    wd[l] = w[r, 16 * t + l] * nq._get_half(rows[16 * t + l], o) if l < n else np.float32(0.0)
+                    m = max(m, abs(wd[l]))
+                k = 15 - math.frexp(m)[1]
+                p, inv = np.float32(math.ldexp(1.0, k)), np.float32(math.ldexp(1.0, -k))
+                for l in range(16):
+                    W[l] = min(32767, max(-32768, np.int64(np.rint(wd[l] * p))))
                 for i in range(32):
-                    x = d * np.float32(_quant_at(rows[s], o, i, q4))
-                    acc[r, b * 32 + i] = nq._fmaf(ws, x, acc[r, b * 32 + i])
+                    isum = 0
+                    for l in range(n):
+                        isum += W[l] * _quant_at(rows[16 * t + l], o, i, q4)
+                    acc[r, b * 32 + i] = acc[r, b * 32 + i] + np.float32(isum) * inv
 
 
 def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
