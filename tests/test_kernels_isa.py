@@ -733,6 +733,43 @@ def _key_rows(rng: np.random.Generator, t: QType, hk: int, raw: bool) -> np.ndar
     return rows
 
 
+def _stress_pv_inputs(rng: np.random.Generator, t: QType, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """Value rows and weights that stress pv_q8_0 / pv_q4_0's integer sums: 8 tiles of 16 rows of nb
+    blocks ([128, row bytes]) and 5 rows of weights ([5, 128], f16 values). Tile 0: weights from 1
+    down over many orders of magnitude to f16 subnormals; tile 1: the largest quants (q8_0 -128,
+    q4_0 nibble 0: -8), scales of both signs up to 1023, one slot's w * d the largest, scaled to
+    just below 2^15 (rounds to 32768: saturates); tile 2: a block with all scales zero, another with f16 subnormal scales;
+    tile 3: scales of both signs over many magnitudes, random quants; tile 4 absent (the caller
+    passes NULL: zero weights); row 2 all zero weights; row 4 zero over tile 6."""
+    bs = 34 if t == QType.Q8_0 else 18
+    rows = quant_ops.quantize_rows(t, rng.standard_normal((128, 32 * nb)).astype(np.float32))
+    r = rows.reshape(8, 16, nb, bs)
+
+    def put_d(tile, slot, blk, h):  # f16 bits h as the scale of a block
+        r[tile, slot, blk, 0:2] = np.array([h], dtype=np.uint16).view(np.uint8)
+
+    w = rng.uniform(0, 1, (5, 128)).astype(np.float16).astype(np.float32)
+    w[:, :16] = (2.0 ** -(1.6 * np.arange(16))).astype(np.float16).astype(np.float32)  # 1 .. 2^-24
+    r[1, :, :, 2:] = 0x80 if t == QType.Q8_0 else 0x00
+    w[:, 16 + 3] = 1025 / 2048  # (1025 / 1024) * (2046 / 1024) / 2: the mantissas' product 2097150 / 2^20
+    for b in range(nb):
+        put_d(1, 3, b, np.float16(2046 / 2048 * 1024).view(np.uint16))
+        for slot in range(16):
+            if slot != 3:
+                put_d(1, slot, b, np.float16(rng.uniform(1, 500) * (-1) ** slot).view(np.uint16))
+    for slot in range(16):
+        put_d(2, slot, 0, 0)
+        put_d(2, slot, nb - 1, int(rng.integers(1, 0x400)) | (0x8000 if slot % 3 == 0 else 0))
+    r[3, :, :, 2:] = rng.integers(0, 256, r[3, :, :, 2:].shape, dtype=np.uint8)
+    for slot in range(16):
+        for b in range(nb):
+            put_d(3, slot, b, np.float16(10.0 ** rng.uniform(-7, 4) * (-1) ** (slot + b)).view(np.uint16))
+    w[:, 64:80] = 0.0  # tile 4: absent
+    w[2] = 0.0
+    w[4, 96:112] = 0.0
+    return rows, w
+
+
 def _run_qk_q(vops, name: str, t: QType, hk: int, rows: np.ndarray, q: np.ndarray, qsum: np.ndarray) -> np.ndarray:
     kt = _key_tile(t, rows)
     nxt = kt[::-1].copy()  # a tile to prefetch (every other call: none)
@@ -812,6 +849,15 @@ def _run_vops(vops, rng_seed: int) -> dict:
                     getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nq, _ptr("float *", wq), nt * 16,
                                         _ptr("float *", qacc), hv)
                     out[f"{name} hv={hv} rows={nq}"] = qacc
+            if hv == 64:  # inputs that stress the integer sums (rows of 3 blocks, dims from block 1 on)
+                for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
+                    rows, ws = _stress_pv_inputs(rng, qt, 3)
+                    vq = _ABI.new("uint8_t *[]", 8)
+                    for t in range(8):
+                        vq[t] = _ABI.NULL if t == 4 else _ABI.cast("uint8_t *", rows[16 * t:].ctypes.data)
+                    qacc = rng.standard_normal(5 * 64).astype(np.float32)
+                    getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
+                    out[f"{name} stress"] = qacc
         acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
         vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
@@ -955,7 +1001,8 @@ def test_numba_key_scores_are_the_generic_twins_bits(t):
 @pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
 def test_numba_quantized_pv_is_the_generic_twins_bits(t):
     """numba_kv.pv (the numba engine's p.v over quantized value rows) gives the C generic
-    pv_q8_0 / pv_q4_0's bits: w * x added with one fma, slots in order."""
+    pv_q8_0 / pv_q4_0's bits (integer sums per tile and block, el_internal.h), on random rows and
+    on _stress_pv_inputs."""
     from edgellm.kernels import numba_kv
 
     k = Kernels("generic")
@@ -973,6 +1020,55 @@ def test_numba_quantized_pv_is_the_generic_twins_bits(t):
             getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
                                          _ptr("float *", want), hv)
             np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
+        rows, w = _stress_pv_inputs(rng, t, 2)  # (tile 4 present here, its weights zero)
+        vq = _ABI.new("uint8_t *[]", 8)
+        for i in range(8):
+            vq[i] = _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+        want = np.zeros((5, 64), np.float32)
+        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", want), 64)
+        np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg="stress")
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_quantized_pv_is_the_exact_sum_to_15_bits(t):
+    """The generic pv_q8_0 / pv_q4_0 (the twin every path is held to) against float64 sums of w * d
+    * q (gguf-py's dequantize): each (row, tile, block) adds its exact sum to within the rounding of
+    the weights to 15 bits of the tile's largest |w d| (half a unit of 2^-14 m per slot, times |q|),
+    plus the float roundings; skipped rows and tiles leave acc as it was, bit for bit."""
+    from gguf.quants import dequantize as gguf_dequantize
+    from gguf.constants import GGMLQuantizationType as G
+
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(11)
+        name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
+        gt = G.Q8_0 if t == QType.Q8_0 else G.Q4_0
+        rows, w = _stress_pv_inputs(rng, t, 2)
+        vq = _ABI.new("uint8_t *[]", 8)
+        for i in range(8):
+            vq[i] = _ABI.NULL if i == 4 else _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+        acc0 = rng.standard_normal((5, 64)).astype(np.float32)
+        got = acc0.copy()
+        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", got), 64)
+        x = gguf_dequantize(rows, gt).astype(np.float64).reshape(8, 16, 2, 32)  # d * q, exact
+        bs = 34 if t == QType.Q8_0 else 18
+        d = np.abs(rows.reshape(8, 16, 2, bs)[:, :, :, :2].copy().view(np.float16)[..., 0].astype(np.float64))
+        q = np.abs(x) / np.where(d > 0, d, 1)[..., None]
+        for r in range(5):
+            want, bound = acc0[r].astype(np.float64), np.zeros(64)
+            for ti in range(8):
+                wt = w[r, 16 * ti:16 * ti + 16].astype(np.float64)
+                if ti == 4 or not wt.any():
+                    continue
+                want = want + np.einsum("l,lbi->bi", wt, x[ti]).reshape(64)
+                m = np.maximum(2.0 ** -48, (wt[:, None] * d[ti]).max(axis=0))  # per block
+                bound += (2.0 ** -15 * m[:, None] * q[ti].max(axis=0) * 16).reshape(64)
+                bound += 2.0 ** -23 * np.abs(want)
+            if not w[r].any():
+                np.testing.assert_array_equal(_bits(got[r]), _bits(acc0[r]))
+            assert np.all(np.abs(got[r] - want) <= bound + 1e-30), (r, np.max(np.abs(got[r] - want) - bound))
     finally:
         k.close()
 

@@ -279,34 +279,47 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             }
         }
         /* p.v over value rows quantized as q8_0 / q4_0: rows of nb + 1 blocks, dimensions from
-         * block 1 on (a thread's share of them) */
-        for (int qi = 0; qi < 2; qi++) {
-            const int nb = (n + 31) / 32, nd = 32 * nb;
-            const size_t rb = (size_t)(nb + 1) * (qi ? sizeof(block_q4_0) : sizeof(block_q8_0));
+         * block 1 on (a thread's share of them); then (stress) random quant bytes (q8_0 -128 too)
+         * under scales of both signs over many magnitudes (zeros and f16 subnormals too), and
+         * weights from 1 down to f16 subnormals (the integer sums' edges) */
+        for (int qi = 0; qi < 4; qi++) {
+            const int q4 = qi & 1, stress = qi >> 1, nb = (n + 31) / 32, nd = 32 * nb;
+            const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = (size_t)(nb + 1) * bb;
             static uint8_t rows[PT][16 * 9 * sizeof(block_q8_0)];
-            static float x[9 * 32];
+            static float x[9 * 32], ws[PR * PT * 16];
             const uint8_t *vq[PT];
             for (int t = 0; t < PT; t++) {
                 for (int l = 0; l < 16; l++) {
                     random_row(x, 32 * (nb + 1));
-                    if (qi) quantize_row_q4_0_ref(x, rows[t] + l * rb, 32 * (nb + 1));
+                    if (q4) quantize_row_q4_0_ref(x, rows[t] + l * rb, 32 * (nb + 1));
                     else quantize_row_q8_0(x, rows[t] + l * rb, 32 * (nb + 1));
+                    for (int b = 0; stress && b <= nb; b++) {
+                        uint8_t *blk = rows[t] + l * rb + b * bb;
+                        for (size_t i = 2; i < bb; i++) blk[i] = (uint8_t)next_u64();
+                        const int kind = below(8);
+                        const float d = (uniform() + 0.01f) * ldexpf(1.0f, below(40) - 24) * (below(2) ? 1.0f : -1.0f);
+                        const el_half h = kind == 0 ? 0 : kind == 1 ? (el_half)(1 + below(0x3ff)) : el_float_to_half(d);
+                        memcpy(blk, &h, 2);
+                    }
                 }
                 vq[t] = t == 3 ? NULL : rows[t];
             }
+            for (int i = 0; i < PR * PT * 16; i++)
+                ws[i] = stress && wts[i] != 0.0f ? el_half_to_float(el_float_to_half(ldexpf(wts[i], -below(26)))) : wts[i];
             random_row(acc0, PR * nd);
             memcpy(acc1, acc0, sizeof(float) * (size_t)(PR * nd));
-            if (qi) {
-                g->pv_q4_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc0, nd);
-                v->pv_q4_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc1, nd);
+            if (q4) {
+                g->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd);
+                v->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd);
             } else {
-                g->pv_q8_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc0, nd);
-                v->pv_q8_0(1, nd, PT, vq, rb, PR, wts, PT * 16, acc1, nd);
+                g->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd);
+                v->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd);
             }
             for (int i = 0; i < PR * nd; i++) {
                 checks++;
                 if (!same_bits(acc0[i], acc1[i]))
-                    fail("%s pv_%s n=%d [%d] = %.9g, portable %.9g", level, qi ? "q4_0" : "q8_0", nd, i, acc1[i], acc0[i]);
+                    fail("%s pv_%s%s n=%d [%d] = %.9g, portable %.9g", level, q4 ? "q4_0" : "q8_0", stress ? " stress" : "", nd,
+                         i, acc1[i], acc0[i]);
             }
         }
         /* lane sums of n rows of 16 */

@@ -7,7 +7,7 @@
  * where a type has one) bit-identical to the generic twin on quantized weights and on random block bytes (finite
  * scales), against activations from the activation quantizers; every gemm tile bit-identical to
  * the level's vec_dot; the activation quantizers the level registers write the generic bytes;
- * vops.pv_tiles and vops.qk_q8_0 / qk_q4_0 write the generic twin's bits.
+ * vops.pv_tiles, vops.qk_q8_0 / qk_q4_0 and vops.pv_q8_0 / pv_q4_0 write the generic twin's bits.
  * Prints one line per level and "RESULT OK" / "RESULT FAIL"; exits 1 on any failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +167,60 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
     }
 }
 
+/* vops.pv_q8_0 / pv_q4_0 (p.v over quantized value rows, summed in integers) bit-identical to the
+ * generic twin: random tile and row counts, dims and first block, absent tiles, (row, tile) pairs
+ * whose weights are all zero (skipped); block bytes random (q8_0 -128 included) under scales of
+ * both signs over many magnitudes (f16 subnormals and zeros too), and weights from 1 down to f16
+ * subnormals */
+static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
+    enum { MT = 40, MR = 9, MB = 4 };
+    static uint8_t rows[MT][16 * (MB + 1) * 34];
+    static float w[MR * MT * 16], acc0[MR * (MB * 32 + 16)], acc1[MR * (MB * 32 + 16)];
+    for (int it = 0; it < 300; it++) {
+        const int q4 = it & 1, nb = 1 + below(MB), b0 = below(2), nt = 1 + below(MT), nh = 1 + below(MR);
+        const size_t bb = q4 ? 18 : 34, rb = (size_t)(nb + b0) * bb;
+        const int lda = nb * 32 + 16 * below(2);
+        const uint8_t *vt[MT];
+        for (int t = 0; t < nt; t++) {
+            for (size_t i = 0; i < 16 * rb; i++) rows[t][i] = (uint8_t)next_u64();
+            for (int l = 0; l < 16; l++)
+                for (int b = 0; b < nb + b0; b++) {
+                    const int kind = below(16);
+                    const float v = (uniform() + 0.01f) * (kind == 0 ? 1e-6f : kind == 1 ? 3e4f : 0.01f) * (below(2) ? 1.0f : -1.0f);
+                    el_half h = kind == 2 ? 0 : kind == 3 ? (el_half)(1 + below(0x3ff)) : el_float_to_half(v);
+                    memcpy(rows[t] + l * rb + b * bb, &h, 2);
+                }
+            vt[t] = below(9) ? rows[t] : NULL;
+        }
+        for (int r = 0; r < nh; r++)
+            for (int t = 0; t < nt; t++) {
+                const int zero = !vt[t] || below(6) == 0;
+                for (int l = 0; l < 16; l++) {
+                    const float u = uniform();
+                    w[(r * nt + t) * 16 + l] = zero || below(5) == 0 ? 0.0f : el_half_to_float(el_float_to_half(below(3) ? u : u * u * u * u));
+                }
+            }
+        random_row(acc0, nh * lda);
+        memcpy(acc1, acc0, sizeof(float) * (size_t)(nh * lda));
+        if (q4) {
+            gv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda);
+            lv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda);
+        } else {
+            gv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda);
+            lv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda);
+        }
+        checks++;
+        for (int i = 0; i < nh * lda; i++)
+            if (!same_bits(acc0[i], acc1[i])) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "%s pv_%s nd=%d nt=%d rows=%d [%d] = %.9g, generic %.9g", level, q4 ? "q4_0" : "q8_0",
+                         nb * 32, nt, nh, i, acc1[i], acc0[i]);
+                fail(msg);
+                break;
+            }
+    }
+}
+
 /* vops.qk_q8_0 / qk_q4_0 (scores against quantized key tiles) bit-identical to the generic twin:
  * random head sizes and query counts, key tiles of random bytes (quants -128 included; finite
  * scales), queries from the activation quantizer */
@@ -244,6 +298,7 @@ int main(void) {
         test_act_quantizers(lvl, name);
         test_pv_tiles(&el_vops, &gv, name);  /* el_register_avx2 filled el_vops */
         test_qk_q(&el_vops, &gv, name);
+        test_pv_q(&el_vops, &gv, name);
         printf("level %s: %d checks, %d failures\n", name, checks - c0, failures - f0);
     }
     printf("RESULT %s (%d checks, %d failures)\n", failures ? "FAIL" : "OK", checks, failures);
