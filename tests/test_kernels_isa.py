@@ -858,6 +858,12 @@ def _run_vops(vops, rng_seed: int) -> dict:
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
                     getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
                     out[f"{name} stress"] = qacc
+                    rows, ws = _stress_pv_inputs(rng, qt, 1)  # one block a row: a tile's 16 blocks contiguous, as kv.c's
+                    for t in range(8):
+                        vq[t] = _ABI.NULL if t == 4 else _ABI.cast("uint8_t *", rows[16 * t:].ctypes.data)
+                    qacc = rng.standard_normal(5 * 64).astype(np.float32)
+                    getattr(vops, name)(0, 32, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
+                    out[f"{name} stress contiguous"] = qacc
         acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
         vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
