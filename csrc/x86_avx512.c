@@ -1758,13 +1758,6 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
     }
 }
 
-/* four slots' scales d (the first 2 bytes of their blocks, rb apart) as a 64-bit word, put
- * together in general registers (idle here: 16 vector inserts cost more) */
-static inline uint64_t pv_q_d4(const uint8_t *p, size_t rb) {
-    return (uint64_t)load_u16(p) | (uint64_t)load_u16(p + rb) << 16 | (uint64_t)load_u16(p + 2 * rb) << 32 |
-           (uint64_t)load_u16(p + 3 * rb) << 48;
-}
-
 /* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p), el_internal.h's
  * contract: wd = w * d (exact), m = the largest of 2^-48 and |wd|, and from m's exponent bits E the
  * powers of two p = 2^(141 - E) (so m p in [2^14, 2^15)) and 1 / p; wq[r] = wd p rounded to
