@@ -148,13 +148,7 @@ EL_INLINE void pv_q_wq_neon(const uint8_t *p, size_t rb, int nr, const float *w,
         for (int i = 0; i < 4; i++) wd[i] = vmulq_f32(vld1q_f32(w + (size_t)r * ldw + t * 16 + 4 * i), d[i]);
         const float32x4_t m4 = vmaxq_f32(vmaxq_f32(vabsq_f32(wd[0]), vabsq_f32(wd[1])), vmaxq_f32(vabsq_f32(wd[2]), vabsq_f32(wd[3])));
         const float m = vmaxvq_f32(vmaxq_f32(m4, vdupq_n_f32(0x1p-48f)));
-        uint32_t e;
-        memcpy(&e, &m, 4);
-        e &= 0x7f800000u;
-        const uint32_t pb = (268u << 23) - e, ib = e - (14u << 23);
-        float pw;
-        memcpy(&pw, &pb, 4);
-        memcpy(&sc[r], &ib, 4);
+        const float pw = el_pvq_powers(m, &sc[r]);
         for (int i = 0; i < 2; i++)
             vst1q_s16(wq[r] + 8 * i, vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(wd[2 * i], pw))),
                                                   vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(wd[2 * i + 1], pw)))));

@@ -148,13 +148,8 @@ static float pv_q_weights(const float *w, const float *d, int16_t *W) {
         wd[l] = w[l] * d[l];
         m = fabsf(wd[l]) > m ? fabsf(wd[l]) : m;
     }
-    uint32_t e, pb, ib;
-    memcpy(&e, &m, 4);
-    e &= 0x7f800000u;
-    pb = (268u << 23) - e, ib = e - (14u << 23);
-    float p, inv;
-    memcpy(&p, &pb, 4);
-    memcpy(&inv, &ib, 4);
+    float inv;
+    const float p = el_pvq_powers(m, &inv);
     for (int l = 0; l < 16; l++) {
         const float v = nearbyintf(wd[l] * p);  /* (the default rounding: to nearest even) */
         W[l] = (int16_t)(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);

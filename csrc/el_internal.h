@@ -152,6 +152,19 @@ static inline __attribute__((always_inline)) void el_prefetch_l2(const void *p, 
         for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }
 
+/* pv_q8_0 / pv_q4_0's powers of two (el_vec_ops' contract), from e = the float bits of m &
+ * 0x7f800000: p = 2^(141 - E) has the float bits EL_PVQ_P_BITS - e, 1 / p the bits e -
+ * EL_PVQ_INV_BITS (unsigned: 268 << 23 does not fit an int) */
+#define EL_PVQ_P_BITS (268u << 23)
+#define EL_PVQ_INV_BITS (14u << 23)
+
+/* p and (in *inv) 1 / p of pv_q's contract for the largest |w d| m (at least 2^-48) */
+static inline float el_pvq_powers(float m, float *inv) {
+    const uint32_t e = el_fp32_to_bits(m) & 0x7f800000u;
+    *inv = el_fp32_from_bits(e - EL_PVQ_INV_BITS);
+    return el_fp32_from_bits(EL_PVQ_P_BITS - e);
+}
+
 /* the reduction tree of GCC's _mm512_reduce_add_ps over 16 lanes */
 static inline float el_sum16(const float *l) {
     float t[8], u[4];

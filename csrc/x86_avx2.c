@@ -743,8 +743,8 @@ static inline __attribute__((always_inline)) void pv_q_wq_avx2(const uint8_t *p,
         m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
         m = _mm256_max_ps(_mm256_max_ps(m, _mm256_permute_ps(m, 0xB1)), _mm256_set1_ps(0x1p-48f));
         const __m256i e = _mm256_and_si256(_mm256_castps_si256(m), _mm256_set1_epi32(0x7f800000));
-        const __m256 pw = _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_set1_epi32(268 << 23), e));
-        sc[r] = _mm256_cvtss_f32(_mm256_castsi256_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(14 << 23))));
+        const __m256 pw = _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_set1_epi32((int)EL_PVQ_P_BITS), e));
+        sc[r] = _mm256_cvtss_f32(_mm256_castsi256_ps(_mm256_sub_epi32(e, _mm256_set1_epi32((int)EL_PVQ_INV_BITS))));
         const __m256i q = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(wd0, pw)), _mm256_cvtps_epi32(_mm256_mul_ps(wd1, pw)));
         _mm256_storeu_si256((__m256i *)wq[r], _mm256_permute4x64_epi64(q, 0xD8));  /* slots 0..3, 8..11 | 4..7, 12..15 -> in order */
     }

@@ -1783,8 +1783,8 @@ static inline __attribute__((always_inline)) void pv_q_wq_avx512(const uint8_t *
     mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, 0x4E));
     mx = _mm512_max_ps(_mm512_max_ps(mx, _mm512_permute_ps(mx, 0xB1)), _mm512_set1_ps(0x1p-48f));
     const __m512i e = _mm512_and_si512(_mm512_castps_si512(mx), _mm512_set1_epi32(0x7f800000));
-    const __m512 pw = _mm512_castsi512_ps(_mm512_sub_epi32(_mm512_set1_epi32(268 << 23), e));
-    _mm512_store_ps(sc[0], _mm512_castsi512_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(14 << 23))));
+    const __m512 pw = _mm512_castsi512_ps(_mm512_sub_epi32(_mm512_set1_epi32((int)EL_PVQ_P_BITS), e));
+    _mm512_store_ps(sc[0], _mm512_castsi512_ps(_mm512_sub_epi32(e, _mm512_set1_epi32((int)EL_PVQ_INV_BITS))));
     for (int r = 0; r < nr; r++) {
         const __m512 pr = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * r), pw);  /* row r's p in every lane (clang takes no variable shuffle immediate) */
         _mm256_store_si256((__m256i *)wq[r], _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(wd[r], pr))));
