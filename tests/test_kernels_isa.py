@@ -733,6 +733,14 @@ def _key_rows(rng: np.random.Generator, t: QType, hk: int, raw: bool) -> np.ndar
     return rows
 
 
+def _tile_ptrs(rows: np.ndarray, n: int, absent: int | None = None):
+    """vt for pv_q8_0 / pv_q4_0: tile i at row 16 i of rows, tile `absent` NULL (rows must outlive it)"""
+    vt = _ABI.new("uint8_t *[]", n)
+    for i in range(n):
+        vt[i] = _ABI.NULL if i == absent else _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+    return vt
+
+
 def _stress_pv_inputs(rng: np.random.Generator, t: QType, nb: int) -> tuple[np.ndarray, np.ndarray]:
     """Value rows and weights that stress pv_q8_0 / pv_q4_0's integer sums: 8 tiles of 16 rows of nb
     blocks ([128, row bytes]) and 5 rows of weights ([5, 128], f16 values). Tile 0: weights from 1
@@ -852,15 +860,12 @@ def _run_vops(vops, rng_seed: int) -> dict:
             if hv == 64:  # inputs that stress the integer sums (rows of 3 blocks, dims from block 1 on)
                 for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
                     rows, ws = _stress_pv_inputs(rng, qt, 3)
-                    vq = _ABI.new("uint8_t *[]", 8)
-                    for t in range(8):
-                        vq[t] = _ABI.NULL if t == 4 else _ABI.cast("uint8_t *", rows[16 * t:].ctypes.data)
+                    vq = _tile_ptrs(rows, 8, absent=4)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
                     getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
                     out[f"{name} stress"] = qacc
                     rows, ws = _stress_pv_inputs(rng, qt, 1)  # one block a row: a tile's 16 blocks contiguous, as kv.c's
-                    for t in range(8):
-                        vq[t] = _ABI.NULL if t == 4 else _ABI.cast("uint8_t *", rows[16 * t:].ctypes.data)
+                    vq = _tile_ptrs(rows, 8, absent=4)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
                     getattr(vops, name)(0, 32, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
                     out[f"{name} stress contiguous"] = qacc
@@ -1019,17 +1024,13 @@ def test_numba_quantized_pv_is_the_generic_twins_bits(t):
             rows = quant_ops.quantize_rows(t, rng.standard_normal((nt * 16, hv)).astype(np.float32))
             w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
             w[:, 5:9] = 0.0
-            vq = _ABI.new("uint8_t *[]", nt)
-            for i in range(nt):
-                vq[i] = _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+            vq = _tile_ptrs(rows, nt)
             want = np.zeros((nh, hv), np.float32)
             getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
                                          _ptr("float *", want), hv)
             np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
         rows, w = _stress_pv_inputs(rng, t, 2)  # (tile 4 present here, its weights zero)
-        vq = _ABI.new("uint8_t *[]", 8)
-        for i in range(8):
-            vq[i] = _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+        vq = _tile_ptrs(rows, 8)
         want = np.zeros((5, 64), np.float32)
         getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", want), 64)
         np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg="stress")
@@ -1052,9 +1053,7 @@ def test_quantized_pv_is_the_exact_sum_to_15_bits(t):
         name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
         gt = G.Q8_0 if t == QType.Q8_0 else G.Q4_0
         rows, w = _stress_pv_inputs(rng, t, 2)
-        vq = _ABI.new("uint8_t *[]", 8)
-        for i in range(8):
-            vq[i] = _ABI.NULL if i == 4 else _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+        vq = _tile_ptrs(rows, 8, absent=4)
         acc0 = rng.standard_normal((5, 64)).astype(np.float32)
         got = acc0.copy()
         getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", got), 64)
