@@ -157,14 +157,31 @@ static float pv_q_weights(const float *w, const float *d, int16_t *W) {
     return inv;
 }
 
+/* a chunk's end (kc >= 0): its sums P added to its slot of acc (el_internal.h), P zeroed */
+static void pv_q_chunk_end(int kc, int t0, int ldc, float *a, float *P) {
+    if (kc < 0) return;
+    float *slot = a + (size_t)(kc - t0 / EL_PV_CHUNK) * ldc;
+    for (int i = 0; i < 32; i++) {
+        slot[i] = slot[i] + P[i];
+        P[i] = 0.0f;
+    }
+}
+
 static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda) {
+                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
     const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     for (int r = 0; r < nh; r++)
-        for (int t = 0; t < nt; t++) {
-            const float *wt = w + (size_t)r * ldw + t * 16;
-            if (!vt[t] || !any16_generic(wt)) continue;
-            for (int b = 0; b < nd / 32; b++) {
+        for (int b = 0; b < nd / 32; b++) {
+            float P[32] = {0}, *a = acc + (size_t)r * lda + b * 32;
+            int kc = -1;  /* the chunk summed in P */
+            for (int t = 0; t < nt; t++) {
+                const float *wt = w + (size_t)r * ldw + t * 16;
+                if (!vt[t] || !any16_generic(wt)) continue;
+                const int k = (t0 + t) / EL_PV_CHUNK;
+                if (k != kc) {  /* the chunk before ends: its sums added */
+                    pv_q_chunk_end(kc, t0, ldc, a, P);
+                    kc = k;
+                }
                 const uint8_t *blk = vt[t] + (size_t)(b0 + b) * bb;  /* slot l's block: + l * row_bytes */
                 float d[16];
                 int16_t W[16];
@@ -174,23 +191,23 @@ static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *v
                     d[l] = el_half_to_float(h);
                 }
                 const float inv = pv_q_weights(wt, d, W);
-                float *a = acc + (size_t)r * lda + b * 32;
                 for (int i = 0; i < 32; i++) {
                     int32_t S = 0;
                     for (int l = 0; l < 16; l++) S += W[l] * block_quant(q4, blk + (size_t)l * row_bytes, i);
-                    a[i] = a[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
+                    P[i] = P[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
                 }
             }
+            pv_q_chunk_end(kc, t0, ldc, a, P);
         }
 }
 
 static void pv_q8_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                            const float *w, int ldw, float *acc, int lda) {
-    pv_q_generic(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+                            const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+    pv_q_generic(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
 }
 static void pv_q4_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                            const float *w, int ldw, float *acc, int lda) {
-    pv_q_generic(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+                            const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+    pv_q_generic(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 static void sum16_rows_generic(int n, const float *acc, float *out) {

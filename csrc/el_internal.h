@@ -111,13 +111,17 @@ typedef struct {
      * lies in [2^14, 2^15); the int16 weights W[l] = wd[l] * p (exact) rounded to nearest even,
      * saturated to [-32768, 32767]; for each dim i the exact sum S[i] = sum_l W[l] * q_l[i] (q:
      * the int8 quant, q4_0's nibble - 8; |S| < 2^27); then acc[r*lda + i] += (float)S[i] * (1 /
-     * p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma). Tiles
-     * in order. A (row, tile) whose 16 weights are all zero is skipped (acc untouched), and so
-     * is a NULL tile (its weights are zero). */
+     * p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma). The
+     * tiles are summed in chunks (EL_PV_CHUNK, engine.h): tile t is in chunk k = (t0 + t) /
+     * EL_PV_CHUNK (t0 >= 0: tile 0's index in its sequence); per (row, chunk) the sums P[i] of its
+     * tiles, in order, from zero, each added as above; then acc[r*lda + (k - t0 / EL_PV_CHUNK) *
+     * ldc + i] += P[i], chunks in order (ldc = 0: all into the same sums). A (row, tile) whose 16
+     * weights are all zero is skipped, and so is a NULL tile (its weights are zero); a chunk whose
+     * tiles a row skips all adds +0 or nothing (the same bits: acc must hold no -0.0). */
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda);
+                    int ldw, float *acc, int lda, int t0, int ldc);
     void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda);
+                    int ldw, float *acc, int lda, int t0, int ldc);
     /* out[i] = el_sum16(acc + 16 i) for i < n */
     void (*sum16_rows)(int n, const float *acc, float *out);
     /* g[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + ggml_v_expf(-x)) */
@@ -151,6 +155,9 @@ static inline __attribute__((always_inline)) void el_prefetch_l2(const void *p, 
     if (p)
         for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }
+
+/* pv_q8_0 / pv_q4_0's kernels take tiles in passes of 64 that end where chunks end */
+_Static_assert(64 % EL_PV_CHUNK == 0, "EL_PV_CHUNK must divide 64");
 
 /* pv_q8_0 / pv_q4_0's powers of two (el_vec_ops' contract), from e = the float bits of m &
  * 0x7f800000: p = 2^(141 - E) has the float bits EL_PVQ_P_BITS - e, 1 / p the bits e -

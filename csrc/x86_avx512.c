@@ -1808,26 +1808,39 @@ static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const
     }
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64), row r
- * skipping the tiles marked in skip[r] (its adds masked off: its sums stay as they are, as the
- * twin's skip leaves them). Per tile, two slots at a time: vpdpwssd adds the products of a pair
- * of slots' quants and integer weights (pv_q_wq_avx512, made while the tile before is summed) to
- * int32 sums, the quants made once for all the rows; after the tile's 16 slots the sums (exact)
- * are converted to float and added to the rows' accumulators times 1 / p with one fma (the
- * product is exact: the twin's multiply then add). The accumulators stay in registers, q8_0's
- * dims in pv_q_pair_avx512's order (put in order at the load and the store) */
+/* the end of chunk kc (>= 0) of pv_q_block_avx512: its sums s added to the chunk's slot of acc (a:
+ * slot 0), q8_0's dims put in order; s zeroed */
+static inline __attribute__((always_inline)) void pv_q_chunk_end_avx512(int q4, int nr, int kc, int k0, int ldc,
+                                                                        float *a, int lda, __m512 (*s)[2]) {
+    float *slot = a + (size_t)(kc - k0) * ldc;
+    for (int r = 0; r < nr; r++) {
+        float *ar = slot + (size_t)r * lda;
+        const __m512 o0 = q4 ? s[r][0] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0x44);
+        const __m512 o1 = q4 ? s[r][1] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0xEE);
+        _mm512_storeu_ps(ar, _mm512_add_ps(_mm512_loadu_ps(ar), o0));
+        _mm512_storeu_ps(ar + 16, _mm512_add_ps(_mm512_loadu_ps(ar + 16), o1));
+        s[r][0] = s[r][1] = _mm512_setzero_ps();
+    }
+}
+
+/* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64; tile 0
+ * is tile tp of its sequence, acc the slot of chunk k0), row r skipping the tiles marked in
+ * skip[r] (its adds masked off, as the twin's skip). Per tile, two slots at a time: vpdpwssd adds
+ * the products of a pair of slots' quants and integer weights (pv_q_wq_avx512, made while the
+ * tile before is summed) to int32 sums, the quants made once for all the rows; after the tile's
+ * 16 slots the sums (exact) are converted to float and added to the rows' chunk sums times 1 / p
+ * with one fma (the product is exact: the twin's multiply then add). The chunk sums stay in
+ * registers, q8_0's dims in pv_q_pair_avx512's order, until the chunk ends */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
                                                                     size_t row_bytes, int nr, const float *w, int ldw,
-                                                                    float *acc, int lda, const uint64_t *skip) {
+                                                                    float *acc, int lda, const uint64_t *skip, int tp,
+                                                                    int k0, int ldc) {
     const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
     int16_t wq[2][4][16] __attribute__((aligned(64)));
     float sc[2][4][4] __attribute__((aligned(64)));  /* row r's 1 / p: sc[.][r][0] */
-    __m512 s[4][2];
-    for (int r = 0; r < nr; r++) {  /* q8_0: register 0 holds dims 0..7, 16..23, register 1 the rest */
-        const __m512 a0 = _mm512_loadu_ps(acc + (size_t)r * lda), a1 = _mm512_loadu_ps(acc + (size_t)r * lda + 16);
-        s[r][0] = q4 ? a0 : _mm512_shuffle_f32x4(a0, a1, 0x44);
-        s[r][1] = q4 ? a1 : _mm512_shuffle_f32x4(a0, a1, 0xEE);
-    }
+    __m512 s[4][2];  /* q8_0: register 0 holds dims 0..7, 16..23, register 1 the rest */
+    for (int r = 0; r < nr; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    int kc = -1;  /* the chunk summed in s */
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
@@ -1851,6 +1864,11 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
                 is[r][1] = _mm512_dpwssd_epi32(is[r][1], x1, wp);
             }
         }
+        const int kt = (tp + t) / EL_PV_CHUNK;
+        if (kt != kc) {
+            if (kc >= 0) pv_q_chunk_end_avx512(q4, nr, kc, k0, ldc, acc, lda, s);
+            kc = kt;
+        }
         for (int r = 0; r < nr; r++) {
             const __mmask16 k = skip[r] >> t & 1 ? 0 : 0xFFFF;
             const __m512 f = _mm512_set1_ps(sc[cur][r][0]);
@@ -1860,12 +1878,7 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
         t = u;
         cur ^= 1;
     }
-    for (int r = 0; r < nr; r++) {
-        const __m512 a0 = q4 ? s[r][0] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0x44);
-        const __m512 a1 = q4 ? s[r][1] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0xEE);
-        _mm512_storeu_ps(acc + (size_t)r * lda, a0);
-        _mm512_storeu_ps(acc + (size_t)r * lda + 16, a1);
-    }
+    if (kc >= 0) pv_q_chunk_end_avx512(q4, nr, kc, k0, ldc, acc, lda, s);
 }
 
 /* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 over the tiles any
@@ -1877,10 +1890,11 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
  * floats' 128 fmas a block of 4 rows become 64 vpdpwssd, and the integer weights (a reduction
  * and a conversion per row and tile) cost about a third of what is left) */
 static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                        const float *w, int ldw, float *acc, int lda) {
+                        const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
     uint64_t skip[4];  /* per row, the tiles of this pass it skips */
-    for (int c = 0; c < nt; c += 64) {  /* passes of up to 64 tiles */
-        const int n = EL_MIN(64, nt - c);
+    const int k0 = t0 / EL_PV_CHUNK;
+    for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
+        n = EL_MIN(64 - (t0 + c) % 64, nt - c);
         for (int r0 = 0; r0 < nh; r0 += 4) {
             const int nr = EL_MIN(4, nh - r0);
             for (int r = 0; r < nr; r++) {
@@ -1892,10 +1906,10 @@ static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt
                 float *ab = acc + (size_t)r0 * lda + b * 32;
                 const float *wg = w + (size_t)r0 * ldw + c * 16;
                 switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-                case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip); break;
-                case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip); break;
-                case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip); break;
-                default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip); break;
+                case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+                case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+                case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+                default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
                 }
             }
         }
@@ -1903,12 +1917,12 @@ static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt
 }
 
 static void pv_q8_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                           const float *w, int ldw, float *acc, int lda) {
-    pv_q_avx512(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+                           const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+    pv_q_avx512(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
 }
 static void pv_q4_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                           const float *w, int ldw, float *acc, int lda) {
-    pv_q_avx512(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda);
+                           const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+    pv_q_avx512(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 static void sum16_rows_avx512(int n, const float *acc, float *out) {

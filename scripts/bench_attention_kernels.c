@@ -136,8 +136,8 @@ int main(int argc, char **argv) {
                         const int n = EL_MIN(chunk, nt - b);
                         for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
                         for (int u = 0; u < EL_MIN(chunk, nt - b - chunk); u++) vt[256 + u] = Vg + (size_t)(b + chunk + u) * vtile;
-                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG);
-                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG);
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG, b, 0);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG, b, 0);
                         else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 256 * 16, acc, 4 * VG * 16, 4, b,
                                               vpf && b + chunk < nt ? (const el_half *const *)vt + 256 : NULL,
                                               EL_MIN(chunk, nt - b - chunk));

@@ -1,8 +1,9 @@
 """Attention split across threads (csrc/attention.c): a step with few jobs over many keys splits
-each job's keys (scores, softmax) and value dimensions (p.v) across the threads. The split is a
-schedule, not another arithmetic: the logits equal the single-thread ones bit for bit, at depths
-past every split boundary, in sliding-window layers, after a context shift, for single-token
-steps (llama.cpp's order), small prefill chunks and the batched path alike."""
+each job's keys (scores, softmax) across the threads, and p.v by value dimensions (f16 values) or
+by the same keys in whole chunks of EL_PV_CHUNK tiles (quantized values). The split is a
+schedule, not another arithmetic: the logits equal the single-thread ones bit for bit, for every
+cache type, at depths past every split boundary, in sliding-window layers, after a context shift,
+for single-token steps (llama.cpp's order), small prefill chunks and the batched path alike."""
 
 from __future__ import annotations
 
@@ -20,14 +21,20 @@ from conftest import engine_paths, use_engine_path
 pytestmark = pytest.mark.skipif(c_module() is None, reason="C kernels not built")
 C_PATHS = [p for p in engine_paths() if p != "numba"]
 DEPTH = 700  # > 32 tiles: decode steps split (the threshold is SPLIT_MIN = 32 tiles of 16 slots)
+CACHES = [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"), ("f16", "q4_0")]
+# 400 tiles: p.v over quantized values is split by tiles at chunk ends (EL_PV_CHUNK = 64 tiles; 2
+# threads cut at tile 192, 3 at 128 and 256); at DEPTH by value groups (the cut too uneven)
+DEEP = 6400
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("split")
-    # global layers plus sliding-window layers whose window (600) is itself past the threshold
-    return {"gemma3": tiny_model(d / "g.gguf", "gemma3", QType.Q8_0, n_swa=600),
-            "llama": tiny_model(d / "l.gguf", "llama", QType.Q4_0)}
+    # global layers plus sliding-window layers whose window (600) is itself past the threshold;
+    # f32 weights: a quantized matmul rounds its input to 8 bits, which would hide an attention
+    # output a unit in the last place off (p.v's chunk sums added in another order, say)
+    return {"gemma3": tiny_model(d / "g.gguf", "gemma3", QType.F32, n_swa=600),
+            "llama": tiny_model(d / "l.gguf", "llama", QType.F32)}
 
 
 def _history(rng, n):
@@ -46,15 +53,20 @@ def _feed(llm, seq, ids, llama_order=True):
     return np.concatenate(out)
 
 
-def _continuations(path, ids, tail, threads, shift=None):
+def _continuations(path, ids, tail, threads, shift=None, cache=CACHES[0]):
     """The single-stream (llama_order) logits of tail after ids, one token at a time then a
     chunk of 6, for each thread count (forks of one prefill); and which groups split."""
-    llm = edgellm.LLM(path, n_ctx=1024, n_batch=256, n_threads=1)
-    pool, eng = llm._pool, llm._engine
-    base = pool.new_sequence()
+    llm = edgellm.LLM(path, n_ctx=1024, n_batch=256, n_threads=1, cache_type_k=cache[0], cache_type_v=cache[1])
+    base = llm._pool.new_sequence()
     _feed(llm, base, ids)
     if shift:
-        pool.shift(base, 1, shift)
+        llm._pool.shift(base, 1, shift)
+    return _forks(llm, base, tail, threads)
+
+
+def _forks(llm, base, tail, threads):
+    """_continuations' runs from the sequence base."""
+    pool, eng = llm._pool, llm._engine
     res = []
     for n in threads:
         eng.set_threads(n, adaptive=False)  # more threads than cores is allowed here: results must not change
@@ -69,33 +81,70 @@ def _continuations(path, ids, tail, threads, shift=None):
     return res
 
 
+@pytest.mark.parametrize("cache", CACHES, ids="/".join)
 @pytest.mark.parametrize("path", C_PATHS)
 @pytest.mark.parametrize("arch", ["gemma3", "llama"])
-def test_split_equals_single_thread(models, monkeypatch, path, arch):
+def test_split_equals_single_thread(models, monkeypatch, path, arch, cache):
     use_engine_path(monkeypatch, path)
     rng = np.random.default_rng(7)
     ids, tail = _history(rng, DEPTH), rng.integers(3, 300, 10).tolist()
-    (one, split1), *more = _continuations(models[arch], ids, tail, (1, 2, 3))
+    (one, split1), *more = _continuations(models[arch], ids, tail, (1, 2, 3), cache=cache)
     assert split1 == 0  # one thread never splits
     for n, (got, split) in zip((2, 3), more):
+        # (bits 2, 3: p.v over quantized values by keys, not at this depth)
         assert split == (3 if arch == "gemma3" else 1), f"{n} threads did not split every group ({split})"
         np.testing.assert_array_equal(got, one, err_msg=f"{n} threads")
 
 
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """A tiny Gemma-3 (f32 weights) DEEP tokens in, saved per quantized cache type: (model, {cache: state})"""
+    d = tmp_path_factory.mktemp("deep")
+    model = tiny_model(d / "g.gguf", "gemma3", QType.F32, n_swa=600, ctx=DEEP + 64)
+    ids = _history(np.random.default_rng(10), DEEP)
+    states = {}
+    for cache in CACHES[1:3]:
+        llm = edgellm.LLM(model, n_ctx=DEEP + 64, n_batch=512, cache_type_k=cache[0], cache_type_v=cache[1])
+        s = llm.session()
+        s.feed(ids)
+        states[cache] = d / f"{cache[0]}.state"
+        s.save_state(states[cache])
+    return model, states
+
+
+@pytest.mark.parametrize("cache", CACHES[1:3], ids="/".join)
+@pytest.mark.parametrize("path", C_PATHS)
+def test_deep_split_of_quantized_values(deep, monkeypatch, path, cache):
+    """Past 4 chunks of 64 tiles, p.v over quantized values splits by tiles, 2 and 3 threads
+    cutting at different chunk ends: the bits of one thread."""
+    use_engine_path(monkeypatch, path)
+    model, states = deep
+    llm = edgellm.LLM(model, n_ctx=DEEP + 64, n_batch=256, n_threads=1, cache_type_k=cache[0], cache_type_v=cache[1])
+    base = llm.session()
+    base.load_state(states[cache])
+    tail = np.random.default_rng(11).integers(3, 300, 10).tolist()
+    (one, _), *more = _forks(llm, base._seq, tail, (1, 2, 3))
+    for n, (got, split) in zip((2, 3), more):
+        assert split & 7 == 7, f"{n} threads: {split}"  # (bit 2: the global layers' p.v by keys)
+        np.testing.assert_array_equal(got, one, err_msg=f"{n} threads")
+
+
+@pytest.mark.parametrize("cache", CACHES[:2], ids="/".join)
 @pytest.mark.parametrize("path", C_PATHS[-1:])
-def test_split_after_context_shift(models, monkeypatch, path):
+def test_split_after_context_shift(models, monkeypatch, path, cache):
     """The cache full: 500 slots after the first dropped and the keys re-rotated, then decoding
     on: every thread count the same bits."""
     use_engine_path(monkeypatch, path)
     rng = np.random.default_rng(8)
     ids, tail = _history(rng, 1010), rng.integers(3, 300, 10).tolist()
-    (one, _), (two, split) = _continuations(models["gemma3"], ids, tail, (1, 2), shift=500)
+    (one, _), (two, split) = _continuations(models["gemma3"], ids, tail, (1, 2), shift=500, cache=cache)
     assert split & 1
     np.testing.assert_array_equal(two, one)
 
 
+@pytest.mark.parametrize("cache", CACHES[:2], ids="/".join)
 @pytest.mark.parametrize("path", C_PATHS[-1:])
-def test_batched_path_splits_the_same(models, monkeypatch, path):
+def test_batched_path_splits_the_same(models, monkeypatch, path, cache):
     """The batched order (no llama_order): a long sequence alone splits, and gives the bits it
     gets on one thread and in a step beside another sequence (where jobs are whole)."""
     use_engine_path(monkeypatch, path)
@@ -104,7 +153,8 @@ def test_batched_path_splits_the_same(models, monkeypatch, path):
     nxt = rng.integers(3, 300, 3).tolist()
 
     def run(n_threads, company):
-        llm = edgellm.LLM(models["gemma3"], n_ctx=1024, n_batch=256, n_threads=1)
+        llm = edgellm.LLM(models["gemma3"], n_ctx=1024, n_batch=256, n_threads=1, cache_type_k=cache[0],
+                          cache_type_v=cache[1])
         pool, eng = llm._pool, llm._engine
         eng.set_threads(n_threads, adaptive=False)  # the split counts must not depend on the load
         seqs = [pool.new_sequence() for _ in range(1 + len(company))]

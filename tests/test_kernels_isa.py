@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from edgellm.kernels import ISA_NAMES, c_module, quant_ops
+from edgellm.kv_cache import PV_CHUNK
 from edgellm.quants import BLOCK_DTYPES, QType, type_info
 from edgellm.quants import TYPES as TYPES_TABLE
 
@@ -69,9 +70,9 @@ typedef struct {
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0, const el_half *const *next, int nn);
     void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda);
+                    int ldw, float *acc, int lda, int t0, int ldc);
     void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda);
+                    int ldw, float *acc, int lda, int t0, int ldc);
     void (*sum16_rows)(int n, const float *acc, float *out);
     void (*silu_mul)(int64_t n, float *g, const float *u);
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
@@ -849,25 +850,31 @@ def _run_vops(vops, rng_seed: int) -> dict:
                 vq = _ABI.new("uint8_t *[]", nt)
                 for t in range(nt):
                     vq[t] = _ABI.NULL if t == 5 else _ABI.cast("uint8_t *", rows[t].ctypes.data)
-                # 3 rows, and 4 (kernels group rows: a group of 3 and one of 1), the 4th skipping tile 7
+                # 3 rows, and 4 (kernels group rows: a group of 3 and one of 1), the 4th skipping tile 7;
+                # the 11 tiles cut into chunks (PV_CHUNK) in different places, their sums into
+                # the same sums (ldc 0) or each into its own ([chunk][row][hv])
                 w4 = np.vstack([w, rng.uniform(0, 1, (1, nt * 16)).astype(np.float16).astype(np.float32)])
                 w4[3, 7 * 16:8 * 16] = 0.0
-                for nq, wq in ((nh, w), (4, w4)):
-                    qacc = rng.standard_normal(nq * hv).astype(np.float32)
+                for nq, wq, t0, own in ((nh, w, 0, False), (4, w4, PV_CHUNK - 3, False), (nh, w, 61, True),
+                                         (4, w4, 2 * PV_CHUNK - 6, True), (nh, w, 3, True)):
+                    slots = (t0 + nt - 1) // PV_CHUNK - t0 // PV_CHUNK + 1 if own else 1
+                    qacc = rng.standard_normal(slots * nq * hv).astype(np.float32)
                     getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nq, _ptr("float *", wq), nt * 16,
-                                        _ptr("float *", qacc), hv)
-                    out[f"{name} hv={hv} rows={nq}"] = qacc
+                                        _ptr("float *", qacc), hv, t0, nq * hv if own else 0)
+                    out[f"{name} hv={hv} rows={nq} t0={t0} own={own}"] = qacc
             if hv == 64:  # inputs that stress the integer sums (rows of 3 blocks, dims from block 1 on)
                 for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
                     rows, ws = _stress_pv_inputs(rng, qt, 3)
                     vq = _tile_ptrs(rows, 8, absent=4)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
-                    getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
+                    getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64,
+                                        4, 0)
                     out[f"{name} stress"] = qacc
                     rows, ws = _stress_pv_inputs(rng, qt, 1)  # one block a row: a tile's 16 blocks contiguous, as kv.c's
                     vq = _tile_ptrs(rows, 8, absent=4)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
-                    getattr(vops, name)(0, 32, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64)
+                    getattr(vops, name)(0, 32, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64,
+                                        0, 0)
                     out[f"{name} stress contiguous"] = qacc
         acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
@@ -1020,19 +1027,20 @@ def test_numba_quantized_pv_is_the_generic_twins_bits(t):
     try:
         rng = np.random.default_rng(9)
         name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
-        for hv, nt, nh in ((64, 3, 3), (128, 5, 4)):
+        for hv, nt, nh in ((64, 3, 3), (64, PV_CHUNK + 7, 4)):  # (two chunks of PV_CHUNK tiles)
             rows = quant_ops.quantize_rows(t, rng.standard_normal((nt * 16, hv)).astype(np.float32))
             w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
             w[:, 5:9] = 0.0
             vq = _tile_ptrs(rows, nt)
             want = np.zeros((nh, hv), np.float32)
             getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
-                                         _ptr("float *", want), hv)
+                                         _ptr("float *", want), hv, 0, 0)
             np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
         rows, w = _stress_pv_inputs(rng, t, 2)  # (tile 4 present here, its weights zero)
         vq = _tile_ptrs(rows, 8)
         want = np.zeros((5, 64), np.float32)
-        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", want), 64)
+        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", want), 64,
+                                     0, 0)
         np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg="stress")
     finally:
         k.close()
@@ -1056,7 +1064,8 @@ def test_quantized_pv_is_the_exact_sum_to_15_bits(t):
         vq = _tile_ptrs(rows, 8, absent=4)
         acc0 = rng.standard_normal((5, 64)).astype(np.float32)
         got = acc0.copy()
-        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", got), 64)
+        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", got), 64,
+                                     PV_CHUNK - 3, 0)  # (tiles of two chunks)
         x = gguf_dequantize(rows, gt).astype(np.float64).reshape(8, 16, 2, 32)  # d * q, exact
         bs = 34 if t == QType.Q8_0 else 18
         d = np.abs(rows.reshape(8, 16, 2, bs)[:, :, :, :2].copy().view(np.float16)[..., 0].astype(np.float64))

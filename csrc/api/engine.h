@@ -94,6 +94,11 @@ typedef struct {
  * block manager in src/edgellm/kv_cache.py): every batch passes each of its sequences' block
  * tables. A sequence's slot i lives in block tables[g][seq][i / EL_KV_BLOCK] at i % EL_KV_BLOCK. */
 #define EL_KV_BLOCK 16
+/* Attention over quantized values sums p.v in chunks of EL_PV_CHUNK blocks (tiles), chunk c
+ * holding tiles [c * EL_PV_CHUNK, (c + 1) * EL_PV_CHUNK) of a sequence: each chunk from zero, the
+ * chunks' sums then added in order, so the keys of one sequence can be split across threads at
+ * chunk boundaries with the same bits (csrc/attention.c; numba_engine's twin reads this) */
+#define EL_PV_CHUNK 64
 
 typedef struct el_engine el_engine;
 
@@ -183,8 +188,9 @@ int el_engine_decode(el_engine *e, const el_batch *b, float *logits);
  * its rows in one call. Returns 0, or -2 (el_last_error() says why). */
 int el_engine_logits(el_engine *e, int row0, int n_rows, float *out);
 
-/* Which layer groups the last step's attention split across threads (bit g: group g), for
- * tests and benchmarks: a split changes no result (attention.c says why). */
+/* Which layer groups the last step's attention split across threads (bit g: group g; bit 2 + g:
+ * and some job's p.v over quantized values by keys, not value dimensions), for tests and
+ * benchmarks: a split changes no result (attention.c says why). */
 int el_engine_attention_split(const el_engine *e);
 /* Rows of a batch-order step's FFN evaluated at a time (default 256; 0: the whole step at once),
  * which bounds its gate and up activations' memory. Changes no result (tests compare the two). */

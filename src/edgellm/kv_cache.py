@@ -38,6 +38,7 @@ from .errors import EdgeLLMError
 from .quants import QType
 
 BLOCK = 16  # slots per block: csrc/api/engine.h's EL_KV_BLOCK (checked when the C engine loads)
+PV_CHUNK = 64  # blocks per chunk of p.v over quantized values: engine.h's EL_PV_CHUNK (checked the same way)
 GROUPS = 2  # 0: global-attention layers, 1: sliding-window layers
 # Sliding-window blocks a sequence keeps beyond its window, so a rollback of this many tokens
 # (speculative decoding's rejected drafts, a regenerated reply) still finds its keys.

@@ -306,16 +306,19 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             }
             for (int i = 0; i < PR * PT * 16; i++)
                 ws[i] = stress && wts[i] != 0.0f ? el_half_to_float(el_float_to_half(ldexpf(wts[i], -below(26)))) : wts[i];
-            random_row(acc0, PR * nd);
-            memcpy(acc1, acc0, sizeof(float) * (size_t)(PR * nd));
+            /* tiles from EL_PV_CHUNK - 2 of a sequence: two chunks, into the same sums or (stress)
+             * each into its own */
+            const int t0 = EL_PV_CHUNK - 2, ldc = stress ? PR * nd : 0, na = (ldc ? 2 : 1) * PR * nd;
+            random_row(acc0, na);
+            memcpy(acc1, acc0, sizeof(float) * (size_t)na);
             if (q4) {
-                g->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd);
-                v->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd);
+                g->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd, t0, ldc);
+                v->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd, t0, ldc);
             } else {
-                g->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd);
-                v->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd);
+                g->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd, t0, ldc);
+                v->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd, t0, ldc);
             }
-            for (int i = 0; i < PR * nd; i++) {
+            for (int i = 0; i < na; i++) {
                 checks++;
                 if (!same_bits(acc0[i], acc1[i]))
                     fail("%s pv_%s%s n=%d [%d] = %.9g, portable %.9g", level, q4 ? "q4_0" : "q8_0", stress ? " stress" : "", nd,

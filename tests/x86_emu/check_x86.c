@@ -168,18 +168,21 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
 }
 
 /* vops.pv_q8_0 / pv_q4_0 (p.v over quantized value rows, summed in integers) bit-identical to the
- * generic twin: random tile and row counts, dims and first block, absent tiles, (row, tile) pairs
+ * generic twin: random tile and row counts, dims and first block, first tile's index in its
+ * sequence (chunks cut anywhere, passes of 64 too), chunk sums into the same sums or each into
+ * its own, absent tiles, (row, tile) pairs
  * whose weights are all zero (skipped); block bytes random (q8_0 -128 included) under scales of
  * both signs over many magnitudes (f16 subnormals and zeros too), and weights from 1 down to f16
  * subnormals */
 static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
-    enum { MT = 40, MR = 9, MB = 4 };
+    enum { MT = 40, MR = 9, MB = 4, MC = MT / EL_PV_CHUNK + 2 };
     static uint8_t rows[MT][16 * (MB + 1) * 34];
-    static float w[MR * MT * 16], acc0[MR * (MB * 32 + 16)], acc1[MR * (MB * 32 + 16)];
+    static float w[MR * MT * 16], acc0[MC * MR * (MB * 32 + 16)], acc1[MC * MR * (MB * 32 + 16)];
     for (int it = 0; it < 300; it++) {
         const int q4 = it & 1, nb = 1 + below(MB), b0 = below(2), nt = 1 + below(MT), nh = 1 + below(MR);
         const size_t bb = q4 ? 18 : 34, rb = (size_t)(nb + b0) * bb;
-        const int lda = nb * 32 + 16 * below(2);
+        const int lda = nb * 32 + 16 * below(2), t0 = below(200), ldc = below(2) ? 0 : nh * lda;
+        const int na = (ldc ? (t0 + nt - 1) / EL_PV_CHUNK - t0 / EL_PV_CHUNK + 1 : 1) * nh * lda;
         const uint8_t *vt[MT];
         for (int t = 0; t < nt; t++) {
             for (size_t i = 0; i < 16 * rb; i++) rows[t][i] = (uint8_t)next_u64();
@@ -200,21 +203,21 @@ static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *le
                     w[(r * nt + t) * 16 + l] = zero || below(5) == 0 ? 0.0f : el_half_to_float(el_float_to_half(below(3) ? u : u * u * u * u));
                 }
             }
-        random_row(acc0, nh * lda);
-        memcpy(acc1, acc0, sizeof(float) * (size_t)(nh * lda));
+        random_row(acc0, na);
+        memcpy(acc1, acc0, sizeof(float) * (size_t)na);
         if (q4) {
-            gv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda);
-            lv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda);
+            gv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda, t0, ldc);
+            lv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda, t0, ldc);
         } else {
-            gv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda);
-            lv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda);
+            gv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda, t0, ldc);
+            lv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda, t0, ldc);
         }
         checks++;
-        for (int i = 0; i < nh * lda; i++)
+        for (int i = 0; i < na; i++)
             if (!same_bits(acc0[i], acc1[i])) {
-                char msg[120];
-                snprintf(msg, sizeof msg, "%s pv_%s nd=%d nt=%d rows=%d [%d] = %.9g, generic %.9g", level, q4 ? "q4_0" : "q8_0",
-                         nb * 32, nt, nh, i, acc1[i], acc0[i]);
+                char msg[160];
+                snprintf(msg, sizeof msg, "%s pv_%s nd=%d nt=%d t0=%d ldc=%d rows=%d [%d] = %.9g, generic %.9g", level,
+                         q4 ? "q4_0" : "q8_0", nb * 32, nt, t0, ldc, nh, i, acc1[i], acc0[i]);
                 fail(msg);
                 break;
             }

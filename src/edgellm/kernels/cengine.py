@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ..errors import EdgeLLMError
-from ..kv_cache import BLOCK, head_sizes, kv_rotation
+from ..kv_cache import BLOCK, PV_CHUNK, head_sizes, kv_rotation
 from . import BatchArrays, out_rows as _out_rows
 from ..models.base import ACT_GELU_TANH, QK_NORM_ALL, ROPE_NEOX, ModelConfig, ModelWeights
 from ..models.tensors import DELTA_NET_TENSORS, Part, engine_tensors
@@ -25,6 +25,9 @@ class CEngine:
         self.lib, self.ffi = lib, ffi
         if lib.EL_KV_BLOCK != BLOCK:
             raise EdgeLLMError(f"the C kernels use KV blocks of {lib.EL_KV_BLOCK} slots, edgellm {BLOCK}: reinstall")
+        if lib.EL_PV_CHUNK != PV_CHUNK:
+            raise EdgeLLMError(f"the C kernels sum p.v in chunks of {lib.EL_PV_CHUNK} blocks, edgellm {PV_CHUNK}: "
+                               "reinstall")
         self.store = store  # weights.WeightStore: the bytes must outlive the context
         self.cfg = cfg
         self.n_ctx = n_ctx
@@ -246,7 +249,8 @@ class CEngine:
 
     @property
     def attention_split(self) -> int:
-        """Bit g set: the last step's attention split group g's keys across threads (tests)."""
+        """Bit g set: the last step's attention split group g's keys across threads; bit 2 + g: and
+        p.v over quantized values by keys, not value dimensions (tests)."""
         return int(self.lib.el_engine_attention_split(self._eng))
 
     @property

@@ -4,7 +4,8 @@ csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in csrc/d
 block the exact integer dot product times dk * dq rounded, added with one fma, blocks in order),
 and p.v in integers (pv_q8_0 / pv_q4_0, el_internal.h's contract: per tile of 16 slots and 32-dim
 block, the weights times the slots' scales as int16 relative to a power of two, the quants' sums
-exact in integers, then converted and added times the inverse power, tiles in order).
+exact in integers, then converted and added times the inverse power, tiles in order, in chunks of
+PV_CHUNK tiles each summed from zero and then added in order).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import numba
 import numpy as np
 
+from ..kv_cache import PV_CHUNK
 from ..quants import QType, type_info
 from . import numba_quants as nq
 
@@ -104,21 +106,30 @@ def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _pv(q4, rows, w, acc):
-    """csrc twin (pv_q_generic): tiles of 16 slots in order (tile t: slots 16t..16t+15, the rows
-    past the end weigh 0), a row's tile skipped when its weights are all zero; per 32-dim block
-    the int16 weights W[l] = rint(w d p) saturated, p = 2^(15 - e) with m = 2^e * f (f in [0.5, 1))
-    the largest of 2^-48 and |w d|, and acc[i] += float(sum_l W[l] q_l[i]) / p."""
+def _pv(q4, rows, w, acc, chunk):
+    """csrc twin (pv_q_generic with t0 = 0, ldc = 0): tiles of 16 slots in order (tile t: slots
+    16t..16t+15, the rows past the end weigh 0), a row's tile skipped when its weights are all zero;
+    per 32-dim block the int16 weights W[l] = rint(w d p) saturated, p = 2^(15 - e) with m = 2^e * f
+    (f in [0.5, 1)) the largest of 2^-48 and |w d|, and P[i] += float(sum_l W[l] q_l[i]) / p, P the
+    sums of the tile's chunk (tiles chunk * k ..), from zero, added to acc where the chunk ends."""
     nb = acc.shape[1] // 32
     bsz = 18 if q4 else 34
     S = rows.shape[0]
     wd = np.empty(16, np.float32)
     W = np.empty(16, np.int64)
+    P = np.zeros(acc.shape[1], np.float32)
     for r in range(w.shape[0]):
+        kc = -1  # the chunk summed in P
         for t in range((S + 15) // 16):
             n = min(16, S - 16 * t)
             if not np.any(w[r, 16 * t:16 * t + n] != 0):
                 continue
+            if t // chunk != kc:
+                if kc >= 0:
+                    for i in range(acc.shape[1]):
+                        acc[r, i] = acc[r, i] + P[i]
+                        P[i] = np.float32(0.0)
+                kc = t // chunk
             for b in range(nb):
                 o = b * bsz
                 m = np.float32(2.0 ** -48)
@@ -133,7 +144,11 @@ def _pv(q4, rows, w, acc):
                     isum = 0
                     for l in range(n):
                         isum += W[l] * _quant_at(rows[16 * t + l], o, i, q4)
-                    acc[r, b * 32 + i] = acc[r, b * 32 + i] + np.float32(isum) * inv
+                    P[b * 32 + i] = P[b * 32 + i] + np.float32(isum) * inv
+        if kc >= 0:
+            for i in range(acc.shape[1]):
+                acc[r, i] = acc[r, i] + P[i]
+                P[i] = np.float32(0.0)
 
 
 def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -142,5 +157,5 @@ def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
     t = QType(t)
     hv = rows.shape[1] // type_info(t).type_size * 32
     acc = np.zeros((w.shape[0], hv), dtype=np.float32)
-    _pv(t == QType.Q4_0, np.ascontiguousarray(rows), np.ascontiguousarray(w, dtype=np.float32), acc)
+    _pv(t == QType.Q4_0, np.ascontiguousarray(rows), np.ascontiguousarray(w, dtype=np.float32), acc, PV_CHUNK)
     return acc
