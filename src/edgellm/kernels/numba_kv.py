@@ -105,6 +105,14 @@ def scores(t: QType, keys: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
+@numba.njit(cache=True, inline='always')
+def _chunk_end(acc_row, P):
+    """A chunk's sums P added to acc_row (float32: one rounding each), P zeroed."""
+    for i in range(acc_row.shape[0]):
+        acc_row[i] = acc_row[i] + P[i]
+        P[i] = np.float32(0.0)
+
+
 @numba.njit(cache=True)
 def _pv(q4, rows, w, acc, chunk):
     """csrc twin (pv_q_generic with t0 = 0, ldc = 0): tiles of 16 slots in order (tile t: slots
@@ -126,9 +134,7 @@ def _pv(q4, rows, w, acc, chunk):
                 continue
             if t // chunk != kc:
                 if kc >= 0:
-                    for i in range(acc.shape[1]):
-                        acc[r, i] = acc[r, i] + P[i]
-                        P[i] = np.float32(0.0)
+                    _chunk_end(acc[r], P)
                 kc = t // chunk
             for b in range(nb):
                 o = b * bsz
@@ -146,9 +152,7 @@ def _pv(q4, rows, w, acc, chunk):
                         isum += W[l] * _quant_at(rows[16 * t + l], o, i, q4)
                     P[b * 32 + i] = P[b * 32 + i] + np.float32(isum) * inv
         if kc >= 0:
-            for i in range(acc.shape[1]):
-                acc[r, i] = acc[r, i] + P[i]
-                P[i] = np.float32(0.0)
+            _chunk_end(acc[r], P)
 
 
 def pv(t: QType, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
