@@ -114,35 +114,38 @@ static void pv_tiles_neon(int nd, int nt, const el_half *const *vt, int nh, cons
         }
 }
 
-/* the 32 quants q of a q8_0 / q4_0 block (q4_0: nibble - 8) as int16, four registers (dims
- * 8k .. 8k + 7 in x[k]) */
-EL_INLINE void q_quants_neon(int q4, const uint8_t *blk, int16x8_t x[4]) {
-    int8x16_t part[2];
+/* a pair of slots of a value tile (its quant bytes at p, interleaved: el_internal.h) as int16 (q4_0:
+ * nibble - 8), de-interleaved by vld2q: x[s][k] holds dims 8k .. 8k + 7 of slot 2p + s */
+EL_INLINE void pv_q_pair_neon(int q4, const uint8_t *p, int16x8_t x[2][4]) {
+    int8x16_t part[2][2];  /* [slot][dims 0..15, 16..31] */
     if (q4) {
-        const uint8x16_t b = vld1q_u8(blk + 2);
+        const uint8x16x2_t b = vld2q_u8(p);  /* each slot's 16 qs bytes */
         const int8x16_t k8 = vdupq_n_s8(8);
-        part[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), k8);  /* values 0..15 */
-        part[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), k8);            /* values 16..31 */
+        for (int s = 0; s < 2; s++) {
+            part[s][0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b.val[s], vdupq_n_u8(15))), k8);  /* dims 0..15 */
+            part[s][1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b.val[s], 4)), k8);            /* dims 16..31 */
+        }
     } else {
-        part[0] = vld1q_s8((const int8_t *)blk + 2);
-        part[1] = vld1q_s8((const int8_t *)blk + 18);
+        for (int h = 0; h < 2; h++) {
+            const int8x16x2_t b = vld2q_s8((const int8_t *)p + 32 * h);
+            part[0][h] = b.val[0];
+            part[1][h] = b.val[1];
+        }
     }
-    for (int p = 0; p < 2; p++) {
-        x[2 * p] = vmovl_s8(vget_low_s8(part[p]));
-        x[2 * p + 1] = vmovl_high_s8(part[p]);
-    }
+    for (int s = 0; s < 2; s++)
+        for (int h = 0; h < 2; h++) {
+            x[s][2 * h] = vmovl_s8(vget_low_s8(part[s][h]));
+            x[s][2 * h + 1] = vmovl_high_s8(part[s][h]);
+        }
 }
 
-/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p: the slots' d
- * are each row's block's first 2 bytes), el_internal.h's contract (as dispatch.c's pv_q_weights):
- * wd = w * d (exact), m = the largest of 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E;
- * wq[r] = wd p rounded to nearest even (fcvtns), saturated to int16 (sqxtn), sc[r] = 1 / p */
-EL_INLINE void pv_q_wq_neon(const uint8_t *p, size_t rb, int nr, const float *w, int ldw, int t, int16_t (*wq)[16],
-                            float *sc) {
-    uint16_t h[16];
-    for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
+/* The integer weights of nr rows for the 16 slots of value tile vt (tile t of the weights),
+ * el_internal.h's contract (as dispatch.c's pv_q_weights): wd = w * d (exact), m = the largest of
+ * 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E; wq[r] = wd p rounded to nearest even
+ * (fcvtns), saturated to int16 (sqxtn), sc[r] = 1 / p */
+EL_INLINE void pv_q_wq_neon(const uint8_t *vt, int nr, const float *w, int ldw, int t, int16_t (*wq)[16], float *sc) {
     float32x4_t d[4];
-    for (int i = 0; i < 4; i++) d[i] = h4_to_f32(vld1_u16(h + 4 * i));
+    for (int i = 0; i < 4; i++) d[i] = h4_to_f32(vld1_u16((const uint16_t *)vt + 4 * i));  /* the tile's scales */
     for (int r = 0; r < nr; r++) {
         float32x4_t wd[4];
         for (int i = 0; i < 4; i++) wd[i] = vmulq_f32(vld1q_f32(w + (size_t)r * ldw + t * 16 + 4 * i), d[i]);
@@ -167,17 +170,15 @@ EL_INLINE void pv_q_chunk_end_neon(int nr, int kc, int k0, int ldc, float *a, in
         }
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64; tile
- * 0 is tile tp of its sequence, acc the slot of chunk k0), row r skipping the tiles marked in
- * skip[r] (as the twin's skip): per tile, each slot's quants (widened to int16 once for all the
- * rows) times the row's integer weight added to int32 sums with widening multiply-adds (smlal:
- * exact), then the sums converted to float and added to the rows' chunk sums (in registers until
- * the chunk ends) times 1 / p with one fma (the product exact), as x86_avx512.c's
- * pv_q_block_avx512 */
-EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt, size_t row_bytes, int nr,
-                               const float *w, int ldw, float *acc, int lda, const uint64_t *skip, int tp, int k0,
-                               int ldc) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+/* nr <= 3 rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot
+ * of chunk k0), row r skipping the tiles marked in skip[r] (as the twin's skip): per tile, each
+ * slot's quants (widened to int16 once for all the rows) times the row's integer weight added to
+ * int32 sums with widening multiply-adds (smlal: exact), then the sums converted to float and
+ * added to the rows' chunk sums (in registers until the chunk ends) times 1 / p with one fma (the
+ * product exact), as x86_avx512.c's pv_q_block_avx512 */
+EL_INLINE void pv_q_block_neon(int q4, int nt, const uint8_t *const *vt, int nr, const float *w, int ldw, float *acc,
+                               int lda, const uint64_t *skip, int tp, int k0, int ldc) {
+    const size_t pb = q4 ? 32 : 64;  /* bytes of a pair of slots' quants */
     int16_t wq[3][16];
     float sc[3];
     float32x4_t s[3][8];
@@ -193,21 +194,22 @@ EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt,
             if (kc >= 0) pv_q_chunk_end_neon(nr, kc, k0, ldc, acc, lda, s);
             kc = kt;
         }
-        pv_q_wq_neon(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq, sc);
+        pv_q_wq_neon(vt[t], nr, w, ldw, t, wq, sc);
         int32x4_t is[3][8];
         for (int r = 0; r < nr; r++)
             for (int i = 0; i < 8; i++) is[r][i] = vdupq_n_s32(0);
-        const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l++, row += rb) {
-            int16x8_t x[4];
-            q_quants_neon(q4, row, x);
-            for (int r = 0; r < nr; r++) {
-                const int16_t wl = wq[r][l];
-                for (int k = 0; k < 4; k++) {
-                    is[r][2 * k] = vmlal_n_s16(is[r][2 * k], vget_low_s16(x[k]), wl);
-                    is[r][2 * k + 1] = vmlal_high_n_s16(is[r][2 * k + 1], x[k], wl);
+        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        for (int l = 0; l < 16; l += 2, pair += pb) {
+            int16x8_t x[2][4];
+            pv_q_pair_neon(q4, pair, x);
+            for (int r = 0; r < nr; r++)
+                for (int sl = 0; sl < 2; sl++) {
+                    const int16_t wl = wq[r][l + sl];
+                    for (int k = 0; k < 4; k++) {
+                        is[r][2 * k] = vmlal_n_s16(is[r][2 * k], vget_low_s16(x[sl][k]), wl);
+                        is[r][2 * k + 1] = vmlal_high_n_s16(is[r][2 * k + 1], x[sl][k], wl);
+                    }
                 }
-            }
         }
         for (int r = 0; r < nr; r++) {
             if (skip[r] >> t & 1) continue;
@@ -217,11 +219,10 @@ EL_INLINE void pv_q_block_neon(int q4, int bi, int nt, const uint8_t *const *vt,
     if (kc >= 0) pv_q_chunk_end_neon(nr, kc, k0, ldc, acc, lda, s);
 }
 
-/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 3 over the tiles any
- * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does), so the
- * quants are converted once for the group */
-static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                      const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+/* pv_q8_0 / pv_q4_0: rows in groups of up to 3 over the tiles any of them takes (absent tiles and
+ * a row's all-zero weights skipped, as the twin does), so the quants are widened once for the group */
+static void pv_q_neon(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                      int t0, int ldc) {
     uint64_t skip[3];  /* per row, the tiles of this pass it skips */
     const int k0 = t0 / EL_PV_CHUNK;
     for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
@@ -233,26 +234,24 @@ static void pv_q_neon(int q4, int b0, int nd, int nt, const uint8_t *const *vt, 
                 for (int t = 0; t < n; t++)
                     skip[r] |= (uint64_t)!(vt[c + t] && any16_neon(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
-            for (int b = 0; b < nd / 32; b++) {
-                float *ab = acc + (size_t)r0 * lda + b * 32;
-                const float *wg = w + (size_t)r0 * ldw + c * 16;
-                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-                case 3: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                case 2: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                default: pv_q_block_neon(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                }
+            float *ab = acc + (size_t)r0 * lda;
+            const float *wg = w + (size_t)r0 * ldw + c * 16;
+            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+            case 3: pv_q_block_neon(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            case 2: pv_q_block_neon(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            default: pv_q_block_neon(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
             }
         }
     }
 }
 
-static void pv_q8_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_neon(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                         int ldc) {
+    pv_q_neon(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
-static void pv_q4_0_neon(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_neon(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                         int ldc) {
+    pv_q_neon(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 /* Scores against a quantized key tile (vops.qk_q8_0 / qk_q4_0; layout in el_internal.h): per 32-dim

@@ -495,8 +495,8 @@ static void pv_q_tiles(el_engine *e, int l, const job_t *J, int c, int r0, int n
         }
         const float *w = J->sc + (size_t)r0 * ldw + (size_t)c0 * KT;
         float *a = acc + (size_t)(chunk_of(c0) - chunk_of(ta)) * ldc;
-        if (vl->type == EL_Q8_0) e->vops.pv_q8_0(0, vl->dims, c1 - c0, vq, vl->row, nr, w, ldw, a, lda, c0, ldc);
-        else e->vops.pv_q4_0(0, vl->dims, c1 - c0, vq, vl->row, nr, w, ldw, a, lda, c0, ldc);
+        if (vl->type == EL_Q8_0) e->vops.pv_q8_0(c1 - c0, vq, nr, w, ldw, a, lda, c0, ldc);
+        else e->vops.pv_q4_0(c1 - c0, vq, nr, w, ldw, a, lda, c0, ldc);
     }
 }
 

@@ -76,6 +76,21 @@ static void kq_move(int type, uint8_t *kt, int hk, int slot, uint8_t *row, int t
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row) { kq_move(type, kt, hk, slot, (uint8_t *)row, 1); }
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row) { kq_move(type, (uint8_t *)kt, hk, slot, row, 0); }
 
+/* A slot's row (one q8_0 / q4_0 block) <-> its place in a value tile (el_internal.h): its scale at
+ * d[slot], its quant bytes (q4_0: qs bytes) every other byte of its pair's, from (slot & 1). */
+static void vq_move(int type, uint8_t *vt, int slot, uint8_t *row, int to_tile) {
+    const int nq = type == EL_Q4_0 ? QK4_0 / 2 : QK8_0;  /* quant bytes a slot */
+    uint8_t *d = vt + (size_t)slot * sizeof(el_half), *q = vt + 16 * sizeof(el_half) + (size_t)(slot / 2) * 2 * nq + (slot & 1);
+    if (to_tile) memcpy(d, row, sizeof(el_half));
+    else memcpy(row, d, sizeof(el_half));
+    for (int i = 0; i < nq; i++) {
+        if (to_tile) q[2 * i] = row[sizeof(el_half) + i];
+        else row[sizeof(el_half) + i] = q[2 * i];
+    }
+}
+void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row) { vq_move(type, vt, slot, (uint8_t *)row, 1); }
+void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row) { vq_move(type, (uint8_t *)vt, slot, row, 0); }
+
 static void qk_q_generic(int type, int hk, const uint8_t *q, size_t ldq, int nq, const uint8_t *kt, float *out) {
     const int nb = hk / 32, ng = el_kq_groups(type);
     const el_half *dk = (const el_half *)kt;
@@ -133,13 +148,14 @@ static void pv_tiles_generic(int nd, int nt, const el_half *const *vt, int nh, c
         }
 }
 
-/* quant i (0..31) of a q8_0 / q4_0 block (q4_0: nibble - 8) */
-static int block_quant(int q4, const uint8_t *blk, int i) {
-    if (q4) return (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
-    return (int8_t)blk[2 + i];
+/* quant i (0..31) of slot l of a q8_0 / q4_0 value tile (q4_0: nibble - 8; el_internal.h) */
+static int tile_quant(int q4, const uint8_t *vt, int l, int i) {
+    const uint8_t *pair = vt + 16 * sizeof(el_half) + (size_t)(l / 2) * (q4 ? 32 : 64) + (l & 1);
+    if (q4) return (i < 16 ? pair[2 * i] & 15 : pair[2 * (i - 16)] >> 4) - 8;
+    return (int8_t)pair[2 * i];
 }
 
-/* el_internal.h's integer weights of one (row, tile, block): W[l] = w[l] * d[l] * p rounded to
+/* el_internal.h's integer weights of one (row, tile): W[l] = w[l] * d[l] * p rounded to
  * nearest even, saturated to int16, p = 2^(141 - E) with E the exponent bits of the largest of
  * 2^-48 and |w[l] * d[l]|; returns 1 / p */
 static float pv_q_weights(const float *w, const float *d, int16_t *W) {
@@ -167,47 +183,44 @@ static void pv_q_chunk_end(int kc, int t0, int ldc, float *a, float *P) {
     }
 }
 
-static void pv_q_generic(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    for (int r = 0; r < nh; r++)
-        for (int b = 0; b < nd / 32; b++) {
-            float P[32] = {0}, *a = acc + (size_t)r * lda + b * 32;
-            int kc = -1;  /* the chunk summed in P */
-            for (int t = 0; t < nt; t++) {
-                const float *wt = w + (size_t)r * ldw + t * 16;
-                if (!vt[t] || !any16_generic(wt)) continue;
-                const int k = (t0 + t) / EL_PV_CHUNK;
-                if (k != kc) {  /* the chunk before ends: its sums added */
-                    pv_q_chunk_end(kc, t0, ldc, a, P);
-                    kc = k;
-                }
-                const uint8_t *blk = vt[t] + (size_t)(b0 + b) * bb;  /* slot l's block: + l * row_bytes */
-                float d[16];
-                int16_t W[16];
-                for (int l = 0; l < 16; l++) {
-                    el_half h;
-                    memcpy(&h, blk + (size_t)l * row_bytes, sizeof h);
-                    d[l] = el_half_to_float(h);
-                }
-                const float inv = pv_q_weights(wt, d, W);
-                for (int i = 0; i < 32; i++) {
-                    int32_t S = 0;
-                    for (int l = 0; l < 16; l++) S += W[l] * block_quant(q4, blk + (size_t)l * row_bytes, i);
-                    P[i] = P[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
-                }
+static void pv_q_generic(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
+                         int lda, int t0, int ldc) {
+    for (int r = 0; r < nh; r++) {
+        float P[32] = {0}, *a = acc + (size_t)r * lda;
+        int kc = -1;  /* the chunk summed in P */
+        for (int t = 0; t < nt; t++) {
+            const float *wt = w + (size_t)r * ldw + t * 16;
+            if (!vt[t] || !any16_generic(wt)) continue;
+            const int k = (t0 + t) / EL_PV_CHUNK;
+            if (k != kc) {  /* the chunk before ends: its sums added */
+                pv_q_chunk_end(kc, t0, ldc, a, P);
+                kc = k;
             }
-            pv_q_chunk_end(kc, t0, ldc, a, P);
+            float d[16];
+            int16_t W[16];
+            for (int l = 0; l < 16; l++) {
+                el_half h;
+                memcpy(&h, vt[t] + (size_t)l * sizeof h, sizeof h);
+                d[l] = el_half_to_float(h);
+            }
+            const float inv = pv_q_weights(wt, d, W);
+            for (int i = 0; i < 32; i++) {
+                int32_t S = 0;
+                for (int l = 0; l < 16; l++) S += W[l] * tile_quant(q4, vt[t], l, i);
+                P[i] = P[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
+            }
         }
+        pv_q_chunk_end(kc, t0, ldc, a, P);
+    }
 }
 
-static void pv_q8_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                            const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_generic(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                            int t0, int ldc) {
+    pv_q_generic(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
-static void pv_q4_0_generic(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                            const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_generic(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                            int t0, int ldc) {
+    pv_q_generic(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 static void sum16_rows_generic(int n, const float *acc, float *out) {

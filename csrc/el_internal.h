@@ -102,26 +102,25 @@ typedef struct {
      * sums these, others ignore it */
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0, const el_half *const *next, int nn);
-    /* p.v of nh query rows over nt tiles of KT value rows quantized as q8_0 (pv_q4_0: q4_0):
-     * slot l of tile t is the row at vt[t] + l * row_bytes, whose blocks b0, b0 + 1, ... give
-     * dimensions [0, nd) (nd a multiple of 32). Summed in integers, per (row r, tile t, block):
-     * with the slots' scales d[l] (finite) and weights w[l] = w[r*ldw + t*16 + l] (f16 values),
-     * wd[l] = w[l] * d[l] (exact), m = the largest of 2^-48 and the |wd[l]|, E = m's exponent
-     * bits (its float bits & 0x7f800000, as an integer >> 23) and p = 2^(141 - E), so that m p
-     * lies in [2^14, 2^15); the int16 weights W[l] = wd[l] * p (exact) rounded to nearest even,
-     * saturated to [-32768, 32767]; for each dim i the exact sum S[i] = sum_l W[l] * q_l[i] (q:
-     * the int8 quant, q4_0's nibble - 8; |S| < 2^27); then acc[r*lda + i] += (float)S[i] * (1 /
-     * p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma). The
-     * tiles are summed in chunks (EL_PV_CHUNK, engine.h): tile t is in chunk k = (t0 + t) /
+    /* p.v of nh query rows over nt value tiles of a quantized cache, q8_0 (pv_q4_0: q4_0), in the
+     * value-tile layout below: tile t at vt[t], 16 slots of 32 dims. Summed in integers, per (row
+     * r, tile t): with the slots' scales d[l] (finite) and weights w[l] = w[r*ldw + t*16 + l] (f16
+     * values), wd[l] = w[l] * d[l] (exact), m = the largest of 2^-48 and the |wd[l]|, E = m's
+     * exponent bits (its float bits & 0x7f800000, as an integer >> 23) and p = 2^(141 - E), so
+     * that m p lies in [2^14, 2^15); the int16 weights W[l] = wd[l] * p (exact) rounded to nearest
+     * even, saturated to [-32768, 32767]; for each dim i < 32 the exact sum S[i] = sum_l W[l] *
+     * q_l[i] (q: the int8 quant, q4_0's nibble - 8; |S| < 2^27); then acc[r*lda + i] += (float)S[i]
+     * * (1 / p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma).
+     * The tiles are summed in chunks (EL_PV_CHUNK, engine.h): tile t is in chunk k = (t0 + t) /
      * EL_PV_CHUNK (t0 >= 0: tile 0's index in its sequence); per (row, chunk) the sums P[i] of its
      * tiles, in order, from zero, each added as above; then acc[r*lda + (k - t0 / EL_PV_CHUNK) *
      * ldc + i] += P[i], chunks in order (ldc = 0: all into the same sums). A (row, tile) whose 16
      * weights are all zero is skipped, and so is a NULL tile (its weights are zero); a chunk whose
      * tiles a row skips all adds +0 or nothing (the same bits: acc must hold no -0.0). */
-    void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda, int t0, int ldc);
-    void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda, int t0, int ldc);
+    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                    int ldc);
+    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                    int ldc);
     /* out[i] = el_sum16(acc + 16 i) for i < n */
     void (*sum16_rows)(int n, const float *acc, float *out);
     /* g[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + ggml_v_expf(-x)) */
@@ -147,6 +146,19 @@ extern el_vec_ops el_vops;
 static inline int el_kq_groups(int type) { return type == EL_Q4_0 ? 4 : 8; }
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
+
+/* Value tiles of a quantized cache (what pv_q8_0 / pv_q4_0 read): the 16 slots of one KV block, one
+ * 32-dim group of one head (one q8_0 / q4_0 block a slot), stored so that a pair of slots' quants
+ * comes in one load already interleaved for a pairwise multiply-add (x86 vpmovsxbw then vpdpwssd /
+ * vpmaddwd; NEON vld2q splits them again): the slots' scales d as 16 halves (32 bytes, slot order),
+ * then 8 pairs of slots (2p, 2p + 1), each pair's quant bytes interleaved, byte 2i of the pair from
+ * slot 2p and 2i + 1 from slot 2p + 1: q8_0 64 bytes (i = 0..31: dim i, so 32 bytes hold dims 0..15
+ * of both slots, in dim order), q4_0 32 bytes (i = 0..15: qs byte i, dim i in the low nibble and
+ * 16 + i in the high one). Same bytes as 16 rows of one block (544 / 288); a slot's row goes in
+ * and out with el_vq_put / el_vq_get (dispatch.c). */
+static inline size_t el_vq_tile_bytes(int type) { return 16 * (type == EL_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0)); }
+void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row);
+void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row);
 
 /* n bytes from p (NULL: none) into L2 (locality 2, prefetcht1 on x86: a burst of L1 prefetches
  * stalls on the L1's miss buffers on a Zen 4 VM). Always inlined: GCC 12 finds a function that

@@ -119,7 +119,7 @@ static inline const int32_t *seq_table(const el_batch *b, int g, int s) {
 }
 
 /* head h's keys (values: value group c) in block blk of layer l: an f16 tile, a quantized key
- * tile, or KT quantized value rows */
+ * tile, or a quantized value tile (el_internal.h) */
 static inline uint8_t *kv_kb(const el_engine *e, int l, int blk, int h) {
     l = kv_owner(e, l);
     const kv_store *st = &e->kv[layer_group(e, l)];

@@ -5,7 +5,8 @@
  *
  * Cache types (for keys and values separately): f16, stored as [dim][KT] tiles per head (what
  * attention's f16 tiles read), or q8_0 / q4_0: keys as key tiles (per 32-dim block the KT slots'
- * quants side by side, el_internal.h), values as KT rows of ggml blocks; values in groups of
+ * quants side by side, el_internal.h), values as value tiles (per 32-dim group the KT slots' scales,
+ * then their quants interleaved a pair of slots at a time, el_internal.h); values in groups of
  * dims, each group's parts of a slab's blocks consecutive (engine_internal.h). Rows
  * are quantized as llama.cpp copies rows into such a cache (q8_0 with the activation quantizer,
  * q4_0 with the reference one), after the engine rotated them by a Walsh-Hadamard matrix
@@ -74,13 +75,14 @@ static uint8_t *part_of(const el_engine *e, int v, int l, int blk, int h, int c)
     return v ? kv_vb(e, l, blk, h, c) : kv_kb(e, l, blk, h);
 }
 
-/* slot `lane`'s row of a quantized part: values are stored as rows, keys as a key tile (el_kq_put) */
+/* slot `lane`'s row of a quantized part: values as a value tile (el_vq_put), keys as a key tile
+ * (el_kq_put) */
 static void qrow_get(const kv_layout *x, int v, const uint8_t *part, int lane, uint8_t *row) {
-    if (v) memcpy(row, part + (size_t)lane * x->row, x->row);
+    if (v) el_vq_get(x->type, part, lane, row);
     else el_kq_get(x->type, part, x->dims, lane, row);
 }
 static void qrow_put(const kv_layout *x, int v, uint8_t *part, int lane, const uint8_t *row) {
-    if (v) memcpy(part + (size_t)lane * x->row, row, x->row);
+    if (v) el_vq_put(x->type, part, lane, row);
     else el_kq_put(x->type, part, x->dims, lane, row);
 }
 
@@ -418,8 +420,8 @@ size_t el_kv_block_bytes(const el_engine *e, int g) {
 }
 
 /* head h's keys (v = 0) or values (v = 1) of a block <-> KT rows of all its dims in the portable
- * layout (rows: row bytes apart): f16 tiles and quantized key tiles transposed, quantized value
- * rows copied group by group */
+ * layout (rows: row bytes apart): f16 tiles and quantized key and value tiles transposed, group by
+ * group */
 static void head_rows(el_engine *e, int v, int l, int blk, int h, uint8_t *rows, size_t row, int to_rows) {
     const kv_layout *x = v ? &e->vl[l] : &e->kl[l];
     for (int c = 0; c < x->groups; c++) {

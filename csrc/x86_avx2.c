@@ -723,17 +723,14 @@ static void pv_tiles_avx2(int nd, int nt, const el_half *const *vt, int nh, cons
     }
 }
 
-/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p: the slots' d
- * are each row's block's first 2 bytes), el_internal.h's contract (x86_avx512.c's pv_q_wq_avx512):
- * wd = w * d (exact), m = the largest of 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E;
- * wq[r] = wd p rounded to nearest even (vcvtps2dq, default MXCSR), saturated to int16 (vpackssdw,
- * its lane order undone), sc[r] = 1 / p */
-static inline __attribute__((always_inline)) void pv_q_wq_avx2(const uint8_t *p, size_t rb, int nr, const float *w,
-                                                               int ldw, int t, int16_t (*wq)[16], float *sc) {
-    uint16_t h[16];
-    for (int l = 0; l < 16; l++) memcpy(&h[l], p + (size_t)l * rb, 2);
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8)));
+/* The integer weights of nr rows for the 16 slots of value tile vt (tile t of the weights),
+ * el_internal.h's contract (x86_avx512.c's pv_q_wq_avx512): wd = w * d (exact), m = the largest of
+ * 2^-48 and |wd|, p = 2^(141 - E) from m's exponent bits E; wq[r] = wd p rounded to nearest even
+ * (vcvtps2dq, default MXCSR), saturated to int16 (vpackssdw, its lane order undone), sc[r] = 1 / p */
+static inline __attribute__((always_inline)) void pv_q_wq_avx2(const uint8_t *vt, int nr, const float *w, int ldw, int t,
+                                                               int16_t (*wq)[16], float *sc) {
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vt));  /* the tile's scales */
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vt + 16)));
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int r = 0; r < nr; r++) {
         const float *wr = w + (size_t)r * ldw + t * 16;
@@ -750,24 +747,18 @@ static inline __attribute__((always_inline)) void pv_q_wq_avx2(const uint8_t *p,
     }
 }
 
-/* slots l and l + 1 of a block (at p and p + rb) as int16 pairs: x[k]'s int32 lane i holds
- * (q_l, q_l+1) of dim 8k + i */
-static inline __attribute__((always_inline)) void pv_q_pair_avx2(int q4, const uint8_t *p, size_t rb, __m256i x[4]) {
-    if (q4) {  /* byte j of a slot holds dims j and 16 + j */
-        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2)), b = _mm_loadu_si128((const __m128i *)(p + rb + 2));
+/* a pair of slots of a value tile (its quant bytes at p, interleaved: el_internal.h) as int16
+ * pairs: x[k]'s int32 lane i holds (q_2p, q_2p+1) of dim 8k + i */
+static inline __attribute__((always_inline)) void pv_q_pair_avx2(int q4, const uint8_t *p, __m256i x[4]) {
+    if (q4) {  /* byte pair j holds dims j (low nibbles) and 16 + j (high) of both slots */
+        const __m128i lo = _mm_loadu_si128((const __m128i *)p), hi = _mm_loadu_si128((const __m128i *)(p + 16));
         const __m128i m4 = _mm_set1_epi8(15), k8 = _mm_set1_epi8(8);
-        const __m128i lo = _mm_unpacklo_epi8(a, b), hi = _mm_unpackhi_epi8(a, b);
         x[0] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(lo, m4), k8));
         x[1] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(hi, m4), k8));
         x[2] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(lo, 4), m4), k8));
         x[3] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(hi, 4), m4), k8));
     } else {
-        for (int h = 0; h < 2; h++) {
-            const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2 + 16 * h));
-            const __m128i b = _mm_loadu_si128((const __m128i *)(p + rb + 2 + 16 * h));
-            x[2 * h] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
-            x[2 * h + 1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
-        }
+        for (int k = 0; k < 4; k++) x[k] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * k)));
     }
 }
 
@@ -784,18 +775,18 @@ static inline __attribute__((always_inline)) void pv_q_chunk_end_avx2(int nr, in
         }
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr <= 3 rows over tiles [0, nt) (nt <= 64; tile
- * 0 is tile tp of its sequence, acc the slot of chunk k0), row r skipping the tiles marked in
- * skip[r] (as the twin's skip): per tile, two slots at a time, vpmaddwd's pairwise products of the
- * slots' quants and integer weights (pv_q_wq_avx2, made while the tile before is summed) added to
- * int32 sums (exact), the quants made once for all the rows; after the tile's 16 slots the sums
- * converted to float and added to the rows' chunk sums (in registers until the chunk ends) times
- * 1 / p with one fma (the product exact), as x86_avx512.c's pv_q_block_avx512 */
-static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi, int nt, const uint8_t *const *vt,
-                                                                  size_t row_bytes, int nr, const float *w, int ldw,
-                                                                  float *acc, int lda, const uint64_t *skip, int tp,
-                                                                  int k0, int ldc) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+/* nr <= 3 rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot
+ * of chunk k0), row r skipping the tiles marked in skip[r] (as the twin's skip): per tile, a pair
+ * of slots at a time, vpmaddwd's pairwise products of the pair's quants and integer weights
+ * (pv_q_wq_avx2, made while the tile before is summed) added to int32 sums (exact), the quants
+ * widened once for all the rows; after the tile's 16 slots the sums converted to float and added
+ * to the rows' chunk sums (in registers until the chunk ends) times 1 / p with one fma (the
+ * product exact), as x86_avx512.c's pv_q_block_avx512 */
+static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt, const uint8_t *const *vt, int nr,
+                                                                  const float *w, int ldw, float *acc, int lda,
+                                                                  const uint64_t *skip, int tp, int k0, int ldc) {
+    const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
+                                                                                   quants, of a tile */
     int16_t wq[2][3][16] __attribute__((aligned(32)));
     float sc[2][3];
     __m256 s[3][4];
@@ -806,18 +797,21 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wq_avx2(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq[0], sc[0]);
+    if (t < nt) pv_q_wq_avx2(vt[t], nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
-        if (u < nt) pv_q_wq_avx2(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+        if (u < nt) {
+            pv_q_wq_avx2(vt[u], nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+            pv_q_prefetch(vt, u, nt, tb);
+        }
         __m256i is[3][4];
         for (int r = 0; r < nr; r++)
             for (int i = 0; i < 4; i++) is[r][i] = _mm256_setzero_si256();
-        const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l += 2, row += 2 * rb) {
+        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        for (int l = 0; l < 16; l += 2, pair += pb) {
             __m256i x[4];
-            pv_q_pair_avx2(q4, row, rb, x);
+            pv_q_pair_avx2(q4, pair, x);
             for (int r = 0; r < nr; r++) {
                 const __m256i wp = _mm256_set1_epi32((int32_t)load_u32(&wq[cur][r][l]));
                 for (int i = 0; i < 4; i++) is[r][i] = _mm256_add_epi32(is[r][i], _mm256_madd_epi16(x[i], wp));
@@ -839,11 +833,11 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int bi
     if (kc >= 0) pv_q_chunk_end_avx2(nr, kc, k0, ldc, acc, lda, s);
 }
 
-/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 3 over the tiles any
- * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does). Rows that
- * take different tiles stay together, so the quants are converted once for the group */
-static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                      const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+/* pv_q8_0 / pv_q4_0: rows in groups of up to 3 over the tiles any of them takes (absent tiles and
+ * a row's all-zero weights skipped, as the twin does). Rows that take different tiles stay
+ * together, so the quants are widened once for the group */
+static void pv_q_avx2(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                      int t0, int ldc) {
     uint64_t skip[3];  /* per row, the tiles of this pass it skips */
     const int k0 = t0 / EL_PV_CHUNK;
     for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
@@ -855,26 +849,24 @@ static void pv_q_avx2(int q4, int b0, int nd, int nt, const uint8_t *const *vt, 
                 for (int t = 0; t < n; t++)
                     skip[r] |= (uint64_t)!(vt[c + t] && any16_avx2(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
-            for (int b = 0; b < nd / 32; b++) {
-                float *ab = acc + (size_t)r0 * lda + b * 32;
-                const float *wg = w + (size_t)r0 * ldw + c * 16;
-                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-                case 3: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                case 2: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                default: pv_q_block_avx2(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                }
+            float *ab = acc + (size_t)r0 * lda;
+            const float *wg = w + (size_t)r0 * ldw + c * 16;
+            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+            case 3: pv_q_block_avx2(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            case 2: pv_q_block_avx2(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            default: pv_q_block_avx2(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
             }
         }
     }
 }
 
-static void pv_q8_0_avx2(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_avx2(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                         int ldc) {
+    pv_q_avx2(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
-static void pv_q4_0_avx2(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                         const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_avx2(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                         int ldc) {
+    pv_q_avx2(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 static void sum16_rows_avx2(int n, const float *acc, float *out) {

@@ -1758,20 +1758,15 @@ static void pv_tiles_avx512(int nd, int nt, const el_half *const *vt, int nh, co
     }
 }
 
-/* The integer weights of nr rows for the 16 slots of tile t (its rows' block at p), el_internal.h's
- * contract: wd = w * d (exact), m = the largest of 2^-48 and |wd|, and from m's exponent bits E the
- * powers of two p = 2^(141 - E) (so m p in [2^14, 2^15)) and 1 / p; wq[r] = wd p rounded to
- * nearest even (vcvtps2dq under the default MXCSR), saturated to int16 (vpmovsdw), sc[r][0] =
- * 1 / p. The four rows' maxima are taken together (their 128-bit lanes folded into one register,
- * row r's in lane r), and p and 1 / p made once for the four */
-static inline __attribute__((always_inline)) void pv_q_wq_avx512(const uint8_t *p, size_t rb, int nr, const float *w,
-                                                                 int ldw, int t, int16_t (*wq)[16], float (*sc)[4]) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_setr_epi16(
-        (short)load_u16(p), (short)load_u16(p + rb), (short)load_u16(p + 2 * rb), (short)load_u16(p + 3 * rb),
-        (short)load_u16(p + 4 * rb), (short)load_u16(p + 5 * rb), (short)load_u16(p + 6 * rb), (short)load_u16(p + 7 * rb),
-        (short)load_u16(p + 8 * rb), (short)load_u16(p + 9 * rb), (short)load_u16(p + 10 * rb),
-        (short)load_u16(p + 11 * rb), (short)load_u16(p + 12 * rb), (short)load_u16(p + 13 * rb),
-        (short)load_u16(p + 14 * rb), (short)load_u16(p + 15 * rb)));
+/* The integer weights of nr rows for the 16 slots of value tile vt (tile t of the weights),
+ * el_internal.h's contract: wd = w * d (exact), m = the largest of 2^-48 and |wd|, and from m's
+ * exponent bits E the powers of two p = 2^(141 - E) (so m p in [2^14, 2^15)) and 1 / p; wq[r] =
+ * wd p rounded to nearest even (vcvtps2dq under the default MXCSR), saturated to int16
+ * (vpmovsdw), sc[r][0] = 1 / p. The four rows' maxima are taken together (their 128-bit lanes
+ * folded into one register, row r's in lane r), and p and 1 / p made once for the four */
+static inline __attribute__((always_inline)) void pv_q_wq_avx512(const uint8_t *vt, int nr, const float *w, int ldw,
+                                                                 int t, int16_t (*wq)[16], float (*sc)[4]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vt));  /* the tile's 16 scales */
     __m512 wd[4], m[4];
     for (int r = 0; r < 4; r++) {
         wd[r] = r < nr ? _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)r * ldw + t * 16), d) : _mm512_setzero_ps();
@@ -1791,82 +1786,79 @@ static inline __attribute__((always_inline)) void pv_q_wq_avx512(const uint8_t *
     }
 }
 
-/* slots l and l + 1 of a block (at p and p + rb) as int16 pairs, dims in two registers: x0's int32
- * lane i holds (q_l, q_l+1) of dim i (q4_0) or of dims 0..7, 16..23 (q8_0), x1 the other 16 */
-static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const uint8_t *p, size_t rb, __m512i *x0,
-                                                                   __m512i *x1) {
-    if (q4) {  /* bytes j of the two slots side by side hold dims j and 16 + j of both */
-        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 2)), b = _mm_loadu_si128((const __m128i *)(p + rb + 2));
-        const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1);
+/* a pair of slots of a value tile (its quant bytes at p, interleaved: el_internal.h) as int16
+ * pairs, dims in two registers: x0's int32 lane i holds (q_2p, q_2p+1) of dim i, x1 of dim 16 + i */
+static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const uint8_t *p, __m512i *x0, __m512i *x1) {
+    if (q4) {  /* byte pair j holds dims j (low nibbles) and 16 + j (high) of both slots */
+        const __m256i y = _mm256_loadu_si256((const __m256i *)p);
         const __m256i m4 = _mm256_set1_epi8(15), k8 = _mm256_set1_epi8(8);
         *x0 = _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_and_si256(y, m4), k8));
         *x1 = _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4), k8));
-    } else {  /* (unpacklo / hi interleave within 128-bit lanes) */
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 2)), b = _mm256_loadu_si256((const __m256i *)(p + rb + 2));
-        *x0 = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(a, b));
-        *x1 = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(a, b));
+    } else {
+        *x0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+        *x1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 32)));
     }
 }
 
 /* the end of chunk kc (>= 0) of pv_q_block_avx512: its sums s added to the chunk's slot of acc (a:
- * slot 0), q8_0's dims put in order; s zeroed */
-static inline __attribute__((always_inline)) void pv_q_chunk_end_avx512(int q4, int nr, int kc, int k0, int ldc,
-                                                                        float *a, int lda, __m512 (*s)[2]) {
+ * slot 0); s zeroed */
+static inline __attribute__((always_inline)) void pv_q_chunk_end_avx512(int nr, int kc, int k0, int ldc, float *a,
+                                                                        int lda, __m512 (*s)[2]) {
     float *slot = a + (size_t)(kc - k0) * ldc;
     for (int r = 0; r < nr; r++) {
         float *ar = slot + (size_t)r * lda;
-        const __m512 o0 = q4 ? s[r][0] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0x44);
-        const __m512 o1 = q4 ? s[r][1] : _mm512_shuffle_f32x4(s[r][0], s[r][1], 0xEE);
-        _mm512_storeu_ps(ar, _mm512_add_ps(_mm512_loadu_ps(ar), o0));
-        _mm512_storeu_ps(ar + 16, _mm512_add_ps(_mm512_loadu_ps(ar + 16), o1));
+        _mm512_storeu_ps(ar, _mm512_add_ps(_mm512_loadu_ps(ar), s[r][0]));
+        _mm512_storeu_ps(ar + 16, _mm512_add_ps(_mm512_loadu_ps(ar + 16), s[r][1]));
         s[r][0] = s[r][1] = _mm512_setzero_ps();
     }
 }
 
-/* one block of 32 dims (bi: its index in a row) of nr rows over tiles [0, nt) (nt <= 64; tile 0
- * is tile tp of its sequence, acc the slot of chunk k0), row r skipping the tiles marked in
- * skip[r] (its adds masked off, as the twin's skip). Per tile, two slots at a time: vpdpwssd adds
- * the products of a pair of slots' quants and integer weights (pv_q_wq_avx512, made while the
- * tile before is summed) to int32 sums, the quants made once for all the rows; after the tile's
- * 16 slots the sums (exact) are converted to float and added to the rows' chunk sums times 1 / p
- * with one fma (the product is exact: the twin's multiply then add). The chunk sums stay in
- * registers, q8_0's dims in pv_q_pair_avx512's order, until the chunk ends */
-static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int bi, int nt, const uint8_t *const *vt,
-                                                                    size_t row_bytes, int nr, const float *w, int ldw,
-                                                                    float *acc, int lda, const uint64_t *skip, int tp,
-                                                                    int k0, int ldc) {
-    const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = row_bytes;
+/* nr rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot of
+ * chunk k0), row r skipping the tiles marked in skip[r] (its adds masked off, as the twin's skip).
+ * Per tile, a pair of slots at a time: vpdpwssd adds the products of the pair's quants and
+ * integer weights (pv_q_wq_avx512, made while the tile before is summed) to int32 sums, the
+ * quants widened once for all the rows; after the tile's 16 slots the sums (exact) are converted
+ * to float and added to the rows' chunk sums times 1 / p with one fma (the product is exact: the
+ * twin's multiply then add). The chunk sums stay in registers until the chunk ends */
+static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int nt, const uint8_t *const *vt, int nr,
+                                                                    const float *w, int ldw, float *acc, int lda,
+                                                                    const uint64_t *skip, int tp, int k0, int ldc) {
+    const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
+                                                                                   quants, of a tile */
     int16_t wq[2][4][16] __attribute__((aligned(64)));
     float sc[2][4][4] __attribute__((aligned(64)));  /* row r's 1 / p: sc[.][r][0] */
-    __m512 s[4][2];  /* q8_0: register 0 holds dims 0..7, 16..23, register 1 the rest */
+    __m512 s[4][2];  /* dims 0..15, 16..31 */
     for (int r = 0; r < nr; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
     int kc = -1;  /* the chunk summed in s */
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wq_avx512(vt[t] + (size_t)bi * bb, rb, nr, w, ldw, t, wq[0], sc[0]);
+    if (t < nt) pv_q_wq_avx512(vt[t], nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
-        if (u < nt) pv_q_wq_avx512(vt[u] + (size_t)bi * bb, rb, nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+        if (u < nt) {
+            pv_q_wq_avx512(vt[u], nr, w, ldw, u, wq[cur ^ 1], sc[cur ^ 1]);
+            pv_q_prefetch(vt, u, nt, tb);
+        }
         __m512i is[4][2];
         for (int r = 0; r < nr; r++) is[r][0] = is[r][1] = _mm512_setzero_si512();
-        const uint8_t *row = vt[t] + (size_t)bi * bb;
-        for (int l = 0; l < 16; l += 2, row += 2 * rb) {
+        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        for (int l = 0; l < 16; l += 2, pair += pb) {
             __m512i x0, x1;
-            pv_q_pair_avx512(q4, row, rb, &x0, &x1);
+            pv_q_pair_avx512(q4, pair, &x0, &x1);
             for (int r = 0; r < nr; r++) {
-                int32_t pair;
-                memcpy(&pair, &wq[cur][r][l], 4);
-                const __m512i wp = _mm512_set1_epi32(pair);
+                int32_t wp2;
+                memcpy(&wp2, &wq[cur][r][l], 4);
+                const __m512i wp = _mm512_set1_epi32(wp2);
                 is[r][0] = _mm512_dpwssd_epi32(is[r][0], x0, wp);
                 is[r][1] = _mm512_dpwssd_epi32(is[r][1], x1, wp);
             }
         }
         const int kt = (tp + t) / EL_PV_CHUNK;
         if (kt != kc) {
-            if (kc >= 0) pv_q_chunk_end_avx512(q4, nr, kc, k0, ldc, acc, lda, s);
+            if (kc >= 0) pv_q_chunk_end_avx512(nr, kc, k0, ldc, acc, lda, s);
             kc = kt;
         }
         for (int r = 0; r < nr; r++) {
@@ -1878,19 +1870,19 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
         t = u;
         cur ^= 1;
     }
-    if (kc >= 0) pv_q_chunk_end_avx512(q4, nr, kc, k0, ldc, acc, lda, s);
+    if (kc >= 0) pv_q_chunk_end_avx512(nr, kc, k0, ldc, acc, lda, s);
 }
 
-/* pv_q8_0 / pv_q4_0: a block of 32 dims at a time, rows in groups of up to 4 over the tiles any
- * of them takes (absent tiles and a row's all-zero weights skipped, as the twin does: the row's
- * add of the tile masked off). Rows that take different tiles (at depth, a head whose weights
- * of a tile all round to 0 in f16 while another's do not) stay together, so the quants are
- * widened once for the group, not once a row. (Summed in integers: Gemma-3-270M's global-layer
- * shape, bench_attention_kernels 1 24 1 4 32 2 20 8 256 0, 1 thread: 470 -> 375 ns a tile; the
- * floats' 128 fmas a block of 4 rows become 64 vpdpwssd, and the integer weights (a reduction
- * and a conversion per row and tile) cost about a third of what is left) */
-static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                        const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
+/* pv_q8_0 / pv_q4_0: rows in groups of up to 4 over the tiles any of them takes (absent tiles and
+ * a row's all-zero weights skipped, as the twin does: the row's add of the tile masked off). Rows
+ * that take different tiles (at depth, a head whose weights of a tile all round to 0 in f16 while
+ * another's do not) stay together, so the quants are widened once for the group, not once a row.
+ * (Summed in integers: Gemma-3-270M's global-layer shape, bench_attention_kernels 1 24 1 4 32 2
+ * 20 8 256 0, 1 thread: 470 -> 375 ns a tile; the floats' 128 fmas a block of 4 rows become 64
+ * vpdpwssd, and the integer weights (a reduction and a conversion per row and tile) cost about a
+ * third of what is left) */
+static void pv_q_avx512(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                        int t0, int ldc) {
     uint64_t skip[4];  /* per row, the tiles of this pass it skips */
     const int k0 = t0 / EL_PV_CHUNK;
     for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
@@ -1902,27 +1894,25 @@ static void pv_q_avx512(int q4, int b0, int nd, int nt, const uint8_t *const *vt
                 for (int t = 0; t < n; t++)
                     skip[r] |= (uint64_t)!(vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
             }
-            for (int b = 0; b < nd / 32; b++) {
-                float *ab = acc + (size_t)r0 * lda + b * 32;
-                const float *wg = w + (size_t)r0 * ldw + c * 16;
-                switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-                case 4: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 4, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                case 3: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                case 2: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                default: pv_q_block_avx512(q4, b0 + b, n, vt + c, row_bytes, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-                }
+            float *ab = acc + (size_t)r0 * lda;
+            const float *wg = w + (size_t)r0 * ldw + c * 16;
+            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+            case 4: pv_q_block_avx512(q4, n, vt + c, 4, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            case 3: pv_q_block_avx512(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            case 2: pv_q_block_avx512(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
+            default: pv_q_block_avx512(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
             }
         }
     }
 }
 
-static void pv_q8_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                           const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_avx512(0, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                           int t0, int ldc) {
+    pv_q_avx512(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
-static void pv_q4_0_avx512(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh,
-                           const float *w, int ldw, float *acc, int lda, int t0, int ldc) {
-    pv_q_avx512(1, b0, nd, nt, vt, row_bytes, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
+                           int t0, int ldc) {
+    pv_q_avx512(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
 }
 
 static void sum16_rows_avx512(int n, const float *acc, float *out) {

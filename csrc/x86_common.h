@@ -33,6 +33,24 @@ static inline void q3_K_scales_biased(const uint8_t *s, uint32_t v[4]) {
     v[3] = ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4);
 }
 
+/* The prefetches of pv_q8_0 / pv_q4_0's kernels over value tiles of tb bytes (el_internal.h), vt[u]
+ * the next tile taken, its scales just loaded: the rest of its lines and the scales of tile u + 1
+ * into L1 (prefetcht0), tile u + 2 into L2 (tiles past nt or NULL: none). A tile's sum begins with
+ * its scales alone, so from DRAM its pair loads came late: SmolLM2's shape on AVX-512
+ * (bench_attention_kernels 30 500 3 3 32 2 3 8 64 4, medians of 7 - 11 runs alternating with the
+ * row layout, whose 16 scale loads touched every line of the next tile): none 124 / 84 ns a tile;
+ * u's lines into L2 91 / 87; u's into L1 82 / 83; u's and u + 1's scales into L1 and u + 2 into
+ * L2 78 / 86 (u + 4: 80 / 84). Always inlined (see el_prefetch_l2) */
+static inline __attribute__((always_inline)) void pv_q_prefetch(const uint8_t *const *vt, int u, int nt, size_t tb) {
+    for (size_t o = 64; o < tb; o += 64) __builtin_prefetch(vt[u] + o, 0, 3);
+    __builtin_prefetch(vt[u] + tb - 1, 0, 3);  /* (a tile need not start on a line) */
+    if (u + 1 < nt && vt[u + 1]) __builtin_prefetch(vt[u + 1], 0, 3);  /* (scales: 32 bytes, a line's half) */
+    if (u + 2 < nt && vt[u + 2]) {
+        el_prefetch_l2(vt[u + 2], tb);
+        __builtin_prefetch(vt[u + 2] + tb - 1, 0, 2);
+    }
+}
+
 /* Decode streams the weight rows from DRAM (through 4 KB pages of the mapped file), and the
  * hardware prefetchers follow several interleaved row streams poorly. A tile of R rows reads its
  * rows side by side, then gemm moves on to the next R rows; the cursor points at what the tile

@@ -10,7 +10,8 @@
  * With a quantized cache type (ktype 8: q8_0, 2: q4_0, for keys and values) the keys are key tiles
  * (el_internal.h, 1088 / 576 bytes at hk = 64) scored by vops.qk_q8_0 / qk_q4_0, and the same
  * bytes are also scored as 16 rows by the type's weight gemm (how attention scored quantized keys
- * before the key tiles); the values are 16 rows of one block per group (vops.pv_q8_0 / pv_q4_0);
+ * before the key tiles); the values are value tiles (el_internal.h, 544 / 288 bytes a group) summed
+ * by vops.pv_q8_0 / pv_q4_0;
  * the read loop reads as many bytes as the key tiles.
  *
  * Build against the objects of a development build (python csrc/build_ffi.py), then run:
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
     const size_t khead = (size_t)nt * ktile, klayer = (size_t)nkv * khead;
     /* K, V: the kernels' inputs; R: as many bytes as K for the read (each byte read once a sweep) */
     uint8_t *K = buffer(klayer * nl, hp), *R = buffer(klayer * nl, hp);
-    /* values: groups of VG dims, a group's tile f16 [VG][16] or (a quantized cache) 16 rows of one block */
+    /* values: groups of VG dims, a group's tile f16 [VG][16] or (a quantized cache) a value tile */
     const size_t vtile = qk ? 16 * el_row_size(kty, VG) : sizeof(el_half) * VG * 16;
     const size_t vhead = (size_t)nt * vtile * (HD / VG), vlayer = (size_t)nkv * vhead;
     uint8_t *V = buffer(vlayer * nl, hp);
@@ -84,11 +85,12 @@ int main(int argc, char **argv) {
         const el_half h = el_float_to_half(rand_half());
         memcpy(V + i, &h, 2);
     }
-    if (qk)  /* every scale a small half */
-        for (size_t t = 0; t < vlayer * nl / vtile * 16; t++) {
-            const el_half h = el_float_to_half(0.01f);
-            memcpy(V + t * el_row_size(kty, VG), &h, 2);
-        }
+    if (qk)  /* every scale (a value tile's first 16 halves) a small half */
+        for (size_t t = 0; t < vlayer * nl / vtile; t++)
+            for (int l = 0; l < 16; l++) {
+                const el_half h = el_float_to_half(0.01f);
+                memcpy(V + t * vtile + 2 * l, &h, 2);
+            }
     for (size_t i = 0; i < klayer * nl; i += 2) {
         const el_half h = el_float_to_half(rand_half());
         memcpy(K + i, &h, 2);
@@ -136,8 +138,8 @@ int main(int argc, char **argv) {
                         const int n = EL_MIN(chunk, nt - b);
                         for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
                         for (int u = 0; u < EL_MIN(chunk, nt - b - chunk); u++) vt[256 + u] = Vg + (size_t)(b + chunk + u) * vtile;
-                        if (kty == EL_Q8_0) el_vops.pv_q8_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG, b, 0);
-                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(0, VG, n, vt, vtile / 16, nq, w, 256 * 16, acc, VG, b, 0);
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(n, vt, nq, w, 256 * 16, acc, VG, b, 0);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(n, vt, nq, w, 256 * 16, acc, VG, b, 0);
                         else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 256 * 16, acc, 4 * VG * 16, 4, b,
                                               vpf && b + chunk < nt ? (const el_half *const *)vt + 256 : NULL,
                                               EL_MIN(chunk, nt - b - chunk));

@@ -69,10 +69,10 @@ typedef struct {
                     const uint8_t *next);
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0, const el_half *const *next, int nn);
-    void (*pv_q8_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda, int t0, int ldc);
-    void (*pv_q4_0)(int b0, int nd, int nt, const uint8_t *const *vt, size_t row_bytes, int nh, const float *w,
-                    int ldw, float *acc, int lda, int t0, int ldc);
+    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                    int ldc);
+    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
+                    int ldc);
     void (*sum16_rows)(int n, const float *acc, float *out);
     void (*silu_mul)(int64_t n, float *g, const float *u);
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
@@ -82,6 +82,8 @@ typedef struct {
 extern el_vec_ops el_vops;
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
 void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
+void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row);
+void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row);
 """)
 VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "silu_mul",
         "scale_max", "exp_sums", "f16_scale"]
@@ -734,12 +736,36 @@ def _key_rows(rng: np.random.Generator, t: QType, hk: int, raw: bool) -> np.ndar
     return rows
 
 
-def _tile_ptrs(rows: np.ndarray, n: int, absent: int | None = None):
-    """vt for pv_q8_0 / pv_q4_0: tile i at row 16 i of rows, tile `absent` NULL (rows must outlive it)"""
-    vt = _ABI.new("uint8_t *[]", n)
-    for i in range(n):
-        vt[i] = _ABI.NULL if i == absent else _ABI.cast("uint8_t *", rows[16 * i].ctypes.data)
+def _value_tiles(t: QType, rows: np.ndarray) -> np.ndarray:
+    """Value rows of q8_0 / q4_0 blocks (uint8 [16 n, nb blocks]) as value tiles (csrc/el_internal.h),
+    uint8 [nb, n, tile bytes]: tile i of block b holds rows 16 i .. 16 i + 15's block b, as the 16
+    scales (halves), then 8 pairs of slots, a pair's quant bytes interleaved (slot 2p, slot 2p + 1)."""
+    bs = 34 if t == QType.Q8_0 else 18
+    r = rows.reshape(-1, 16, rows.shape[1] // bs, bs).transpose(2, 0, 1, 3)  # [nb, n, 16, bs]
+    nb, n = r.shape[:2]
+    d = r[..., :2].reshape(nb, n, 32)
+    qs = r[..., 2:].reshape(nb, n, 8, 2, bs - 2).transpose(0, 1, 2, 4, 3).reshape(nb, n, 16 * (bs - 2))
+    return np.ascontiguousarray(np.concatenate([d, qs], axis=2))
+
+
+def _tile_ptrs(tiles: np.ndarray, absent: int | None = None):
+    """vt for pv_q8_0 / pv_q4_0: tile i at tiles[i] (uint8 [n, tile bytes]), tile `absent` NULL
+    (tiles must outlive it)"""
+    vt = _ABI.new("uint8_t *[]", tiles.shape[0])
+    for i in range(tiles.shape[0]):
+        vt[i] = _ABI.NULL if i == absent else _ABI.cast("uint8_t *", tiles[i].ctypes.data)
     return vt
+
+
+def _run_pv_q(vops, t: QType, rows: np.ndarray, b0: int, nh: int, w: np.ndarray, ldw: int, acc: np.ndarray, lda: int,
+              t0: int, ldc: int, absent: int | None = None) -> None:
+    """pv_q8_0 / pv_q4_0 over the value rows' blocks from b0 on (as value tiles, one call a block, as
+    attention takes a value group at a time), block b0 + b's dims into acc + 32 b"""
+    tiles = _value_tiles(t, rows)
+    for b in range(tiles.shape[0] - b0):
+        fn = vops.pv_q8_0 if t == QType.Q8_0 else vops.pv_q4_0
+        fn(tiles.shape[1], _tile_ptrs(tiles[b0 + b], absent), nh, _ptr("float *", w), ldw, _ptr("float *", acc) + 32 * b,
+           lda, t0, ldc)
 
 
 def _stress_pv_inputs(rng: np.random.Generator, t: QType, nb: int) -> tuple[np.ndarray, np.ndarray]:
@@ -845,11 +871,8 @@ def _run_vops(vops, rng_seed: int) -> dict:
             out[f"pv_tiles hv={hv} nh={nh} sets={sets} nd={nd}"] = acc
         if hv % 32 == 0:  # values quantized per slot row (q8_0 / q4_0 blocks; dims from block 1 on)
             for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
-                rows = [quant_ops.quantize_rows(qt, rng.standard_normal((16, hv + 32)).astype(np.float32), "c")
-                        for _ in range(nt)]
-                vq = _ABI.new("uint8_t *[]", nt)
-                for t in range(nt):
-                    vq[t] = _ABI.NULL if t == 5 else _ABI.cast("uint8_t *", rows[t].ctypes.data)
+                rows = np.concatenate([quant_ops.quantize_rows(qt, rng.standard_normal((16, hv + 32)).astype(np.float32), "c")
+                                       for _ in range(nt)])
                 # 3 rows, and 4 (kernels group rows: a group of 3 and one of 1), the 4th skipping tile 7;
                 # the 11 tiles cut into chunks (PV_CHUNK) in different places, their sums into
                 # the same sums (ldc 0) or each into its own ([chunk][row][hv])
@@ -859,23 +882,18 @@ def _run_vops(vops, rng_seed: int) -> dict:
                                          (4, w4, 2 * PV_CHUNK - 6, True), (nh, w, 3, True)):
                     slots = (t0 + nt - 1) // PV_CHUNK - t0 // PV_CHUNK + 1 if own else 1
                     qacc = rng.standard_normal(slots * nq * hv).astype(np.float32)
-                    getattr(vops, name)(1, hv, nt, vq, rows[0].shape[1], nq, _ptr("float *", wq), nt * 16,
-                                        _ptr("float *", qacc), hv, t0, nq * hv if own else 0)
+                    _run_pv_q(vops, qt, rows, 1, nq, wq, nt * 16, qacc, hv, t0, nq * hv if own else 0, absent=5)
                     out[f"{name} hv={hv} rows={nq} t0={t0} own={own}"] = qacc
             if hv == 64:  # inputs that stress the integer sums (rows of 3 blocks, dims from block 1 on)
                 for name, qt in (("pv_q8_0", QType.Q8_0), ("pv_q4_0", QType.Q4_0)):
                     rows, ws = _stress_pv_inputs(rng, qt, 3)
-                    vq = _tile_ptrs(rows, 8, absent=4)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
-                    getattr(vops, name)(1, 64, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64,
-                                        4, 0)
+                    _run_pv_q(vops, qt, rows, 1, 5, ws, 128, qacc, 64, 4, 0, absent=4)
                     out[f"{name} stress"] = qacc
-                    rows, ws = _stress_pv_inputs(rng, qt, 1)  # one block a row: a tile's 16 blocks contiguous, as kv.c's
-                    vq = _tile_ptrs(rows, 8, absent=4)
+                    rows, ws = _stress_pv_inputs(rng, qt, 1)
                     qacc = rng.standard_normal(5 * 64).astype(np.float32)
-                    getattr(vops, name)(0, 32, 8, vq, rows.shape[1], 5, _ptr("float *", ws), 128, _ptr("float *", qacc), 64,
-                                        0, 0)
-                    out[f"{name} stress contiguous"] = qacc
+                    _run_pv_q(vops, qt, rows, 0, 5, ws, 128, qacc, 64, 0, 0, absent=4)
+                    out[f"{name} stress one block"] = qacc
         acc = acc[: hv * 16].copy()
         s = np.zeros(hv, dtype=np.float32)
         vops.sum16_rows(hv, _ptr("float *", acc), _ptr("float *", s))
@@ -1026,21 +1044,16 @@ def test_numba_quantized_pv_is_the_generic_twins_bits(t):
     k = Kernels("generic")
     try:
         rng = np.random.default_rng(9)
-        name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
         for hv, nt, nh in ((64, 3, 3), (64, PV_CHUNK + 7, 4)):  # (two chunks of PV_CHUNK tiles)
             rows = quant_ops.quantize_rows(t, rng.standard_normal((nt * 16, hv)).astype(np.float32))
             w = rng.uniform(0, 1, (nh, nt * 16)).astype(np.float16).astype(np.float32)
             w[:, 5:9] = 0.0
-            vq = _tile_ptrs(rows, nt)
             want = np.zeros((nh, hv), np.float32)
-            getattr(k.abi.el_vops, name)(0, hv, nt, vq, rows.shape[1], nh, _ptr("float *", w), nt * 16,
-                                         _ptr("float *", want), hv, 0, 0)
+            _run_pv_q(k.abi.el_vops, t, rows, 0, nh, w, nt * 16, want, hv, 0, 0)
             np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg=f"hv={hv}")
         rows, w = _stress_pv_inputs(rng, t, 2)  # (tile 4 present here, its weights zero)
-        vq = _tile_ptrs(rows, 8)
         want = np.zeros((5, 64), np.float32)
-        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", want), 64,
-                                     0, 0)
+        _run_pv_q(k.abi.el_vops, t, rows, 0, 5, w, 128, want, 64, 0, 0)
         np.testing.assert_array_equal(_bits(numba_kv.pv(t, rows, w)), _bits(want), err_msg="stress")
     finally:
         k.close()
@@ -1058,14 +1071,11 @@ def test_quantized_pv_is_the_exact_sum_to_15_bits(t):
     k = Kernels("generic")
     try:
         rng = np.random.default_rng(11)
-        name = "pv_q8_0" if t == QType.Q8_0 else "pv_q4_0"
         gt = G.Q8_0 if t == QType.Q8_0 else G.Q4_0
         rows, w = _stress_pv_inputs(rng, t, 2)
-        vq = _tile_ptrs(rows, 8, absent=4)
         acc0 = rng.standard_normal((5, 64)).astype(np.float32)
         got = acc0.copy()
-        getattr(k.abi.el_vops, name)(0, 64, 8, vq, rows.shape[1], 5, _ptr("float *", w), 128, _ptr("float *", got), 64,
-                                     PV_CHUNK - 3, 0)  # (tiles of two chunks)
+        _run_pv_q(k.abi.el_vops, t, rows, 0, 5, w, 128, got, 64, PV_CHUNK - 3, 0, absent=4)  # (tiles of two chunks)
         x = gguf_dequantize(rows, gt).astype(np.float64).reshape(8, 16, 2, 32)  # d * q, exact
         bs = 34 if t == QType.Q8_0 else 18
         d = np.abs(rows.reshape(8, 16, 2, bs)[:, :, :, :2].copy().view(np.float16)[..., 0].astype(np.float64))
@@ -1083,6 +1093,33 @@ def test_quantized_pv_is_the_exact_sum_to_15_bits(t):
             if not w[r].any():
                 np.testing.assert_array_equal(_bits(got[r]), _bits(acc0[r]))
             assert np.all(np.abs(got[r] - want) <= bound + 1e-30), (r, np.max(np.abs(got[r] - want) - bound))
+    finally:
+        k.close()
+
+
+@pytest.mark.parametrize("t", [QType.Q8_0, QType.Q4_0])
+def test_value_tiles_are_el_internals_layout(t):
+    """el_vq_put (kv.c's store of a value slot) puts 16 rows of one q8_0 / q4_0 block, slots in any
+    order, where _value_tiles (the pv tests' tiles) puts them, el_vq_get gives each row back, and
+    both follow el_internal.h's layout byte for byte: scale of slot l at bytes 2l, 2l + 1; quant
+    byte i of slot l at 32 + (l // 2) * 2 * (quant bytes) + 2 i + l % 2."""
+    k = Kernels("generic")
+    try:
+        rng = np.random.default_rng(12)
+        rows = rng.integers(0, 256, (16, 34 if t == QType.Q8_0 else 18), dtype=np.uint8)
+        want = _value_tiles(t, rows)[0, 0]
+        nq = rows.shape[1] - 2
+        for l in range(16):
+            np.testing.assert_array_equal(want[2 * l: 2 * l + 2], rows[l, :2])
+            np.testing.assert_array_equal(want[32 + (l // 2) * 2 * nq + l % 2: 32 + (l // 2 + 1) * 2 * nq: 2], rows[l, 2:])
+        tile = np.zeros_like(want)
+        for slot in rng.permutation(16):
+            k.abi.el_vq_put(int(t), _ptr("uint8_t *", tile), int(slot), _ptr("uint8_t *", rows[slot].copy()))
+        np.testing.assert_array_equal(tile, want)
+        back = np.zeros_like(rows[0])
+        for slot in range(16):
+            k.abi.el_vq_get(int(t), _ptr("uint8_t *", tile), slot, _ptr("uint8_t *", back))
+            np.testing.assert_array_equal(back, rows[slot])
     finally:
         k.close()
 

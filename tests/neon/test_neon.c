@@ -278,17 +278,17 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
                     fail("%s pv_tiles n=%d sets=%d [%d] = %.9g, portable %.9g", level, n, sets, i, acc1[i], acc0[i]);
             }
         }
-        /* p.v over value rows quantized as q8_0 / q4_0: rows of nb + 1 blocks, dimensions from
-         * block 1 on (a thread's share of them); then (stress) random quant bytes (q8_0 -128 too)
-         * under scales of both signs over many magnitudes (zeros and f16 subnormals too), and
-         * weights from 1 down to f16 subnormals (the integer sums' edges) */
+        /* p.v over values quantized as q8_0 / q4_0: rows of nb + 1 blocks put into value tiles with
+         * el_vq_put, a block at a time from block 1 on (a thread's share of the value groups); then
+         * (stress) random quant bytes (q8_0 -128 too) under scales of both signs over many
+         * magnitudes (zeros and f16 subnormals too), and weights from 1 down to f16 subnormals (the
+         * integer sums' edges) */
         for (int qi = 0; qi < 4; qi++) {
             const int q4 = qi & 1, stress = qi >> 1, nb = (n + 31) / 32, nd = 32 * nb;
             const size_t bb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = (size_t)(nb + 1) * bb;
-            static uint8_t rows[PT][16 * 9 * sizeof(block_q8_0)];
+            static uint8_t rows[PT][16 * 9 * sizeof(block_q8_0)], vtq[PT][16 * sizeof(block_q8_0)];
             static float x[9 * 32], ws[PR * PT * 16];
-            const uint8_t *vq[PT];
-            for (int t = 0; t < PT; t++) {
+            for (int t = 0; t < PT; t++)
                 for (int l = 0; l < 16; l++) {
                     random_row(x, 32 * (nb + 1));
                     if (q4) quantize_row_q4_0_ref(x, rows[t] + l * rb, 32 * (nb + 1));
@@ -302,8 +302,6 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
                         memcpy(blk, &h, 2);
                     }
                 }
-                vq[t] = t == 3 ? NULL : rows[t];
-            }
             for (int i = 0; i < PR * PT * 16; i++)
                 ws[i] = stress && wts[i] != 0.0f ? el_half_to_float(el_float_to_half(ldexpf(wts[i], -below(26)))) : wts[i];
             /* tiles from EL_PV_CHUNK - 2 of a sequence: two chunks, into the same sums or (stress)
@@ -311,12 +309,19 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
             const int t0 = EL_PV_CHUNK - 2, ldc = stress ? PR * nd : 0, na = (ldc ? 2 : 1) * PR * nd;
             random_row(acc0, na);
             memcpy(acc1, acc0, sizeof(float) * (size_t)na);
-            if (q4) {
-                g->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd, t0, ldc);
-                v->pv_q4_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd, t0, ldc);
-            } else {
-                g->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc0, nd, t0, ldc);
-                v->pv_q8_0(1, nd, PT, vq, rb, PR, ws, PT * 16, acc1, nd, t0, ldc);
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *vq[PT];
+                for (int t = 0; t < PT; t++) {
+                    for (int l = 0; l < 16; l++) el_vq_put(q4 ? EL_Q4_0 : EL_Q8_0, vtq[t], l, rows[t] + l * rb + (b + 1) * bb);
+                    vq[t] = t == 3 ? NULL : vtq[t];
+                }
+                if (q4) {
+                    g->pv_q4_0(PT, vq, PR, ws, PT * 16, acc0 + 32 * b, nd, t0, ldc);
+                    v->pv_q4_0(PT, vq, PR, ws, PT * 16, acc1 + 32 * b, nd, t0, ldc);
+                } else {
+                    g->pv_q8_0(PT, vq, PR, ws, PT * 16, acc0 + 32 * b, nd, t0, ldc);
+                    v->pv_q8_0(PT, vq, PR, ws, PT * 16, acc1 + 32 * b, nd, t0, ldc);
+                }
             }
             for (int i = 0; i < na; i++) {
                 checks++;

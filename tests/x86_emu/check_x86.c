@@ -167,33 +167,31 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
     }
 }
 
-/* vops.pv_q8_0 / pv_q4_0 (p.v over quantized value rows, summed in integers) bit-identical to the
- * generic twin: random tile and row counts, dims and first block, first tile's index in its
- * sequence (chunks cut anywhere, passes of 64 too), chunk sums into the same sums or each into
- * its own, absent tiles, (row, tile) pairs
- * whose weights are all zero (skipped); block bytes random (q8_0 -128 included) under scales of
- * both signs over many magnitudes (f16 subnormals and zeros too), and weights from 1 down to f16
- * subnormals */
+/* vops.pv_q8_0 / pv_q4_0 (p.v over quantized value tiles, summed in integers) bit-identical to the
+ * generic twin: random tile and row counts, first tile's index in its sequence (chunks cut
+ * anywhere, passes of 64 too), chunk sums into the same sums or each into its own, absent tiles,
+ * (row, tile) pairs whose weights are all zero (skipped); quant bytes random (q8_0 -128
+ * included) under scales of both signs over many magnitudes (f16 subnormals and zeros too), and
+ * weights from 1 down to f16 subnormals */
 static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
-    enum { MT = 40, MR = 9, MB = 4, MC = MT / EL_PV_CHUNK + 2 };
-    static uint8_t rows[MT][16 * (MB + 1) * 34];
-    static float w[MR * MT * 16], acc0[MC * MR * (MB * 32 + 16)], acc1[MC * MR * (MB * 32 + 16)];
+    enum { MT = 40, MR = 9, MC = MT / EL_PV_CHUNK + 2 };
+    static uint8_t tiles[MT][16 * 34];
+    static float w[MR * MT * 16], acc0[MC * MR * 48], acc1[MC * MR * 48];
     for (int it = 0; it < 300; it++) {
-        const int q4 = it & 1, nb = 1 + below(MB), b0 = below(2), nt = 1 + below(MT), nh = 1 + below(MR);
-        const size_t bb = q4 ? 18 : 34, rb = (size_t)(nb + b0) * bb;
-        const int lda = nb * 32 + 16 * below(2), t0 = below(200), ldc = below(2) ? 0 : nh * lda;
+        const int q4 = it & 1, nt = 1 + below(MT), nh = 1 + below(MR);
+        const size_t tb = q4 ? 16 * 18 : 16 * 34;  /* bytes of a value tile */
+        const int lda = 32 + 16 * below(2), t0 = below(200), ldc = below(2) ? 0 : nh * lda;
         const int na = (ldc ? (t0 + nt - 1) / EL_PV_CHUNK - t0 / EL_PV_CHUNK + 1 : 1) * nh * lda;
         const uint8_t *vt[MT];
         for (int t = 0; t < nt; t++) {
-            for (size_t i = 0; i < 16 * rb; i++) rows[t][i] = (uint8_t)next_u64();
-            for (int l = 0; l < 16; l++)
-                for (int b = 0; b < nb + b0; b++) {
-                    const int kind = below(16);
-                    const float v = (uniform() + 0.01f) * (kind == 0 ? 1e-6f : kind == 1 ? 3e4f : 0.01f) * (below(2) ? 1.0f : -1.0f);
-                    el_half h = kind == 2 ? 0 : kind == 3 ? (el_half)(1 + below(0x3ff)) : el_float_to_half(v);
-                    memcpy(rows[t] + l * rb + b * bb, &h, 2);
-                }
-            vt[t] = below(9) ? rows[t] : NULL;
+            for (size_t i = 0; i < tb; i++) tiles[t][i] = (uint8_t)next_u64();
+            for (int l = 0; l < 16; l++) {  /* the slots' scales: the tile's first 16 halves */
+                const int kind = below(16);
+                const float v = (uniform() + 0.01f) * (kind == 0 ? 1e-6f : kind == 1 ? 3e4f : 0.01f) * (below(2) ? 1.0f : -1.0f);
+                el_half h = kind == 2 ? 0 : kind == 3 ? (el_half)(1 + below(0x3ff)) : el_float_to_half(v);
+                memcpy(tiles[t] + 2 * l, &h, 2);
+            }
+            vt[t] = below(9) ? tiles[t] : NULL;
         }
         for (int r = 0; r < nh; r++)
             for (int t = 0; t < nt; t++) {
@@ -206,18 +204,18 @@ static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *le
         random_row(acc0, na);
         memcpy(acc1, acc0, sizeof(float) * (size_t)na);
         if (q4) {
-            gv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda, t0, ldc);
-            lv->pv_q4_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda, t0, ldc);
+            gv->pv_q4_0(nt, vt, nh, w, nt * 16, acc0, lda, t0, ldc);
+            lv->pv_q4_0(nt, vt, nh, w, nt * 16, acc1, lda, t0, ldc);
         } else {
-            gv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc0, lda, t0, ldc);
-            lv->pv_q8_0(b0, nb * 32, nt, vt, rb, nh, w, nt * 16, acc1, lda, t0, ldc);
+            gv->pv_q8_0(nt, vt, nh, w, nt * 16, acc0, lda, t0, ldc);
+            lv->pv_q8_0(nt, vt, nh, w, nt * 16, acc1, lda, t0, ldc);
         }
         checks++;
         for (int i = 0; i < na; i++)
             if (!same_bits(acc0[i], acc1[i])) {
                 char msg[160];
-                snprintf(msg, sizeof msg, "%s pv_%s nd=%d nt=%d t0=%d ldc=%d rows=%d [%d] = %.9g, generic %.9g", level,
-                         q4 ? "q4_0" : "q8_0", nb * 32, nt, t0, ldc, nh, i, acc1[i], acc0[i]);
+                snprintf(msg, sizeof msg, "%s pv_%s nt=%d t0=%d ldc=%d rows=%d [%d] = %.9g, generic %.9g", level,
+                         q4 ? "q4_0" : "q8_0", nt, t0, ldc, nh, i, acc1[i], acc0[i]);
                 fail(msg);
                 break;
             }
