@@ -1,5 +1,6 @@
 /* Plain-C helpers shared by the x86 kernel files (x86_avx2.c, x86_avx512.c): K-quant scale
- * unpacking and the weight prefetch cursor. No intrinsics, so any target may include it. */
+ * unpacking, the value-tile prefetches and the weight prefetch cursor. No intrinsics, so any
+ * target may include it. */
 #ifndef EDGELLM_X86_COMMON_H
 #define EDGELLM_X86_COMMON_H
 
