@@ -1,11 +1,11 @@
 """The numba engine's quantized KV cache: rows of q8_0 / q4_0 blocks per (slot, head) (csrc/kv.c
-stores the same blocks as key tiles and value tiles, el_internal.h), and the attention kernels that read them (twins of
-csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in csrc/dispatch.c: per
-block the exact integer dot product times dk * dq rounded, added with one fma, blocks in order),
-and p.v in integers (pv_q8_0 / pv_q4_0, el_internal.h's contract: per tile of 16 slots and 32-dim
-block, the weights times the slots' scales as int16 relative to a power of two, the quants' sums
-exact in integers, then converted and added times the inverse power, tiles in order, in chunks of
-PV_CHUNK tiles each summed from zero and then added in order).
+stores the same blocks as key tiles and value tiles, el_internal.h), and the attention kernels that
+read them (twins of csrc's): scores against the query quantized to q8_0 (qk_q8_0 / qk_q4_0 in
+csrc/dispatch.c: per block the exact integer dot product times dk * dq rounded, added with one fma,
+blocks in order), and p.v in integers (pv_q8_0 / pv_q4_0, el_internal.h's contract: per tile of 16
+slots and 32-dim block, the weights times the slots' scales as int16 relative to a power of two,
+the quants' sums exact in integers, then converted and added times the inverse power, tiles in
+order, in chunks of PV_CHUNK tiles each summed from zero and then added in order).
 """
 
 from __future__ import annotations
@@ -116,11 +116,11 @@ def _chunk_end(acc_row, P):
 @numba.njit(cache=True)
 def _pv(q4, rows, w, acc, chunk):
     """csrc twin (pv_q_generic with t0 = 0, ldc = 0, each 32-dim block's value tiles made from these
-    rows): tiles of 16 slots in order (tile t: slots
-    16t..16t+15, the rows past the end weigh 0), a row's tile skipped when its weights are all zero;
-    per 32-dim block the int16 weights W[l] = rint(w d p) saturated, p = 2^(15 - e) with m = 2^e * f
-    (f in [0.5, 1)) the largest of 2^-48 and |w d|, and P[i] += float(sum_l W[l] q_l[i]) / p, P the
-    sums of the tile's chunk (tiles chunk * k ..), from zero, added to acc where the chunk ends."""
+    rows): tiles of 16 slots in order (tile t: slots 16t..16t+15, the rows past the end weigh 0), a
+    row's tile skipped when its weights are all zero; per 32-dim block the int16 weights W[l] =
+    rint(w d p) saturated, p = 2^(15 - e) with m = 2^e * f (f in [0.5, 1)) the largest of 2^-48 and
+    |w d|, and P[i] += float(sum_l W[l] q_l[i]) / p, P the sums of the tile's chunk (tiles chunk * k
+    ..), from zero, added to acc where the chunk ends."""
     nb = acc.shape[1] // 32
     bsz = 18 if q4 else 34
     S = rows.shape[0]
