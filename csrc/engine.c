@@ -777,6 +777,85 @@ static void logits_task(void *arg, int ith, int nth) {
 }
 
 /* Check a batch and derive the step plan (rows per sequence, slots, work items, logits rows). */
+/* Rows [*r0, *r1) of run k of a sequence of `rows` rows cut into `runs`: runs of QB rows and the
+ * rest last when that is the fewest runs, else runs of sizes as even as can be (plan_runs) */
+static void run_rows(int rows, int runs, int k, int *r0, int *r1) {
+    if (runs == (rows + QB - 1) / QB) {
+        *r0 = k * QB;
+        *r1 = EL_MIN(rows, *r0 + QB);
+    } else {
+        *r0 = rows * k / runs;
+        *r1 = rows * (k + 1) / runs;
+    }
+}
+
+/* The most time any of nth threads spends on the attention jobs of runs[] (runs of rows per sequence)
+ * when each takes the next job as it comes free (attention.c's counter, jobs run by run and kv head
+ * in turn): a job of a run of r rows of a sequence of n slots costs (r + 1) n - its rows' scores and
+ * p.v, and reading the keys and values once. */
+static double runs_makespan(const el_batch *b, const step_plan *pl, const int *runs, int n_kv, int nth) {
+    double t[nth], most = 0;
+    for (int i = 0; i < nth; i++) t[i] = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int k = 0; k < runs[s]; k++) {
+            int r0, r1;
+            run_rows(pl->seq_rows[s], runs[s], k, &r0, &r1);
+            const double cost = (double)(r1 - r0 + 1) * (b->seq_len[s] + pl->seq_rows[s]);
+            for (int h = 0; h < n_kv; h++) {
+                int i = 0;
+                for (int j = 1; j < nth; j++) i = t[j] < t[i] ? j : i;
+                t[i] += cost;
+                most = EL_MAX(most, t[i]);
+            }
+        }
+    return most;
+}
+
+/* Attention's jobs (attention.c): each sequence's rows in runs of at most QB rows, times the kv
+ * heads. A step too large to split its keys across the threads (n n_kv > nth QB) but of few jobs
+ * cuts a sequence into more runs (of even sizes) where that evens out the threads' shares by a
+ * tenth or more: 8 rows of SmolLM2 (3 kv heads) on 2 threads as two runs of 4, six jobs rather than
+ * three. Otherwise the runs stay QB rows and the rest, the cheaper per row (more queries per key
+ * and value read and converted: 9 rows as 5 + 4 measured slower than 8 + 1). The grouping changes
+ * no bit: a row's scores and p.v do not depend on the rows it is run with. */
+static void plan_runs(el_engine *c, const el_batch *b) {
+    step_plan *pl = &c->plan;
+    const int nth = c->n_threads;
+    int n_kv = 1, runs[b->n_seqs], jobs = 0;
+    for (int l = 0; l < c->d.n_layer; l++) n_kv = EL_MAX(n_kv, c->layers[l].n_head_kv);
+    for (int s = 0; s < b->n_seqs; s++) jobs += runs[s] = (pl->seq_rows[s] + QB - 1) / QB;
+    jobs *= n_kv;
+    if (nth > 1 && pl->n * n_kv > nth * QB && jobs < 8 * nth) {
+        double t = runs_makespan(b, pl, runs, n_kv, nth);
+        for (int it = 0; it < 16; it++) {  /* one more run for the sequence of the largest runs, while it pays */
+            int w = -1;
+            for (int s = 0; s < b->n_seqs; s++)
+                if (pl->seq_rows[s] >= 2 * (runs[s] + 1) &&
+                    (w < 0 || pl->seq_rows[s] * runs[w] > pl->seq_rows[w] * runs[s])) w = s;
+            if (w < 0) break;
+            runs[w]++;
+            const double u = runs_makespan(b, pl, runs, n_kv, nth);
+            if (u > 0.9 * t) {
+                runs[w]--;
+                break;
+            }
+            t = u;
+        }
+    }
+    pl->n_qb = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int k = 0; k < runs[s]; k++) {
+            int r0, r1;
+            run_rows(pl->seq_rows[s], runs[s], k, &r0, &r1);
+            pl->qb_seq[pl->n_qb] = s;
+            pl->qb_row0[pl->n_qb] = pl->seq_row0[s] + r0;
+            pl->qb_rows[pl->n_qb] = r1 - r0;
+            pl->n_qb++;
+        }
+}
+
+int el_engine_attention_runs(const el_engine *e) { return e->plan.n_qb; }
+
 static int plan_step(el_engine *c, const el_batch *b, float *logits) {
     step_plan *pl = &c->plan;
     const el_model_desc *d = &c->d;
@@ -802,7 +881,6 @@ static int plan_step(el_engine *c, const el_batch *b, float *logits) {
         pl->row_slot[m] = b->seq_len[s] + pl->seq_rows[s]++;
     }
     if (prev != b->n_seqs - 1) BAD("only %d of %d sequences have rows", prev + 1, b->n_seqs);
-    pl->n_qb = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const int len = b->seq_len[s], end = len + pl->seq_rows[s];
         if (len < 0 || end > c->n_ctx) BAD("sequence %d: %d slots exceed the context of %d", s, end, c->n_ctx);
@@ -815,13 +893,8 @@ static int plan_step(el_engine *c, const el_batch *b, float *logits) {
             for (int i = from / KT; i < (end + KT - 1) / KT; i++)
                 if (t[i] < 0 || t[i] >= c->kv[g].n_blocks) BAD("sequence %d: block %d of group %d is %d", s, i, g, t[i]);
         }
-        for (int m0 = 0; m0 < pl->seq_rows[s]; m0 += QB) {
-            pl->qb_seq[pl->n_qb] = s;
-            pl->qb_row0[pl->n_qb] = pl->seq_row0[s] + m0;
-            pl->qb_rows[pl->n_qb] = EL_MIN(QB, pl->seq_rows[s] - m0);
-            pl->n_qb++;
-        }
     }
+    plan_runs(c, b);
     if (el_dn_check_batch(c, b, last_error, sizeof last_error) != 0) return -2;
     pl->n_out = 0;
     for (int m = 0; m < n; m++)

@@ -175,3 +175,42 @@ def test_batched_path_splits_the_same(models, monkeypatch, path, cache):
     assert s1 == 0 and s3 == 3 and s2 == 0
     np.testing.assert_array_equal(alone3, alone1)
     np.testing.assert_array_equal(crowd, alone1)
+
+
+@pytest.fixture(scope="module")
+def three_kv(tmp_path_factory):
+    """llama with SmolLM2's 3 kv heads"""
+    return tiny_model(tmp_path_factory.mktemp("kv3") / "l3.gguf", "llama", QType.F32, n_head=6, n_head_kv=3)
+
+
+@pytest.mark.parametrize("path", C_PATHS[-1:])
+@pytest.mark.parametrize("arch,threads,rows,runs", [("llama3", 2, 8, 2), ("llama3", 2, 7, 2), ("gemma3", 3, 16, 3),
+                                                    ("llama", 3, 16, 3), ("llama", 2, 9, 2), ("llama3", 2, 16, 2)])
+def test_runs_cut_for_the_threads_change_no_bit(models, three_kv, monkeypatch, path, arch, threads, rows, runs):
+    """Attention's jobs are runs of at most 8 rows of a sequence times its kv heads. A step of many
+    rows of one sequence (too many to split its keys across the threads) but few jobs cuts its rows
+    into more runs of even sizes where that evens out the threads' shares (engine.c's plan_runs: 8
+    rows of 3 kv heads on 2 threads as 4 + 4, six jobs, not one run and three jobs); else runs of 8
+    and the rest (9 rows as 8 + 1). Each row's logits are the bits it gets in steps of one row on
+    one thread."""
+    use_engine_path(monkeypatch, path)
+    rng = np.random.default_rng(rows)
+    hist, nxt = _history(rng, 300), rng.integers(3, 300, rows).tolist()
+    model = three_kv if arch == "llama3" else models[arch]
+
+    def run(n_threads, step_rows):
+        llm = edgellm.LLM(model, n_ctx=1024, n_batch=256, n_threads=1)
+        pool, eng = llm._pool, llm._engine
+        eng.set_threads(n_threads, adaptive=False)
+        seq = pool.new_sequence()
+        _feed(llm, seq, hist, llama_order=False)
+        out, counts = [], set()
+        for i in range(0, rows, step_rows):
+            out.append(_feed(llm, seq, nxt[i:i + step_rows], llama_order=False))
+            counts.add(eng.attention_runs)
+        return np.concatenate(out), counts
+
+    alone, runs1 = run(1, 1)
+    together, counts = run(threads, rows)
+    assert runs1 == {1} and counts == {runs}
+    np.testing.assert_array_equal(together, alone)

@@ -254,6 +254,11 @@ class CEngine:
         return int(self.lib.el_engine_attention_split(self._eng))
 
     @property
+    def attention_runs(self) -> int:
+        """Runs of rows the last step's attention took (jobs: runs x kv heads; tests)."""
+        return int(self.lib.el_engine_attention_runs(self._eng))
+
+    @property
     def isa(self) -> str:
         """The kernel path this engine runs (fixed when it was made)."""
         return ISA_NAMES[self.lib.el_engine_isa(self._eng)]
