@@ -158,42 +158,26 @@ EL_INLINE void pv_q_wq_neon(const uint8_t *vt, int nr, const float *w, int ldw, 
     }
 }
 
-/* the end of chunk kc (>= 0) of pv_q_block_neon: its sums s added to the chunk's slot of acc (a:
- * slot 0); s zeroed */
-EL_INLINE void pv_q_chunk_end_neon(int nr, int kc, int k0, int ldc, float *a, int lda, float32x4_t (*s)[8]) {
-    float *slot = a + (size_t)(kc - k0) * ldc;
-    for (int r = 0; r < nr; r++)
-        for (int i = 0; i < 8; i++) {
-            float *p = slot + (size_t)r * lda + 4 * i;
-            vst1q_f32(p, vaddq_f32(vld1q_f32(p), s[r][i]));
-            s[r][i] = vdupq_n_f32(0.0f);
-        }
-}
-
-/* nr <= 3 rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot
- * of chunk k0), row r skipping the tiles marked in skip[r] (as the twin's skip): per tile, each
- * slot's quants (widened to int16 once for all the rows) times the row's integer weight added to
- * int32 sums with widening multiply-adds (smlal: exact), then the sums converted to float and
- * added to the rows' chunk sums (in registers until the chunk ends) times 1 / p with one fma (the
- * product exact), as x86_avx512.c's pv_q_block_avx512 */
+/* nr <= 3 rows over the value tiles [0, nt) of a chunk (nt <= 64), row r skipping the tiles marked
+ * in skip[r] (as the twin's skip): per tile, each slot's quants (widened to int16 once for all the
+ * rows) times the row's integer weight added to int32 sums with widening multiply-adds (smlal:
+ * exact), then the sums converted to float and added to the rows' chunk sums (in registers, added
+ * to acc at the end) times 1 / p with one fma (the product exact), as x86_avx512.c's
+ * pv_q_block_avx512 */
 EL_INLINE void pv_q_block_neon(int q4, int nt, const uint8_t *const *vt, int nr, const float *w, int ldw, float *acc,
-                               int lda, const uint64_t *skip, int tp, int k0, int ldc) {
+                               int lda, const uint64_t *skip) {
     const size_t pb = q4 ? 32 : 64;  /* bytes of a pair of slots' quants */
     int16_t wq[3][16];
     float sc[3];
     float32x4_t s[3][8];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < 8; i++) s[r][i] = vdupq_n_f32(0.0f);
-    int kc = -1;  /* the chunk summed in s */
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
+    int took = 0;
     for (int t = 0; t < nt; t++) {
         if (none >> t & 1) continue;
-        const int kt = (tp + t) / EL_PV_CHUNK;
-        if (kt != kc) {
-            if (kc >= 0) pv_q_chunk_end_neon(nr, kc, k0, ldc, acc, lda, s);
-            kc = kt;
-        }
+        took = 1;
         pv_q_wq_neon(vt[t], nr, w, ldw, t, wq, sc);
         int32x4_t is[3][8];
         for (int r = 0; r < nr; r++)
@@ -216,42 +200,39 @@ EL_INLINE void pv_q_block_neon(int q4, int nt, const uint8_t *const *vt, int nr,
             for (int i = 0; i < 8; i++) s[r][i] = vfmaq_n_f32(s[r][i], vcvtq_f32_s32(is[r][i]), sc[r]);
         }
     }
-    if (kc >= 0) pv_q_chunk_end_neon(nr, kc, k0, ldc, acc, lda, s);
+    for (int r = 0; r < nr && took; r++)
+        for (int i = 0; i < 8; i++) {
+            float *p = acc + (size_t)r * lda + 4 * i;
+            vst1q_f32(p, vaddq_f32(vld1q_f32(p), s[r][i]));
+        }
 }
 
 /* pv_q8_0 / pv_q4_0: rows in groups of up to 3 over the tiles any of them takes (absent tiles and
  * a row's all-zero weights skipped, as the twin does), so the quants are widened once for the group */
-static void pv_q_neon(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                      int t0, int ldc) {
-    uint64_t skip[3];  /* per row, the tiles of this pass it skips */
-    const int k0 = t0 / EL_PV_CHUNK;
-    for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
-        n = EL_MIN(64 - (t0 + c) % 64, nt - c);
-        for (int r0 = 0; r0 < nh; r0 += 3) {
-            const int nr = EL_MIN(3, nh - r0);
-            for (int r = 0; r < nr; r++) {
-                skip[r] = 0;
-                for (int t = 0; t < n; t++)
-                    skip[r] |= (uint64_t)!(vt[c + t] && any16_neon(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
-            }
-            float *ab = acc + (size_t)r0 * lda;
-            const float *wg = w + (size_t)r0 * ldw + c * 16;
-            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-            case 3: pv_q_block_neon(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            case 2: pv_q_block_neon(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            default: pv_q_block_neon(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            }
+static void pv_q_neon(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    uint64_t skip[3];  /* per row, the tiles it skips */
+    for (int r0 = 0; r0 < nh; r0 += 3) {
+        const int nr = EL_MIN(3, nh - r0);
+        for (int r = 0; r < nr; r++) {
+            skip[r] = 0;
+            for (int t = 0; t < nt; t++)
+                skip[r] |= (uint64_t)!(vt[t] && any16_neon(w + (size_t)(r0 + r) * ldw + t * 16)) << t;
+        }
+        float *ab = acc + (size_t)r0 * lda;
+        const float *wg = w + (size_t)r0 * ldw;
+        switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+        case 3: pv_q_block_neon(q4, nt, vt, 3, wg, ldw, ab, lda, skip); break;
+        case 2: pv_q_block_neon(q4, nt, vt, 2, wg, ldw, ab, lda, skip); break;
+        default: pv_q_block_neon(q4, nt, vt, 1, wg, ldw, ab, lda, skip); break;
         }
     }
 }
 
-static void pv_q8_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                         int ldc) {
-    pv_q_neon(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_neon(0, nt, vt, nh, w, ldw, acc, lda);
 }
-static void pv_q4_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                         int ldc) {
-    pv_q_neon(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_neon(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_neon(1, nt, vt, nh, w, ldw, acc, lda);
 }
 
 /* Scores against a quantized key tile (vops.qk_q8_0 / qk_q4_0; layout in el_internal.h): per 32-dim

@@ -479,9 +479,9 @@ static void job_pv(el_engine *e, int l, const job_t *J, int d0, int d1, float *s
 }
 
 /* Quantized values (pv_q8_0 / pv_q4_0): p.v of rows [r0, r0 + nr) of a job over tiles [ta, tb),
- * value group c (one block of 32 dims), summed in chunks: chunk k's sums added to acc + (k -
- * chunk_of(ta)) * ldc, row r at + r * lda (ldc = 0: all into acc, in chunk order). A call a chunk
- * (a call's end ends its chunk's sums). */
+ * value group c (one block of 32 dims), summed in chunks: a kernel call a chunk, whose sums it adds
+ * to acc + (k - chunk_of(ta)) * ldc for chunk k, row r at + r * lda (ldc = 0: all into acc, in
+ * chunk order). */
 static void pv_q_tiles(el_engine *e, int l, const job_t *J, int c, int r0, int nr, int ta, int tb, float *acc,
                        int lda, int ldc) {
     const kv_layout *vl = &e->vl[kv_owner(e, l)];
@@ -495,8 +495,8 @@ static void pv_q_tiles(el_engine *e, int l, const job_t *J, int c, int r0, int n
         }
         const float *w = J->sc + (size_t)r0 * ldw + (size_t)c0 * KT;
         float *a = acc + (size_t)(chunk_of(c0) - chunk_of(ta)) * ldc;
-        if (vl->type == EL_Q8_0) e->vops.pv_q8_0(c1 - c0, vq, nr, w, ldw, a, lda, c0, ldc);
-        else e->vops.pv_q4_0(c1 - c0, vq, nr, w, ldw, a, lda, c0, ldc);
+        if (vl->type == EL_Q8_0) e->vops.pv_q8_0(c1 - c0, vq, nr, w, ldw, a, lda);
+        else e->vops.pv_q4_0(c1 - c0, vq, nr, w, ldw, a, lda);
     }
 }
 

@@ -173,29 +173,15 @@ static float pv_q_weights(const float *w, const float *d, int16_t *W) {
     return inv;
 }
 
-/* a chunk's end (kc >= 0): its sums P added to its slot of acc (el_internal.h), P zeroed */
-static void pv_q_chunk_end(int kc, int t0, int ldc, float *a, float *P) {
-    if (kc < 0) return;
-    float *slot = a + (size_t)(kc - t0 / EL_PV_CHUNK) * ldc;
-    for (int i = 0; i < 32; i++) {
-        slot[i] = slot[i] + P[i];
-        P[i] = 0.0f;
-    }
-}
-
 static void pv_q_generic(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
-                         int lda, int t0, int ldc) {
+                         int lda) {
     for (int r = 0; r < nh; r++) {
         float P[32] = {0}, *a = acc + (size_t)r * lda;
-        int kc = -1;  /* the chunk summed in P */
+        int took = 0;  /* a tile summed in P */
         for (int t = 0; t < nt; t++) {
             const float *wt = w + (size_t)r * ldw + t * 16;
             if (!vt[t] || !any16_generic(wt)) continue;
-            const int k = (t0 + t) / EL_PV_CHUNK;
-            if (k != kc) {  /* the chunk before ends: its sums added */
-                pv_q_chunk_end(kc, t0, ldc, a, P);
-                kc = k;
-            }
+            took = 1;
             float d[16];
             int16_t W[16];
             for (int l = 0; l < 16; l++) {
@@ -210,17 +196,15 @@ static void pv_q_generic(int q4, int nt, const uint8_t *const *vt, int nh, const
                 P[i] = P[i] + (float)S * inv;  /* (the product exact: one rounding, as an fma) */
             }
         }
-        pv_q_chunk_end(kc, t0, ldc, a, P);
+        for (int i = 0; i < 32 && took; i++) a[i] = a[i] + P[i];
     }
 }
 
-static void pv_q8_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                            int t0, int ldc) {
-    pv_q_generic(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_generic(0, nt, vt, nh, w, ldw, acc, lda);
 }
-static void pv_q4_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                            int t0, int ldc) {
-    pv_q_generic(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_generic(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_generic(1, nt, vt, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_generic(int n, const float *acc, float *out) {

@@ -111,16 +111,13 @@ typedef struct {
      * even, saturated to [-32768, 32767]; for each dim i < 32 the exact sum S[i] = sum_l W[l] *
      * q_l[i] (q: the int8 quant, q4_0's nibble - 8; |S| < 2^27); then acc[r*lda + i] += (float)S[i]
      * * (1 / p) ((float)S rounded to nearest even, the product exact: one rounding, as an fma).
-     * The tiles are summed in chunks (EL_PV_CHUNK, engine.h): tile t is in chunk k = (t0 + t) /
-     * EL_PV_CHUNK (t0 >= 0: tile 0's index in its sequence); per (row, chunk) the sums P[i] of its
-     * tiles, in order, from zero, each added as above; then acc[r*lda + (k - t0 / EL_PV_CHUNK) *
-     * ldc + i] += P[i], chunks in order (ldc = 0: all into the same sums). A (row, tile) whose 16
-     * weights are all zero is skipped, and so is a NULL tile (its weights are zero); a chunk whose
-     * tiles a row skips all adds +0 or nothing (the same bits: acc must hold no -0.0). */
-    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                    int ldc);
-    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                    int ldc);
+     * A call's tiles are those of one chunk (EL_PV_CHUNK, engine.h; nt <= EL_PV_CHUNK; attention
+     * makes a call a chunk and adds the chunks in order): per row the sums P[i] of its tiles, in
+     * order, from zero, each added as above; then acc[r*lda + i] += P[i]. A (row, tile) whose 16
+     * weights are all zero is skipped, and so is a NULL tile (its weights are zero); a row that
+     * skips every tile adds +0 or nothing (the same bits: acc must hold no -0.0). */
+    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
+    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
     /* out[i] = el_sum16(acc + 16 i) for i < n */
     void (*sum16_rows)(int n, const float *acc, float *out);
     /* g[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + ggml_v_expf(-x)) */

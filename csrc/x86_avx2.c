@@ -762,29 +762,15 @@ static inline __attribute__((always_inline)) void pv_q_pair_avx2(int q4, const u
     }
 }
 
-/* the end of chunk kc (>= 0) of pv_q_block_avx2: its sums s added to the chunk's slot of acc (a:
- * slot 0); s zeroed */
-static inline __attribute__((always_inline)) void pv_q_chunk_end_avx2(int nr, int kc, int k0, int ldc, float *a,
-                                                                      int lda, __m256 (*s)[4]) {
-    float *slot = a + (size_t)(kc - k0) * ldc;
-    for (int r = 0; r < nr; r++)
-        for (int i = 0; i < 4; i++) {
-            float *p = slot + (size_t)r * lda + 8 * i;
-            _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), s[r][i]));
-            s[r][i] = _mm256_setzero_ps();
-        }
-}
-
-/* nr <= 3 rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot
- * of chunk k0), row r skipping the tiles marked in skip[r] (as the twin's skip): per tile, a pair
- * of slots at a time, vpmaddwd's pairwise products of the pair's quants and integer weights
- * (pv_q_wq_avx2, made while the tile before is summed) added to int32 sums (exact), the quants
- * widened once for all the rows; after the tile's 16 slots the sums converted to float and added
- * to the rows' chunk sums (in registers until the chunk ends) times 1 / p with one fma (the
- * product exact), as x86_avx512.c's pv_q_block_avx512 */
+/* nr <= 3 rows over the value tiles [0, nt) of a chunk (nt <= 64), row r skipping the tiles marked
+ * in skip[r] (as the twin's skip): per tile, a pair of slots at a time, vpmaddwd's pairwise products
+ * of the pair's quants and integer weights (pv_q_wq_avx2, made while the tile before is summed)
+ * added to int32 sums (exact), the quants widened once for all the rows; after the tile's 16 slots
+ * the sums converted to float and added to the rows' chunk sums (in registers, added to acc at the
+ * end) times 1 / p with one fma (the product exact), as x86_avx512.c's pv_q_block_avx512 */
 static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt, const uint8_t *const *vt, int nr,
                                                                   const float *w, int ldw, float *acc, int lda,
-                                                                  const uint64_t *skip, int tp, int k0, int ldc) {
+                                                                  const uint64_t *skip) {
     const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
                                                                                    quants, of a tile */
     int16_t wq[2][3][16] __attribute__((aligned(32)));
@@ -792,12 +778,12 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt
     __m256 s[3][4];
     for (int r = 0; r < nr; r++)
         for (int i = 0; i < 4; i++) s[r][i] = _mm256_setzero_ps();
-    int kc = -1;  /* the chunk summed in s */
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wq_avx2(vt[t], nr, w, ldw, t, wq[0], sc[0]);
+    if (t == nt) return;  /* (no row takes a tile) */
+    pv_q_wq_avx2(vt[t], nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
@@ -817,11 +803,6 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt
                 for (int i = 0; i < 4; i++) is[r][i] = _mm256_add_epi32(is[r][i], _mm256_madd_epi16(x[i], wp));
             }
         }
-        const int kt = (tp + t) / EL_PV_CHUNK;
-        if (kt != kc) {
-            if (kc >= 0) pv_q_chunk_end_avx2(nr, kc, k0, ldc, acc, lda, s);
-            kc = kt;
-        }
         for (int r = 0; r < nr; r++) {
             if (skip[r] >> t & 1) continue;
             const __m256 f = _mm256_set1_ps(sc[cur][r]);
@@ -830,43 +811,40 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt
         t = u;
         cur ^= 1;
     }
-    if (kc >= 0) pv_q_chunk_end_avx2(nr, kc, k0, ldc, acc, lda, s);
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < 4; i++) {
+            float *p = acc + (size_t)r * lda + 8 * i;
+            _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), s[r][i]));
+        }
 }
 
 /* pv_q8_0 / pv_q4_0: rows in groups of up to 3 over the tiles any of them takes (absent tiles and
  * a row's all-zero weights skipped, as the twin does). Rows that take different tiles stay
  * together, so the quants are widened once for the group */
-static void pv_q_avx2(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                      int t0, int ldc) {
-    uint64_t skip[3];  /* per row, the tiles of this pass it skips */
-    const int k0 = t0 / EL_PV_CHUNK;
-    for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
-        n = EL_MIN(64 - (t0 + c) % 64, nt - c);
-        for (int r0 = 0; r0 < nh; r0 += 3) {
-            const int nr = EL_MIN(3, nh - r0);
-            for (int r = 0; r < nr; r++) {
-                skip[r] = 0;
-                for (int t = 0; t < n; t++)
-                    skip[r] |= (uint64_t)!(vt[c + t] && any16_avx2(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
-            }
-            float *ab = acc + (size_t)r0 * lda;
-            const float *wg = w + (size_t)r0 * ldw + c * 16;
-            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-            case 3: pv_q_block_avx2(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            case 2: pv_q_block_avx2(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            default: pv_q_block_avx2(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            }
+static void pv_q_avx2(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    uint64_t skip[3];  /* per row, the tiles it skips */
+    for (int r0 = 0; r0 < nh; r0 += 3) {
+        const int nr = EL_MIN(3, nh - r0);
+        for (int r = 0; r < nr; r++) {
+            skip[r] = 0;
+            for (int t = 0; t < nt; t++)
+                skip[r] |= (uint64_t)!(vt[t] && any16_avx2(w + (size_t)(r0 + r) * ldw + t * 16)) << t;
+        }
+        float *ab = acc + (size_t)r0 * lda;
+        const float *wg = w + (size_t)r0 * ldw;
+        switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+        case 3: pv_q_block_avx2(q4, nt, vt, 3, wg, ldw, ab, lda, skip); break;
+        case 2: pv_q_block_avx2(q4, nt, vt, 2, wg, ldw, ab, lda, skip); break;
+        default: pv_q_block_avx2(q4, nt, vt, 1, wg, ldw, ab, lda, skip); break;
         }
     }
 }
 
-static void pv_q8_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                         int ldc) {
-    pv_q_avx2(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx2(0, nt, vt, nh, w, ldw, acc, lda);
 }
-static void pv_q4_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                         int ldc) {
-    pv_q_avx2(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_avx2(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx2(1, nt, vt, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_avx2(int n, const float *acc, float *out) {

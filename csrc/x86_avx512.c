@@ -1800,41 +1800,28 @@ static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const
     }
 }
 
-/* the end of chunk kc (>= 0) of pv_q_block_avx512: its sums s added to the chunk's slot of acc (a:
- * slot 0); s zeroed */
-static inline __attribute__((always_inline)) void pv_q_chunk_end_avx512(int nr, int kc, int k0, int ldc, float *a,
-                                                                        int lda, __m512 (*s)[2]) {
-    float *slot = a + (size_t)(kc - k0) * ldc;
-    for (int r = 0; r < nr; r++) {
-        float *ar = slot + (size_t)r * lda;
-        _mm512_storeu_ps(ar, _mm512_add_ps(_mm512_loadu_ps(ar), s[r][0]));
-        _mm512_storeu_ps(ar + 16, _mm512_add_ps(_mm512_loadu_ps(ar + 16), s[r][1]));
-        s[r][0] = s[r][1] = _mm512_setzero_ps();
-    }
-}
-
-/* nr rows over value tiles [0, nt) (nt <= 64; tile 0 is tile tp of its sequence, acc the slot of
- * chunk k0), row r skipping the tiles marked in skip[r] (its adds masked off, as the twin's skip).
- * Per tile, a pair of slots at a time: vpdpwssd adds the products of the pair's quants and
- * integer weights (pv_q_wq_avx512, made while the tile before is summed) to int32 sums, the
- * quants widened once for all the rows; after the tile's 16 slots the sums (exact) are converted
- * to float and added to the rows' chunk sums times 1 / p with one fma (the product is exact: the
- * twin's multiply then add). The chunk sums stay in registers until the chunk ends */
+/* nr rows over the value tiles [0, nt) of a chunk (nt <= 64), row r skipping the tiles marked in
+ * skip[r] (its adds masked off, as the twin's skip). Per tile, a pair of slots at a time: vpdpwssd
+ * adds the products of the pair's quants and integer weights (pv_q_wq_avx512, made while the tile
+ * before is summed) to int32 sums, the quants widened once for all the rows; after the tile's 16
+ * slots the sums (exact) are converted to float and added to the rows' chunk sums times 1 / p with
+ * one fma (the product is exact: the twin's multiply then add). The chunk sums stay in registers,
+ * added to acc at the end */
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int nt, const uint8_t *const *vt, int nr,
                                                                     const float *w, int ldw, float *acc, int lda,
-                                                                    const uint64_t *skip, int tp, int k0, int ldc) {
+                                                                    const uint64_t *skip) {
     const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
                                                                                    quants, of a tile */
     int16_t wq[2][4][16] __attribute__((aligned(64)));
     float sc[2][4][4] __attribute__((aligned(64)));  /* row r's 1 / p: sc[.][r][0] */
     __m512 s[4][2];  /* dims 0..15, 16..31 */
     for (int r = 0; r < nr; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
-    int kc = -1;  /* the chunk summed in s */
     uint64_t none = ~(uint64_t)0;  /* the tiles no row takes */
     for (int r = 0; r < nr; r++) none &= skip[r];
     int t = 0, cur = 0;
     while (t < nt && none >> t & 1) t++;
-    if (t < nt) pv_q_wq_avx512(vt[t], nr, w, ldw, t, wq[0], sc[0]);
+    if (t == nt) return;  /* (no row takes a tile) */
+    pv_q_wq_avx512(vt[t], nr, w, ldw, t, wq[0], sc[0]);
     while (t < nt) {
         int u = t + 1;  /* the next tile taken */
         while (u < nt && none >> u & 1) u++;
@@ -1856,11 +1843,6 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
                 is[r][1] = _mm512_dpwssd_epi32(is[r][1], x1, wp);
             }
         }
-        const int kt = (tp + t) / EL_PV_CHUNK;
-        if (kt != kc) {
-            if (kc >= 0) pv_q_chunk_end_avx512(nr, kc, k0, ldc, acc, lda, s);
-            kc = kt;
-        }
         for (int r = 0; r < nr; r++) {
             const __mmask16 k = skip[r] >> t & 1 ? 0 : 0xFFFF;
             const __m512 f = _mm512_set1_ps(sc[cur][r][0]);
@@ -1870,7 +1852,11 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
         t = u;
         cur ^= 1;
     }
-    if (kc >= 0) pv_q_chunk_end_avx512(nr, kc, k0, ldc, acc, lda, s);
+    for (int r = 0; r < nr; r++) {
+        float *ar = acc + (size_t)r * lda;
+        _mm512_storeu_ps(ar, _mm512_add_ps(_mm512_loadu_ps(ar), s[r][0]));
+        _mm512_storeu_ps(ar + 16, _mm512_add_ps(_mm512_loadu_ps(ar + 16), s[r][1]));
+    }
 }
 
 /* pv_q8_0 / pv_q4_0: rows in groups of up to 4 over the tiles any of them takes (absent tiles and
@@ -1881,38 +1867,32 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
  * 20 8 256 0, 1 thread: 470 -> 375 ns a tile; the floats' 128 fmas a block of 4 rows become 64
  * vpdpwssd, and the integer weights (a reduction and a conversion per row and tile) cost about a
  * third of what is left) */
-static void pv_q_avx512(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                        int t0, int ldc) {
-    uint64_t skip[4];  /* per row, the tiles of this pass it skips */
-    const int k0 = t0 / EL_PV_CHUNK;
-    for (int c = 0, n; c < nt; c += n) {  /* passes of up to 64 tiles, ending where chunks end */
-        n = EL_MIN(64 - (t0 + c) % 64, nt - c);
-        for (int r0 = 0; r0 < nh; r0 += 4) {
-            const int nr = EL_MIN(4, nh - r0);
-            for (int r = 0; r < nr; r++) {
-                skip[r] = 0;
-                for (int t = 0; t < n; t++)
-                    skip[r] |= (uint64_t)!(vt[c + t] && any16_avx512(w + (size_t)(r0 + r) * ldw + (c + t) * 16)) << t;
-            }
-            float *ab = acc + (size_t)r0 * lda;
-            const float *wg = w + (size_t)r0 * ldw + c * 16;
-            switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
-            case 4: pv_q_block_avx512(q4, n, vt + c, 4, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            case 3: pv_q_block_avx512(q4, n, vt + c, 3, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            case 2: pv_q_block_avx512(q4, n, vt + c, 2, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            default: pv_q_block_avx512(q4, n, vt + c, 1, wg, ldw, ab, lda, skip, t0 + c, k0, ldc); break;
-            }
+static void pv_q_avx512(int q4, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
+                        int lda) {
+    uint64_t skip[4];  /* per row, the tiles it skips */
+    for (int r0 = 0; r0 < nh; r0 += 4) {
+        const int nr = EL_MIN(4, nh - r0);
+        for (int r = 0; r < nr; r++) {
+            skip[r] = 0;
+            for (int t = 0; t < nt; t++)
+                skip[r] |= (uint64_t)!(vt[t] && any16_avx512(w + (size_t)(r0 + r) * ldw + t * 16)) << t;
+        }
+        float *ab = acc + (size_t)r0 * lda;
+        const float *wg = w + (size_t)r0 * ldw;
+        switch (nr) {  /* (the row count a compile-time constant: accumulators in registers) */
+        case 4: pv_q_block_avx512(q4, nt, vt, 4, wg, ldw, ab, lda, skip); break;
+        case 3: pv_q_block_avx512(q4, nt, vt, 3, wg, ldw, ab, lda, skip); break;
+        case 2: pv_q_block_avx512(q4, nt, vt, 2, wg, ldw, ab, lda, skip); break;
+        default: pv_q_block_avx512(q4, nt, vt, 1, wg, ldw, ab, lda, skip); break;
         }
     }
 }
 
-static void pv_q8_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                           int t0, int ldc) {
-    pv_q_avx512(0, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q8_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(0, nt, vt, nh, w, ldw, acc, lda);
 }
-static void pv_q4_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda,
-                           int t0, int ldc) {
-    pv_q_avx512(1, nt, vt, nh, w, ldw, acc, lda, t0, ldc);
+static void pv_q4_0_avx512(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda) {
+    pv_q_avx512(1, nt, vt, nh, w, ldw, acc, lda);
 }
 
 static void sum16_rows_avx512(int n, const float *acc, float *out) {

@@ -18,8 +18,8 @@
  *   gcc -O2 -Icsrc -o /tmp/bak scripts/bench_attention_kernels.c \
  *       $(find build/ffi -path '*csrc/*.o') -lm -lpthread
  *   /tmp/bak [layers=32] [tiles=500] [n_kv=3] [n_q=3] [chunk=32] [isa=1] [sweeps=3] [ktype=1] [hd=64] [pf=0] [hp=0] [vpf=1]
- * (chunk: tiles per pv_tiles call, attention.c's CT; isa: 0 generic, 1 avx2, 2 avx512; ktype: 1
- * f16, 8 q8_0, 2 q4_0; hd: head dim of keys and values (a multiple of 32); pf: the key tile that
+ * (chunk: tiles per pv_tiles call, attention.c's CT; with quantized values a divisor of EL_PV_CHUNK;
+ * isa: 0 generic, 1 avx2, 2 avx512; ktype: 1 f16, 8 q8_0, 2 q4_0; hd: head dim of keys and values (a multiple of 32); pf: the key tile that
  * many ahead handed to the kernel to prefetch, as attention.c's job_scores does (0: none); hp: 1 =
  * K/V on 2 MB pages; vpf: 1 = f16 p.v handed the group's next chunk of tiles to prefetch, as
  * attention.c's job_pv does, 0 = none; on a busy machine, more sweeps of a hot run give a steadier best. Gemma-3-270M's
@@ -61,7 +61,8 @@ int main(int argc, char **argv) {
     const int HD = argc > 9 ? atoi(argv[9]) : 64, pf = argc > 10 ? atoi(argv[10]) : 0;
     const int hp = argc > 11 ? atoi(argv[11]) : 0, vpf = argc > 12 ? atoi(argv[12]) : 1;
     if (nl < 1 || nt < 1 || nkv < 1 || nq < 1 || nq > 8 || chunk < 1 || chunk > 256 || sweeps < 1 ||
-        (kty != EL_F16 && kty != EL_Q8_0 && kty != EL_Q4_0) || HD < VG || HD % VG || pf < 0) {
+        (kty != EL_F16 && kty != EL_Q8_0 && kty != EL_Q4_0) || HD < VG || HD % VG || pf < 0 ||
+        (kty != EL_F16 && EL_PV_CHUNK % chunk)) {  /* (a pv_q call takes tiles of one chunk) */
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -138,8 +139,8 @@ int main(int argc, char **argv) {
                         const int n = EL_MIN(chunk, nt - b);
                         for (int u = 0; u < n; u++) vt[u] = Vg + (size_t)(b + u) * vtile;
                         for (int u = 0; u < EL_MIN(chunk, nt - b - chunk); u++) vt[256 + u] = Vg + (size_t)(b + chunk + u) * vtile;
-                        if (kty == EL_Q8_0) el_vops.pv_q8_0(n, vt, nq, w, 256 * 16, acc, VG, b, 0);
-                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(n, vt, nq, w, 256 * 16, acc, VG, b, 0);
+                        if (kty == EL_Q8_0) el_vops.pv_q8_0(n, vt, nq, w, 256 * 16, acc, VG);
+                        else if (kty == EL_Q4_0) el_vops.pv_q4_0(n, vt, nq, w, 256 * 16, acc, VG);
                         else el_vops.pv_tiles(VG, n, (const el_half *const *)vt, nq, w, 256 * 16, acc, 4 * VG * 16, 4, b,
                                               vpf && b + chunk < nt ? (const el_half *const *)vt + 256 : NULL,
                                               EL_MIN(chunk, nt - b - chunk));

@@ -69,10 +69,8 @@ typedef struct {
                     const uint8_t *next);
     void (*pv_tiles)(int nd, int nt, const el_half *const *vt, int nh, const float *w, int ldw, float *acc,
                      int lda, int sets, int t0, const el_half *const *next, int nn);
-    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                    int ldc);
-    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda, int t0,
-                    int ldc);
+    void (*pv_q8_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
+    void (*pv_q4_0)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
     void (*sum16_rows)(int n, const float *acc, float *out);
     void (*silu_mul)(int64_t n, float *g, const float *u);
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
@@ -759,13 +757,22 @@ def _tile_ptrs(tiles: np.ndarray, absent: int | None = None):
 
 def _run_pv_q(vops, t: QType, rows: np.ndarray, b0: int, nh: int, w: np.ndarray, ldw: int, acc: np.ndarray, lda: int,
               t0: int, ldc: int, absent: int | None = None) -> None:
-    """pv_q8_0 / pv_q4_0 over the value rows' blocks from b0 on (as value tiles, one call a block, as
-    attention takes a value group at a time), block b0 + b's dims into acc + 32 b"""
+    """pv_q8_0 / pv_q4_0 over the value rows' blocks from b0 on (as value tiles, as attention's
+    pv_q_tiles calls them: a value group at a time, a call a chunk of PV_CHUNK tiles, tile 0 being
+    tile t0 of its sequence), block b0 + b's dims into acc + 32 b, chunk k's sums at + (k - t0 //
+    PV_CHUNK) ldc (ldc 0: all into the same sums, chunk after chunk)"""
     tiles = _value_tiles(t, rows)
+    fn = vops.pv_q8_0 if t == QType.Q8_0 else vops.pv_q4_0
+    nt = tiles.shape[1]
     for b in range(tiles.shape[0] - b0):
-        fn = vops.pv_q8_0 if t == QType.Q8_0 else vops.pv_q4_0
-        fn(tiles.shape[1], _tile_ptrs(tiles[b0 + b], absent), nh, _ptr("float *", w), ldw, _ptr("float *", acc) + 32 * b,
-           lda, t0, ldc)
+        vt = _tile_ptrs(tiles[b0 + b], absent)
+        c0 = 0
+        while c0 < nt:
+            k = (t0 + c0) // PV_CHUNK
+            c1 = min(nt, (k + 1) * PV_CHUNK - t0)
+            fn(c1 - c0, vt + c0, nh, _ptr("float *", w) + 16 * c0, ldw,
+               _ptr("float *", acc) + 32 * b + (k - t0 // PV_CHUNK) * ldc, lda)
+            c0 = c1
 
 
 def _stress_pv_inputs(rng: np.random.Generator, t: QType, nb: int) -> tuple[np.ndarray, np.ndarray]:

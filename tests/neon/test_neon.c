@@ -195,6 +195,19 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
     free(A);
 }
 
+typedef void (*pv_q_fn)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
+
+/* pv over nt tiles, tile 0 being tile t0 of its sequence, as attention.c's pv_q_tiles calls it: a
+ * call a chunk (EL_PV_CHUNK tiles), chunk k's sums into acc + (k - t0 / EL_PV_CHUNK) * ldc */
+static void pv_q_chunks(pv_q_fn pv, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
+                        int lda, int t0, int ldc) {
+    for (int c0 = 0, c1; c0 < nt; c0 = c1) {
+        const int k = (t0 + c0) / EL_PV_CHUNK;
+        c1 = (k + 1) * EL_PV_CHUNK - t0 < nt ? (k + 1) * EL_PV_CHUNK - t0 : nt;
+        pv(c1 - c0, vt + c0, nh, w + 16 * c0, ldw, acc + (size_t)(k - t0 / EL_PV_CHUNK) * ldc, lda);
+    }
+}
+
 static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *level) {
     /* every half to float */
     static el_half all[65536];
@@ -315,13 +328,8 @@ static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *leve
                     for (int l = 0; l < 16; l++) el_vq_put(q4 ? EL_Q4_0 : EL_Q8_0, vtq[t], l, rows[t] + l * rb + (b + 1) * bb);
                     vq[t] = t == 3 ? NULL : vtq[t];
                 }
-                if (q4) {
-                    g->pv_q4_0(PT, vq, PR, ws, PT * 16, acc0 + 32 * b, nd, t0, ldc);
-                    v->pv_q4_0(PT, vq, PR, ws, PT * 16, acc1 + 32 * b, nd, t0, ldc);
-                } else {
-                    g->pv_q8_0(PT, vq, PR, ws, PT * 16, acc0 + 32 * b, nd, t0, ldc);
-                    v->pv_q8_0(PT, vq, PR, ws, PT * 16, acc1 + 32 * b, nd, t0, ldc);
-                }
+                pv_q_chunks(q4 ? g->pv_q4_0 : g->pv_q8_0, PT, vq, PR, ws, PT * 16, acc0 + 32 * b, nd, t0, ldc);
+                pv_q_chunks(q4 ? v->pv_q4_0 : v->pv_q8_0, PT, vq, PR, ws, PT * 16, acc1 + 32 * b, nd, t0, ldc);
             }
             for (int i = 0; i < na; i++) {
                 checks++;

@@ -167,14 +167,27 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
     }
 }
 
+typedef void (*pv_q_fn)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
+
+/* pv over nt tiles, tile 0 being tile t0 of its sequence, as attention.c's pv_q_tiles calls it: a
+ * call a chunk (EL_PV_CHUNK tiles), chunk k's sums into acc + (k - t0 / EL_PV_CHUNK) * ldc */
+static void pv_q_chunks(pv_q_fn pv, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
+                        int lda, int t0, int ldc) {
+    for (int c0 = 0, c1; c0 < nt; c0 = c1) {
+        const int k = (t0 + c0) / EL_PV_CHUNK;
+        c1 = (k + 1) * EL_PV_CHUNK - t0 < nt ? (k + 1) * EL_PV_CHUNK - t0 : nt;
+        pv(c1 - c0, vt + c0, nh, w + 16 * c0, ldw, acc + (size_t)(k - t0 / EL_PV_CHUNK) * ldc, lda);
+    }
+}
+
 /* vops.pv_q8_0 / pv_q4_0 (p.v over quantized value tiles, summed in integers) bit-identical to the
  * generic twin: random tile and row counts, first tile's index in its sequence (chunks cut
- * anywhere, passes of 64 too), chunk sums into the same sums or each into its own, absent tiles,
+ * anywhere, a call a chunk), chunk sums into the same sums or each into its own, absent tiles,
  * (row, tile) pairs whose weights are all zero (skipped); quant bytes random (q8_0 -128
  * included) under scales of both signs over many magnitudes (f16 subnormals and zeros too), and
  * weights from 1 down to f16 subnormals */
 static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *level) {
-    enum { MT = 40, MR = 9, MC = MT / EL_PV_CHUNK + 2 };
+    enum { MT = 80, MR = 9, MC = MT / EL_PV_CHUNK + 2 };  /* (chunks of all 64 tiles too) */
     static uint8_t tiles[MT][16 * 34];
     static float w[MR * MT * 16], acc0[MC * MR * 48], acc1[MC * MR * 48];
     for (int it = 0; it < 300; it++) {
@@ -203,13 +216,8 @@ static void test_pv_q(const el_vec_ops *lv, const el_vec_ops *gv, const char *le
             }
         random_row(acc0, na);
         memcpy(acc1, acc0, sizeof(float) * (size_t)na);
-        if (q4) {
-            gv->pv_q4_0(nt, vt, nh, w, nt * 16, acc0, lda, t0, ldc);
-            lv->pv_q4_0(nt, vt, nh, w, nt * 16, acc1, lda, t0, ldc);
-        } else {
-            gv->pv_q8_0(nt, vt, nh, w, nt * 16, acc0, lda, t0, ldc);
-            lv->pv_q8_0(nt, vt, nh, w, nt * 16, acc1, lda, t0, ldc);
-        }
+        pv_q_chunks(q4 ? gv->pv_q4_0 : gv->pv_q8_0, nt, vt, nh, w, nt * 16, acc0, lda, t0, ldc);
+        pv_q_chunks(q4 ? lv->pv_q4_0 : lv->pv_q8_0, nt, vt, nh, w, nt * 16, acc1, lda, t0, ldc);
         checks++;
         for (int i = 0; i < na; i++)
             if (!same_bits(acc0[i], acc1[i])) {
