@@ -62,7 +62,7 @@ def compile_library(out_dir: Path, cc: str | list[str] = CC) -> list[tuple[Path,
 
 def link_checker(out: Path, objects: list[Path], cc: str | list[str] = CC) -> Path:
     """The checker (test_neon.c) statically linked with the library's objects into `out`."""
-    cmd = [*_cmd(cc), *compile_args(), "-static", f"-I{CSRC}", str(HERE / "test_neon.c"),
+    cmd = [*_cmd(cc), *compile_args(), "-static", f"-I{CSRC}", f"-I{HERE.parent}", str(HERE / "test_neon.c"),
            *(str(o) for o in objects), "-o", str(out), "-lm", "-pthread"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "el_internal.h"
+#include "c_checks.h"
 
 int el_neon_has_dotprod(void);                                 /* arm_neon.c */
 void el_register_neon_level(el_type_traits *t, int dotprod);   /* arm_neon.c */
@@ -26,16 +27,6 @@ void el_register_neon_level(el_type_traits *t, int dotprod);   /* arm_neon.c */
 #define NC 11   /* activation rows: more than one 8-row pass */
 #define LDO (NR + 3)
 #define SENTINEL 0x7fc0dead  /* a NaN no kernel writes */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t next_u64(void) {  /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float uniform(void) { return (float)(next_u64() >> 40) * 0x1.0p-24f; }  /* [0, 1) */
-static int below(int n) { return (int)(next_u64() % (uint64_t)n); }
 
 /* values of mixed scale, with outliers and the odd all-zero row */
 static void random_row(float *x, int n) {
@@ -68,7 +59,6 @@ static void fail(const char *fmt, ...) {
     }
 }
 
-static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
 typedef struct { int id; const char *name; int half_fields[2]; } type_case;
 /* byte offsets of each block's half-float fields (d, m / dmin), -1 = none (common.h layouts) */
@@ -193,19 +183,6 @@ static void test_type(const el_type_traits *lvl, const char *level, const type_c
     free(x);
     free(W);
     free(A);
-}
-
-typedef void (*pv_q_fn)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
-
-/* pv over nt tiles, tile 0 being tile t0 of its sequence, as attention.c's pv_q_tiles calls it: a
- * call a chunk (EL_PV_CHUNK tiles), chunk k's sums into acc + (k - t0 / EL_PV_CHUNK) * ldc */
-static void pv_q_chunks(pv_q_fn pv, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
-                        int lda, int t0, int ldc) {
-    for (int c0 = 0, c1; c0 < nt; c0 = c1) {
-        const int k = (t0 + c0) / EL_PV_CHUNK;
-        c1 = (k + 1) * EL_PV_CHUNK - t0 < nt ? (k + 1) * EL_PV_CHUNK - t0 : nt;
-        pv(c1 - c0, vt + c0, nh, w + 16 * c0, ldw, acc + (size_t)(k - t0 / EL_PV_CHUNK) * ldc, lda);
-    }
 }
 
 static void test_vops(const el_vec_ops *g, const el_vec_ops *v, const char *level) {

@@ -31,7 +31,7 @@ def compile_args() -> list[str]:
 def build(out: Path, cc: str = CC) -> Path:
     """The checker and every csrc/*.c, each compiled to an object beside `out` (side by side, one
     per core), linked into `out`; raises CalledProcessError on failure."""
-    args = [*compile_args(), "-DEL_X86_EMULATED", f"-I{HERE}", f"-I{CSRC}"]
+    args = [*compile_args(), "-DEL_X86_EMULATED", f"-I{HERE}", f"-I{HERE.parent}", f"-I{CSRC}"]
     sources = [HERE / "check_x86.c", *sorted(CSRC.glob("*.c"))]
     objects = [out.parent / f"{out.name}-{src.stem}.o" for src in sources]
     neon_build.compile_each([[cc, *args, "-c", str(src), "-o", str(obj)] for src, obj in zip(sources, objects)], check=True)

@@ -12,20 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "el_internal.h"
+#include "c_checks.h"
 
 #define NR 19   /* weight rows: more than one 16-row tile, not a multiple of 4 or 8 */
 #define NC 11   /* activation rows */
 #define LDO (NR + 3)
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t next_u64(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float uniform(void) { return (float)(next_u64() >> 40) * 0x1.0p-24f; }
-static int below(int n) { return (int)(next_u64() % (uint64_t)n); }
 
 static void random_row(float *x, int n) {
     const float scale = below(4) == 0 ? 30.0f : (below(3) == 0 ? 1e-3f : 1.0f);
@@ -36,7 +27,6 @@ static int failures, checks;
 static void fail(const char *what) {
     if (failures++ < 20) printf("FAIL %s\n", what);
 }
-static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
 /* byte offsets of a block's half-float scales (common.h layouts), -1 = none */
 typedef struct { int id; const char *name; int half[2]; } type_case;
@@ -164,19 +154,6 @@ static void test_pv_tiles(const el_vec_ops *lv, const el_vec_ops *gv, const char
                 fail(msg);
                 break;
             }
-    }
-}
-
-typedef void (*pv_q_fn)(int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc, int lda);
-
-/* pv over nt tiles, tile 0 being tile t0 of its sequence, as attention.c's pv_q_tiles calls it: a
- * call a chunk (EL_PV_CHUNK tiles), chunk k's sums into acc + (k - t0 / EL_PV_CHUNK) * ldc */
-static void pv_q_chunks(pv_q_fn pv, int nt, const uint8_t *const *vt, int nh, const float *w, int ldw, float *acc,
-                        int lda, int t0, int ldc) {
-    for (int c0 = 0, c1; c0 < nt; c0 = c1) {
-        const int k = (t0 + c0) / EL_PV_CHUNK;
-        c1 = (k + 1) * EL_PV_CHUNK - t0 < nt ? (k + 1) * EL_PV_CHUNK - t0 : nt;
-        pv(c1 - c0, vt + c0, nh, w + 16 * c0, ldw, acc + (size_t)(k - t0 / EL_PV_CHUNK) * ldc, lda);
     }
 }
 
