@@ -776,7 +776,6 @@ static void logits_task(void *arg, int ith, int nth) {
     output_rows(c, &st, c->plan.lg_row0, c->plan.lg_rows, c->plan.lg_out, 0, ith, nth);
 }
 
-/* Check a batch and derive the step plan (rows per sequence, slots, work items, logits rows). */
 /* Rows [*r0, *r1) of run k of a sequence of `rows` rows cut into `runs`: runs of QB rows and the
  * rest last when that is the fewest runs, else runs of sizes as even as can be (plan_runs) */
 static void run_rows(int rows, int runs, int k, int *r0, int *r1) {
@@ -856,6 +855,7 @@ static void plan_runs(el_engine *c, const el_batch *b) {
 
 int el_engine_attention_runs(const el_engine *e) { return e->plan.n_qb; }
 
+/* Check a batch and derive the step plan (rows per sequence, slots, work items, logits rows). */
 static int plan_step(el_engine *c, const el_batch *b, float *logits) {
     step_plan *pl = &c->plan;
     const el_model_desc *d = &c->d;
