@@ -166,7 +166,7 @@ EL_INLINE void pv_q_wq_neon(const uint8_t *vt, int nr, const float *w, int ldw, 
  * pv_q_block_avx512 */
 EL_INLINE void pv_q_block_neon(int q4, int nt, const uint8_t *const *vt, int nr, const float *w, int ldw, float *acc,
                                int lda, const uint64_t *skip) {
-    const size_t pb = q4 ? 32 : 64;  /* bytes of a pair of slots' quants */
+    const size_t pb = el_vq_pair_bytes(q4 ? EL_Q4_0 : EL_Q8_0);
     int16_t wq[3][16];
     float sc[3];
     float32x4_t s[3][8];
@@ -182,7 +182,7 @@ EL_INLINE void pv_q_block_neon(int q4, int nt, const uint8_t *const *vt, int nr,
         int32x4_t is[3][8];
         for (int r = 0; r < nr; r++)
             for (int i = 0; i < 8; i++) is[r][i] = vdupq_n_s32(0);
-        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        const uint8_t *pair = el_vq_pairs(vt[t]);
         for (int l = 0; l < 16; l += 2, pair += pb) {
             int16x8_t x[2][4];
             pv_q_pair_neon(q4, pair, x);

@@ -79,8 +79,9 @@ void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row) { kq
 /* A slot's row (one q8_0 / q4_0 block) <-> its place in a value tile (el_internal.h): its scale at
  * d[slot], its quant bytes (q4_0: qs bytes) every other byte of its pair's, from (slot & 1). */
 static void vq_move(int type, uint8_t *vt, int slot, uint8_t *row, int to_tile) {
-    const int nq = type == EL_Q4_0 ? QK4_0 / 2 : QK8_0;  /* quant bytes a slot */
-    uint8_t *d = vt + (size_t)slot * sizeof(el_half), *q = vt + 16 * sizeof(el_half) + (size_t)(slot / 2) * 2 * nq + (slot & 1);
+    const int nq = (int)el_vq_pair_bytes(type) / 2;  /* quant bytes a slot */
+    uint8_t *d = vt + (size_t)slot * sizeof(el_half);
+    uint8_t *q = (uint8_t *)el_vq_pairs(vt) + (size_t)(slot / 2) * el_vq_pair_bytes(type) + (slot & 1);
     if (to_tile) memcpy(d, row, sizeof(el_half));
     else memcpy(row, d, sizeof(el_half));
     for (int i = 0; i < nq; i++) {
@@ -150,7 +151,7 @@ static void pv_tiles_generic(int nd, int nt, const el_half *const *vt, int nh, c
 
 /* quant i (0..31) of slot l of a q8_0 / q4_0 value tile (q4_0: nibble - 8; el_internal.h) */
 static int tile_quant(int q4, const uint8_t *vt, int l, int i) {
-    const uint8_t *pair = vt + 16 * sizeof(el_half) + (size_t)(l / 2) * (q4 ? 32 : 64) + (l & 1);
+    const uint8_t *pair = el_vq_pairs(vt) + (size_t)(l / 2) * el_vq_pair_bytes(q4 ? EL_Q4_0 : EL_Q8_0) + (l & 1);
     if (q4) return (i < 16 ? pair[2 * i] & 15 : pair[2 * (i - 16)] >> 4) - 8;
     return (int8_t)pair[2 * i];
 }

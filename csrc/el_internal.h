@@ -154,6 +154,9 @@ void el_kq_get(int type, const uint8_t *kt, int hk, int slot, uint8_t *row);
  * 16 + i in the high one). Same bytes as 16 rows of one block (544 / 288); a slot's row goes in
  * and out with el_vq_put / el_vq_get (dispatch.c). */
 static inline size_t el_vq_tile_bytes(int type) { return 16 * (type == EL_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0)); }
+/* a value tile's first pair of slots (after the 16 scales), and the bytes of a pair */
+static inline const uint8_t *el_vq_pairs(const uint8_t *vt) { return vt + 16 * sizeof(el_half); }
+static inline size_t el_vq_pair_bytes(int type) { return type == EL_Q4_0 ? 2 * (QK4_0 / 2) : 2 * QK8_0; }
 void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row);
 void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row);
 

@@ -771,8 +771,8 @@ static inline __attribute__((always_inline)) void pv_q_pair_avx2(int q4, const u
 static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt, const uint8_t *const *vt, int nr,
                                                                   const float *w, int ldw, float *acc, int lda,
                                                                   const uint64_t *skip) {
-    const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
-                                                                                   quants, of a tile */
+    const int type = q4 ? EL_Q4_0 : EL_Q8_0;
+    const size_t pb = el_vq_pair_bytes(type), tb = el_vq_tile_bytes(type);  /* bytes of a pair of slots, of a tile */
     int16_t wq[2][3][16] __attribute__((aligned(32)));
     float sc[2][3];
     __m256 s[3][4];
@@ -794,7 +794,7 @@ static inline __attribute__((always_inline)) void pv_q_block_avx2(int q4, int nt
         __m256i is[3][4];
         for (int r = 0; r < nr; r++)
             for (int i = 0; i < 4; i++) is[r][i] = _mm256_setzero_si256();
-        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        const uint8_t *pair = el_vq_pairs(vt[t]);
         for (int l = 0; l < 16; l += 2, pair += pb) {
             __m256i x[4];
             pv_q_pair_avx2(q4, pair, x);

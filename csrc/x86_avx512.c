@@ -1810,8 +1810,8 @@ static inline __attribute__((always_inline)) void pv_q_pair_avx512(int q4, const
 static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int nt, const uint8_t *const *vt, int nr,
                                                                     const float *w, int ldw, float *acc, int lda,
                                                                     const uint64_t *skip) {
-    const size_t pb = q4 ? 32 : 64, tb = el_vq_tile_bytes(q4 ? EL_Q4_0 : EL_Q8_0);  /* bytes of a pair of slots'
-                                                                                   quants, of a tile */
+    const int type = q4 ? EL_Q4_0 : EL_Q8_0;
+    const size_t pb = el_vq_pair_bytes(type), tb = el_vq_tile_bytes(type);  /* bytes of a pair of slots, of a tile */
     int16_t wq[2][4][16] __attribute__((aligned(64)));
     float sc[2][4][4] __attribute__((aligned(64)));  /* row r's 1 / p: sc[.][r][0] */
     __m512 s[4][2];  /* dims 0..15, 16..31 */
@@ -1831,7 +1831,7 @@ static inline __attribute__((always_inline)) void pv_q_block_avx512(int q4, int 
         }
         __m512i is[4][2];
         for (int r = 0; r < nr; r++) is[r][0] = is[r][1] = _mm512_setzero_si512();
-        const uint8_t *pair = vt[t] + 16 * sizeof(el_half);
+        const uint8_t *pair = el_vq_pairs(vt[t]);
         for (int l = 0; l < 16; l += 2, pair += pb) {
             __m512i x0, x1;
             pv_q_pair_avx512(q4, pair, &x0, &x1);
