@@ -405,109 +405,15 @@ static inline __m512i bcast32(const uint8_t *p) {
 /* ------------------------------------------------------------------------------------------
  * Legacy types in the batch order (quants_generic.c: per block the exact integer sum of its 32
  * products, then one fma with dw * da per (row, column, block)). The integers may be gathered in
- * any layout, so two tiles share the work:
- * - many columns (lcl_tile): one column per int32 lane (16 lanes); the weight row's values as
- *   unsigned bytes u = q + offset (legacy_unpack_pair), each 4 of them broadcast against 4 quants
- *   of every column (laid out once per group by lcl_prepare), the lane seeded with
- *   -offset * sum(quants); then one cvt and one fma for 16 columns.
- * - few columns (lrt_tile): 16 rows x up to 4 columns, four rows per register (a 128-bit lane
- *   each); each row's 4 vpdpbusd lanes reduced to one integer by a shuffle tree shared by the 16
- *   rows (lrt_reduce), then one cvt and one fma per column for 16 rows.
+ * any layout, so the tiles take 16 weight rows at a time:
+ * - one column (lrt_tile): four rows per register (a 128-bit lane each); each row's 4 vpdpbusd
+ *   lanes reduced to one integer by a shuffle tree shared by the 16 rows (lrt_reduce), then one cvt
+ *   and one fma for 16 rows.
+ * - 2-8 columns (lrw_tile, prepared by lrt_prepare): the 16 rows' block transposed once, so the
+ *   rows sit in the int32 lanes and each column's quants, broadcast, meet all 16 in one vpdpbusd.
+ * More columns are taken 8 at a time. (A tile with one column per int32 lane, for 17 columns or
+ * more, was removed: since lrw_tile it was slower at every count measured, 17 to 512, on Zen 4.)
  * ------------------------------------------------------------------------------------------ */
-
-/* a group of C <= 16 columns, per block b: a[8b + g] lane c = quants 4g..4g+3 of column c,
- * seed[b] lane c = -offset * (sum of its 32 quants), d[b] lane c = its d, s[b] lane c = its s
- * (types with a min); lanes past C zero */
-typedef struct {
-    __m512i *a, *seed;
-    __m512 *d, *s;
-} lclprep;
-
-#define LCL_R 4  /* rows per column-lane tile (two pairs) */
-static inline size_t lcl_prep_vecs(int nb) { return (size_t)nb * 11; }
-/* stack for a column-lane group: 11 * 64 bytes per block */
-#define LCL_PREP_BYTES 262144
-/* fewer columns go through lrt_tile; and every column of a call of fewer than LCL_CALL_MIN (a
- * decode or verification step): with its prepared columns (lrt_prepare) the row tile is the faster
- * there (bench_kernels --k 576 --rows 1536 --threads 1 --order batch, GFLOP/s: Q4_1 12 columns 121
- * -> 156, 16: 155 -> 172; Q4_0 12: 130 -> 189; Q8_0 12: 140 -> 175), while a prompt's 32-column
- * tiles keep the column lanes (Q8_0 at K = 1536 loses a quarter in row tiles) */
-#define LCL_MIN 12
-#define LCL_CALL_MIN 17
-
-static inline __attribute__((always_inline)) void lcl_prepare(const int type, const uint8_t *A, size_t lda,
-                                                              int C, int nb, __m512i *buf, lclprep *pp) {
-    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
-    const size_t ab = has_m ? sizeof(block_q8_1) : sizeof(block_q8_0), qo = has_m ? 4 : 2;
-    pp->a = buf;
-    pp->seed = buf + (size_t)8 * nb;
-    pp->d = (__m512 *)(pp->seed + nb);
-    pp->s = pp->d + nb;
-    for (int b = 0; b < nb; b++) {
-        uint32_t q[8][16];
-        uint16_t dh[16], sh[16];
-        for (int c = 0; c < 16; c++) {
-            const uint8_t *y = A + (size_t)c * lda + (size_t)b * ab;
-            for (int g = 0; g < 8; g++) q[g][c] = c < C ? load_u32(y + qo + 4 * g) : 0;
-            dh[c] = c < C ? load_u16(y) : 0;
-            sh[c] = c < C && has_m ? load_u16(y + 2) : 0;
-        }
-        __m512i sum = _mm512_setzero_si512();
-        for (int g = 0; g < 8; g++) {
-            const __m512i v = _mm512_loadu_si512(q[g]);
-            _mm512_storeu_si512(pp->a + 8 * b + g, v);
-            if (off) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8((char)off), v);
-        }
-        _mm512_storeu_si512(pp->seed + b, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
-        _mm512_storeu_ps(pp->d + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
-        _mm512_storeu_ps(pp->s + b, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sh)));
-    }
-}
-
-/* R <= LCL_R weight rows x the C columns of pp */
-static inline __attribute__((always_inline)) void lcl_tile(const int type, int n, const uint8_t *w, size_t ldw,
-                                                           const int R, const lclprep *pp, const int C, float *out,
-                                                           size_t ldo) {
-    const int nb = n / 32, P = (R + 1) / 2;
-    const int has_m = type == EL_Q4_1 || type == EL_Q5_1, off = legacy_offset(type);
-    const size_t wbs = (size_t)legacy_block_bytes(type);
-    __m512 acc[LCL_R], accm[LCL_R];
-    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
-    pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
-    for (int b = 0; b < nb; b++) {
-        if (b % 2 == 0) pf_step(&pf, R, ldw, 2 * wbs);
-        const uint8_t *wb = w + (size_t)b * wbs;
-        uint8_t wu[LCL_R / 2][64] __attribute__((aligned(64)));
-        for (int p = 0; p < P; p++)
-            _mm512_store_si512(wu[p], legacy_unpack_pair(type, wb + (size_t)(2 * p) * ldw,
-                                                         2 * p + 1 < R ? wb + (size_t)(2 * p + 1) * ldw : zero_block));
-        __asm__ volatile("" : "+m"(wu));  /* reloaded by broadcasts, not shuffled out */
-        const __m512i seed = off ? _mm512_loadu_si512(pp->seed + b) : _mm512_setzero_si512();
-        __m512i i0[LCL_R], i1[LCL_R];
-        for (int r = 0; r < R; r++) i0[r] = seed, i1[r] = _mm512_setzero_si512();
-        for (int g = 0; g < 8; g += 2) {
-            const __m512i a0 = _mm512_loadu_si512(pp->a + 8 * b + g), a1 = _mm512_loadu_si512(pp->a + 8 * b + g + 1);
-            for (int r = 0; r < R; r++) {
-                const uint8_t *u = wu[r / 2] + 32 * (r % 2) + 4 * g;
-                i0[r] = _mm512_dpbusd_epi32(i0[r], bcast32(u), a0);
-                i1[r] = _mm512_dpbusd_epi32(i1[r], bcast32(u + 4), a1);
-            }
-        }
-        const __m512 da = _mm512_loadu_ps(pp->d + b);
-        for (int r = 0; r < R; r++) {
-            const uint8_t *x = wb + (size_t)r * ldw;
-            const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(load_u16(x))), da);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0[r], i1[r])), dd, acc[r]);
-            if (has_m)
-                accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(load_u16(x + 2))), _mm512_loadu_ps(pp->s + b), accm[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        float o[16];
-        _mm512_storeu_ps(o, has_m ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = o[c];
-    }
-}
 
 /* t[i] 128-bit lane L: the 4 partial sums of row 4i + L -> lane j: the whole sum of row
  * 4 (j % 4) + j / 4 (lrt_lane gives a row's lane) */
@@ -776,7 +682,6 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
     lrt_store(acc, accm, has_m, C, R, out, ldo);
 }
 
-typedef void (*lcl_fn)(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp, int C, float *out, size_t ldo);
 typedef void (*lrt_fn)(int n, const uint8_t *w, size_t ldw, int R, const lrtprep *pp, const uint8_t *a, size_t lda,
                        int C, float *out, size_t ldo);
 typedef void (*lrtprep_fn)(const uint8_t *a, size_t lda, int C, int nb, uint32_t *buf, lrtprep *pp);
@@ -784,36 +689,21 @@ typedef void (*lrtprep_fn)(const uint8_t *a, size_t lda, int C, int nb, uint32_t
  * are taken a chunk at a time */
 #define LRT_PREP_BYTES 131072
 
-/* batch-order gemm: column-lane groups of up to 16 while LCL_MIN columns are left (in a call of
- * LCL_CALL_MIN or more) and the row fits
- * the stack buffer; the other columns through lrt_tile, 16 rows x up to LRT_C columns at a time,
- * the column groups of a row tile after one another (its weights stay in L1) */
-static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lcl_fn cl, lrt_fn rt, lrtprep_fn rp, int n,
+/* batch-order gemm: 16 rows x up to LRT_C columns at a time, the column groups of a row tile after
+ * one another (its weights stay in L1) */
+static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lrt_fn rt, lrtprep_fn rp, int n,
                                                               const void *w, size_t ldw, int nr, const void *a,
                                                               size_t lda, int nc, float *out, size_t ldo) {
     const uint8_t *W = w, *A = a;
     const int nb = n / 32;
-    int c = 0;
-    if (nc >= LCL_CALL_MIN && lcl_prep_vecs(nb) * 64 <= LCL_PREP_BYTES) {
-        __m512i buf[lcl_prep_vecs(nb)];
-        while (nc - c >= LCL_MIN) {
-            const int C = EL_MIN(16, nc - c);
-            lclprep pp;
-            lcl_prepare(type, A + c * lda, lda, C, nb, buf, &pp);
-            int r = 0;
-            for (; r + LCL_R <= nr; r += LCL_R) cl(n, W + r * ldw, ldw, LCL_R, &pp, C, out + c * ldo + r, ldo);
-            if (r < nr) cl(n, W + r * ldw, ldw, nr - r, &pp, C, out + c * ldo + r, ldo);
-            c += C;
-        }
-    }
-    if (c == nc) return;
+    if (nc <= 0) return;
     const size_t words = lrt_prep_words(nb);
-    const int groups = (nc - c + LRT_C - 1) / LRT_C, chunk = EL_MAX(1, (int)(LRT_PREP_BYTES / 4 / words));
+    const int groups = (nc + LRT_C - 1) / LRT_C, chunk = EL_MAX(1, (int)(LRT_PREP_BYTES / 4 / words));
     uint32_t buf[(size_t)EL_MIN(groups, chunk) * words];
     lrtprep pp[EL_MIN(groups, chunk)];
     for (int g0 = 0; g0 < groups; g0 += chunk) {
-        const int gn = EL_MIN(chunk, groups - g0), k0 = c + g0 * LRT_C;
-        const int one = nc - c == 1;  /* (a tile of one column works them out itself: as fast) */
+        const int gn = EL_MIN(chunk, groups - g0), k0 = g0 * LRT_C;
+        const int one = nc == 1;  /* (a tile of one column works them out itself: as fast) */
         for (int g = 0; g < gn && !one; g++) {
             const int k = k0 + g * LRT_C;
             rp(A + k * lda, lda, EL_MIN(LRT_C, nc - k), nb, buf + (size_t)g * words, &pp[g]);
@@ -839,11 +729,6 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
     default: lrt_tile(TYPE, n, w, ldw, RR, a, out);                                  \
     }
 #define LBATCH_KERNELS(tname, TYPE)                                                                \
-    static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const lclprep *pp,   \
-                                  int C, float *out, size_t ldo) {                                 \
-        if (R == LCL_R) lcl_tile(TYPE, n, w, ldw, LCL_R, pp, C, out, ldo);                         \
-        else lcl_tile(TYPE, n, w, ldw, R, pp, C, out, ldo);                                        \
-    }                                                                                              \
     static void tname##_rt_avx512(int n, const uint8_t *w, size_t ldw, int R, const lrtprep *pp,   \
                                   const uint8_t *a, size_t lda, int C, float *out, size_t ldo) {   \
         if (R == 16) LRT_SHAPE(TYPE, 16)                                                           \
@@ -855,8 +740,7 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lc
     }                                                                                              \
     static void tname##_batch_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, \
                                           size_t lda, int nc, float *out, size_t ldo) {            \
-        lbatch_gemm(TYPE, tname##_cl_avx512, tname##_rt_avx512, tname##_rp_avx512, n, w, ldw, nr, a, \
-                    lda, nc, out, ldo);                                                            \
+        lbatch_gemm(TYPE, tname##_rt_avx512, tname##_rp_avx512, n, w, ldw, nr, a, lda, nc, out, ldo); \
     }                                                                                              \
     static void tname##_batch_vec_dot_avx512(int n, float *s, const void *x, const void *y) {      \
         tname##_batch_gemm_avx512(n, x, 0, 1, y, 0, 1, s, 0);                                      \

@@ -499,14 +499,14 @@ def test_batch_vec_dot_bit_identical_to_generic(kern, t):
 @pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
 def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
     """gemm_batch gives the generic twin's bits for every (row, column) whatever the tile: one call
-    over 35 columns (AVX-512: column-lane groups of 16, 16, then 3), the engine's shapes, a 16-row
-    tile and its remainder at each column count 1..9, 12 and 16 (a verification step's: AVX-512 row
-    tiles of up to 8 columns), odd offsets; raw blocks. Rows of 380 blocks
-    are too long for a column-lane group on the stack (LCL_PREP_BYTES): all take the row tiles; and
-    their 20 columns are more than AVX2's seeds of one chunk (LB_SEEDS: 16 columns at 380 blocks)."""
+    over 35 columns (AVX-512: row tiles of 8 columns, four groups and 3), the engine's shapes, a
+    16-row tile and its remainder at each column count 1..9, 12 and 16 (a verification step's),
+    odd offsets; raw blocks. At rows of 380 blocks the 28 columns are more than one chunk of
+    prepared groups on the stack (AVX-512's LRT_PREP_BYTES: 3 groups of 8) and than AVX2's seeds of
+    one chunk (LB_SEEDS: 16 columns)."""
     rng = np.random.default_rng(9300 + int(t) + blocks)
     n = blocks * 32
-    rows, cols = (21, 35) if blocks < 100 else (5, 20)
+    rows, cols = (21, 35) if blocks < 100 else (5, 28)
     w = _raw_weights(t, rows, n, rng)
     a = kern.quantize_act(t, _acts(cols, n, rng))
     kern.select("generic")
@@ -522,8 +522,10 @@ def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
         out = np.full((cols, rows), np.nan, dtype=np.float32)
         for r0, nr, c0, nc in tiles:
             kern.gemm(t, n, w, a, out, r0, nr, c0, nc, batch=True)
-        covered = np.isfinite(out)
-        assert covered.any()
+        covered = np.zeros(out.shape, dtype=bool)
+        for r0, nr, c0, nc in tiles:
+            covered[c0:c0 + nc, r0:r0 + nr] = True
+        assert np.array_equal(np.isfinite(out), covered), f"tiles {tiles}: entries written"
         np.testing.assert_array_equal(_bits(out)[covered], _bits(want)[covered], err_msg=f"tiles {tiles}")
 
 
