@@ -699,11 +699,11 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lr
     if (nc <= 0) return;
     const size_t words = lrt_prep_words(nb);
     const int groups = (nc + LRT_C - 1) / LRT_C, chunk = EL_MAX(1, (int)(LRT_PREP_BYTES / 4 / words));
+    const int one = nc == 1;  /* (a tile of one column works them out itself: as fast) */
     uint32_t buf[(size_t)EL_MIN(groups, chunk) * words];
     lrtprep pp[EL_MIN(groups, chunk)];
     for (int g0 = 0; g0 < groups; g0 += chunk) {
         const int gn = EL_MIN(chunk, groups - g0), k0 = g0 * LRT_C;
-        const int one = nc == 1;  /* (a tile of one column works them out itself: as fast) */
         for (int g = 0; g < gn && !one; g++) {
             const int k = k0 + g * LRT_C;
             rp(A + k * lda, lda, EL_MIN(LRT_C, nc - k), nb, buf + (size_t)g * words, &pp[g]);
