@@ -22,8 +22,9 @@
 #endif
 #include <immintrin.h>
 
-/* stands in for the missing second row of a pair (its lanes are computed and ignored) */
-static const uint8_t zero_block[64] __attribute__((aligned(64))) = {0};
+/* stands in for a missing row of a tile (its lanes are computed and ignored); as long as a
+ * K-quant super-block (krw_tile reads a whole one) */
+static const uint8_t zero_block[256] __attribute__((aligned(64))) = {0};
 
 static inline uint16_t load_u16(const void *p) {
     uint16_t h;
@@ -1119,19 +1120,196 @@ static inline __attribute__((always_inline)) void kcl_tile(const int type, int n
     }
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Q4_K, Q5_K with 1-8 columns: the rows in the int32 lanes, as lrw_tile does for the legacy
+ * types. Per super-block the 16 rows' headers and scales (the first 16 bytes of the block) are
+ * transposed once and their 6-bit scales and mins unpacked for the 16 rows at once; the rows'
+ * values are transposed once into 64 vectors (lane: 4 values of one row), then each column's 4
+ * quants, broadcast, meet all 16 rows in one vpdpbusd, a sub-block times its scale (vpmulld) and
+ * the mins from the column's bsums (vpdpwssd). The float steps are the generic twin's, lane by
+ * lane: per span of sub-blocks (Q4_K: 2 in the batch order, 8 in the small-batch one) or per
+ * super-block (Q5_K). These counts went through kquant_tile before (2 rows x 4 columns, 8 pairs in
+ * one register, summed by a shuffle tree per quarter): single thread, K 2048, 2048 rows, batch
+ * order, GFLOP/s at 1 / 2 / 4 / 8 columns, two runs alternating (bench_kernels --types Q4_K,Q5_K
+ * --isas avx512 --mb 0 --k 2048 --rows 2048 --tokens 1,2,4,8 --threads 1 --order batch):
+ * Q4_K 23 / 41 / 67 / 66 -> 57-68 / 81-92 / 113-124 / 136-142,
+ * Q5_K 23 / 44 / 76 / 78-88 -> 36-48 / 53-67 / 89-104 / 128-144.
+ * ------------------------------------------------------------------------------------------ */
+
+#define KRW_C 8
+
+/* rows 4g..4g+3 of the blocks at wb (rows ldw apart), 16 bytes at off: q[g] 128-bit lane L = row
+ * 4g + L; rows past R are zero */
+static inline __attribute__((always_inline)) void krw_quads(const uint8_t *wb, size_t ldw, int R, size_t off,
+                                                            __m512i q[4]) {
+    for (int g = 0; g < 4; g++) {
+        const uint8_t *p[4];
+        for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
+        q[g] = 4 * g < R ? quad16(p, off) : _mm512_setzero_si512();
+    }
+}
+
+/* 16 bytes at off of the R rows' blocks, transposed: t[k] dword lane lrt_lane(r) = bytes 4k..4k+3
+ * of row r */
+static inline __attribute__((always_inline)) void krw_dwords(const uint8_t *wb, size_t ldw, int R, size_t off,
+                                                             __m512i t[4]) {
+    __m512i q[4];
+    krw_quads(wb, ldw, R, off, q);
+    lrt_transpose(q, t);
+}
+
+/* the 16 rows' super-block at wb as unsigned values (Q4_K: 0..15, Q5_K: 0..31): v[8j + u] dword
+ * lane lrt_lane(r) = values 32j + 4u .. 32j + 4u + 3 of row r; their scales sc[j] and mins mn[j] of
+ * sub-block j, d and dmin as floats */
+static inline __attribute__((always_inline)) void krw_unpack(const int type, const uint8_t *wb, size_t ldw, int R,
+                                                             __m512i v[64], __m512i sc[8], __m512i mn[8], __m512 *dw,
+                                                             __m512 *dmw) {
+    __m512i h[4];  /* (d, dmin), scales bytes 0-3, 4-7, 8-11 (the same offsets in both types) */
+    krw_dwords(wb, ldw, R, 0, h);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+    *dmw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    for (int k = 0; k < 4; k++) {  /* get_scale_min_k4, 16 rows at once */
+        sc[k] = _mm512_and_si512(_mm512_srli_epi32(h[1], 8 * k), m6);
+        mn[k] = _mm512_and_si512(_mm512_srli_epi32(h[2], 8 * k), m6);
+        sc[k + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 8 * k), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[1], 8 * k + 6), m2), 4));
+        mn[k + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 8 * k + 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[2], 8 * k + 6), m2), 4));
+    }
+    const size_t qo = type == EL_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs);
+    const __m512i n4 = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 8; c++) {  /* qs bytes 16c..16c+15: dwords d = 4c + k of quarter d / 8 */
+        __m512i t[4];
+        krw_dwords(wb, ldw, R, qo + 16 * (size_t)c, t);
+        for (int k = 0; k < 4; k++) {
+            const int d = 4 * c + k, q = d / 8, u = d % 8;
+            v[16 * q + u] = _mm512_and_si512(t[k], n4);  /* low nibbles: sub-block 2q */
+            v[16 * q + 8 + u] = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), n4);
+        }
+    }
+    if (type == EL_Q5_K) {  /* bit j of qh[l]: the fifth bit of value 32j + l */
+        __m512i hb[8];
+        krw_dwords(wb, ldw, R, offsetof(block_q5_K, qh), hb);
+        krw_dwords(wb, ldw, R, offsetof(block_q5_K, qh) + 16, hb + 4);
+        const __m512i b4 = _mm512_set1_epi8(0x10);
+        for (int j = 0; j < 8; j++)
+            for (int u = 0; u < 8; u++) {
+                const __m512i s = j <= 4 ? _mm512_slli_epi32(hb[u], 4 - j) : _mm512_srli_epi32(hb[u], j - 4);
+                v[8 * j + u] = _mm512_ternarylogic_epi32(v[8 * j + u], s, b4, 0xF8);  /* v | (s & b4) */
+            }
+    }
+}
+
+/* acc + the pairwise int16 products of u's lanes with the pair at p (in every lane) */
+static inline __m512i dpwssd_bcast(__m512i acc, __m512i u, const uint32_t *p) {
+    return _mm512_dpwssd_epi32(acc, u, _mm512_set1_epi32((int)*p));
+}
+
+/* R <= 16 weight rows x 1 <= C <= KRW_C columns (a: lda bytes apart) of Q4_K (span: sub-blocks
+ * per float step, 2 or 8) or Q5_K, rows in the int32 lanes (lrt_lane) */
+static inline __attribute__((always_inline)) void krw_tile(const int type, const int span, int n, const uint8_t *w,
+                                                           size_t ldw, const int R, const uint8_t *a, size_t lda,
+                                                           const int C, float *out, size_t ldo) {
+    const int nb = n / QK_K;
+    const size_t wbs = (size_t)kquant_block_bytes(type);
+    __m512 acc[KRW_C], accm[KRW_C];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    const size_t spanb = (size_t)R * ldw;  /* prefetched as in lrt_tile */
+    const uint8_t *ahead = w + 2 * spanb;
+    const size_t pf_bytes = lrt_pf_bytes(spanb, nb);
+    size_t po = 0;
+    for (int i = 0; i < nb; i++) {
+        for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
+        __m512i v[64], sc[8], mn[8];
+        __m512 dw, dmw;
+        krw_unpack(type, w + (size_t)i * wbs, ldw, R, v, sc, mn, &dw, &dmw);
+        __m512i mp[4];  /* int16 pairs (mn[2q], mn[2q + 1]) */
+        for (int q = 0; q < 4; q++) mp[q] = _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16));
+        for (int c = 0; c < C; c++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + i;
+            const uint8_t *aq = (const uint8_t *)y->qs;
+            /* the column's bsums per sub-block, as int16 pairs (sub-blocks 2q, 2q + 1) */
+            const __m256i bsj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
+            const __m256i bpk = _mm256_packs_epi32(bsj, bsj);  /* dwords 0, 1, 4, 5: pairs of quarters 0..3 */
+            uint32_t bp8[8], bp[4];
+            _mm256_storeu_si256((__m256i *)bp8, bpk);
+            bp[0] = bp8[0], bp[1] = bp8[1], bp[2] = bp8[4], bp[3] = bp8[5];
+            const __m512 da = _mm512_set1_ps(y->d);
+            const __m512 dd = _mm512_mul_ps(dw, da), dm = _mm512_mul_ps(dmw, da);
+            __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) {
+                __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
+                for (int u = 0; u < 8; u += 2) {
+                    t0 = dpbusd_bcast(t0, v[8 * j + u], aq + 32 * j + 4 * u);
+                    t1 = dpbusd_bcast(t1, v[8 * j + u + 1], aq + 32 * j + 4 * u + 4);
+                }
+                I = _mm512_add_epi32(I, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), sc[j]));
+                if (j % 2) M = dpwssd_bcast(M, mp[j / 2], &bp[j / 2]);
+                if (type == EL_Q4_K && (j + 1) % span == 0) {
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dd, acc[c]);
+                    accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), dm, accm[c]);
+                    I = M = _mm512_setzero_si512();
+                }
+            }
+            if (type == EL_Q5_K)
+                acc[c] = _mm512_fmadd_ps(_mm512_fnmadd_ps(dmw, _mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_cvtepi32_ps(I), dw)),
+                                         da, acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) acc[c] = type == EL_Q4_K ? _mm512_sub_ps(acc[c], accm[c]) : acc[c];
+    lrt_store(acc, accm, 0, C, R, out, ldo);
+}
+
+/* the tiles of 16 rows x up to KRW_C columns, the column groups of a row tile after one another */
+typedef void (*krw_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C, float *out,
+                       size_t ldo);
+static inline __attribute__((always_inline)) void krw_gemm(krw_fn rt, int n, const uint8_t *W, size_t ldw, int nr,
+                                                           const uint8_t *A, size_t lda, int nc, float *out,
+                                                           size_t ldo) {
+    for (int r = 0; r < nr; r += 16)
+        for (int c = 0; c < nc; c += KRW_C)
+            rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), A + c * lda, lda, EL_MIN(KRW_C, nc - c), out + c * ldo + r, ldo);
+}
+
+#define KRW_SHAPES(TYPE, SPAN)                                                                      \
+    switch (C) {                                                                                    \
+    case 8: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 8, out, ldo); break;                         \
+    case 7: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 7, out, ldo); break;                         \
+    case 6: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 6, out, ldo); break;                         \
+    case 5: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 5, out, ldo); break;                         \
+    case 4: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 4, out, ldo); break;                         \
+    case 3: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 3, out, ldo); break;                         \
+    case 2: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 2, out, ldo); break;                         \
+    default: krw_tile(TYPE, SPAN, n, w, ldw, R, a, lda, 1, out, ldo);                               \
+    }
+static void q4_K_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C,
+                           float *out, size_t ldo) {
+    KRW_SHAPES(EL_Q4_K, 2)
+}
+static void q4_K_small_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C,
+                                 float *out, size_t ldo) {
+    KRW_SHAPES(EL_Q4_K, 8)
+}
+static void q5_K_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C,
+                           float *out, size_t ldo) {
+    KRW_SHAPES(EL_Q5_K, 1)
+}
+#undef KRW_SHAPES
+
 /* stack for a column-lane group: 73 * 64 bytes per super-block */
 #define KCL_PREP_BYTES 262144
-/* fewer columns go through the 2 x 4 tiles (a column-lane tile at 8 lanes measured slower) */
-#define KCL_MIN 9
+/* fewer columns go through the row-lane tiles (krw_tile), which measured faster at 9-15 columns
+ * and as fast at 16-17 (Q4_K, Q5_K, K 2048, single thread); from 24 on Q5_K is ~10% faster here */
+#define KCL_MIN 16
 
 typedef void (*kcltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp, int C, float *out, size_t ldo);
 
 /* K-quant gemm: column-lane groups of up to 16 while KCL_MIN columns are left and the row fits
- * the stack buffer, the rest by gemm_tiles */
-static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, tile_fn tile, const int RT, const int CT,
-                                                              const int RT1, int n, const void *w, size_t ldw, int nr,
-                                                              const void *a, size_t lda, int nc, float *out,
-                                                              size_t ldo) {
+ * the stack buffer, the rest by the row-lane tiles */
+static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, krw_fn rw, int n, const void *w,
+                                                              size_t ldw, int nr, const void *a, size_t lda, int nc,
+                                                              float *out, size_t ldo) {
     const uint8_t *Wt = w, *A = a;
     const int nb = n / QK_K;
     int c = 0;
@@ -1147,7 +1325,7 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
             c += C;
         }
     }
-    if (c < nc) gemm_tiles(tile, RT, CT, RT1, n, Wt, ldw, nr, A + c * lda, lda, nc - c, out + c * ldo, ldo);
+    if (c < nc) krw_gemm(rw, n, Wt, ldw, nr, A + c * lda, lda, nc - c, out + c * ldo, ldo);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1166,12 +1344,8 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         kquant_tile(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                       \
     }
-/* the batch-order kernels of Q4_K, Q5_K: column-lane groups first (kquant_gemm) */
-#define KCL_KERNELS(tname, TYPE, RT, CT, RT1)                                                      \
-    static void tname##_tile_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a,  \
-                                    size_t lda, int C, float *out, size_t ldo) {                   \
-        TILE_SHAPES(KQ_TILE, (TYPE, 0), RT, CT, RT1, R, C);                                        \
-    }                                                                                              \
+/* the batch-order kernels of Q4_K, Q5_K: column-lane groups first, then row-lane tiles (kquant_gemm) */
+#define KCL_KERNELS(tname, TYPE)                                                                   \
     static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp,   \
                                   int C, float *out, size_t ldo) {                                 \
         if (R == CL_RMAX) kcl_tile(TYPE, n, w, ldw, CL_RMAX, pp, C, out, ldo);                     \
@@ -1179,7 +1353,7 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
     }                                                                                              \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
-        kquant_gemm(tname##_cl_avx512, tname##_tile_avx512, RT, CT, RT1, n, w, ldw, nr, a, lda, nc, out, ldo); \
+        kquant_gemm(tname##_cl_avx512, tname##_rw_avx512, n, w, ldw, nr, a, lda, nc, out, ldo);   \
     }                                                                                              \
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         kquant_tile(TYPE, 0, n, x, 0, 1, y, 0, 1, s, 0);                                           \
@@ -1187,9 +1361,16 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, til
 
 KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
-KCL_KERNELS(q4_K, EL_Q4_K, 2, 4, 2)
-KERNELS(q4_K_small, EL_Q4_K, 1, 2, 4, 2)
-KCL_KERNELS(q5_K, EL_Q5_K, 2, 4, 2)
+KCL_KERNELS(q4_K, EL_Q4_K)
+KCL_KERNELS(q5_K, EL_Q5_K)
+/* Q4_K's small-batch order: the row-lane tiles at every column count (it takes m % 4 of a batch) */
+static void q4_K_small_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
+                                   float *out, size_t ldo) {
+    krw_gemm(q4_K_small_rw_avx512, n, w, ldw, nr, a, lda, nc, out, ldo);
+}
+static void q4_K_small_vec_dot_avx512(int n, float *s, const void *x, const void *y) {
+    kquant_tile(EL_Q4_K, 1, n, x, 0, 1, y, 0, 1, s, 0);
+}
 KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS

@@ -406,19 +406,20 @@ def test_gemm_column_groups(kern, t, blocks):
 @pytest.mark.parametrize("blocks", [3, 57])
 @pytest.mark.parametrize("t", [QType.Q4_K, QType.Q5_K], ids=lambda t: t.name)
 def test_gemm_column_lane_groups(kern, t, blocks):
-    """The AVX-512 Q4_K / Q5_K gemm takes groups of up to 16 columns one per int32 lane
-    while 9 or more are left (rows two at a time, then one), the rest through its 2 x 4 tiles:
-    9, 16, 24 = 16 + 8, 29 = 16 + 13 and 20 = 16 + 4 columns, 5 rows, on raw blocks (every quant
-    byte and scale bit), give the generic twin's bits for every (row, column); so do rows too long
-    for a group on the stack (KCL_PREP_BYTES: 57 super-blocks), which all take the tiles."""
+    """The AVX-512 Q4_K / Q5_K gemm takes groups of 16 columns one per int32 lane while 16 or
+    more are left (rows two at a time, then one), the rest through its row-lane tiles (16 rows,
+    up to 8 columns): 1-9, 15, 16, 24 = 16 + 8, 29 = 16 + 8 + 5 and 20 = 16 + 4 columns, 21 rows
+    (a whole row tile and a part), on raw blocks (every quant byte and scale bit), give the
+    generic twin's bits for every (row, column); so do rows too long for a group on the stack
+    (KCL_PREP_BYTES: 57 super-blocks), which all take the row-lane tiles."""
     rng = np.random.default_rng(9200 + int(t) + blocks)
-    n, rows = blocks * 256, 5
+    n, rows = blocks * 256, 21
     w = _raw_weights(t, rows, n, rng)
     a = kern.quantize_act(t, _acts(29, n, rng))
     kern.select("generic")
     want = kern.vec_dot_all(t, n, w, a)
     kern.select(kern.variant)
-    for cols in (9, 16, 24, 29, 20):
+    for cols in (*range(1, 10), 15, 16, 24, 29, 20):
         out = np.full((cols, rows), np.nan, dtype=np.float32)
         kern.gemm(t, n, w, a, out, 0, rows, 0, cols)
         np.testing.assert_array_equal(_bits(out), _bits(want[:cols]), err_msg=f"{cols} columns")
