@@ -218,7 +218,6 @@ EL_INLINE void gemm_q32(const int T, const int small, int n, const uint8_t *w, s
     }
 }
 
-DEFINE_QGEMM_LEVELS(q4_0, gemm_q32, EL_Q4_0, 0)
 DEFINE_QGEMM_LEVELS(q4_1, gemm_q32, EL_Q4_1, 0)
 DEFINE_QGEMM_LEVELS(q5_0, gemm_q32, EL_Q5_0, 0)
 DEFINE_QGEMM_LEVELS(q5_1, gemm_q32, EL_Q5_1, 0)
@@ -290,12 +289,11 @@ DEFINE_QGEMM_LEVELS(q8_0_batch, gemm_q32_batch, EL_Q8_0, 0)
      (t)[id].gemm_batch = (dp) ? gemm_##NAME##_dotprod : gemm_##NAME##_neon)
 
 void el_neon_register_q32(el_type_traits *t, int dp) {
-    NEON_SET(t, EL_Q4_0, q4_0, dp);
+    NEON_SET(t, EL_Q4_0, q4_0_batch, dp);  /* Q4_0: one order (quants_generic.c) */
     NEON_SET(t, EL_Q4_1, q4_1, dp);
     NEON_SET(t, EL_Q5_0, q5_0, dp);
     NEON_SET(t, EL_Q5_1, q5_1, dp);
     NEON_SET(t, EL_Q8_0, q8_0, dp);
-    NEON_SET_BATCH(t, EL_Q4_0, q4_0_batch, dp);
     NEON_SET_BATCH(t, EL_Q4_1, q4_1_batch, dp);
     NEON_SET_BATCH(t, EL_Q5_0, q5_0_batch, dp);
     NEON_SET_BATCH(t, EL_Q5_1, q5_1_batch, dp);

@@ -266,7 +266,6 @@ void el_register_generic(el_type_traits *t) {
 #undef T
     t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
     t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;
-    t[EL_Q4_0].vec_dot_batch = vec_dot_q4_0_q8_0_batch_generic;
     t[EL_Q4_1].vec_dot_batch = vec_dot_q4_1_q8_1_batch_generic;
     t[EL_Q5_0].vec_dot_batch = vec_dot_q5_0_q8_0_batch_generic;
     t[EL_Q5_1].vec_dot_batch = vec_dot_q5_1_q8_1_batch_generic;

@@ -305,7 +305,7 @@ void vec_dot_bf16_bf16_generic(int n, float *s, const void *vx, const void *vy) 
 
 /* Quantized types: integer dot per block, scaled and summed in float.
  *
- * The legacy types have two orders:
+ * The legacy types but Q4_0 have two orders:
  * - the llama order (vec_dot_*_generic; llama_order steps, i.e. the single-stream API): the one
  *   llama.cpp's x86 builds use (its AVX2 vec_dot_*_q8_* and tinyBLAS's Q8_0-activation gemm),
  *   which the reference outputs we are held to come from. Per block, 8 float lanes: lane i takes
@@ -319,6 +319,12 @@ void vec_dot_bf16_bf16_generic(int n, float *s, const void *vx, const void *vy) 
  *   halves) are exact, so the fma is the only rounding: any SIMD layout of the integer sums gives
  *   these bits, which is what lets the SIMD kernels put 16 columns in the lanes of one register.
  *   Types with a min: summs = fmaf(m, y.s, summs) block after block, and the result acc + summs.
+ * Q4_0 has only the second: llama.cpp's x86 builds (AVX2 and up) repack Q4_0 matrices (8 rows
+ * interleaved, ggml-cpu/repack.cpp) and their gemv and gemm keep one accumulator per (row,
+ * column) updated by fma(isum, dw * da, acc) per block; logits of a Q4_0 SmolLM2 measured
+ * bit-equal to llama.cpp's this way and up to 2.05 apart with the 8 lanes (the exceptions, as for
+ * IQ4_NL and Q4_K: a matrix of rows not a multiple of 8, and token_embd used as the output, which
+ * llama.cpp does not repack).
  * Every SIMD path reproduces these bits. */
 static inline void legacy_lanes(float acc[8], float d, const int q[32], const int8_t *y) {
     for (int i = 0; i < 8; i++) {
@@ -332,18 +338,6 @@ static inline void unpack_4bit(const uint8_t qs[16], int offset, int q[32]) {
         q[j] = (qs[j] & 0x0F) - offset;
         q[j + 16] = (qs[j] >> 4) - offset;
     }
-}
-
-void vec_dot_q4_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
-    float acc[8] = {0};
-    for (int i = 0; i < n / QK8_0; i++) {
-        int q[32];
-        unpack_4bit(x[i].qs, 8, q);
-        legacy_lanes(acc, el_half_to_float(x[i].d) * el_half_to_float(y[i].d), q, y[i].qs);
-    }
-    *s = el_hsum8(acc);
 }
 
 /* dot(q*dx + mx, qy*dy) over a block = dx*dy*sum(q*qy) + mx * (dy*sum(qy)), the last factor being y.s */
@@ -407,7 +401,8 @@ static inline int dot32(const int q[32], const int8_t *y) {
     return s;
 }
 
-void vec_dot_q4_0_q8_0_batch_generic(int n, float *s, const void *vx, const void *vy) {
+/* (Q4_0 has one order, this one: above) */
+void vec_dot_q4_0_q8_0_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q4_0 *x = vx;
     const block_q8_0 *y = vy;
     float acc = 0.0f;

@@ -289,7 +289,6 @@ static inline __attribute__((always_inline)) void KFN(legacy_gemm)(
         KFN(lone_tile)(TYPE, n, x, 0, 1, y, s);                                                    \
     }
 
-LEGACY_KERNELS(q4_0, EL_Q4_0, 4, 2)
 LEGACY_KERNELS(q4_1, EL_Q4_1, 4, 2)
 LEGACY_KERNELS(q5_0, EL_Q5_0, 4, 2)
 LEGACY_KERNELS(q5_1, EL_Q5_1, 4, 2)
@@ -1008,7 +1007,7 @@ static void KFN(qk_q4_0)(int hk, const uint8_t *q, size_t ldq, const int32_t *qs
 
 static void KFN(register)(el_type_traits *t) {
 #define SET(id, name) t[id].vec_dot = KFN(name##_vec_dot), t[id].gemm = KFN(name##_gemm)
-    SET(EL_Q4_0, q4_0);
+    SET(EL_Q4_0, q4_0_batch);  /* Q4_0: one order (quants_generic.c) */
     SET(EL_Q4_1, q4_1);
     SET(EL_Q5_0, q5_0);
     SET(EL_Q5_1, q5_1);
@@ -1020,7 +1019,6 @@ static void KFN(register)(el_type_traits *t) {
     SET(EL_Q6_K, q6_K);
 #undef SET
 #define SET(id, name) t[id].vec_dot_batch = KFN(name##_batch_vec_dot), t[id].gemm_batch = KFN(name##_batch_gemm)
-    SET(EL_Q4_0, q4_0);
     SET(EL_Q4_1, q4_1);
     SET(EL_Q5_0, q5_0);
     SET(EL_Q5_1, q5_1);

@@ -389,7 +389,6 @@ static inline __attribute__((always_inline)) void legacy_gemm(const int type, lt
         lone_tile(TYPE, n, x, 0, 1, y, s);                                                         \
     }
 
-LEGACY_KERNELS(q4_0, EL_Q4_0, 4)
 LEGACY_KERNELS(q4_1, EL_Q4_1, 4)
 LEGACY_KERNELS(q5_0, EL_Q5_0, 4)
 LEGACY_KERNELS(q5_1, EL_Q5_1, 4)
@@ -2030,7 +2029,7 @@ void el_register_avx512(el_type_traits *t) {
     el_vops.scale_max = scale_max_avx512;
     el_vops.exp_sums = exp_sums_avx512;
 #define SET(id, name) t[id].vec_dot = name##_vec_dot_avx512, t[id].gemm = name##_gemm_avx512
-    SET(EL_Q4_0, q4_0);
+    SET(EL_Q4_0, q4_0_batch);  /* Q4_0: one order (quants_generic.c) */
     SET(EL_Q4_1, q4_1);
     SET(EL_Q5_0, q5_0);
     SET(EL_Q5_1, q5_1);
@@ -2046,7 +2045,6 @@ void el_register_avx512(el_type_traits *t) {
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 #define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512
-    SET(EL_Q4_0, q4_0);
     SET(EL_Q4_1, q4_1);
     SET(EL_Q5_0, q5_0);
     SET(EL_Q5_1, q5_1);

@@ -5,11 +5,11 @@ ggml's libraries (libggml-base.so and libggml-cpu.so of llama.cpp build 0c1e570,
 CPU) are loaded with ctypes:
 - every quantized type: ggml_quantize_chunk without an importance matrix on the fixture's 16
   input rows (the rows themselves are kept as they are);
-- the IQ4 dot products: the input rows as activations, quantized by ggml's CPU from_float of
-  the activation type (Q8_0, Q8_K), and the weights' dot products with them as llama.cpp's x86
-  build computes them: IQ4_NL through its repacked 8-row gemv and gemm (ggml repacks IQ4_NL
-  matrices of 8k rows on AVX2 machines; the script checks that both give the same bits),
-  IQ4_XS through ggml_vec_dot_iq4_xs_q8_K.
+- the IQ4 and Q4_0 dot products: the input rows as activations, quantized by ggml's CPU
+  from_float of the activation type (Q8_0, Q8_K), and the weights' dot products with them as
+  llama.cpp's x86 build computes them: IQ4_NL and Q4_0 through their repacked 8-row gemv and
+  gemm (ggml repacks IQ4_NL and Q4_0 matrices of 8k rows on AVX2 machines; the script checks that
+  both give the same bits), IQ4_XS through ggml_vec_dot_iq4_xs_q8_K.
 
     python scripts/make_quant_fixture.py [--lib-dir /work/llamacpp/build/bin]
 
@@ -33,11 +33,12 @@ TYPES = {"Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22), "Q5_1": 
          "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "IQ4_NL": (20, 32, 18), "IQ4_XS": (23, 256, 136)}
 Q8_0, Q8_K = (8, 32, 34), (15, 256, 292)
 
-# mangled names of ggml-cpu's repack templates for IQ4_NL interleaved by 8 with Q8_0 activations
-# (ggml::cpu::repack::gemv / gemm<block_iq4_nl, 8, 8, GGML_TYPE_Q8_0>) and of the quantizer of
-# 4 activation rows the gemm reads (ggml_quantize_mat_t<8, GGML_TYPE_Q8_0>)
-GEMV_IQ4_NL = "_ZN4ggml3cpu6repack4gemvI12block_iq4_nlLl8ELl8EL9ggml_type8EEEviPfmPKvS7_ii"
-GEMM_IQ4_NL = "_ZN4ggml3cpu6repack4gemmI12block_iq4_nlLl8ELl8EL9ggml_type8EEEviPfmPKvS7_ii"
+# mangled names of ggml-cpu's repack templates for IQ4_NL and Q4_0 interleaved by 8 with Q8_0
+# activations (ggml::cpu::repack::gemv / gemm<block_iq4_nl or block_q4_0, 8, 8, GGML_TYPE_Q8_0>)
+# and of the quantizer of 4 activation rows the gemm reads (ggml_quantize_mat_t<8, GGML_TYPE_Q8_0>)
+REPACKED = {name: tuple(f"_ZN4ggml3cpu6repack4{f}I{len(block)}{block}Ll8ELl8EL9ggml_type8EEEviPfmPKvS7_ii"
+                        for f in ("gemv", "gemm"))
+            for name, block in (("IQ4_NL", "block_iq4_nl"), ("Q4_0", "block_q4_0"))}
 QUANT_MAT_Q8_0 = "_Z19ggml_quantize_mat_tILl8EL9ggml_type8EEvPKfPvll"
 
 
@@ -66,7 +67,7 @@ class Ggml:
                                                   ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
         self.cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(TypeTraitsCpu)
         self.cpu.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
-        for name in (GEMV_IQ4_NL, GEMM_IQ4_NL):
+        for name in (f for pair in REPACKED.values() for f in pair):
             fn = getattr(self.cpu, name)
             fn.restype = None
             fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
@@ -105,23 +106,25 @@ class Ggml:
                 out[c, r] = s[0]
         return out
 
-    def iq4_nl_repacked(self, n: int, w: np.ndarray, x: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """IQ4_NL weights [8k rows] against activations (x: float rows, a: their Q8_0 rows),
-        through ggml's repacked gemv (one activation row at a time) and gemm (four at a time, from
-        ggml's own 4-row activation quantizer): both out[c, r]."""
+    def repacked(self, name: str, n: int, w: np.ndarray, x: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """IQ4_NL or Q4_0 weights [8k rows] against activations (x: float rows, a: their Q8_0
+        rows), through ggml's repacked gemv (one activation row at a time) and gemm (four at a
+        time, from ggml's own 4-row activation quantizer): both out[c, r]."""
         rows, nb = w.shape[0], n // 32
         assert rows % 8 == 0 and x.shape[0] % 4 == 0
         blocks = w.reshape(rows, nb, 18)
-        # block_iq4_nlx8 (repack.cpp make_block_iq4_nlx8): 8 rows' d, then their nibbles in
-        # 8-byte pieces, piece i from row i % 8 at byte 8 * (i // 8)
+        # block_iq4_nlx8 / block_q4_0x8 (repack.cpp make_block_iq4_nlx8 / make_block_q4_0x8): 8
+        # rows' d, then their nibbles in 8-byte pieces, piece i from row i % 8 at byte 8 * (i // 8);
+        # Q4_0's nibbles xor 0x88 (value - 8 as a signed nibble)
+        flip = 0x88 if name == "Q4_0" else 0
         packed = np.zeros((rows // 8, nb, 16 + 128), np.uint8)
         for g in range(rows // 8):
             for b in range(nb):
                 src = blocks[8 * g:8 * g + 8, b]
                 packed[g, b, :16] = src[:, :2].reshape(-1)
                 for i in range(16):
-                    packed[g, b, 16 + 8 * i:24 + 8 * i] = src[i % 8, 2 + 8 * (i // 8):10 + 8 * (i // 8)]
-        gemv, gemm = getattr(self.cpu, GEMV_IQ4_NL), getattr(self.cpu, GEMM_IQ4_NL)
+                    packed[g, b, 16 + 8 * i:24 + 8 * i] = src[i % 8, 2 + 8 * (i // 8):10 + 8 * (i // 8)] ^ flip
+        gemv, gemm = (getattr(self.cpu, f) for f in REPACKED[name])
         out_v = np.zeros((a.shape[0], rows), np.float32)
         for c in range(a.shape[0]):
             gemv(n, ptr(out_v[c]), 0, ptr(packed), ptr(a[c]), 1, rows)
@@ -149,11 +152,12 @@ def main() -> None:
 
     acts = np.ascontiguousarray(np.roll(x, -1, axis=0))  # row c + 1 against weight row c
     n = x.shape[1]
-    new["IQ4_NL_act"] = g.from_float(Q8_0, acts)
-    by_gemv, by_gemm = g.iq4_nl_repacked(n, new["IQ4_NL"], acts, new["IQ4_NL_act"])
-    if not np.array_equal(by_gemv.view(np.uint32), by_gemm.view(np.uint32)):
-        raise SystemExit("ggml's IQ4_NL gemv and gemm disagree: the fixture cannot hold one order")
-    new["IQ4_NL_dot"] = by_gemv
+    for name in REPACKED:
+        new[f"{name}_act"] = g.from_float(Q8_0, acts)
+        by_gemv, by_gemm = g.repacked(name, n, new[name], acts, new[f"{name}_act"])
+        if not np.array_equal(by_gemv.view(np.uint32), by_gemm.view(np.uint32)):
+            raise SystemExit(f"ggml's {name} gemv and gemm disagree: the fixture cannot hold one order")
+        new[f"{name}_dot"] = by_gemv
     new["IQ4_XS_act"] = g.from_float(Q8_K, acts)
     new["IQ4_XS_dot"] = g.vec_dot("IQ4_XS", n, new["IQ4_XS"], new["IQ4_XS_act"])
 

@@ -142,9 +142,10 @@ class Kernels:
 
     def vec_dot_all(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, small: bool = False,
                     batch: bool = False) -> np.ndarray:
-        """out[c, r] = vec_dot(w row r, a row c) (vec_dot_small with `small`, vec_dot_batch with `batch`)."""
+        """out[c, r] = vec_dot(w row r, a row c) (vec_dot_small with `small`, vec_dot_batch with `batch`
+        where the type has one: else vec_dot serves both orders, as in the engine)."""
         tr = self.traits(t)
-        fn = tr.vec_dot_small if small else tr.vec_dot_batch if batch else tr.vec_dot
+        fn = tr.vec_dot_small if small else tr.vec_dot_batch if batch and tr.vec_dot_batch != _ABI.NULL else tr.vec_dot
         out = np.zeros((a.shape[0], w.shape[0]), dtype=np.float32)
         s = _ABI.new("float *")
         for c in range(a.shape[0]):
@@ -156,8 +157,9 @@ class Kernels:
     def gemm(self, t: QType, n: int, w: np.ndarray, a: np.ndarray, out: np.ndarray, r0: int, nr: int, c0: int, nc: int,
              batch: bool = False):
         """One gemm call on rows r0..r0+nr of w and rows c0..c0+nc of a, into out[c, r] (gemm_batch
-        with `batch`)."""
-        fn = self.traits(t).gemm_batch if batch else self.traits(t).gemm
+        with `batch` where the type has one, as vec_dot_all)."""
+        tr = self.traits(t)
+        fn = tr.gemm_batch if batch and tr.gemm_batch != _ABI.NULL else tr.gemm
         assert fn != _ABI.NULL
         ldo = out.shape[1]
         fn(n, _ABI.cast("void *", w[r0].ctypes.data), w.strides[0], nr,
@@ -461,22 +463,26 @@ def test_float_gemm_is_the_avx2_tile(kern, t, n):
 # ---------------------------------------------------------------- the legacy types' batch order
 
 LEGACY = [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0]
+# Q4_0 has one order, the batch one (llama.cpp's x86 repacked order: quants_generic.c)
+TWO_ORDERS = [t for t in LEGACY if t != QType.Q4_0]
 
 
 def test_legacy_batch_order_registered():
-    """The legacy types have batch-order kernels on the generic path (the twins) and each SIMD
-    variant registers its own; the other types have none (vec_dot serves both)."""
+    """The legacy types but Q4_0 have batch-order kernels on the generic path (the twins) and
+    each SIMD variant registers its own; the other types have none (vec_dot serves both), and Q4_0's
+    own vec_dot on every SIMD variant is its batch-order kernel (checked against the twin below)."""
     generic = Kernels("generic")
     try:
         gen = {t: int(_ABI.cast("intptr_t", generic.traits(t).vec_dot_batch)) for t in TYPES}
         for t in TYPES:
-            assert (gen[t] != 0) == (t in LEGACY), t.name
+            assert (gen[t] != 0) == (t in TWO_ORDERS), t.name
             assert (generic.traits(t).gemm_batch == _ABI.NULL), t.name
         for v in VARIANTS:
             generic.select(v)
-            for t in LEGACY:
+            for t in TWO_ORDERS:
                 tr = generic.traits(t)
                 assert int(_ABI.cast("intptr_t", tr.vec_dot_batch)) not in (0, gen[t]) and tr.gemm_batch != _ABI.NULL, (v, t.name)
+            assert generic.traits(QType.Q4_0).gemm != _ABI.NULL, v
     finally:
         generic.close()
 

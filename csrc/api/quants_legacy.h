@@ -33,7 +33,6 @@ void vec_dot_q5_0_q8_0_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q5_1_q8_1_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q8_0_q8_0_generic(int n, float *s, const void *x, const void *y);
 /* the same in the batch order (quants_generic.c): one float update per block */
-void vec_dot_q4_0_q8_0_batch_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q4_1_q8_1_batch_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q5_0_q8_0_batch_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q5_1_q8_1_batch_generic(int n, float *s, const void *x, const void *y);

@@ -476,7 +476,8 @@ def dequantize_row_q8_0(x, y):
 # ---------------------------------------------------------------- dot products
 # Float types: products in float32, summed in float64 (ggml's scalar ggml_vec_dot_f32/f16/bf16).
 # Quantized types: the C twins' orders, every float operation in float32. The llama order
-# (llama.cpp's x86 one; the batch order is at the end of this file): per block, 8 float lanes:
+# (llama.cpp's x86 one; the batch order is at the end of this file, and Q4_0's only one is
+# there too): per block, 8 float lanes:
 # lane i adds the exact integer sum of the products of values 4i..4i+3 times d = dx * dy with
 # one fma; the lanes are summed at the end by _hsum8. Types with a min add sum(m * y.s) through a
 # separate chain of fmas, added last.
@@ -587,20 +588,6 @@ def bf16_row_floats(n, x, out):
 # caller, so a matmul allocates it once per chunk of rows instead of once per row (numba_engine);
 # vec_dot_<t>_<act>_generic is the same with its own.
 SCRATCH_INTS = 8 + QK  # 8 lanes, then a block's 32 unpacked values
-
-
-@njit(cache=True, inline='always')
-def _dot_q4_0_q8_0(n, x, y, acc, iw):
-    nb = _dot_blocks(n, x.size, y.size, Q4_0_BYTES, Q8_0_BYTES)
-    yi = y.view(np.int8)
-    lane = iw[:8]
-    acc[:] = 0
-    for i in range(nb):
-        ox = i * Q4_0_BYTES
-        oy = i * Q8_0_BYTES
-        _lanes_4bit(lane, x, ox + 2, 8, yi, oy + 2)
-        _lanes_acc(acc, _get_half(x, ox) * _get_half(y, oy), lane)
-    return _hsum8(acc)
 
 
 @njit(cache=True, inline='always')
@@ -723,7 +710,8 @@ def _nibbles(q, x, ox, offset):
 
 
 @njit(cache=True, inline='always')
-def _dot_q4_0_q8_0_batch(n, x, y, acc, iw):
+def _dot_q4_0_q8_0(n, x, y, acc, iw):
+    """Q4_0 has this order only (llama.cpp's x86 repacked one: quants_generic.c)."""
     nb = _dot_blocks(n, x.size, y.size, Q4_0_BYTES, Q8_0_BYTES)
     yi = y.view(np.int8)
     q = iw[8:8 + QK]
@@ -798,11 +786,6 @@ def _dot_q8_0_q8_0_batch(n, x, y, acc, iw):
             isum += np.int64(xi[ox + 2 + j]) * np.int64(yi[oy + 2 + j])
         s = _fmaf(np.float32(isum), _get_half(x, ox) * _get_half(y, oy), s)
     return s
-
-
-@njit(cache=True)
-def vec_dot_q4_0_q8_0_batch_generic(n, x, y):
-    return _dot_q4_0_q8_0_batch(n, x, y, np.zeros(8, np.float32), np.zeros(SCRATCH_INTS, np.int64))
 
 
 @njit(cache=True)

@@ -16,8 +16,9 @@ from . import c_module
 BACKENDS = ("c", "numba")
 
 
-# the types whose batch-invariant steps take an order of their own (quants_generic.c)
-BATCH_ORDER_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0})
+# the types whose batch-invariant steps take an order of their own (quants_generic.c; Q4_0 has
+# one order, llama.cpp's repacked one, which is the batch order)
+BATCH_ORDER_TYPES = frozenset({QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0})
 
 
 def _lname(t: QType) -> str:
