@@ -693,6 +693,35 @@ void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
     *s = sumf;
 }
 
+/* llama.cpp's x86 vec_dot for Q5_K (what it takes below 8 activation rows; from 8 on its tiled
+ * gemm, whose order is the one above): 8 integer lanes per super-block, lane k = sum over the
+ * eight 32-value sub-blocks s of sc_s * dot(values 32s + 4k .. 32s + 4k + 3); acc[k] =
+ * fma(d_act * d, lane, acc[k]); the mins through a scalar chain summs = fma(-d_act * dmin,
+ * sum m_s * bsum_s, summs); el_hsum8(acc) + summs at the end */
+void vec_dot_q5_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        int lane[8] = {0}, mins = 0;
+        for (int sb = 0; sb < QK_K / 32; ++sb) {
+            uint8_t sc, m;
+            get_scale_min_k4(sb, x[i].scales, &sc, &m);
+            mins += m * (y[i].bsums[2 * sb] + y[i].bsums[2 * sb + 1]);
+            for (int l = 0; l < 32; ++l) {
+                const int v = 32 * sb + l;
+                const int q = unpack_4bit(x[i].qs, v) | (((x[i].qh[l] >> sb) & 1) << 4);
+                lane[l / 4] += sc * q * y[i].qs[v];
+            }
+        }
+        const float d = y[i].d * EL_H2F(x[i].d), dmin = -y[i].d * EL_H2F(x[i].dmin);
+        summs = fmaf(dmin, (float)mins, summs);
+        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+    }
+    *s = el_hsum8(acc) + summs;
+}
+
 void vec_dot_q6_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q6_K *x = vx;
     const block_q8_K *y = vy;

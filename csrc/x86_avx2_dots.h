@@ -580,6 +580,8 @@ LBATCH_KERNELS(q8_0, EL_Q8_0)
  *   Q4_K small:  as Q4_K with one step per super-block (I, M its totals)
  *   Q6_K small:  8 float lanes per pair, lane l = fma(d_act * d, int lane l, lane l), hsum8 at
  *                the end (the int lanes, offset seed included, are the generic twin's).
+ *   Q5_K small:  the same lanes, and the mins' scalar chain summs = fma(-d_act * dmin, M, summs)
+ *                added after the hsum8.
  * ------------------------------------------------------------------------------------------ */
 
 /* per-row state of one super-block */
@@ -600,13 +602,14 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
     const int nb = n / QK_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
-    const int lanes8 = type == EL_Q6_K && small;      /* Q6_K small: 8 float lanes per pair */
+    const int lanes8 = (type == EL_Q5_K || type == EL_Q6_K) && small;  /* 8 float lanes per pair */
     const int quarters = type == EL_Q4_K && !small;   /* Q4_K: a float step per quarter */
     __m128 acc = _mm_setzero_ps();                    /* lane p (not Q4_K) */
     __m256 acc2 = _mm256_setzero_ps();                /* Q4_K: acc in lane p, accm in lane p + 4 */
     __m256 acc8[KT_RMAX][KT_CMAX];
+    float summs[KT_RMAX][KT_CMAX];  /* Q5_K small: the mins' chain */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc8[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc8[r][c] = _mm256_setzero_ps(), summs[r][c] = 0.0f;
 
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
@@ -679,9 +682,14 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
         if (quarters) continue;
         if (lanes8) {
             for (int r = 0; r < R; r++) {
-                const float d = load_half(xb[r] + offsetof(block_q6_K, d));
-                for (int c = 0; c < C; c++)
+                const float d = load_half(xb[r] + (type == EL_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q5_K, d)));
+                for (int c = 0; c < C; c++) {
                     acc8[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * d), _mm256_cvtepi32_ps(isum[r][c]), acc8[r][c]);
+                    if (type == EL_Q5_K) {
+                        const float dmin = -yb[c]->d * load_half(xb[r] + offsetof(block_q5_K, dmin));
+                        summs[r][c] = fmaf(dmin, (float)hsum_i32(msum[r][c]), summs[r][c]);
+                    }
+                }
             }
             continue;
         }
@@ -711,7 +719,9 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
     if (type == EL_Q4_K) acc = _mm_sub_ps(_mm256_castps256_ps128(acc2), _mm256_extractf128_ps(acc2, 1));
     _mm_storeu_ps(res, acc);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = lanes8 ? hsum256(acc8[r][c]) : res[r + 2 * c];
+        for (int c = 0; c < C; c++)
+            out[(size_t)c * ldo + r] = !lanes8 ? res[r + 2 * c]
+                                       : type == EL_Q5_K ? hsum256(acc8[r][c]) + summs[r][c] : hsum256(acc8[r][c]);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -924,6 +934,7 @@ KQUANT_KERNELS(q4_K, EL_Q4_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q4_K_small, EL_Q4_K, 1, 2, 2, 2)
 KQUANT_KERNELS(q5_K, EL_Q5_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q6_K, EL_Q6_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q5_K_small, EL_Q5_K, 1, 2, 2, 2)
 KQUANT_KERNELS(q6_K_small, EL_Q6_K, 1, 2, 2, 2)
 #undef KQUANT_KERNELS
 #undef KQ_TILE
@@ -1025,6 +1036,7 @@ static void KFN(register)(el_type_traits *t) {
     SET(EL_Q8_0, q8_0);
 #undef SET
     t[EL_Q4_K].vec_dot_small = KFN(q4_K_small_vec_dot), t[EL_Q4_K].gemm_small = KFN(q4_K_small_gemm);
+    t[EL_Q5_K].vec_dot_small = KFN(q5_K_small_vec_dot), t[EL_Q5_K].gemm_small = KFN(q5_K_small_gemm);
     t[EL_Q6_K].vec_dot_small = KFN(q6_K_small_vec_dot), t[EL_Q6_K].gemm_small = KFN(q6_K_small_gemm);
     el_vops.qk_q8_0 = KFN(qk_q8_0);
     el_vops.qk_q4_0 = KFN(qk_q4_0);

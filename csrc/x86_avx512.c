@@ -914,7 +914,7 @@ static inline void transpose8x8(const __m256i in[8], __m256i out[8]) {
 
 /* A tile of R <= 2 rows x C <= 4 columns; (row r, column c) is pair p = 4r + c, one lane of the
  * float accumulators, so the generic twin's scalar steps run for 8 pairs at once.
- * small: the small-batch order (el_small_rows) of Q4_K / Q6_K instead of the batch one */
+ * small: the small-batch order (el_small_rows) of Q4_K / Q5_K / Q6_K instead of the batch one */
 static inline __attribute__((always_inline)) void kquant_tile(const int type, const int small, int n, const uint8_t *w,
                                                               size_t ldw, const int R, const uint8_t *a, size_t lda,
                                                               const int C, float *out, size_t ldo) {
@@ -922,7 +922,9 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    __m256 acc6[KT_RMAX][KT_CMAX];  /* Q6_K small: vec_dot's 8 lanes per pair */
+    const int lanes8 = small && (type == EL_Q5_K || type == EL_Q6_K);
+    __m256 acc6[KT_RMAX][KT_CMAX];  /* Q5_K / Q6_K small: vec_dot's 8 lanes per pair */
+    __m256 summs = _mm256_setzero_ps();  /* Q5_K small: the mins' chain, lane p */
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc6[r][c] = _mm256_setzero_ps();
 
@@ -1000,7 +1002,13 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
                     isum[4 * r + c] = _mm512_dpwssd_epi32(isum[4 * r + c], _mm512_maddubs_epi16(q[r], av), sc[r]);
             }
         }
-        if (type == EL_Q6_K && small) {  /* vec_dot's 8 lanes: values 4k..4k+3 of every 32 */
+        if (lanes8) {  /* vec_dot's 8 lanes: values 4k..4k+3 of every 32 */
+            if (type == EL_Q5_K) {
+                const __m256i M = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(mt[0], mt[1]), _mm256_add_epi32(mt[2], mt[3])),
+                                                   _mm256_add_epi32(_mm256_add_epi32(mt[4], mt[5]), _mm256_add_epi32(mt[6], mt[7])));
+                const __m256 dmn = _mm256_mul_ps(_mm256_xor_ps(da8, _mm256_set1_ps(-0.0f)), dmin8);  /* -d_act * dmin */
+                summs = _mm256_fmadd_ps(dmn, _mm256_cvtepi32_ps(M), summs);
+            }
             for (int c = 0; c < C; c++)
                 for (int r = 0; r < R; r++) {
                     const __m512i v = isum[4 * r + c];
@@ -1017,11 +1025,13 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
         }
         acc = _mm256_fmadd_ps(t, da8, acc);
     }
-    float res[8];
+    float res[8], sm[8];
     _mm256_storeu_ps(res, _mm256_sub_ps(acc, accm));
+    _mm256_storeu_ps(sm, summs);
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
-            out[(size_t)c * ldo + r] = type == EL_Q6_K && small ? hsum8_avx(acc6[r][c]) : res[4 * r + c];
+            out[(size_t)c * ldo + r] = !lanes8 ? res[4 * r + c]
+                                       : type == EL_Q5_K ? hsum8_avx(acc6[r][c]) + sm[4 * r + c] : hsum8_avx(acc6[r][c]);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1362,6 +1372,7 @@ KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
 KCL_KERNELS(q4_K, EL_Q4_K)
 KCL_KERNELS(q5_K, EL_Q5_K)
+KERNELS(q5_K_small, EL_Q5_K, 1, 2, 4, 2)
 /* Q4_K's small-batch order: the row-lane tiles at every column count (it takes m % 4 of a batch) */
 static void q4_K_small_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
                                    float *out, size_t ldo) {
@@ -2043,6 +2054,7 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_IQ4_XS, iq4_xs);
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
+    t[EL_Q5_K].vec_dot_small = q5_K_small_vec_dot_avx512, t[EL_Q5_K].gemm_small = q5_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 #define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512
     SET(EL_Q4_1, q4_1);

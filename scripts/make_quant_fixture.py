@@ -9,7 +9,9 @@ CPU) are loaded with ctypes:
   from_float of the activation type (Q8_0, Q8_K), and the weights' dot products with them as
   llama.cpp's x86 build computes them: IQ4_NL and Q4_0 through their repacked 8-row gemv and
   gemm (ggml repacks IQ4_NL and Q4_0 matrices of 8k rows on AVX2 machines; the script checks that
-  both give the same bits), IQ4_XS through ggml_vec_dot_iq4_xs_q8_K.
+  both give the same bits), IQ4_XS through ggml_vec_dot_iq4_xs_q8_K;
+- Q5_K and Q6_K through ggml_vec_dot_q5_K_q8_K / _q6_K_q8_K, the order llama.cpp takes for
+  fewer than 8 activation rows (the small-batch order).
 
     python scripts/make_quant_fixture.py [--lib-dir /work/llamacpp/build/bin]
 
@@ -160,6 +162,9 @@ def main() -> None:
         new[f"{name}_dot"] = by_gemv
     new["IQ4_XS_act"] = g.from_float(Q8_K, acts)
     new["IQ4_XS_dot"] = g.vec_dot("IQ4_XS", n, new["IQ4_XS"], new["IQ4_XS_act"])
+    for name in ("Q5_K", "Q6_K"):  # what llama.cpp takes below 8 activation rows (its tiled gemm from 8)
+        new[f"{name}_act"] = g.from_float(Q8_K, acts)
+        new[f"{name}_vec_dot"] = g.vec_dot(name, n, new[name], new[f"{name}_act"])
 
     for k, v in old.items():
         if k in new and not np.array_equal(v, new[k]):

@@ -557,7 +557,8 @@ def test_matmul_matches_generic(kern, t, m, n_threads):
 
 # Rows of a batch of m that llama.cpp (and so the engine) computes with its small-batch kernels,
 # counted from the end (el_small_rows in csrc/el_internal.h)
-SMALL_ROWS = {QType.Q4_K: lambda m: m % 4, QType.Q6_K: lambda m: m if m < 8 else 0}
+SMALL_ROWS = {QType.Q4_K: lambda m: m % 4, QType.Q5_K: lambda m: m if m < 8 else 0,
+              QType.Q6_K: lambda m: m if m < 8 else 0}
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])

@@ -181,6 +181,27 @@ def test_c_and_numba_agree(t):
         assert dn == pytest.approx(dc, rel=1e-4, abs=1e-30)
 
 
+@pytest.mark.parametrize("t", [QType.Q5_K, QType.Q6_K], ids=lambda t: t.name)
+def test_small_batch_order_is_llamacpps_vec_dot(fixtures_dir, t, backend):
+    """Below 8 activation rows llama.cpp takes ggml_vec_dot_q5_K_q8_K / _q6_K_q8_K (from 8 on its
+    tiled gemm, whose order the main twins follow): the small-batch twins give its bits, on its own
+    activation quantizer's rows (the fixture: scripts/make_quant_fixture.py). numba's fmaf rounds a
+    float64 sum to float32, so it may differ by an ulp in a tie."""
+    ref = np.load(fixtures_dir / "quant" / "reference_quants.npz")
+    acts = np.roll(ref["input"], -1, axis=0)
+    a = ref[f"{t.name}_act"]
+    np.testing.assert_array_equal(np.stack([quant_ops.quantize_activation(t, r, backend) for r in acts]), a)
+    w, n = ref[t.name], acts.shape[1]
+    got = np.array([[quant_ops.vec_dot(t, n, w[r], a[c], backend, small=True) for r in range(w.shape[0])]
+                    for c in range(a.shape[0])], dtype=np.float32)
+    want = ref[f"{t.name}_vec_dot"]
+    if backend == "numba":
+        np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+    else:
+        same = got.view(np.uint32) == want.view(np.uint32)
+        assert same.all(), f"{(~same).sum()} of {same.size} dot products differ from ggml's vec_dot"
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("t", K_TYPES, ids=lambda t: t.name)

@@ -4,7 +4,7 @@ Same names as the C functions (ggml's), numpy arrays in place of pointers:
 `quantize_row_<t>_ref(x: float32[k], y: uint8[k/256*block_bytes])`,
 `dequantize_row_<t>(x: uint8[...], y: float32[k])`,
 `vec_dot_<t>_q8_K_generic(n, x: uint8[...], y: uint8[...]) -> float32` (and the C twin's
-`vec_dot_q4_K_q8_K_small_generic` / `vec_dot_q6_K_q8_K_small_generic`). The dots follow the C
+`vec_dot_q4_K_q8_K_small_generic` / `vec_dot_q5_K_q8_K_small_generic` / `vec_dot_q6_K_q8_K_small_generic`). The dots follow the C
 twin's float order; its fmaf is emulated in float64 (_fmaf).
 
 The quantizers write the same bytes as the C twin (and ggml's quantize_row_*_ref), so every
@@ -706,6 +706,36 @@ def vec_dot_q5_K_q8_K_generic(n, x, y):
         sumf = _k_term_min(sumf, isum, summs, _rd_half(x, o + Q5_K_D), _rd_half(x, o + Q5_K_DMIN),
                            _rd_f32(y, oy + Q8_K_D))
     return sumf
+
+
+@njit(cache=True)
+def vec_dot_q5_K_q8_K_small_generic(n, x, y):
+    """llama.cpp's x86 vec_dot for Q5_K (the C twin's small-batch order): 8 integer lanes per
+    super-block, lane k over the values v with (v % 32) // 4 == k of sc * q * q8; acc[k] =
+    fmaf(d_act * d, lane, acc[k]); the mins a chain summs = fmaf(-d_act * dmin, sum m * bsum,
+    summs); the lanes summed as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), plus summs."""
+    _check_dot(n, x.size, y.size, Q5_K_BYTES)
+    acc = np.zeros(8, np.float32)
+    lane = np.zeros(8, np.int64)
+    summs = F32(0)
+    for i in range(n // QK_K):
+        o = i * Q5_K_BYTES
+        oy = i * Q8_K_BYTES
+        lane[:] = 0
+        mins = 0
+        for j in range(8):
+            sc, m = _get_scale_min_k4(j, x, o + Q5_K_SCALES)
+            mins += I64(m) * (_rd_i16(y, oy + Q8_K_BSUMS + 4 * j) + _rd_i16(y, oy + Q8_K_BSUMS + 4 * j + 2))
+            for v in range(32 * j, 32 * j + 32):
+                q = _unpack_4bit(x, o + Q5_K_QS, v) | (((I64(x[o + Q5_K_QH + v % 32]) >> j) & 1) << 4)
+                lane[(v % 32) // 4] += I64(sc) * q * _s8(y[oy + Q8_K_QS + v])
+        d_act = _rd_f32(y, oy + Q8_K_D)
+        d = d_act * _rd_half(x, o + Q5_K_D)
+        dmin = -d_act * _rd_half(x, o + Q5_K_DMIN)
+        summs = _fmaf(dmin, F32(mins), summs)
+        for k in range(8):
+            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
+    return (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + summs
 
 
 # ---- Q6_K ----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ BACKENDS = ("c", "numba")
 # the types whose batch-invariant steps take an order of their own (quants_generic.c; Q4_0 has
 # one order, llama.cpp's repacked one, which is the batch order)
 BATCH_ORDER_TYPES = frozenset({QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0})
+# the types llama.cpp sums in another order in small batches (el_small_rows, csrc/el_internal.h)
+SMALL_ORDER_TYPES = frozenset({QType.Q4_K, QType.Q5_K, QType.Q6_K})
 
 
 def _lname(t: QType) -> str:
@@ -111,12 +113,17 @@ def dequantize_rows(t: QType, data, n: int, backend: str = "c") -> np.ndarray:
     return out
 
 
-def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c", *, batch: bool = False) -> float:
+def vec_dot(t: QType, n: int, w_row, act_row, backend: str = "c", *, batch: bool = False,
+            small: bool = False) -> float:
     """Dot product of one weight row of type t with one activation row of its vec_dot_type; with
-    `batch`, in the batch order of the types that have one (the legacy types)."""
+    `batch`, in the batch order of the types that have one (the legacy types); with `small`, in
+    the small-batch order of the types that have one (SMALL_ORDER_TYPES)."""
     t = QType(t)
     act = type_info(t).vec_dot_type
-    name = f"vec_dot_{_lname(t)}_{_lname(act)}" + ("_batch" if batch and t in BATCH_ORDER_TYPES else "") + "_generic"
+    if small and t not in SMALL_ORDER_TYPES:
+        raise ValueError(f"{t.name} has no small-batch order")
+    name = (f"vec_dot_{_lname(t)}_{_lname(act)}" + ("_batch" if batch and t in BATCH_ORDER_TYPES else "")
+            + ("_small" if small else "") + "_generic")
     w_row = _bytes(w_row, type_info(t).row_bytes(n), "weight row")
     act_row = _bytes(act_row, type_info(act).row_bytes(n), "activation row")
     if backend == "c":
