@@ -1,5 +1,5 @@
 /* AArch64 NEON kernels of the K-quants Q2_K .. Q6_K (256-value super-blocks against Q8_K), and
- * the small-batch orders of Q4_K, Q5_K and Q6_K, at both levels (plain NEON and sdot;
+ * the small-batch orders of Q3_K, Q4_K, Q5_K and Q6_K, at both levels (plain NEON and sdot;
  * arm_neon_common.h).
  *
  * Numerics: integer sums are exact (int32) and the float steps are the generic twins'
@@ -378,12 +378,50 @@ EL_INLINE void tile_q5s(int nb, const uint8_t *w, size_t ldw, const int R, const
         for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]) + summs[c][r];
 }
 
+/* Q3_K's small-batch order (vec_dot_q3_K_q8_K_small_generic): 8 integer lanes per super-block,
+ * lane k over values 4k..4k+3 of every 32, of scale * q * q8 (q signed), as the legacy types' 8
+ * float lanes. */
+EL_INLINE void tile_q3s(int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
+                        const int nc, float *out, size_t ldo, const int dp) {
+    float32x4_t acc[MAX_NC][4][2];
+    kblock kb[4];
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < R; r++) acc[c][r][0] = acc[c][r][1] = vdupq_n_f32(0.0f);
+    for (int b = 0; b < nb; b++) {
+        const el_half *dptr[4];
+        for (int r = 0; r < R; r++) {
+            const block_q3_K *x = (const block_q3_K *)(w + (size_t)r * ldw) + b;
+            k_decode(EL_Q3_K, x, &kb[r]);
+            dptr[r] = &x->d;
+        }
+        const float32x4_t dx = row_halves(dptr, R);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
+            const float32x4_t d = vmulq_n_f32(dx, y->d);  /* lane r: d_act * d */
+            for (int r = 0; r < R; r++) {
+                int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+                for (int j = 0; j < 8; j++) {  /* 32-value chunk j: 16-groups 2j, 2j+1 */
+                    const int8_t *qv = kb[r].q + 32 * j;
+                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), kb[r].sc[2 * j]);
+                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1),
+                                     kb[r].sc[2 * j + 1]);
+                }
+                acc[c][r][0] = fma_lane(acc[c][r][0], vcvtq_f32_s32(lo), d, r);
+                acc[c][r][1] = fma_lane(acc[c][r][1], vcvtq_f32_s32(hi), d, r);
+            }
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]);
+}
+
 /* K-quants, 4 rows at a time (a remainder row alone) by up to MAX_NC activation rows; the
  * one-activation-row case (decode) gets its own copy with the count known */
 EL_INLINE void tile_kq(const int T, const int small, int nb, const uint8_t *w, size_t ldw, const int R,
                        const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
     if (T == EL_Q6_K && small) tile_q6s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
     else if (T == EL_Q5_K && small) tile_q5s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
+    else if (T == EL_Q3_K && small) tile_q3s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
     else tile_k(T, small, nb, w, ldw, R, a, lda, nc, out, ldo, dp);
 }
 
@@ -409,6 +447,7 @@ DEFINE_QGEMM_LEVELS(q4_K, gemm_kq, EL_Q4_K, 0)
 DEFINE_QGEMM_LEVELS(q5_K, gemm_kq, EL_Q5_K, 0)
 DEFINE_QGEMM_LEVELS(q6_K, gemm_kq, EL_Q6_K, 0)
 DEFINE_QGEMM_LEVELS(q4_K_small, gemm_kq, EL_Q4_K, 1)
+DEFINE_QGEMM_LEVELS(q3_K_small, gemm_kq, EL_Q3_K, 1)
 DEFINE_QGEMM_LEVELS(q5_K_small, gemm_kq, EL_Q5_K, 1)
 DEFINE_QGEMM_LEVELS(q6_K_small, gemm_kq, EL_Q6_K, 1)
 
@@ -419,6 +458,7 @@ void el_neon_register_kquants(el_type_traits *t, int dp) {
     NEON_SET(t, EL_Q5_K, q5_K, dp);
     NEON_SET(t, EL_Q6_K, q6_K, dp);
     NEON_SET_SMALL(t, EL_Q4_K, q4_K_small, dp);
+    NEON_SET_SMALL(t, EL_Q3_K, q3_K_small, dp);
     NEON_SET_SMALL(t, EL_Q5_K, q5_K_small, dp);
     NEON_SET_SMALL(t, EL_Q6_K, q6_K_small, dp);
 }

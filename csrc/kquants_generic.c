@@ -634,6 +634,28 @@ void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
     *s = sumf;
 }
 
+/* llama.cpp's x86 vec_dot for Q3_K (below 8 activation rows; from 8 on its tiled gemm, whose
+ * order is the one above): 8 integer lanes per super-block, lane k = sum over the values v with
+ * (v % 32) / 4 == k of scale(v / 16) * q_v * q8_v (q signed, -4..3); acc[k] = fma(d_act * d, lane,
+ * acc[k]); el_hsum8 at the end */
+void vec_dot_q3_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    float acc[8] = {0};
+    for (int i = 0; i < nb; ++i) {
+        int lane[8] = {0};
+        for (int v = 0; v < QK_K; ++v) {
+            const int hbit = (x[i].hmask[v % 32] >> (v / 32)) & 1;
+            const int q = unpack_2bit(x[i].qs, v) - (hbit ? 0 : 4);
+            lane[(v % 32) / 4] += q3_K_scale(x[i].scales, v / 16) * q * y[i].qs[v];
+        }
+        const float d = y[i].d * EL_H2F(x[i].d);
+        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+    }
+    *s = el_hsum8(acc);
+}
+
 /* Q4_K / Q5_K integers over sub-blocks j0 .. j1-1 (32 values each) once the values are
  * unpacked into q[256]: *isum = sum sc * dot, *summs = sum m * bsum */
 static void k4_ints(const block_q8_K *y, const int8_t *q, const uint8_t *scales, int j0, int j1, int *isum,

@@ -582,6 +582,8 @@ LBATCH_KERNELS(q8_0, EL_Q8_0)
  *                the end (the int lanes, offset seed included, are the generic twin's).
  *   Q5_K small:  the same lanes, and the mins' scalar chain summs = fma(-d_act * dmin, M, summs)
  *                added after the hsum8.
+ *   Q3_K small:  the same lanes, each with its own -4 * scale * q8 terms (ggml's vec_dot), not
+ *                the bsums seed.
  * ------------------------------------------------------------------------------------------ */
 
 /* per-row state of one super-block */
@@ -602,7 +604,8 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
     const int nb = n / QK_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
-    const int lanes8 = (type == EL_Q5_K || type == EL_Q6_K) && small;  /* 8 float lanes per pair */
+    const int lanes8 = (type == EL_Q3_K || type == EL_Q5_K || type == EL_Q6_K) && small;  /* 8 float lanes per pair */
+    const int q3s = type == EL_Q3_K && small;
     const int quarters = type == EL_Q4_K && !small;   /* Q4_K: a float step per quarter */
     __m128 acc = _mm_setzero_ps();                    /* lane p (not Q4_K) */
     __m256 acc2 = _mm256_setzero_ps();                /* Q4_K: acc in lane p, accm in lane p + 4 */
@@ -631,7 +634,7 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
             const __m256i bs = _mm256_loadu_si256((const __m256i *)yb[c]->bsums);
             for (int r = 0; r < R; r++) {
                 const __m256i p = _mm256_madd_epi16(sb[r].mins, bs);
-                isum[r][c] = has_min ? _mm256_setzero_si256() : p;
+                isum[r][c] = has_min || q3s ? _mm256_setzero_si256() : p;
                 msum[r][c] = p;
             }
         }
@@ -662,8 +665,11 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
             }
             for (int c = 0; c < C; c++) {
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(yb[c]->qs + 32 * k));
-                for (int r = 0; r < R; r++)
-                    isum[r][c] = KFN(dot_ww)(isum[r][c], _mm256_maddubs_epi16(q[r], av), sc[r]);
+                const __m256i a4 = q3s ? _mm256_maddubs_epi16(_mm256_set1_epi8(4), av) : _mm256_setzero_si256();
+                for (int r = 0; r < R; r++) {
+                    const __m256i p16 = _mm256_maddubs_epi16(q[r], av);  /* Q3_K small: minus 4 * q8 */
+                    isum[r][c] = KFN(dot_ww)(isum[r][c], q3s ? _mm256_sub_epi16(p16, a4) : p16, sc[r]);
+                }
             }
             if (quarters && (k & 1)) {  /* end of quarter j: [I_j | M_j] over the pairs */
                 const int j = k / 2;
@@ -682,7 +688,8 @@ static inline __attribute__((always_inline)) void KFN(kquant_tile)(
         if (quarters) continue;
         if (lanes8) {
             for (int r = 0; r < R; r++) {
-                const float d = load_half(xb[r] + (type == EL_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q5_K, d)));
+                const float d = load_half(xb[r] + (type == EL_Q6_K ? offsetof(block_q6_K, d)
+                                                   : type == EL_Q3_K ? offsetof(block_q3_K, d) : offsetof(block_q5_K, d)));
                 for (int c = 0; c < C; c++) {
                     acc8[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * d), _mm256_cvtepi32_ps(isum[r][c]), acc8[r][c]);
                     if (type == EL_Q5_K) {
@@ -934,6 +941,7 @@ KQUANT_KERNELS(q4_K, EL_Q4_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q4_K_small, EL_Q4_K, 1, 2, 2, 2)
 KQUANT_KERNELS(q5_K, EL_Q5_K, 0, 2, 2, 2)
 KQUANT_KERNELS(q6_K, EL_Q6_K, 0, 2, 2, 2)
+KQUANT_KERNELS(q3_K_small, EL_Q3_K, 1, 2, 2, 2)
 KQUANT_KERNELS(q5_K_small, EL_Q5_K, 1, 2, 2, 2)
 KQUANT_KERNELS(q6_K_small, EL_Q6_K, 1, 2, 2, 2)
 #undef KQUANT_KERNELS
@@ -1036,6 +1044,7 @@ static void KFN(register)(el_type_traits *t) {
     SET(EL_Q8_0, q8_0);
 #undef SET
     t[EL_Q4_K].vec_dot_small = KFN(q4_K_small_vec_dot), t[EL_Q4_K].gemm_small = KFN(q4_K_small_gemm);
+    t[EL_Q3_K].vec_dot_small = KFN(q3_K_small_vec_dot), t[EL_Q3_K].gemm_small = KFN(q3_K_small_gemm);
     t[EL_Q5_K].vec_dot_small = KFN(q5_K_small_vec_dot), t[EL_Q5_K].gemm_small = KFN(q5_K_small_gemm);
     t[EL_Q6_K].vec_dot_small = KFN(q6_K_small_vec_dot), t[EL_Q6_K].gemm_small = KFN(q6_K_small_gemm);
     el_vops.qk_q8_0 = KFN(qk_q8_0);

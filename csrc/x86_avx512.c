@@ -914,7 +914,8 @@ static inline void transpose8x8(const __m256i in[8], __m256i out[8]) {
 
 /* A tile of R <= 2 rows x C <= 4 columns; (row r, column c) is pair p = 4r + c, one lane of the
  * float accumulators, so the generic twin's scalar steps run for 8 pairs at once.
- * small: the small-batch order (el_small_rows) of Q4_K / Q5_K / Q6_K instead of the batch one */
+ * small: the small-batch order (el_small_rows) of Q3_K / Q4_K / Q5_K / Q6_K instead of the batch
+ * one (Q3_K small: each lane's own -4 * scale * q8 terms, as ggml's vec_dot, not the bsums seed) */
 static inline __attribute__((always_inline)) void kquant_tile(const int type, const int small, int n, const uint8_t *w,
                                                               size_t ldw, const int R, const uint8_t *a, size_t lda,
                                                               const int C, float *out, size_t ldo) {
@@ -922,7 +923,8 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
     const size_t wbs = (size_t)kquant_block_bytes(type);
     const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    const int lanes8 = small && (type == EL_Q5_K || type == EL_Q6_K);
+    const int lanes8 = small && (type == EL_Q3_K || type == EL_Q5_K || type == EL_Q6_K);
+    const int q3s = small && type == EL_Q3_K;
     __m256 acc6[KT_RMAX][KT_CMAX];  /* Q5_K / Q6_K small: vec_dot's 8 lanes per pair */
     __m256 summs = _mm256_setzero_ps();  /* Q5_K small: the mins' chain, lane p */
     for (int r = 0; r < R; r++)
@@ -951,7 +953,7 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
                 dminp[p] = has_min ? _mm512_cvtss_f32(sb[r].dmin) : 0.0f;
                 dap[p] = yb[c]->d;
                 ms[p] = _mm256_madd_epi16(sb[r].mins, bs);
-                if (!has_min) isum[p] = _mm512_zextsi256_si512(ms[p]);
+                if (!has_min && !q3s) isum[p] = _mm512_zextsi256_si512(ms[p]);
             }
         }
         const __m256 d8 = _mm256_loadu_ps(dp), dmin8 = _mm256_loadu_ps(dminp), da8 = _mm256_loadu_ps(dap);
@@ -998,8 +1000,11 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
             }
             for (int c = 0; c < C; c++) {
                 const __m512i av = _mm512_loadu_si512((const void *)(yb[c]->qs + 64 * j));
-                for (int r = 0; r < R; r++)
-                    isum[4 * r + c] = _mm512_dpwssd_epi32(isum[4 * r + c], _mm512_maddubs_epi16(q[r], av), sc[r]);
+                const __m512i a4 = q3s ? _mm512_maddubs_epi16(_mm512_set1_epi8(4), av) : _mm512_setzero_si512();
+                for (int r = 0; r < R; r++) {
+                    const __m512i p16 = _mm512_maddubs_epi16(q[r], av);  /* Q3_K small: minus 4 * q8 */
+                    isum[4 * r + c] = _mm512_dpwssd_epi32(isum[4 * r + c], q3s ? _mm512_sub_epi16(p16, a4) : p16, sc[r]);
+                }
             }
         }
         if (lanes8) {  /* vec_dot's 8 lanes: values 4k..4k+3 of every 32 */
@@ -1370,6 +1375,7 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, krw
 
 KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
+KERNELS(q3_K_small, EL_Q3_K, 1, 2, 4, 2)
 KCL_KERNELS(q4_K, EL_Q4_K)
 KCL_KERNELS(q5_K, EL_Q5_K)
 KERNELS(q5_K_small, EL_Q5_K, 1, 2, 4, 2)
@@ -2054,6 +2060,7 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_IQ4_XS, iq4_xs);
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
+    t[EL_Q3_K].vec_dot_small = q3_K_small_vec_dot_avx512, t[EL_Q3_K].gemm_small = q3_K_small_gemm_avx512;
     t[EL_Q5_K].vec_dot_small = q5_K_small_vec_dot_avx512, t[EL_Q5_K].gemm_small = q5_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 #define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512

@@ -10,7 +10,7 @@ CPU) are loaded with ctypes:
   llama.cpp's x86 build computes them: IQ4_NL and Q4_0 through their repacked 8-row gemv and
   gemm (ggml repacks IQ4_NL and Q4_0 matrices of 8k rows on AVX2 machines; the script checks that
   both give the same bits), IQ4_XS through ggml_vec_dot_iq4_xs_q8_K;
-- Q5_K and Q6_K through ggml_vec_dot_q5_K_q8_K / _q6_K_q8_K, the order llama.cpp takes for
+- Q3_K, Q5_K and Q6_K through ggml_vec_dot_q3_K_q8_K / _q5_K_q8_K / _q6_K_q8_K, the order llama.cpp takes for
   fewer than 8 activation rows (the small-batch order).
 
     python scripts/make_quant_fixture.py [--lib-dir /work/llamacpp/build/bin]
@@ -162,7 +162,7 @@ def main() -> None:
         new[f"{name}_dot"] = by_gemv
     new["IQ4_XS_act"] = g.from_float(Q8_K, acts)
     new["IQ4_XS_dot"] = g.vec_dot("IQ4_XS", n, new["IQ4_XS"], new["IQ4_XS_act"])
-    for name in ("Q5_K", "Q6_K"):  # what llama.cpp takes below 8 activation rows (its tiled gemm from 8)
+    for name in ("Q3_K", "Q5_K", "Q6_K"):  # what llama.cpp takes below 8 activation rows (its tiled gemm from 8)
         new[f"{name}_act"] = g.from_float(Q8_K, acts)
         new[f"{name}_vec_dot"] = g.vec_dot(name, n, new[name], new[f"{name}_act"])
 

@@ -181,9 +181,9 @@ def test_c_and_numba_agree(t):
         assert dn == pytest.approx(dc, rel=1e-4, abs=1e-30)
 
 
-@pytest.mark.parametrize("t", [QType.Q5_K, QType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [QType.Q3_K, QType.Q5_K, QType.Q6_K], ids=lambda t: t.name)
 def test_small_batch_order_is_llamacpps_vec_dot(fixtures_dir, t, backend):
-    """Below 8 activation rows llama.cpp takes ggml_vec_dot_q5_K_q8_K / _q6_K_q8_K (from 8 on its
+    """Below 8 activation rows llama.cpp takes ggml_vec_dot_q3_K_q8_K / _q5_K / _q6_K (from 8 on its
     tiled gemm, whose order the main twins follow): the small-batch twins give its bits, on its own
     activation quantizer's rows (the fixture: scripts/make_quant_fixture.py). numba's fmaf rounds a
     float64 sum to float32, so it may differ by an ulp in a tie."""

@@ -20,8 +20,9 @@ void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q6_K_q8_K_generic(int n, float *s, const void *x, const void *y);
-/* the orders llama.cpp uses for small batches (el_small_rows): Q4_K's repacked gemv, Q5_K's and
- * Q6_K's vec_dot */
+/* the orders llama.cpp uses for small batches (el_small_rows): Q4_K's repacked gemv, Q3_K's,
+ * Q5_K's and Q6_K's vec_dot */
+void vec_dot_q3_K_q8_K_small_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q4_K_q8_K_small_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q5_K_q8_K_small_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_q6_K_q8_K_small_generic(int n, float *s, const void *x, const void *y);

@@ -4,7 +4,8 @@ Same names as the C functions (ggml's), numpy arrays in place of pointers:
 `quantize_row_<t>_ref(x: float32[k], y: uint8[k/256*block_bytes])`,
 `dequantize_row_<t>(x: uint8[...], y: float32[k])`,
 `vec_dot_<t>_q8_K_generic(n, x: uint8[...], y: uint8[...]) -> float32` (and the C twin's
-`vec_dot_q4_K_q8_K_small_generic` / `vec_dot_q5_K_q8_K_small_generic` / `vec_dot_q6_K_q8_K_small_generic`). The dots follow the C
+`vec_dot_q3_K_q8_K_small_generic` / `vec_dot_q4_K_q8_K_small_generic` / `vec_dot_q5_K_q8_K_small_generic` /
+`vec_dot_q6_K_q8_K_small_generic`). The dots follow the C
 twin's float order; its fmaf is emulated in float64 (_fmaf).
 
 The quantizers write the same bytes as the C twin (and ggml's quantize_row_*_ref), so every
@@ -526,6 +527,28 @@ def vec_dot_q3_K_q8_K_generic(n, x, y):
             isum += _q3_K_scale(x, o + Q3_K_SCALES, g) * s
         sumf = _k_term(sumf, isum, _rd_half(x, o + Q3_K_D), _rd_f32(y, oy + Q8_K_D))
     return sumf
+
+
+@njit(cache=True)
+def vec_dot_q3_K_q8_K_small_generic(n, x, y):
+    """llama.cpp's x86 vec_dot for Q3_K (the C twin's small-batch order): 8 integer lanes per
+    super-block, lane k over the values v with (v % 32) // 4 == k of scale * q * q8 (q signed);
+    acc[k] = fmaf(d_act * d, lane, acc[k]); the lanes summed as ((l0 + l4) + (l2 + l6)) +
+    ((l1 + l5) + (l3 + l7))."""
+    _check_dot(n, x.size, y.size, Q3_K_BYTES)
+    acc = np.zeros(8, np.float32)
+    lane = np.zeros(8, np.int64)
+    for i in range(n // QK_K):
+        o = i * Q3_K_BYTES
+        oy = i * Q8_K_BYTES
+        lane[:] = 0
+        for v in range(QK_K):
+            lane[(v % 32) // 4] += (_q3_K_scale(x, o + Q3_K_SCALES, v // 16) * _q3_K_value(x, o, v)
+                                    * _s8(y[oy + Q8_K_QS + v]))
+        d = _rd_f32(y, oy + Q8_K_D) * _rd_half(x, o + Q3_K_D)
+        for k in range(8):
+            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 
 
 # ---- Q4_K / Q5_K ---------------------------------------------------------------------------
