@@ -4,8 +4,8 @@
  *
  * Numerics: integer sums are exact (int32) and the float steps are the generic twins'
  * (kquants_generic.c): the per-super-block fma chain (Q4_K: per quarter super-block), weight
- * rows in vector lanes; Q6_K's small-batch kernel as the legacy types' 8 float lanes per (row,
- * activation) pair. Results are the twins' bits at both levels, and gemm's are vec_dot's
+ * rows in vector lanes; the small-batch kernels of Q3_K, Q5_K and Q6_K as the legacy types' 8
+ * float lanes per (row, activation) pair. Results are the twins' bits at both levels, and gemm's are vec_dot's
  * whatever the tile.
  *
  * gemm tiles: 4 weight rows by up to 8 activation rows, each block decoded once. */
@@ -286,142 +286,75 @@ EL_INLINE void tile_k(const int T, const int small, int nb, const uint8_t *w, si
     store_tile(acc, R, nc, out, ldo);
 }
 
-/* Q6_K's small-batch order (vec_dot_q6_K_q8_K_small_generic): 8 integer lanes per super-block,
- * lane k over values 4k..4k+3 of every 32: sum of scale * (q + 32) * q8, minus
- * 32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); then as the legacy types' 8 float lanes.
- * R weight rows by nc activation rows, each decoded block used for all of them. */
-EL_INLINE void tile_q6s(int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-                        const int nc, float *out, size_t ldo, const int dp) {
-    float32x4_t acc[MAX_NC][4][2];
-    kblock kb[4];
-    for (int c = 0; c < nc; c++)
-        for (int r = 0; r < R; r++) acc[c][r][0] = acc[c][r][1] = vdupq_n_f32(0.0f);
-    const int8x16_t m32 = vdupq_n_s8(32);
-    for (int b = 0; b < nb; b++) {
-        const el_half *dptr[4];
-        int16x8_t sc0[4], sc1[4];
-        for (int r = 0; r < R; r++) {
-            const block_q6_K *x = (const block_q6_K *)(w + (size_t)r * ldw) + b;
-            k_decode(EL_Q6_K, x, &kb[r]);
-            for (int i = 0; i < QK_K; i += 16) vst1q_s8(kb[r].q + i, vaddq_s8(vld1q_s8(kb[r].q + i), m32));
-            dptr[r] = &x->d;
-            const int8x16_t sc = vld1q_s8(x->scales);
-            sc0[r] = vmovl_s8(vget_low_s8(sc));
-            sc1[r] = vmovl_high_s8(sc);
-        }
-        const float32x4_t dx = row_halves(dptr, R);
-        for (int c = 0; c < nc; c++) {
-            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
-            const int16x8_t b0 = vld1q_s16(y->bsums), b1 = vld1q_s16(y->bsums + 8);
-            const float32x4_t d = vmulq_n_f32(dx, y->d);  /* lane r: d_act * d */
-            for (int r = 0; r < R; r++) {
-                /* 32 * (sc . bsum) over the pairs of 16-groups 2k, 2k+1 */
-                const int32x4_t m_lo = vpaddq_s32(vmull_s16(vget_low_s16(sc0[r]), vget_low_s16(b0)),
-                                                  vmull_high_s16(sc0[r], b0));
-                const int32x4_t m_hi = vpaddq_s32(vmull_s16(vget_low_s16(sc1[r]), vget_low_s16(b1)),
-                                                  vmull_high_s16(sc1[r], b1));
-                int32x4_t lo = vmulq_n_s32(m_lo, -32), hi = vmulq_n_s32(m_hi, -32);
-                for (int j = 0; j < 8; j++) {  /* 32-value chunk j: 16-groups 2j, 2j+1; kb q is q + 32 */
-                    const int8_t *qv = kb[r].q + 32 * j;
-                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), kb[r].sc[2 * j]);
-                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1),
-                                     kb[r].sc[2 * j + 1]);
-                }
-                acc[c][r][0] = fma_lane(acc[c][r][0], vcvtq_f32_s32(lo), d, r);
-                acc[c][r][1] = fma_lane(acc[c][r][1], vcvtq_f32_s32(hi), d, r);
-            }
-        }
-    }
-    for (int c = 0; c < nc; c++)
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]);
-}
-
-/* Q5_K's small-batch order (vec_dot_q5_K_q8_K_small_generic): 8 integer lanes per super-block,
- * lane k over values 4k..4k+3 of every 32, of scale * q * q8, as the legacy types' 8 float lanes;
- * the mins a scalar chain summs = fma(-d_act * dmin, sum m * bsum, summs), added at the end. */
-EL_INLINE void tile_q5s(int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-                        const int nc, float *out, size_t ldo, const int dp) {
+/* The small-batch orders of Q3_K, Q5_K and Q6_K (vec_dot_*_q8_K_small_generic: ggml's x86
+ * vec_dot): 8 integer lanes per super-block, lane k over values 4k..4k+3 of every 32, of
+ * scale * q * q8, then as the legacy types' 8 float lanes. Q6_K's lanes take q + 32 and are seeded
+ * with -32 * (sc[2k] * bsum[2k] + sc[2k+1] * bsum[2k+1]); Q5_K adds its mins' scalar chain summs =
+ * fma(-d_act * dmin, sum m * bsum, summs) at the end. R weight rows by nc activation rows, each
+ * decoded block used for all of them. */
+EL_INLINE void tile_k8s(const int T, int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a,
+                        size_t lda, const int nc, float *out, size_t ldo, const int dp) {
+    const size_t bb = T == EL_Q3_K ? sizeof(block_q3_K) : T == EL_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K);
     float32x4_t acc[MAX_NC][4][2];
     float summs[MAX_NC][4];
     kblock kb[4];
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < R; r++) acc[c][r][0] = acc[c][r][1] = vdupq_n_f32(0.0f), summs[c][r] = 0.0f;
+    const int8x16_t m32 = vdupq_n_s8(32);
     for (int b = 0; b < nb; b++) {
         const el_half *dptr[4], *mptr[4];
+        int16x8_t sc0[4], sc1[4];  /* Q6_K: the 16 scales as int16 */
         for (int r = 0; r < R; r++) {
-            const block_q5_K *x = (const block_q5_K *)(w + (size_t)r * ldw) + b;
-            k_decode(EL_Q5_K, x, &kb[r]);
-            dptr[r] = &x->d, mptr[r] = &x->dmin;
+            const uint8_t *x = w + (size_t)r * ldw + (size_t)b * bb;
+            k_decode(T, x, &kb[r]);
+            dptr[r] = kb[r].d, mptr[r] = T == EL_Q5_K ? kb[r].dmin : kb[r].d;
+            if (T == EL_Q6_K) {
+                for (int i = 0; i < QK_K; i += 16) vst1q_s8(kb[r].q + i, vaddq_s8(vld1q_s8(kb[r].q + i), m32));
+                const int8x16_t sc = vld1q_s8(((const block_q6_K *)x)->scales);
+                sc0[r] = vmovl_s8(vget_low_s8(sc));
+                sc1[r] = vmovl_high_s8(sc);
+            }
         }
         const float32x4_t dx = row_halves(dptr, R), mx = row_halves(mptr, R);
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
             const float32x4_t d = vmulq_n_f32(dx, y->d);  /* lane r: d_act * d */
             float dmn[4];
-            vst1q_f32(dmn, vmulq_n_f32(mx, -y->d));        /* lane r: -d_act * dmin */
+            vst1q_f32(dmn, vmulq_n_f32(mx, -y->d));        /* Q5_K, lane r: -d_act * dmin */
             for (int r = 0; r < R; r++) {
                 int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+                if (T == EL_Q6_K) {  /* 32 * (sc . bsum) over the pairs of 16-groups 2k, 2k+1 */
+                    const int16x8_t b0 = vld1q_s16(y->bsums), b1 = vld1q_s16(y->bsums + 8);
+                    lo = vmulq_n_s32(vpaddq_s32(vmull_s16(vget_low_s16(sc0[r]), vget_low_s16(b0)), vmull_high_s16(sc0[r], b0)), -32);
+                    hi = vmulq_n_s32(vpaddq_s32(vmull_s16(vget_low_s16(sc1[r]), vget_low_s16(b1)), vmull_high_s16(sc1[r], b1)), -32);
+                }
                 int mins = 0;
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < 8; j++) {  /* 32-value chunk j: 16-groups 2j, 2j+1 (Q5_K: one scale) */
                     const int8_t *qv = kb[r].q + 32 * j;
-                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), kb[r].sc[j]);
-                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1), kb[r].sc[j]);
-                    mins += kb[r].mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+                    const int32_t s0 = T == EL_Q5_K ? kb[r].sc[j] : kb[r].sc[2 * j];
+                    const int32_t s1 = T == EL_Q5_K ? kb[r].sc[j] : kb[r].sc[2 * j + 1];
+                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), s0);
+                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1), s1);
+                    if (T == EL_Q5_K) mins += kb[r].mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
                 }
                 acc[c][r][0] = fma_lane(acc[c][r][0], vcvtq_f32_s32(lo), d, r);
                 acc[c][r][1] = fma_lane(acc[c][r][1], vcvtq_f32_s32(hi), d, r);
-                summs[c][r] = fmaf(dmn[r], (float)mins, summs[c][r]);
+                if (T == EL_Q5_K) summs[c][r] = fmaf(dmn[r], (float)mins, summs[c][r]);
             }
         }
     }
     for (int c = 0; c < nc; c++)
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]) + summs[c][r];
-}
-
-/* Q3_K's small-batch order (vec_dot_q3_K_q8_K_small_generic): 8 integer lanes per super-block,
- * lane k over values 4k..4k+3 of every 32, of scale * q * q8 (q signed), as the legacy types' 8
- * float lanes. */
-EL_INLINE void tile_q3s(int nb, const uint8_t *w, size_t ldw, const int R, const uint8_t *a, size_t lda,
-                        const int nc, float *out, size_t ldo, const int dp) {
-    float32x4_t acc[MAX_NC][4][2];
-    kblock kb[4];
-    for (int c = 0; c < nc; c++)
-        for (int r = 0; r < R; r++) acc[c][r][0] = acc[c][r][1] = vdupq_n_f32(0.0f);
-    for (int b = 0; b < nb; b++) {
-        const el_half *dptr[4];
         for (int r = 0; r < R; r++) {
-            const block_q3_K *x = (const block_q3_K *)(w + (size_t)r * ldw) + b;
-            k_decode(EL_Q3_K, x, &kb[r]);
-            dptr[r] = &x->d;
+            const float h = hsum8(acc[c][r][0], acc[c][r][1]);
+            out[(size_t)c * ldo + r] = T == EL_Q5_K ? h + summs[c][r] : h;
         }
-        const float32x4_t dx = row_halves(dptr, R);
-        for (int c = 0; c < nc; c++) {
-            const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + b;
-            const float32x4_t d = vmulq_n_f32(dx, y->d);  /* lane r: d_act * d */
-            for (int r = 0; r < R; r++) {
-                int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
-                for (int j = 0; j < 8; j++) {  /* 32-value chunk j: 16-groups 2j, 2j+1 */
-                    const int8_t *qv = kb[r].q + 32 * j;
-                    lo = vmlaq_n_s32(lo, dot4_s8(vld1q_s8(qv), vld1q_s8(y->qs + 32 * j), dp, 1), kb[r].sc[2 * j]);
-                    hi = vmlaq_n_s32(hi, dot4_s8(vld1q_s8(qv + 16), vld1q_s8(y->qs + 32 * j + 16), dp, 1),
-                                     kb[r].sc[2 * j + 1]);
-                }
-                acc[c][r][0] = fma_lane(acc[c][r][0], vcvtq_f32_s32(lo), d, r);
-                acc[c][r][1] = fma_lane(acc[c][r][1], vcvtq_f32_s32(hi), d, r);
-            }
-        }
-    }
-    for (int c = 0; c < nc; c++)
-        for (int r = 0; r < R; r++) out[(size_t)c * ldo + r] = hsum8(acc[c][r][0], acc[c][r][1]);
 }
 
 /* K-quants, 4 rows at a time (a remainder row alone) by up to MAX_NC activation rows; the
  * one-activation-row case (decode) gets its own copy with the count known */
 EL_INLINE void tile_kq(const int T, const int small, int nb, const uint8_t *w, size_t ldw, const int R,
                        const uint8_t *a, size_t lda, const int nc, float *out, size_t ldo, const int dp) {
-    if (T == EL_Q6_K && small) tile_q6s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
-    else if (T == EL_Q5_K && small) tile_q5s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
-    else if (T == EL_Q3_K && small) tile_q3s(nb, w, ldw, R, a, lda, nc, out, ldo, dp);
+    if (small && T != EL_Q4_K) tile_k8s(T, nb, w, ldw, R, a, lda, nc, out, ldo, dp);
     else tile_k(T, small, nb, w, ldw, R, a, lda, nc, out, ldo, dp);
 }
 

@@ -634,24 +634,26 @@ void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) 
     *s = sumf;
 }
 
+/* the small-batch orders' float step (ggml's x86 vec_dot of Q3_K, Q5_K, Q6_K): 8 integer lanes of
+ * a super-block, acc[k] = fma(d_act * d, lane k, acc[k]) */
+static inline void lanes8_fma(float acc[8], float d, const int lane[8]) {
+    for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+}
+
 /* llama.cpp's x86 vec_dot for Q3_K (below 8 activation rows; from 8 on its tiled gemm, whose
  * order is the one above): 8 integer lanes per super-block, lane k = sum over the values v with
- * (v % 32) / 4 == k of scale(v / 16) * q_v * q8_v (q signed, -4..3); acc[k] = fma(d_act * d, lane,
- * acc[k]); el_hsum8 at the end */
+ * (v % 32) / 4 == k of scale(v / 16) * q_v * q8_v (q signed, -4..3); lanes8_fma; el_hsum8 at the end */
 void vec_dot_q3_K_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q3_K *x = vx;
     const block_q8_K *y = vy;
-    const int nb = n / QK_K;
     float acc[8] = {0};
-    for (int i = 0; i < nb; ++i) {
+    for (int i = 0; i < n / QK_K; ++i) {
         int lane[8] = {0};
         for (int v = 0; v < QK_K; ++v) {
-            const int hbit = (x[i].hmask[v % 32] >> (v / 32)) & 1;
-            const int q = unpack_2bit(x[i].qs, v) - (hbit ? 0 : 4);
+            const int q = unpack_2bit(x[i].qs, v) - (((x[i].hmask[v % 32] >> (v / 32)) & 1) ? 0 : 4);
             lane[(v % 32) / 4] += q3_K_scale(x[i].scales, v / 16) * q * y[i].qs[v];
         }
-        const float d = y[i].d * EL_H2F(x[i].d);
-        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        lanes8_fma(acc, y[i].d * EL_H2F(x[i].d), lane);
     }
     *s = el_hsum8(acc);
 }
@@ -737,9 +739,8 @@ void vec_dot_q5_K_q8_K_small_generic(int n, float *s, const void *vx, const void
                 lane[l / 4] += sc * q * y[i].qs[v];
             }
         }
-        const float d = y[i].d * EL_H2F(x[i].d), dmin = -y[i].d * EL_H2F(x[i].dmin);
-        summs = fmaf(dmin, (float)mins, summs);
-        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        summs = fmaf(-y[i].d * EL_H2F(x[i].dmin), (float)mins, summs);
+        lanes8_fma(acc, y[i].d * EL_H2F(x[i].d), lane);
     }
     *s = el_hsum8(acc) + summs;
 }
@@ -776,8 +777,7 @@ void vec_dot_q6_K_q8_K_small_generic(int n, float *s, const void *vx, const void
         }
         for (int k = 0; k < 8; ++k)
             lane[k] -= 32 * (x[i].scales[2 * k] * y[i].bsums[2 * k] + x[i].scales[2 * k + 1] * y[i].bsums[2 * k + 1]);
-        const float d = y[i].d * EL_H2F(x[i].d);
-        for (int k = 0; k < 8; ++k) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        lanes8_fma(acc, y[i].d * EL_H2F(x[i].d), lane);
     }
     *s = el_hsum8(acc);
 }

@@ -22,6 +22,7 @@ from numba import njit
 
 from .numba_quants import float_to_half as _f32_to_half  # exact binary16 conversions, shared
 from .numba_quants import half_to_float as _half_to_f32
+from .numba_quants import _hsum8, _lanes_acc  # the 8 float lanes of the small-batch orders, as the legacy types'
 
 QK_K = 256
 F32 = np.float32
@@ -546,9 +547,8 @@ def vec_dot_q3_K_q8_K_small_generic(n, x, y):
             lane[(v % 32) // 4] += (_q3_K_scale(x, o + Q3_K_SCALES, v // 16) * _q3_K_value(x, o, v)
                                     * _s8(y[oy + Q8_K_QS + v]))
         d = _rd_f32(y, oy + Q8_K_D) * _rd_half(x, o + Q3_K_D)
-        for k in range(8):
-            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+        _lanes_acc(acc, d, lane)
+    return _hsum8(acc)
 
 
 # ---- Q4_K / Q5_K ---------------------------------------------------------------------------
@@ -756,9 +756,8 @@ def vec_dot_q5_K_q8_K_small_generic(n, x, y):
         d = d_act * _rd_half(x, o + Q5_K_D)
         dmin = -d_act * _rd_half(x, o + Q5_K_DMIN)
         summs = _fmaf(dmin, F32(mins), summs)
-        for k in range(8):
-            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
-    return (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + summs
+        _lanes_acc(acc, d, lane)
+    return _hsum8(acc) + summs
 
 
 # ---- Q6_K ----------------------------------------------------------------------------------
@@ -856,9 +855,8 @@ def vec_dot_q6_K_q8_K_small_generic(n, x, y):
             lane[k] -= 32 * (_s8(x[o + Q6_K_SCALES + 2 * k]) * _rd_i16(y, oy + Q8_K_BSUMS + 4 * k)
                              + _s8(x[o + Q6_K_SCALES + 2 * k + 1]) * _rd_i16(y, oy + Q8_K_BSUMS + 4 * k + 2))
         d = _rd_f32(y, oy + Q8_K_D) * _rd_half(x, o + Q6_K_D)
-        for k in range(8):
-            acc[k] = _fmaf(d, F32(lane[k]), acc[k])
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+        _lanes_acc(acc, d, lane)
+    return _hsum8(acc)
 
 
 # ---- Q8_K (activations) --------------------------------------------------------------------
