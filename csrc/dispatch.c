@@ -266,6 +266,7 @@ void el_register_generic(el_type_traits *t) {
 #undef T
     t[EL_Q4_K].vec_dot_small = vec_dot_q4_K_q8_K_small_generic;
     t[EL_Q3_K].vec_dot_small = vec_dot_q3_K_q8_K_small_generic;
+    t[EL_IQ4_XS].vec_dot_small = vec_dot_iq4_xs_q8_K_small_generic;
     t[EL_Q5_K].vec_dot_small = vec_dot_q5_K_q8_K_small_generic;
     t[EL_Q6_K].vec_dot_small = vec_dot_q6_K_q8_K_small_generic;
     t[EL_Q4_1].vec_dot_batch = vec_dot_q4_1_q8_1_batch_generic;

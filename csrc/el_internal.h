@@ -45,11 +45,11 @@ typedef struct {
 
 /* How many of a batch's m activation rows (from the end) llama.cpp computes with its
  * small-batch kernels for weights of this type: repacked Q4_K takes rows in fours through its
- * gemm and the rest through its gemv; Q3_K, Q5_K and Q6_K go through the tiled gemm from 8 rows
- * on (ggml-cpu/tiled) and through vec_dot below that. */
+ * gemm and the rest through its gemv; Q3_K, Q5_K, Q6_K and IQ4_XS go through the tiled gemm
+ * from 8 rows on (ggml-cpu/tiled) and through vec_dot below that. */
 static inline int el_small_rows(int type, int m) {
     if (type == EL_Q4_K) return m % 4;
-    if (type == EL_Q3_K || type == EL_Q5_K || type == EL_Q6_K) return m < 8 ? m : 0;
+    if (type == EL_Q3_K || type == EL_Q5_K || type == EL_Q6_K || type == EL_IQ4_XS) return m < 8 ? m : 0;
     return 0;
 }
 

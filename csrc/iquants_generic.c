@@ -11,9 +11,12 @@
  * - IQ4_NL against Q8_0: ggml repacks IQ4_NL matrices of 8k rows (8 rows interleaved) and its
  *   AVX2/AVX-512 gemm and gemv over them keep one float accumulator per (row, activation row):
  *   per block the exact integer sum of the 32 products, then acc = fma(sum, dw * da, acc).
- * - IQ4_XS against Q8_K: ggml_vec_dot_iq4_xs_q8_K (AVX2; no repacking, no tinyBLAS): 8 integer
- *   lanes per super-block, lane i the sum over its 32-value groups of scale * (the products of
- *   values 4i..4i+3 of the group); acc[i] = fma(d * d_act, lane i, acc[i]); el_hsum8 at the end.
+ * - IQ4_XS against Q8_K: from 8 activation rows llama.cpp's tiled gemm (ggml-cpu/tiled): per
+ *   super-block the exact integer isum = sum over its groups of scale * dot, then acc =
+ *   fma(isum * d, d_act, acc) (k_term); below 8 rows (the small-batch order, el_small_rows)
+ *   ggml_vec_dot_iq4_xs_q8_K (AVX2; no repacking): 8 integer lanes per super-block, lane i the
+ *   sum over its 32-value groups of scale * (the products of values 4i..4i+3 of the group);
+ *   acc[i] = fma(d * d_act, lane i, acc[i]); el_hsum8 at the end.
  * Every SIMD path reproduces these bits. */
 
 #if defined(__clang__)
@@ -191,6 +194,23 @@ void vec_dot_iq4_nl_q8_0_generic(int n, float *s, const void *vx, const void *vy
 }
 
 void vec_dot_iq4_xs_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int isum = 0;
+        for (int g = 0; g < QK_K / 32; g++) {
+            int q[32], dot = 0;
+            unpack_group(x[i].qs + 16 * g, q);
+            for (int j = 0; j < 32; j++) dot += q[j] * y[i].qs[32 * g + j];
+            isum += iq4_xs_scale(&x[i], g) * dot;
+        }
+        acc = fmaf((float)isum * el_half_to_float(x[i].d), y[i].d, acc);
+    }
+    *s = acc;
+}
+
+void vec_dot_iq4_xs_q8_K_small_generic(int n, float *s, const void *vx, const void *vy) {
     const block_iq4_xs *x = vx;
     const block_q8_K *y = vy;
     float acc[8] = {0};

@@ -77,7 +77,9 @@ static inline __attribute__((always_inline)) void KFN(iq4_nl_kernel)(int n, cons
 }
 
 /* ------------------------------------------------------------------------------------------
- * IQ4_XS against Q8_K, ggml_vec_dot_iq4_xs_q8_K's order: per (row, column) 8 float lanes; per
+ * IQ4_XS against Q8_K; from 8 activation rows llama.cpp's tiled gemm's order (the lanes' total per
+ * super-block, acc = fma(isum * d, d_act, acc)), below (small) ggml_vec_dot_iq4_xs_q8_K's order:
+ * per (row, column) 8 float lanes; per
  * super-block the 8 int32 lanes (lane i: sum over the groups of scale * products of values
  * 4i..4i+3, the scale applied by vpmaddwd / vpdpwssd on the int16 pair sums), then
  * lane = fma(d * d_act, int lane, lane); hsum256 (el_hsum8's tree) at the end.
@@ -96,14 +98,15 @@ static inline void KFN(xs_scales)(const uint8_t *blk, __m256i sc[8]) {
         sc[g] = _mm256_set1_epi16((short)((((sl >> (4 * g)) & 0xF) | (((sh >> (2 * g)) & 3) << 4)) - 32));
 }
 
-static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(int n, const uint8_t *w, size_t ldw, const int R,
-                                                                   const uint8_t *a, size_t lda, const int C,
-                                                                   float *out, size_t ldo) {
+static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(const int small, int n, const uint8_t *w,
+                                                                   size_t ldw, const int R, const uint8_t *a,
+                                                                   size_t lda, const int C, float *out, size_t ldo) {
     const int nb = n / QK_K;
     const size_t wbs = sizeof(block_iq4_xs);
     __m256 acc[XS_RMAX][XS_CMAX];
+    float acc1[XS_RMAX][XS_CMAX];  /* !small */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), acc1[r][c] = 0.0f;
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
         pf_step(&pf, R, ldw, wbs);
@@ -131,12 +134,24 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(int n, cons
         }
         for (int r = 0; r < R; r++) {
             const float d = load_half(xb[r] + offsetof(block_iq4_xs, d));
-            for (int c = 0; c < C; c++)
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+            for (int c = 0; c < C; c++) {
+                if (small) acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+                else acc1[r][c] = fmaf((float)hsum_i32(isum[r][c]) * d, yb[c]->d, acc1[r][c]);
+            }
         }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = hsum256(acc[r][c]);
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum256(acc[r][c]) : acc1[r][c];
+}
+static inline __attribute__((always_inline)) void KFN(iq4_xs_main_kernel)(int n, const uint8_t *w, size_t ldw,
+                                                                        const int R, const uint8_t *a, size_t lda,
+                                                                        const int C, float *out, size_t ldo) {
+    KFN(iq4_xs_kernel)(0, n, w, ldw, R, a, lda, C, out, ldo);
+}
+static inline __attribute__((always_inline)) void KFN(iq4_xs_small_kernel)(int n, const uint8_t *w, size_t ldw,
+                                                                         const int R, const uint8_t *a, size_t lda,
+                                                                         const int C, float *out, size_t ldo) {
+    KFN(iq4_xs_kernel)(1, n, w, ldw, R, a, lda, C, out, ldo);
 }
 
 #define IQ4_TILE(T, RR, CC) KFN(T)(n, w, ldw, RR, a, lda, CC, out, ldo)
@@ -154,11 +169,13 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(int n, cons
     }
 
 IQ4_KERNELS(iq4_nl, iq4_nl_kernel, 4, 4, 8)
-IQ4_KERNELS(iq4_xs, iq4_xs_kernel, 2, 2, 2)
+IQ4_KERNELS(iq4_xs, iq4_xs_main_kernel, 2, 2, 2)
+IQ4_KERNELS(iq4_xs_small, iq4_xs_small_kernel, 2, 2, 2)
 #undef IQ4_KERNELS
 #undef IQ4_TILE
 
 static void KFN(register_iq4)(el_type_traits *t) {
     t[EL_IQ4_NL].vec_dot = KFN(iq4_nl_vec_dot), t[EL_IQ4_NL].gemm = KFN(iq4_nl_gemm);
     t[EL_IQ4_XS].vec_dot = KFN(iq4_xs_vec_dot), t[EL_IQ4_XS].gemm = KFN(iq4_xs_gemm);
+    t[EL_IQ4_XS].vec_dot_small = KFN(iq4_xs_small_vec_dot), t[EL_IQ4_XS].gemm_small = KFN(iq4_xs_small_gemm);
 }

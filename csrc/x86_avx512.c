@@ -2061,6 +2061,7 @@ void el_register_avx512(el_type_traits *t) {
 #undef SET
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q3_K].vec_dot_small = q3_K_small_vec_dot_avx512, t[EL_Q3_K].gemm_small = q3_K_small_gemm_avx512;
+    t[EL_IQ4_XS].vec_dot_small = iq4_xs_small_vec_dot_avx512, t[EL_IQ4_XS].gemm_small = iq4_xs_small_gemm_avx512;
     t[EL_Q5_K].vec_dot_small = q5_K_small_vec_dot_avx512, t[EL_Q5_K].gemm_small = q5_K_small_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 #define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512

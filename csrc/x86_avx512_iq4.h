@@ -79,9 +79,10 @@ static inline __attribute__((always_inline)) void iq4_nl_kernel(int n, const uin
 }
 
 /* ------------------------------------------------------------------------------------------
- * IQ4_XS against Q8_K in ggml_vec_dot_iq4_xs_q8_K's order: per (row, column) and super-block the
- * 8 integer lanes of the generic twin (lane i: scale * products of values 4i..4i+3 of each group),
- * then lane = fma(d * d_act, int lane, lane), el_hsum8 at the end. Per 64 values: vpmaddubsw of
+ * IQ4_XS against Q8_K. small (below 8 activation rows): ggml_vec_dot_iq4_xs_q8_K's order, per (row,
+ * column) and super-block the 8 integer lanes of the generic twin (lane i: scale * products of
+ * values 4i..4i+3 of each group), then lane = fma(d * d_act, int lane, lane), el_hsum8 at the end;
+ * else llama.cpp's tiled gemm's: the lanes' total, acc = fma(isum * d, d_act, acc). Per 64 values: vpmaddubsw of
  * |w| against a negated where w < 0, then vpdpwssd with the two groups' scales (one per 256-bit
  * half); the halves are added after the last quarter.
  * ------------------------------------------------------------------------------------------ */
@@ -89,14 +90,15 @@ static inline __attribute__((always_inline)) void iq4_nl_kernel(int n, const uin
 #define XS_RMAX 2
 #define XS_CMAX 4
 
-static inline __attribute__((always_inline)) void iq4_xs_kernel(int n, const uint8_t *w, size_t ldw, const int R,
-                                                                const uint8_t *a, size_t lda, const int C, float *out,
-                                                                size_t ldo) {
+static inline __attribute__((always_inline)) void iq4_xs_kernel(const int small, int n, const uint8_t *w, size_t ldw,
+                                                                const int R, const uint8_t *a, size_t lda, const int C,
+                                                                float *out, size_t ldo) {
     const int nb = n / QK_K;
     const size_t wbs = sizeof(block_iq4_xs);
     __m256 acc[XS_RMAX][XS_CMAX];
+    float acc1[XS_RMAX][XS_CMAX];  /* !small */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), acc1[r][c] = 0.0f;
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
         pf_step(&pf, R, ldw, wbs);
@@ -136,12 +138,29 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(int n, const uin
             for (int c = 0; c < C; c++) {
                 const __m512i v = isum[r][c];
                 const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+                if (!small) {  /* the lanes' total (exact integers: any order) */
+                    int32_t l[8], tot = 0;
+                    _mm256_storeu_si256((__m256i *)l, l8);
+                    for (int k = 0; k < 8; k++) tot += l[k];
+                    acc1[r][c] = fmaf((float)tot * d, yb[c]->d, acc1[r][c]);
+                    continue;
+                }
                 acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(l8), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = hsum8_avx(acc[r][c]);
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum8_avx(acc[r][c]) : acc1[r][c];
+}
+static inline __attribute__((always_inline)) void iq4_xs_main_kernel(int n, const uint8_t *w, size_t ldw, const int R,
+                                                                     const uint8_t *a, size_t lda, const int C,
+                                                                     float *out, size_t ldo) {
+    iq4_xs_kernel(0, n, w, ldw, R, a, lda, C, out, ldo);
+}
+static inline __attribute__((always_inline)) void iq4_xs_small_kernel(int n, const uint8_t *w, size_t ldw, const int R,
+                                                                      const uint8_t *a, size_t lda, const int C,
+                                                                      float *out, size_t ldo) {
+    iq4_xs_kernel(1, n, w, ldw, R, a, lda, C, out, ldo);
 }
 
 #define IQ4_TILE(K, RR, CC) K(n, w, ldw, RR, a, lda, CC, out, ldo)
@@ -159,6 +178,7 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(int n, const uin
     }
 
 IQ4_KERNELS(iq4_nl, iq4_nl_kernel, 8, 4, 8)
-IQ4_KERNELS(iq4_xs, iq4_xs_kernel, 2, 4, 2)
+IQ4_KERNELS(iq4_xs, iq4_xs_main_kernel, 2, 4, 2)
+IQ4_KERNELS(iq4_xs_small, iq4_xs_small_kernel, 2, 4, 2)
 #undef IQ4_KERNELS
 #undef IQ4_TILE

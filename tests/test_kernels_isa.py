@@ -558,7 +558,8 @@ def test_matmul_matches_generic(kern, t, m, n_threads):
 # Rows of a batch of m that llama.cpp (and so the engine) computes with its small-batch kernels,
 # counted from the end (el_small_rows in csrc/el_internal.h)
 SMALL_ROWS = {QType.Q3_K: lambda m: m if m < 8 else 0, QType.Q4_K: lambda m: m % 4,
-              QType.Q5_K: lambda m: m if m < 8 else 0, QType.Q6_K: lambda m: m if m < 8 else 0}
+              QType.Q5_K: lambda m: m if m < 8 else 0, QType.Q6_K: lambda m: m if m < 8 else 0,
+              QType.IQ4_XS: lambda m: m if m < 8 else 0}
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])
@@ -583,8 +584,8 @@ def test_decode_rows_equal_batch_rows(variant, t, n_threads):
 @pytest.mark.parametrize("t", list(SMALL_ROWS), ids=lambda t: t.name)
 @pytest.mark.parametrize("variant", ["generic"] + VARIANTS)
 def test_small_batch_kernels(variant, t):
-    """Q3_K / Q4_K / Q5_K / Q6_K: a batch's rows take the batch kernel or the small-batch one as
-    llama.cpp chooses, on every path with the generic twin's bits."""
+    """Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS: a batch's rows take the batch kernel or the small-batch
+    one as llama.cpp chooses, on every path with the generic twin's bits."""
     k = Kernels(variant)
     try:
         rng = np.random.default_rng(4000 + int(t))

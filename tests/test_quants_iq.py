@@ -83,13 +83,15 @@ def test_value_table_is_gguf_pys():
 @pytest.mark.parametrize("t", IQ4, ids=ids)
 def test_dot_products_match_ggml(reference, t, backend):
     """Activations as ggml's from_float writes them, dot products in llama.cpp's x86 order to
-    the bit (IQ4_NL: its repacked gemv / gemm; IQ4_XS: its vec_dot)."""
+    the bit (IQ4_NL: its repacked gemv / gemm; IQ4_XS: its vec_dot, which it takes below 8
+    activation rows, our small-batch order)."""
     acts = np.roll(reference["input"], -1, axis=0)
     want_act = reference[f"{t.name}_act"]
     got_act = np.stack([quant_ops.quantize_activation(t, row, backend) for row in acts])
     np.testing.assert_array_equal(got_act, want_act)
     w, n = reference[t.name], acts.shape[1]
-    got = np.array([[quant_ops.vec_dot(t, n, w[r], want_act[c], backend) for r in range(w.shape[0])]
+    small = t == QType.IQ4_XS
+    got = np.array([[quant_ops.vec_dot(t, n, w[r], want_act[c], backend, small=small) for r in range(w.shape[0])]
                     for c in range(want_act.shape[0])], dtype=np.float32)
     want = reference[f"{t.name}_dot"]
     same = got.view(np.uint32) == want.view(np.uint32)

@@ -11,3 +11,5 @@ void dequantize_row_iq4_xs(const void *x, float *y, int64_t k);
 
 void vec_dot_iq4_nl_q8_0_generic(int n, float *s, const void *x, const void *y);
 void vec_dot_iq4_xs_q8_K_generic(int n, float *s, const void *x, const void *y);
+/* below 8 activation rows (el_small_rows): ggml_vec_dot_iq4_xs_q8_K's order */
+void vec_dot_iq4_xs_q8_K_small_generic(int n, float *s, const void *x, const void *y);

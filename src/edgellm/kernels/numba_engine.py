@@ -82,7 +82,7 @@ def _small_rows(t: QType, m: int) -> int:
     takes through its small-batch kernels for weights of type t."""
     if t == QType.Q4_K:
         return m % 4
-    if t in (QType.Q3_K, QType.Q5_K, QType.Q6_K):
+    if t in (QType.Q3_K, QType.Q5_K, QType.Q6_K, QType.IQ4_XS):
         return m if m < 8 else 0
     return 0
 
@@ -450,7 +450,7 @@ class NumbaEngine:
     def _matmul(self, w: _W, x: np.ndarray, cols: int | None = None) -> np.ndarray:
         """w . each row of x. In a llama_order step, float weights take llama.cpp's order for
         `cols` columns (default: x's rows; 0 for the experts, whose mul_mat_id takes vec_dot's
-        order at any batch size), and Q3_K / Q4_K / Q5_K / Q6_K take their small-batch dot for the last rows,
+        order at any batch size), and Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS take their small-batch dot for the last rows,
         as csrc/engine.c's el_matmul_acts."""
         m = x.shape[0]
         x = np.ascontiguousarray(x, dtype=np.float32)

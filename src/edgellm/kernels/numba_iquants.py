@@ -205,8 +205,29 @@ def vec_dot_iq4_nl_q8_0_generic(n, x, y):
 
 @njit(cache=True)
 def vec_dot_iq4_xs_q8_K_generic(n, x, y):
-    """8 integer lanes per super-block (lane l: scale * products of values 4l..4l+3 of each
-    group of 32), acc[l] = fmaf(d * d_act, lane l, acc[l]), summed as llama.cpp's hsum_float_8"""
+    """llama.cpp's tiled gemm order (8 activation rows and more): per super-block the integer
+    isum = sum of scale * dot over its groups, acc = fmaf(isum * d, d_act, acc)"""
+    _check_dot(n, x.size, y.size, QK_K, IQ4_XS_BYTES, Q8_K_BYTES)
+    q = np.empty(32, np.int64)
+    acc = F32(0)
+    for i in range(n // QK_K):
+        ox, oy = i * IQ4_XS_BYTES, i * Q8_K_BYTES
+        isum = 0
+        for g in range(QK_K // 32):
+            _unpack_group(x, ox + IQ4_XS_QS + 16 * g, q)
+            dot = 0
+            for j in range(32):
+                dot += q[j] * _s8(y[oy + Q8_K_QS + 32 * g + j])
+            isum += _xs_scale(x, ox, g) * dot
+        acc = _fmaf(F32(isum) * _rd_half(x, ox), _rd_f32(y, oy), acc)
+    return acc
+
+
+@njit(cache=True)
+def vec_dot_iq4_xs_q8_K_small_generic(n, x, y):
+    """The small-batch order (ggml_vec_dot_iq4_xs_q8_K): 8 integer lanes per super-block (lane l:
+    scale * products of values 4l..4l+3 of each group of 32), acc[l] = fmaf(d * d_act, lane l,
+    acc[l]), summed as llama.cpp's hsum_float_8"""
     _check_dot(n, x.size, y.size, QK_K, IQ4_XS_BYTES, Q8_K_BYTES)
     q = np.empty(32, np.int64)
     lane = np.zeros(8, np.int64)

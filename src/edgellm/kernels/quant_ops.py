@@ -20,7 +20,7 @@ BACKENDS = ("c", "numba")
 # one order, llama.cpp's repacked one, which is the batch order)
 BATCH_ORDER_TYPES = frozenset({QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0})
 # the types llama.cpp sums in another order in small batches (el_small_rows, csrc/el_internal.h)
-SMALL_ORDER_TYPES = frozenset({QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K})
+SMALL_ORDER_TYPES = frozenset({QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K, QType.IQ4_XS})
 
 
 def _lname(t: QType) -> str:
