@@ -104,9 +104,9 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(const int s
     const int nb = n / QK_K;
     const size_t wbs = sizeof(block_iq4_xs);
     __m256 acc[XS_RMAX][XS_CMAX];
-    float acc1[XS_RMAX][XS_CMAX];  /* !small */
+    __m128 acc1 = _mm_setzero_ps();  /* !small: lane r + 2c */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), acc1[r][c] = 0.0f;
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
         pf_step(&pf, R, ldw, wbs);
@@ -132,16 +132,29 @@ static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(const int s
                     isum[r][c] = KFN(dot_ww)(isum[r][c], _mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(av, wv[r])), sc[r][g]);
             }
         }
+        if (!small) {  /* every pair's total (exact integers: any order), then one float step for all */
+            __m256i v[4];
+            float dp[4] = {0}, ap[4] = {0};
+            for (int p = 0; p < 4; p++) {
+                const int r = p % 2, c = p / 2;
+                v[p] = r < R && c < C ? isum[r][c] : _mm256_setzero_si256();
+                if (r < R && c < C) dp[p] = load_half(xb[r] + offsetof(block_iq4_xs, d)), ap[p] = yb[c]->d;
+            }
+            const __m256i e = hsum_halves4(v[0], v[1], v[2], v[3]);
+            const __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1));
+            acc1 = _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(tot), _mm_loadu_ps(dp)), _mm_loadu_ps(ap), acc1);
+            continue;
+        }
         for (int r = 0; r < R; r++) {
             const float d = load_half(xb[r] + offsetof(block_iq4_xs, d));
-            for (int c = 0; c < C; c++) {
-                if (small) acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
-                else acc1[r][c] = fmaf((float)hsum_i32(isum[r][c]) * d, yb[c]->d, acc1[r][c]);
-            }
+            for (int c = 0; c < C; c++)
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
         }
     }
+    float res[4];
+    _mm_storeu_ps(res, acc1);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum256(acc[r][c]) : acc1[r][c];
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum256(acc[r][c]) : res[r + 2 * c];
 }
 static inline __attribute__((always_inline)) void KFN(iq4_xs_main_kernel)(int n, const uint8_t *w, size_t ldw,
                                                                         const int R, const uint8_t *a, size_t lda,

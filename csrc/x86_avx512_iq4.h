@@ -96,9 +96,9 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(const int small,
     const int nb = n / QK_K;
     const size_t wbs = sizeof(block_iq4_xs);
     __m256 acc[XS_RMAX][XS_CMAX];
-    float acc1[XS_RMAX][XS_CMAX];  /* !small */
+    __m256 acc1 = _mm256_setzero_ps();  /* !small: lane 4r + c */
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), acc1[r][c] = 0.0f;
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
     pf_cursor pf = pf_start(w, ldw, R, (size_t)nb * wbs);
     for (int i = 0; i < nb; i++) {
         pf_step(&pf, R, ldw, wbs);
@@ -133,24 +133,30 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(const int small,
                 }
             }
         }
+        if (!small) {  /* every pair's total (exact integers: any order), then one float step for all */
+            __m512i v[8];
+            float dp[8] = {0}, ap[8] = {0};
+            for (int p = 0; p < 8; p++) {
+                const int r = p / 4, c = p % 4;
+                v[p] = r < R && c < C ? isum[r][c] : _mm512_setzero_si512();
+                if (r < R && c < C) dp[p] = _cvtsh_ss(load_u16(xb[r] + offsetof(block_iq4_xs, d))), ap[p] = yb[c]->d;
+            }
+            acc1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hsum8x16(v)), _mm256_loadu_ps(dp)), _mm256_loadu_ps(ap), acc1);
+            continue;
+        }
         for (int r = 0; r < R; r++) {
             const float d = _cvtsh_ss(load_u16(xb[r] + offsetof(block_iq4_xs, d)));
             for (int c = 0; c < C; c++) {
                 const __m512i v = isum[r][c];
                 const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-                if (!small) {  /* the lanes' total (exact integers: any order) */
-                    int32_t l[8], tot = 0;
-                    _mm256_storeu_si256((__m256i *)l, l8);
-                    for (int k = 0; k < 8; k++) tot += l[k];
-                    acc1[r][c] = fmaf((float)tot * d, yb[c]->d, acc1[r][c]);
-                    continue;
-                }
                 acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yb[c]->d), _mm256_cvtepi32_ps(l8), acc[r][c]);
             }
         }
     }
+    float res[8];
+    _mm256_storeu_ps(res, acc1);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum8_avx(acc[r][c]) : acc1[r][c];
+        for (int c = 0; c < C; c++) out[(size_t)c * ldo + r] = small ? hsum8_avx(acc[r][c]) : res[4 * r + c];
 }
 static inline __attribute__((always_inline)) void iq4_xs_main_kernel(int n, const uint8_t *w, size_t ldw, const int R,
                                                                      const uint8_t *a, size_t lda, const int C,
