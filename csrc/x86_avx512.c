@@ -613,6 +613,17 @@ static inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const uint8_t *p) {
 #endif
 }
 
+/* rows 4g..4g+3 of the blocks at wb (rows ldw apart), 16 bytes at off: q[g] 128-bit lane L = row
+ * 4g + L; rows past R are zero */
+static inline __attribute__((always_inline)) void krw_quads(const uint8_t *wb, size_t ldw, int R, size_t off,
+                                                            __m512i q[4]) {
+    for (int g = 0; g < 4; g++) {
+        const uint8_t *p[4];
+        for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
+        q[g] = 4 * g < R ? quad16(p, off) : _mm512_setzero_si512();
+    }
+}
+
 /* the 16 rows' block at wb as unsigned bytes u = value + offset, v[k] dword lane lrt_lane(r): values
  * 4k..4k+3 of row r. The 4-bit types transpose their 16 packed bytes, then unpack (half the shuffles
  * of transposing the unpacked values); rows past R are zero */
@@ -622,11 +633,7 @@ static inline __attribute__((always_inline)) void lrw_unpack(const int type, con
     if (type == EL_Q4_0 || type == EL_Q4_1) {
         const size_t qo = type == EL_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q4_1, qs);
         const __m512i m4 = _mm512_set1_epi8(0x0F);
-        for (int g = 0; g < 4; g++) {
-            const uint8_t *p[4];
-            for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
-            lo[g] = 4 * g < R ? quad16(p, qo) : _mm512_setzero_si512();
-        }
+        krw_quads(wb, ldw, R, qo, lo);
         lrt_transpose(lo, hi);
         for (int k = 0; k < 4; k++) {
             v[k] = _mm512_and_si512(hi[k], m4);
@@ -1151,17 +1158,6 @@ static inline __attribute__((always_inline)) void kcl_tile(const int type, int n
  * ------------------------------------------------------------------------------------------ */
 
 #define KRW_C 8
-
-/* rows 4g..4g+3 of the blocks at wb (rows ldw apart), 16 bytes at off: q[g] 128-bit lane L = row
- * 4g + L; rows past R are zero */
-static inline __attribute__((always_inline)) void krw_quads(const uint8_t *wb, size_t ldw, int R, size_t off,
-                                                            __m512i q[4]) {
-    for (int g = 0; g < 4; g++) {
-        const uint8_t *p[4];
-        for (int l = 0; l < 4; l++) p[l] = 4 * g + l < R ? wb + (size_t)(4 * g + l) * ldw : zero_block;
-        q[g] = 4 * g < R ? quad16(p, off) : _mm512_setzero_si512();
-    }
-}
 
 /* 16 bytes at off of the R rows' blocks, transposed: t[k] dword lane lrt_lane(r) = bytes 4k..4k+3
  * of row r */
