@@ -1047,16 +1047,19 @@ static inline __attribute__((always_inline)) void kquant_tile(const int type, co
 }
 
 /* ------------------------------------------------------------------------------------------
- * Q4_K, Q5_K with many columns: one activation column per int32 lane (16 lanes), so the row's
- * 4-value groups are broadcast (one load each) to all the columns. Within a super-block
- * everything is an exact integer, so the lanes may gather it in any order: per group a vpdpbusd of
- * the row's unsigned values and the columns' quants, chained over a sub-block (32 values), times
- * its scale (vpmulld), the mins from the columns' bsums by vpdpwssd; then the generic twin's
- * float steps lane by lane (as many per column as vec_dot's). (Q6_K, with 16 scales per
- * super-block, measured no faster this way at 16 columns and slower at 9: it keeps its tiles.)
+ * K-quants and IQ4_XS with many columns: one activation column per int32 lane (16 lanes), so the
+ * row's 4-value groups are broadcast (one load each) to all the columns. Within a super-block
+ * everything is an exact integer, so the lanes may gather it in any order: a row's values as
+ * unsigned bytes (Q3_K, Q6_K, IQ4_XS: value + offset), per 4 values a vpdpbusd against the
+ * columns' quants, chained over a group (16 or 32 values), times its scale (vpmulld); the
+ * activations' sums (the columns' bsums, by vpdpwssd) times the mins, or times -offset * scale;
+ * then the generic twin's float steps lane by lane (as many per column as its dot product's).
+ * Each vector of column quants is loaded once for CL_RMAX rows: a vpdpbusd that takes a broadcast
+ * and a full load is bound by the loads (Q5_K, 16 columns: one load per vpdpbusd ~165 GFLOP/s,
+ * a quarter ~190, scripts/bench_kernels.py single thread, K 2048).
  * ------------------------------------------------------------------------------------------ */
 
-#define CL_RMAX 2
+#define CL_RMAX 4
 
 /* a group of C <= 16 columns, per super-block i: a[64i + g] lane c = quants 4g..4g+3 of column c,
  * bs[8i + k] lane c = its bsums 2k, 2k+1 as an int16 pair, d[i] lane c = its d; lanes past C zero */
@@ -1089,12 +1092,58 @@ static void kcl_prepare(const uint8_t *A, size_t lda, int C, int nb, __m512i *bu
 /* int16 pair (lo, hi) as an int32 */
 static inline int pair16(int lo, int hi) { return (int)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
+/* values per scale of the types kcl_tile takes */
+static inline int kcl_group(int type) { return type == EL_Q2_K || type == EL_Q3_K || type == EL_Q6_K ? 16 : 32; }
 
-/* R <= 2 weight rows x the C columns of pp; Q4_K or Q5_K, the batch order */
+/* One row's super-block x for kcl_tile: its 256 values as unsigned bytes (wu), the scale of each
+ * group (sc), per pair of bsums k the int16 pair that multiplies them (mp: the mins, or -offset *
+ * the scales), d and dmin */
+static inline __attribute__((always_inline)) void kcl_unpack(const int type, const uint8_t *x, uint8_t *wu,
+                                                             int32_t sc[16], int32_t mp[8], float *d, float *dmin) {
+    if (type == EL_IQ4_XS) {
+        const uint8_t *qs = x + offsetof(block_iq4_xs, qs);
+        const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)el_iq4nl_values));
+        for (int j = 0; j < 4; j++)  /* table value + 128 */
+            _mm512_store_si512(wu + 64 * j, _mm512_xor_si512(_mm512_shuffle_epi8(table, pair_nibbles(qs + 32 * j, qs + 32 * j + 16)),
+                                                             _mm512_set1_epi8((char)0x80)));
+        const unsigned sh = load_u16(x + offsetof(block_iq4_xs, scales_h));
+        const uint8_t *sl = x + offsetof(block_iq4_xs, scales_l);
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (int)(((sl[j / 2] >> 4 * (j % 2)) & 0xF) | (((sh >> 2 * j) & 3) << 4)) - 32;
+            mp[j] = pair16(-128 * sc[j], -128 * sc[j]);
+        }
+        *d = _cvtsh_ss(load_u16(x + offsetof(block_iq4_xs, d)));
+        *dmin = 0.0f;
+        return;
+    }
+    for (int j = 0; j < 4; j++) _mm512_store_si512(wu + 64 * j, kquant_quarter(type, x, j));
+    if (type == EL_Q4_K || type == EL_Q5_K) {
+        uint32_t scw[2], mw[2];
+        k4_scales_mins(x + offsetof(block_q4_K, scales), scw, mw);
+        uint8_t s8[8], m8[8];
+        memcpy(s8, scw, 8);
+        memcpy(m8, mw, 8);
+        for (int j = 0; j < 8; j++) sc[j] = s8[j], mp[j] = pair16(m8[j], m8[j]);
+        *d = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, d)));
+        *dmin = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, dmin)));
+        return;
+    }
+    ksb sb;  /* Q2_K, Q3_K, Q6_K: 16 int16 scales, and per bsums entry the min or -offset * scale */
+    kquant_prep(type, x, &sb);
+    const __m256i s16 = _mm512_castsi512_si256(sb.sc);
+    _mm256_storeu_si256((__m256i *)sc, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s16)));
+    _mm256_storeu_si256((__m256i *)(sc + 8), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s16, 1)));
+    _mm256_storeu_si256((__m256i *)mp, sb.mins);
+    *d = _mm512_cvtss_f32(sb.d);
+    *dmin = type == EL_Q2_K ? _mm512_cvtss_f32(sb.dmin) : 0.0f;
+}
+
+/* R <= CL_RMAX weight rows x the C columns of pp, the batch order */
 static inline __attribute__((always_inline)) void kcl_tile(const int type, int n, const uint8_t *w,
                                                            size_t ldw, const int R, const kclprep *pp, const int C,
                                                            float *out, size_t ldo) {
-    const int nb = n / QK_K;
+    const int nb = n / QK_K, G = kcl_group(type);
+    const int has_min = type == EL_Q2_K || type == EL_Q4_K || type == EL_Q5_K;
     const size_t wbs = (size_t)kquant_block_bytes(type);
     __m512 acc[CL_RMAX], accm[CL_RMAX];
     for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
@@ -1103,34 +1152,48 @@ static inline __attribute__((always_inline)) void kcl_tile(const int type, int n
         pf_step(&pf, R, ldw, wbs);
         const __m512 da = _mm512_loadu_ps(pp->d + i);
         const __m512i *a = pp->a + 64 * i, *bs = pp->bs + 8 * i;
-        for (int r = 0; r < R; r++) {
-            const uint8_t *x = w + (size_t)r * ldw + (size_t)i * wbs;
-            uint8_t wu[QK_K] __attribute__((aligned(64)));
-            for (int j = 0; j < 4; j++) _mm512_store_si512(wu + 64 * j, kquant_quarter(type, x, j));
-            __asm__ volatile("" : "+m"(wu));  /* reloaded by broadcasts, not shuffled out */
-            uint32_t scw[2], mw[2];
-            k4_scales_mins(x + offsetof(block_q4_K, scales), scw, mw);
-            uint8_t sc[8], m[8];
-            memcpy(sc, scw, 8);
-            memcpy(m, mw, 8);
-            const float dw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, d)));
-            const float dmw = _cvtsh_ss(load_u16(x + offsetof(block_q4_K, dmin)));
-            __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
-            const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(dw), da), dm = _mm512_mul_ps(_mm512_set1_ps(dmw), da);
-            for (int j = 0; j < 8; j++) {  /* sub-blocks of 32 */
-                __m512i t = _mm512_setzero_si512();
-                for (int u = 0; u < 8; u++) t = _mm512_dpbusd_epi32(t, bcast32(wu + 32 * j + 4 * u), _mm512_loadu_si512(a + 8 * j + u));
-                I = _mm512_add_epi32(I, _mm512_mullo_epi32(t, _mm512_set1_epi32(sc[j])));
-                M = _mm512_dpwssd_epi32(M, _mm512_loadu_si512(bs + j), _mm512_set1_epi32(pair16(m[j], m[j])));
-                if (type == EL_Q4_K && j % 2) {  /* float steps per 64 values */
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dd, acc[r]);
-                    accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), dm, accm[r]);
-                    I = M = _mm512_setzero_si512();
+        uint8_t wu[CL_RMAX][QK_K] __attribute__((aligned(64)));
+        int32_t sc[CL_RMAX][16], mp[CL_RMAX][8];  /* in memory, so that vpmulld / vpdpwssd broadcast them */
+        float dw[CL_RMAX], dmw[CL_RMAX];
+        for (int r = 0; r < R; r++) kcl_unpack(type, w + (size_t)r * ldw + (size_t)i * wbs, wu[r], sc[r], mp[r], &dw[r], &dmw[r]);
+        __asm__ volatile("" : "+m"(wu), "+m"(sc), "+m"(mp));  /* reloaded by broadcasts, not shuffled out */
+        __m512i I[CL_RMAX], M[CL_RMAX];
+        for (int r = 0; r < R; r++) I[r] = M[r] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++) {  /* 32 values: one group, or two of 16 */
+            __m512i t0[CL_RMAX], t1[CL_RMAX];  /* 32: values 8u..8u+3 / 8u+4..8u+7; 16: the two groups */
+            for (int r = 0; r < R; r++) t0[r] = t1[r] = _mm512_setzero_si512();
+            for (int u = 0; u < 4; u++) {
+                const int u0 = G == 32 ? 2 * u : u, u1 = G == 32 ? 2 * u + 1 : u + 4;
+                const __m512i a0 = _mm512_loadu_si512(a + 8 * k + u0), a1 = _mm512_loadu_si512(a + 8 * k + u1);
+                for (int r = 0; r < R; r++) {
+                    t0[r] = _mm512_dpbusd_epi32(t0[r], bcast32(wu[r] + 32 * k + 4 * u0), a0);
+                    t1[r] = _mm512_dpbusd_epi32(t1[r], bcast32(wu[r] + 32 * k + 4 * u1), a1);
                 }
             }
-            if (type == EL_Q5_K)
-                acc[r] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_set1_ps(dmw), _mm512_cvtepi32_ps(M),
-                                                          _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(dw))),
+            const __m512i bsk = _mm512_loadu_si512(bs + k);
+            for (int r = 0; r < R; r++) {
+                if (G == 32) {
+                    I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_add_epi32(t0[r], t1[r]), _mm512_set1_epi32(sc[r][k])));
+                } else {
+                    I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(t0[r], _mm512_set1_epi32(sc[r][2 * k])));
+                    I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(t1[r], _mm512_set1_epi32(sc[r][2 * k + 1])));
+                }
+                M[r] = _mm512_dpwssd_epi32(M[r], bsk, _mm512_set1_epi32(mp[r][k]));
+                if (type == EL_Q4_K && k % 2) {  /* float steps per 64 values */
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(dw[r]), da), acc[r]);
+                    accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M[r]), _mm512_mul_ps(_mm512_set1_ps(dmw[r]), da), accm[r]);
+                    I[r] = M[r] = _mm512_setzero_si512();
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            if (type == EL_Q4_K) continue;
+            if (has_min)  /* fma(-dmin, summs, isum * d), then times d_act */
+                acc[r] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_set1_ps(dmw[r]), _mm512_cvtepi32_ps(M[r]),
+                                                          _mm512_mul_ps(_mm512_cvtepi32_ps(I[r]), _mm512_set1_ps(dw[r]))),
+                                         da, acc[r]);
+            else  /* the offset is in the integer: isum * d, times d_act */
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I[r], M[r])), _mm512_set1_ps(dw[r])),
                                          da, acc[r]);
         }
     }
@@ -1309,23 +1372,29 @@ static void q5_K_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uin
 
 /* stack for a column-lane group: 73 * 64 bytes per super-block */
 #define KCL_PREP_BYTES 262144
-/* fewer columns go through the row-lane tiles (krw_tile), which measured faster at 9-15 columns
- * and as fast at 16-17 (Q4_K, Q5_K, K 2048, single thread); from 24 on Q5_K is ~10% faster here */
-#define KCL_MIN 16
+/* fewer columns go to the type's other tiles: Q4_K / Q5_K's row-lane tiles (krw_tile) measured
+ * faster at 9-15 columns and as fast at 16-17 (K 2048, single thread; from 24 on Q5_K is ~10%
+ * faster here); the 2 x 4 tiles of the other types slower from 10 (Q6_K at 8 / 10 / 12 / 15
+ * columns: tiles 143 / 124 / 144 / 139 GFLOP/s, column lanes 110 / 131 / 152 / 184; Q2_K, Q3_K and
+ * IQ4_XS alike) */
+#define KCL_MIN_RW 16
+#define KCL_MIN_TILES 10
 
 typedef void (*kcltile_fn)(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp, int C, float *out, size_t ldo);
+typedef void (*gemm_fn)(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc, float *out,
+                        size_t ldo);
 
-/* K-quant gemm: column-lane groups of up to 16 while KCL_MIN columns are left and the row fits
- * the stack buffer, the rest by the row-lane tiles */
-static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, krw_fn rw, int n, const void *w,
+/* K-quant gemm: column-lane groups of up to 16 while cmin columns are left and the row fits the
+ * stack buffer, the rest by the type's other tiles (rest) */
+static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, gemm_fn rest, const int cmin, int n, const void *w,
                                                               size_t ldw, int nr, const void *a, size_t lda, int nc,
                                                               float *out, size_t ldo) {
     const uint8_t *Wt = w, *A = a;
     const int nb = n / QK_K;
     int c = 0;
-    if (nc >= KCL_MIN && kcl_prep_vecs(nb) * 64 <= KCL_PREP_BYTES) {
+    if (nc >= cmin && kcl_prep_vecs(nb) * 64 <= KCL_PREP_BYTES) {
         __m512i buf[kcl_prep_vecs(nb)];
-        while (nc - c >= KCL_MIN) {
+        while (nc - c >= cmin) {
             const int C = EL_MIN(16, nc - c);
             kclprep kp;
             kcl_prepare(A + c * lda, lda, C, nb, buf, &kp);
@@ -1335,8 +1404,21 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, krw
             c += C;
         }
     }
-    if (c < nc) krw_gemm(rw, n, Wt, ldw, nr, A + c * lda, lda, nc - c, out + c * ldo, ldo);
+    if (c < nc) rest(n, Wt, ldw, nr, A + c * lda, lda, nc - c, out + c * ldo, ldo);
 }
+
+/* the column-lane tile of TYPE (tname_cl_avx512), and its batch-order gemm: column-lane groups
+ * from CMIN columns, then REST */
+#define KCL_GEMM(tname, TYPE, REST, CMIN)                                                              \
+    static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp,   \
+                                  int C, float *out, size_t ldo) {                                 \
+        if (R == CL_RMAX) kcl_tile(TYPE, n, w, ldw, CL_RMAX, pp, C, out, ldo);                     \
+        else kcl_tile(TYPE, n, w, ldw, 1, pp, C, out, ldo);                                        \
+    }                                                                                              \
+    static void tname##_cl_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,    \
+                                       size_t lda, int nc, float *out, size_t ldo) {               \
+        kquant_gemm(tname##_cl_avx512, REST, CMIN, n, w, ldw, nr, a, lda, nc, out, ldo);           \
+    }
 
 /* ------------------------------------------------------------------------------------------ */
 /* tiling: gemm_tiles in x86_common.h */
@@ -1354,23 +1436,25 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, krw
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         kquant_tile(TYPE, SMALL, n, x, 0, 1, y, 0, 1, s, 0);                                       \
     }
-/* the batch-order kernels of Q4_K, Q5_K: column-lane groups first, then row-lane tiles (kquant_gemm) */
+/* the batch-order kernels of Q4_K, Q5_K: column-lane groups first, then row-lane tiles */
 #define KCL_KERNELS(tname, TYPE)                                                                   \
-    static void tname##_cl_avx512(int n, const uint8_t *w, size_t ldw, int R, const kclprep *pp,   \
-                                  int C, float *out, size_t ldo) {                                 \
-        if (R == CL_RMAX) kcl_tile(TYPE, n, w, ldw, CL_RMAX, pp, C, out, ldo);                     \
-        else kcl_tile(TYPE, n, w, ldw, 1, pp, C, out, ldo);                                        \
+    static void tname##_rw_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,    \
+                                       size_t lda, int nc, float *out, size_t ldo) {               \
+        krw_gemm(tname##_rw_avx512, n, w, ldw, nr, a, lda, nc, out, ldo);                          \
     }                                                                                              \
+    KCL_GEMM(tname, TYPE, tname##_rw_gemm_avx512, KCL_MIN_RW)                                      \
     static void tname##_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a,       \
                                     size_t lda, int nc, float *out, size_t ldo) {                  \
-        kquant_gemm(tname##_cl_avx512, tname##_rw_avx512, n, w, ldw, nr, a, lda, nc, out, ldo);   \
+        tname##_cl_gemm_avx512(n, w, ldw, nr, a, lda, nc, out, ldo);                               \
     }                                                                                              \
     static void tname##_vec_dot_avx512(int n, float *s, const void *x, const void *y) {            \
         kquant_tile(TYPE, 0, n, x, 0, 1, y, 0, 1, s, 0);                                           \
     }
 
 KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
+KCL_GEMM(q2_K, EL_Q2_K, q2_K_gemm_avx512, KCL_MIN_TILES)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
+KCL_GEMM(q3_K, EL_Q3_K, q3_K_gemm_avx512, KCL_MIN_TILES)
 KERNELS(q3_K_small, EL_Q3_K, 1, 2, 4, 2)
 KCL_KERNELS(q4_K, EL_Q4_K)
 KCL_KERNELS(q5_K, EL_Q5_K)
@@ -1384,6 +1468,7 @@ static void q4_K_small_vec_dot_avx512(int n, float *s, const void *x, const void
     kquant_tile(EL_Q4_K, 1, n, x, 0, 1, y, 0, 1, s, 0);
 }
 KERNELS(q6_K, EL_Q6_K, 0, 2, 4, 2)
+KCL_GEMM(q6_K, EL_Q6_K, q6_K_gemm_avx512, KCL_MIN_TILES)
 KERNELS(q6_K_small, EL_Q6_K, 1, 2, 4, 2)
 #undef KERNELS
 #undef KCL_KERNELS
@@ -2055,6 +2140,10 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_IQ4_NL, iq4_nl);
     SET(EL_IQ4_XS, iq4_xs);
 #undef SET
+    t[EL_Q2_K].gemm = q2_K_cl_gemm_avx512;  /* (the tiles take what the column lanes leave) */
+    t[EL_Q3_K].gemm = q3_K_cl_gemm_avx512;
+    t[EL_Q6_K].gemm = q6_K_cl_gemm_avx512;
+    t[EL_IQ4_XS].gemm = iq4_xs_cl_gemm_avx512;
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q3_K].vec_dot_small = q3_K_small_vec_dot_avx512, t[EL_Q3_K].gemm_small = q3_K_small_gemm_avx512;
     t[EL_IQ4_XS].vec_dot_small = iq4_xs_small_vec_dot_avx512, t[EL_IQ4_XS].gemm_small = iq4_xs_small_gemm_avx512;

@@ -185,6 +185,8 @@ static inline __attribute__((always_inline)) void iq4_xs_small_kernel(int n, con
 
 IQ4_KERNELS(iq4_nl, iq4_nl_kernel, 8, 4, 8)
 IQ4_KERNELS(iq4_xs, iq4_xs_main_kernel, 2, 4, 2)
+/* batches of KCL_MIN_TILES columns and more: x86_avx512.c's column-lane tile (kcl_tile), its tiles for the rest */
+KCL_GEMM(iq4_xs, EL_IQ4_XS, iq4_xs_gemm_avx512, KCL_MIN_TILES)
 IQ4_KERNELS(iq4_xs_small, iq4_xs_small_kernel, 2, 4, 2)
 #undef IQ4_KERNELS
 #undef IQ4_TILE

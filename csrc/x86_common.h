@@ -155,6 +155,7 @@ static inline int kquant_block_bytes(int type) {
     case EL_Q3_K: return sizeof(block_q3_K);
     case EL_Q4_K: return sizeof(block_q4_K);
     case EL_Q5_K: return sizeof(block_q5_K);
+    case EL_IQ4_XS: return sizeof(block_iq4_xs);
     default: return sizeof(block_q6_K);
     }
 }

@@ -592,7 +592,7 @@ def test_small_batch_kernels(variant, t):
         n, rows = _row_len(t), 37
         for raw in (False, True):
             w = _raw_weights(t, rows, n, rng) if raw else _weights(t, rows, n, rng)
-            x = _acts(17, n, rng)
+            x = _acts(29, n, rng)
             a = k.quantize_act(t, x)
             main, small = k.vec_dot_all(t, n, w, a), k.vec_dot_all(t, n, w, a, small=True)
             assert np.all(np.isfinite(small))
@@ -600,7 +600,7 @@ def test_small_batch_kernels(variant, t):
             np.testing.assert_array_equal(_bits(k.vec_dot_all(t, n, w, a, small=True)), _bits(small))
             np.testing.assert_array_equal(_bits(k.vec_dot_all(t, n, w, a)), _bits(main))
             k.select(variant)
-            for m in (1, 3, 5, 8, 17):
+            for m in (1, 3, 5, 8, 12, 17, 29):  # (12, 29: column-lane groups of fewer than 16 columns)
                 got = k.matmul(t, w, n, x[:m], 2)
                 split = m - SMALL_ROWS[t](m)
                 np.testing.assert_array_equal(_bits(got[:split]), _bits(main[:split]), err_msg=f"m={m}")
