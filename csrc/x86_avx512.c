@@ -1274,6 +1274,34 @@ static inline __attribute__((always_inline)) void krw_unpack(const int type, con
     }
 }
 
+/* the 16 rows' Q2_K super-block at wb, as krw_unpack: v[8j + u] dword lane lrt_lane(r) = values
+ * 32j + 4u .. 32j + 4u + 3 of row r (0..3); sc[g] the scale of group g (16 values), mp[k] the
+ * int16 pair (min 2k, min 2k + 1) that multiplies the bsums pair k; d and dmin as floats (read
+ * from the 16 bytes that end the block, so the last row's block is not read past) */
+static inline __attribute__((always_inline)) void krw_unpack_q2(const uint8_t *wb, size_t ldw, int R, __m512i v[64],
+                                                                __m512i sc[16], __m512i mp[8], __m512 *dw,
+                                                                __m512 *dmw) {
+    __m512i t[4];
+    krw_dwords(wb, ldw, R, offsetof(block_q2_K, scales), t);  /* t[k]: scales 4k .. 4k + 3 (sc | m << 4) */
+    const __m512i m4 = _mm512_set1_epi32(15), mff = _mm512_set1_epi32(0xFF);
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 4; i++) sc[4 * k + i] = _mm512_and_si512(_mm512_srli_epi32(t[k], 8 * i), m4);
+        const __m512i mins = _mm512_and_si512(_mm512_srli_epi32(t[k], 4), _mm512_set1_epi32(0x0F0F0F0F));
+        mp[2 * k] = _mm512_or_si512(_mm512_and_si512(mins, mff), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(mins, 8), mff), 16));
+        mp[2 * k + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(mins, 16), mff), _mm512_slli_epi32(_mm512_srli_epi32(mins, 24), 16));
+    }
+    krw_dwords(wb, ldw, R, sizeof(block_q2_K) - 16, t);  /* t[3]: d, dmin */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(t[3]));
+    *dmw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+    const __m512i n2 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; h++)  /* value l of 32-value chunk 4h + s: bits 2s of qs byte 32h + l */
+        for (int c = 0; c < 2; c++) {
+            krw_dwords(wb, ldw, R, offsetof(block_q2_K, qs) + 32 * (size_t)h + 16 * (size_t)c, t);
+            for (int k = 0; k < 4; k++)
+                for (int s = 0; s < 4; s++) v[8 * (4 * h + s) + 4 * c + k] = _mm512_and_si512(_mm512_srli_epi16(t[k], 2 * s), n2);
+        }
+}
+
 /* acc + the pairwise int16 products of u's lanes with the pair at p (in every lane) */
 static inline __m512i dpwssd_bcast(__m512i acc, __m512i u, const uint32_t *p) {
     return _mm512_dpwssd_epi32(acc, u, _mm512_set1_epi32((int)*p));
@@ -1294,8 +1322,30 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
     size_t po = 0;
     for (int i = 0; i < nb; i++) {
         for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
-        __m512i v[64], sc[8], mn[8];
+        __m512i v[64], sc[16], mn[8];
         __m512 dw, dmw;
+        if (type == EL_Q2_K) {
+            __m512i mq[8];  /* int16 pairs of the group mins */
+            krw_unpack_q2(w + (size_t)i * wbs, ldw, R, v, sc, mq, &dw, &dmw);
+            for (int c = 0; c < C; c++) {
+                const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + i;
+                const uint8_t *aq = (const uint8_t *)y->qs;
+                __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
+                for (int j = 0; j < 8; j++) {  /* groups 2j, 2j + 1 */
+                    __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
+                    for (int u = 0; u < 4; u++) {
+                        t0 = dpbusd_bcast(t0, v[8 * j + u], aq + 32 * j + 4 * u);
+                        t1 = dpbusd_bcast(t1, v[8 * j + u + 4], aq + 32 * j + 16 + 4 * u);
+                    }
+                    I = _mm512_add_epi32(I, _mm512_mullo_epi32(t0, sc[2 * j]));
+                    I = _mm512_add_epi32(I, _mm512_mullo_epi32(t1, sc[2 * j + 1]));
+                    M = dpwssd_bcast(M, mq[j], (const uint32_t *)(y->bsums + 2 * j));
+                }
+                acc[c] = _mm512_fmadd_ps(_mm512_fnmadd_ps(dmw, _mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_cvtepi32_ps(I), dw)),
+                                         _mm512_set1_ps(y->d), acc[c]);
+            }
+            continue;
+        }
         krw_unpack(type, w + (size_t)i * wbs, ldw, R, v, sc, mn, &dw, &dmw);
         __m512i mp[4];  /* int16 pairs (mn[2q], mn[2q + 1]) */
         for (int q = 0; q < 4; q++) mp[q] = _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16));
@@ -1367,6 +1417,10 @@ static void q4_K_small_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, con
 static void q5_K_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C,
                            float *out, size_t ldo) {
     KRW_SHAPES(EL_Q5_K, 1)
+}
+static void q2_K_rw_avx512(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C,
+                           float *out, size_t ldo) {
+    KRW_SHAPES(EL_Q2_K, 1)
 }
 #undef KRW_SHAPES
 
@@ -1452,7 +1506,15 @@ static inline __attribute__((always_inline)) void kquant_gemm(kcltile_fn cl, gem
     }
 
 KERNELS(q2_K, EL_Q2_K, 0, 2, 4, 2)
-KCL_GEMM(q2_K, EL_Q2_K, q2_K_gemm_avx512, KCL_MIN_TILES)
+/* Q2_K below the column lanes: one column (a decode step) and 8 or 9 by the row-lane tiles, 2-7 by
+ * the 2 x 4 tiles (K 2048, single thread, GFLOP/s at 1 / 2 / 4 / 8 columns: 2 x 4 tiles 61 / 95 /
+ * 140 / 141, row lanes 75 / 86 / 125 / 161; matvec from DRAM 9.9 -> 12.1 GB/s) */
+static void q2_K_rest_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
+                                  float *out, size_t ldo) {
+    if (nc == 1 || nc >= 8) krw_gemm(q2_K_rw_avx512, n, w, ldw, nr, a, lda, nc, out, ldo);
+    else q2_K_gemm_avx512(n, w, ldw, nr, a, lda, nc, out, ldo);
+}
+KCL_GEMM(q2_K, EL_Q2_K, q2_K_rest_gemm_avx512, KCL_MIN_TILES)
 KERNELS(q3_K, EL_Q3_K, 0, 2, 4, 2)
 KCL_GEMM(q3_K, EL_Q3_K, q3_K_gemm_avx512, KCL_MIN_TILES)
 KERNELS(q3_K_small, EL_Q3_K, 1, 2, 4, 2)
@@ -2140,7 +2202,7 @@ void el_register_avx512(el_type_traits *t) {
     SET(EL_IQ4_NL, iq4_nl);
     SET(EL_IQ4_XS, iq4_xs);
 #undef SET
-    t[EL_Q2_K].gemm = q2_K_cl_gemm_avx512;  /* (the tiles take what the column lanes leave) */
+    t[EL_Q2_K].gemm = q2_K_cl_gemm_avx512;  /* (other tiles take what the column lanes leave) */
     t[EL_Q3_K].gemm = q3_K_cl_gemm_avx512;
     t[EL_Q6_K].gemm = q6_K_cl_gemm_avx512;
     t[EL_IQ4_XS].gemm = iq4_xs_cl_gemm_avx512;
