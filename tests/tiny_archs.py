@@ -58,8 +58,8 @@ RESIDUAL_GAIN = 3.0
 
 @dataclass(frozen=True)
 class Shape:
-    """The sizes every architecture's file shares (the tiny ones by default; scripts/bench_moe.py
-    writes a real model's)."""
+    """The sizes every architecture's file shares (the tiny ones by default; scripts/bench_moe.py and
+    scripts/bench_dense.py write real models')."""
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
