@@ -19,13 +19,10 @@ alternating, -r rounds. --build-only prints the file's path and stops.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -47,25 +44,11 @@ def build(n_layer: int, mix: str, seed: int) -> Path:
     out = home() / "bench" / f"llama-1b-shape-{n_layer}L-{mix}-seed{seed}.gguf"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shape = replace(LLAMA_1B, n_layer=n_layer)
-    spec = tiny_archs.Spec("llama", "llama-bpe", seed, output=False)
-    md = tiny_archs.metadata(spec, shape=shape)
-    md = [(k, t, f"llama (Llama-3.2-1B's shape, {n_layer} layers, random {mix})", s) if k == "general.name"
-          else (k, t, v, s) for k, t, v, s in md]
-    rng = np.random.default_rng(seed)
     default, by_name = MIXES.get(mix.lower()) or (QType[mix.upper()], {})
-    types = {default, *by_name.values()}
-    scales = {t: bench_moe._scales(t, rng) for t in sorted(types)}
-    tensors = tiny_archs.tensors(spec, tiny_archs.vocab_size(md), shape, bench_moe._Shapes(seed))
-    for name, t in tensors.items():
-        if isinstance(t, tuple) and t[0] == "blocks":
-            qt = next((q for part, q in by_name.items() if part in name), default)
-            tensors[name] = bench_moe.random_blocks(qt, t[1], t[2], rng, scales)
-    tmp = out.with_suffix(".tmp")
-    tiny_archs.write(tmp, spec.arch, md, tensors)
-    os.replace(tmp, out)
-    return out
+    return bench_moe.write_random_model(out, tiny_archs.Spec("llama", "llama-bpe", seed, output=False),
+                                        replace(LLAMA_1B, n_layer=n_layer),
+                                        f"llama (Llama-3.2-1B's shape, {n_layer} layers, random {mix})", default,
+                                        by_name, seed)
 
 
 def main() -> None:

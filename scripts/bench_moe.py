@@ -93,29 +93,34 @@ def random_blocks(t: QType, ne: tuple, std: float, rng: np.random.Generator, sca
     return GT(int(t)), raw.reshape(*reversed(ne[1:]), -1)
 
 
-def build(n_layer: int, mix: str, seed: int) -> Path:
-    out = home() / "bench" / f"qwen3moe-a3b-shape-{n_layer}L-{mix}-seed{seed}.gguf"
-    if out.exists():
-        return out
+def write_random_model(out: Path, spec: tiny_archs.Spec, shape: tiny_archs.Shape, name: str, default: QType,
+                       by_name: dict, seed: int) -> Path:
+    """spec's file at shape, named `name`, written to out (atomically): its matrices random blocks of
+    `default`, or of by_name's type where a part of the tensor's name matches."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    shape = replace(A3B, n_layer=n_layer)
-    spec = replace(tiny_archs.SPECS["qwen3moe"], seed=seed, output=True, n_ff_exp=A3B_EXPERT_FF)
     md = tiny_archs.metadata(spec, shape=shape)
-    md = [(k, t, f"qwen3moe (Qwen3-30B-A3B's shape, {n_layer} layers, random {mix})", s) if k == "general.name"
-          else (k, t, v, s) for k, t, v, s in md]
+    md = [(k, t, name, s) if k == "general.name" else (k, t, v, s) for k, t, v, s in md]
     rng = np.random.default_rng(seed)
-    default, by_name = MIXES[mix]
     types = {default, *by_name.values()}
     scales = {t: _scales(t, rng) for t in sorted(types)}
     tensors = tiny_archs.tensors(spec, tiny_archs.vocab_size(md), shape, _Shapes(seed))
-    for name, t in tensors.items():
+    for tname, t in tensors.items():
         if isinstance(t, tuple) and t[0] == "blocks":
-            qt = next((q for part, q in by_name.items() if part in name), default)
-            tensors[name] = random_blocks(qt, t[1], t[2], rng, scales)
+            qt = next((q for part, q in by_name.items() if part in tname), default)
+            tensors[tname] = random_blocks(qt, t[1], t[2], rng, scales)
     tmp = out.with_suffix(".tmp")
     tiny_archs.write(tmp, spec.arch, md, tensors)
     os.replace(tmp, out)
     return out
+
+
+def build(n_layer: int, mix: str, seed: int) -> Path:
+    out = home() / "bench" / f"qwen3moe-a3b-shape-{n_layer}L-{mix}-seed{seed}.gguf"
+    if out.exists():
+        return out
+    spec = replace(tiny_archs.SPECS["qwen3moe"], seed=seed, output=True, n_ff_exp=A3B_EXPERT_FF)
+    return write_random_model(out, spec, replace(A3B, n_layer=n_layer),
+                              f"qwen3moe (Qwen3-30B-A3B's shape, {n_layer} layers, random {mix})", *MIXES[mix], seed)
 
 
 def main() -> None:
