@@ -1384,6 +1384,53 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
     lrt_store(acc, accm, 0, C, R, out, ldo);
 }
 
+/* Q5_K's small-batch order (ggml's vec_dot, el_small_rows) for one column, a decode step's, 16 rows
+ * in the int32 lanes (lrt_lane): per super-block vec_dot's 8 integer lanes of every row, lane k =
+ * sum over the sub-blocks j of scale_j * (values 32j + 4k .. 32j + 4k + 3 times the column's): per
+ * (j, k) a vpmaddubsw of the rows' 4 values with the column's 4 quants, broadcast, then vpdpwssd
+ * with (scale_j, scale_j); the mins from the column's bsums as in krw_tile; then the generic twin's
+ * float steps (lanes8_fma, the mins' chain, el_hsum8 and + summs) lane by lane */
+static inline __attribute__((always_inline)) void krw_q5_K_small_one(int n, const uint8_t *w, size_t ldw, const int R,
+                                                                     const uint8_t *a, float *out) {
+    const int nb = n / QK_K;
+    __m512 acc[8], summs = _mm512_setzero_ps();
+    for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_ps();
+    const size_t spanb = (size_t)R * ldw;  /* prefetched as in lrt_tile */
+    const uint8_t *ahead = w + 2 * spanb;
+    const size_t pf_bytes = lrt_pf_bytes(spanb, nb);
+    size_t po = 0;
+    for (int i = 0; i < nb; i++) {
+        for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
+        __m512i v[64], sc[16], mn[8];
+        __m512 dw, dmw;
+        krw_unpack(EL_Q5_K, w + (size_t)i * sizeof(block_q5_K), ldw, R, v, sc, mn, &dw, &dmw);
+        const block_q8_K *y = (const block_q8_K *)a + i;
+        const uint8_t *aq = (const uint8_t *)y->qs;
+        __m512i L[8];
+        for (int k = 0; k < 8; k++) L[k] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            const __m512i sp = _mm512_or_si512(sc[j], _mm512_slli_epi32(sc[j], 16));  /* (scale, scale) */
+            for (int k = 0; k < 8; k++)
+                L[k] = _mm512_dpwssd_epi32(L[k], _mm512_maddubs_epi16(v[8 * j + k], bcast32(aq + 32 * j + 4 * k)), sp);
+        }
+        __m512i M = _mm512_setzero_si512();  /* sum of min_j * (the column's sum over sub-block j) */
+        const __m256i bsj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
+        const __m256i bpk = _mm256_packs_epi32(bsj, bsj);  /* dwords 0, 1, 4, 5: pairs of sub-blocks */
+        uint32_t bp8[8];
+        _mm256_storeu_si256((__m256i *)bp8, bpk);
+        const uint32_t bp[4] = {bp8[0], bp8[1], bp8[4], bp8[5]};
+        for (int q = 0; q < 4; q++)
+            M = dpwssd_bcast(M, _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16)), &bp[q]);
+        const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), dw);
+        for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(L[k]), acc[k]);
+        summs = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-y->d), dmw), _mm512_cvtepi32_ps(M), summs);
+    }
+    const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                                   _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
+    const __m512 total = _mm512_add_ps(t, summs);
+    lrt_store(&total, NULL, 0, 1, R, out, 0);
+}
+
 /* the tiles of 16 rows x up to KRW_C columns, the column groups of a row tile after one another */
 typedef void (*krw_fn)(int n, const uint8_t *w, size_t ldw, int R, const uint8_t *a, size_t lda, int C, float *out,
                        size_t ldo);
@@ -1521,6 +1568,19 @@ KERNELS(q3_K_small, EL_Q3_K, 1, 2, 4, 2)
 KCL_KERNELS(q4_K, EL_Q4_K)
 KCL_KERNELS(q5_K, EL_Q5_K)
 KERNELS(q5_K_small, EL_Q5_K, 1, 2, 4, 2)
+/* Q5_K's small-batch order: one column (a decode step) by the row-lane tile, more by the 2 x 4 tiles */
+static void q5_K_small_rows_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
+                                        float *out, size_t ldo) {
+    if (nc != 1) {
+        q5_K_small_gemm_avx512(n, w, ldw, nr, a, lda, nc, out, ldo);
+        return;
+    }
+    for (int r = 0; r < nr; r += 16) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * ldw;
+        if (nr - r >= 16) krw_q5_K_small_one(n, wr, ldw, 16, a, out + r);
+        else krw_q5_K_small_one(n, wr, ldw, nr - r, a, out + r);
+    }
+}
 /* Q4_K's small-batch order: the row-lane tiles at every column count (it takes m % 4 of a batch) */
 static void q4_K_small_gemm_avx512(int n, const void *w, size_t ldw, int nr, const void *a, size_t lda, int nc,
                                    float *out, size_t ldo) {
@@ -2209,7 +2269,7 @@ void el_register_avx512(el_type_traits *t) {
     t[EL_Q4_K].vec_dot_small = q4_K_small_vec_dot_avx512, t[EL_Q4_K].gemm_small = q4_K_small_gemm_avx512;
     t[EL_Q3_K].vec_dot_small = q3_K_small_vec_dot_avx512, t[EL_Q3_K].gemm_small = q3_K_small_gemm_avx512;
     t[EL_IQ4_XS].vec_dot_small = iq4_xs_small_vec_dot_avx512, t[EL_IQ4_XS].gemm_small = iq4_xs_small_gemm_avx512;
-    t[EL_Q5_K].vec_dot_small = q5_K_small_vec_dot_avx512, t[EL_Q5_K].gemm_small = q5_K_small_gemm_avx512;
+    t[EL_Q5_K].vec_dot_small = q5_K_small_vec_dot_avx512, t[EL_Q5_K].gemm_small = q5_K_small_rows_gemm_avx512;
     t[EL_Q6_K].vec_dot_small = q6_K_small_vec_dot_avx512, t[EL_Q6_K].gemm_small = q6_K_small_gemm_avx512;
 #define SET(id, name) t[id].vec_dot_batch = name##_batch_vec_dot_avx512, t[id].gemm_batch = name##_batch_gemm_avx512
     SET(EL_Q4_1, q4_1);
