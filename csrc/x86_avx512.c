@@ -1307,6 +1307,27 @@ static inline __m512i dpwssd_bcast(__m512i acc, __m512i u, const uint32_t *p) {
     return _mm512_dpwssd_epi32(acc, u, _mm512_set1_epi32((int)*p));
 }
 
+/* the row-lane tiles' prefetch, as lrt_tile's: the R rows after the next R (one contiguous span), a
+ * share of it per super-block */
+typedef struct {
+    const uint8_t *ahead;
+    size_t step, done;
+} span_pf;
+static inline span_pf span_pf_start(const uint8_t *w, size_t span, int nb) {
+    return (span_pf){w + 2 * span, lrt_pf_bytes(span, nb), 0};
+}
+static inline void span_pf_step(span_pf *p) {
+    for (const size_t pe = p->done + p->step; p->done < pe; p->done += 64) __builtin_prefetch(p->ahead + p->done, 0, 2);
+}
+
+/* a column's bsums summed per 32-value sub-block, as int16 pairs: bp[q] = sub-blocks 2q, 2q + 1 */
+static inline void bsum32_pairs(const block_q8_K *y, uint32_t bp[4]) {
+    const __m256i bsj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
+    uint32_t bp8[8];
+    _mm256_storeu_si256((__m256i *)bp8, _mm256_packs_epi32(bsj, bsj));  /* dwords 0, 1, 4, 5 */
+    bp[0] = bp8[0], bp[1] = bp8[1], bp[2] = bp8[4], bp[3] = bp8[5];
+}
+
 /* R <= 16 weight rows x 1 <= C <= KRW_C columns (a: lda bytes apart) of Q4_K (span: sub-blocks
  * per float step, 2 or 8) or Q5_K, rows in the int32 lanes (lrt_lane) */
 static inline __attribute__((always_inline)) void krw_tile(const int type, const int span, int n, const uint8_t *w,
@@ -1316,12 +1337,9 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
     const size_t wbs = (size_t)kquant_block_bytes(type);
     __m512 acc[KRW_C], accm[KRW_C];
     for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
-    const size_t spanb = (size_t)R * ldw;  /* prefetched as in lrt_tile */
-    const uint8_t *ahead = w + 2 * spanb;
-    const size_t pf_bytes = lrt_pf_bytes(spanb, nb);
-    size_t po = 0;
+    span_pf pf = span_pf_start(w, (size_t)R * ldw, nb);
     for (int i = 0; i < nb; i++) {
-        for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
+        span_pf_step(&pf);
         __m512i v[64], sc[16], mn[8];
         __m512 dw, dmw;
         if (type == EL_Q2_K) {
@@ -1352,12 +1370,8 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
         for (int c = 0; c < C; c++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + i;
             const uint8_t *aq = (const uint8_t *)y->qs;
-            /* the column's bsums per sub-block, as int16 pairs (sub-blocks 2q, 2q + 1) */
-            const __m256i bsj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
-            const __m256i bpk = _mm256_packs_epi32(bsj, bsj);  /* dwords 0, 1, 4, 5: pairs of quarters 0..3 */
-            uint32_t bp8[8], bp[4];
-            _mm256_storeu_si256((__m256i *)bp8, bpk);
-            bp[0] = bp8[0], bp[1] = bp8[1], bp[2] = bp8[4], bp[3] = bp8[5];
+            uint32_t bp[4];
+            bsum32_pairs(y, bp);
             const __m512 da = _mm512_set1_ps(y->d);
             const __m512 dd = _mm512_mul_ps(dw, da), dm = _mm512_mul_ps(dmw, da);
             __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
@@ -1395,12 +1409,9 @@ static inline __attribute__((always_inline)) void krw_q5_K_small_one(int n, cons
     const int nb = n / QK_K;
     __m512 acc[8], summs = _mm512_setzero_ps();
     for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_ps();
-    const size_t spanb = (size_t)R * ldw;  /* prefetched as in lrt_tile */
-    const uint8_t *ahead = w + 2 * spanb;
-    const size_t pf_bytes = lrt_pf_bytes(spanb, nb);
-    size_t po = 0;
+    span_pf pf = span_pf_start(w, (size_t)R * ldw, nb);
     for (int i = 0; i < nb; i++) {
-        for (const size_t pe = po + pf_bytes; po < pe; po += 64) __builtin_prefetch(ahead + po, 0, 2);
+        span_pf_step(&pf);
         __m512i v[64], sc[16], mn[8];
         __m512 dw, dmw;
         krw_unpack(EL_Q5_K, w + (size_t)i * sizeof(block_q5_K), ldw, R, v, sc, mn, &dw, &dmw);
@@ -1414,11 +1425,8 @@ static inline __attribute__((always_inline)) void krw_q5_K_small_one(int n, cons
                 L[k] = _mm512_dpwssd_epi32(L[k], _mm512_maddubs_epi16(v[8 * j + k], bcast32(aq + 32 * j + 4 * k)), sp);
         }
         __m512i M = _mm512_setzero_si512();  /* sum of min_j * (the column's sum over sub-block j) */
-        const __m256i bsj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
-        const __m256i bpk = _mm256_packs_epi32(bsj, bsj);  /* dwords 0, 1, 4, 5: pairs of sub-blocks */
-        uint32_t bp8[8];
-        _mm256_storeu_si256((__m256i *)bp8, bpk);
-        const uint32_t bp[4] = {bp8[0], bp8[1], bp8[4], bp8[5]};
+        uint32_t bp[4];
+        bsum32_pairs(y, bp);
         for (int q = 0; q < 4; q++)
             M = dpwssd_bcast(M, _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16)), &bp[q]);
         const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), dw);
