@@ -90,12 +90,9 @@ static inline __attribute__((always_inline)) void KFN(iq4_nl_kernel)(int n, cons
 
 /* the 8 group scales of a super-block (minus 32) as int16 broadcasts */
 static inline void KFN(xs_scales)(const uint8_t *blk, __m256i sc[8]) {
-    uint16_t sh;
-    uint32_t sl;
-    memcpy(&sh, blk + offsetof(block_iq4_xs, scales_h), 2);
-    memcpy(&sl, blk + offsetof(block_iq4_xs, scales_l), 4);
-    for (int g = 0; g < 8; g++)
-        sc[g] = _mm256_set1_epi16((short)((((sl >> (4 * g)) & 0xF) | (((sh >> (2 * g)) & 3) << 4)) - 32));
+    int s[8];
+    iq4_xs_scales(blk, s);
+    for (int g = 0; g < 8; g++) sc[g] = _mm256_set1_epi16((short)s[g]);
 }
 
 static inline __attribute__((always_inline)) void KFN(iq4_xs_kernel)(const int small, int n, const uint8_t *w,

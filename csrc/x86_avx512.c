@@ -48,6 +48,12 @@ static inline __m512i pair_nibbles(const uint8_t *q0, const uint8_t *q1) {
     return _mm512_and_si512(_mm512_srlv_epi16(z, _mm512_setr_epi64(0, 0, s4, s4, 0, 0, s4, s4)), _mm512_set1_epi8(0x0F));
 }
 
+/* the IQ4 table values of the packed groups at q0 (values 0..31) and q1 (32..63) */
+static inline __m512i iq4_pair(const uint8_t *q0, const uint8_t *q1) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)el_iq4nl_values));
+    return _mm512_shuffle_epi8(table, pair_nibbles(q0, q1));
+}
+
 /* fifth bits of two Q5 blocks (bit j of qh = value j) added as 0x10 (the nibbles are below it) */
 static inline __m512i pair_fifth_bits(__m512i q, const uint8_t *qh0, const uint8_t *qh1) {
     uint32_t h0, h1;
@@ -1102,16 +1108,10 @@ static inline __attribute__((always_inline)) void kcl_unpack(const int type, con
                                                              int32_t sc[16], int32_t mp[8], float *d, float *dmin) {
     if (type == EL_IQ4_XS) {
         const uint8_t *qs = x + offsetof(block_iq4_xs, qs);
-        const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)el_iq4nl_values));
         for (int j = 0; j < 4; j++)  /* table value + 128 */
-            _mm512_store_si512(wu + 64 * j, _mm512_xor_si512(_mm512_shuffle_epi8(table, pair_nibbles(qs + 32 * j, qs + 32 * j + 16)),
-                                                             _mm512_set1_epi8((char)0x80)));
-        const unsigned sh = load_u16(x + offsetof(block_iq4_xs, scales_h));
-        const uint8_t *sl = x + offsetof(block_iq4_xs, scales_l);
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (int)(((sl[j / 2] >> 4 * (j % 2)) & 0xF) | (((sh >> 2 * j) & 3) << 4)) - 32;
-            mp[j] = pair16(-128 * sc[j], -128 * sc[j]);
-        }
+            _mm512_store_si512(wu + 64 * j, _mm512_xor_si512(iq4_pair(qs + 32 * j, qs + 32 * j + 16), _mm512_set1_epi8((char)0x80)));
+        iq4_xs_scales(x, sc);
+        for (int j = 0; j < 8; j++) mp[j] = pair16(-128 * sc[j], -128 * sc[j]);
         *d = _cvtsh_ss(load_u16(x + offsetof(block_iq4_xs, d)));
         *dmin = 0.0f;
         return;
@@ -1232,11 +1232,13 @@ static inline __attribute__((always_inline)) void krw_dwords(const uint8_t *wb, 
 }
 
 /* the 16 rows' super-block at wb as unsigned values (Q4_K: 0..15, Q5_K: 0..31): v[8j + u] dword
- * lane lrt_lane(r) = values 32j + 4u .. 32j + 4u + 3 of row r; their scales sc[j] and mins mn[j] of
- * sub-block j, d and dmin as floats */
+ * lane lrt_lane(r) = values 32j + 4u .. 32j + 4u + 3 of row r; their scales sc[j] of sub-block j,
+ * the mins of sub-blocks 2q, 2q + 1 as an int16 pair mp[q] (against a column's bsum32_pairs), d and
+ * dmin as floats */
 static inline __attribute__((always_inline)) void krw_unpack(const int type, const uint8_t *wb, size_t ldw, int R,
-                                                             __m512i v[64], __m512i sc[8], __m512i mn[8], __m512 *dw,
+                                                             __m512i v[64], __m512i sc[8], __m512i mp[4], __m512 *dw,
                                                              __m512 *dmw) {
+    __m512i mn[8];
     __m512i h[4];  /* (d, dmin), scales bytes 0-3, 4-7, 8-11 (the same offsets in both types) */
     krw_dwords(wb, ldw, R, 0, h);
     *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
@@ -1250,6 +1252,7 @@ static inline __attribute__((always_inline)) void krw_unpack(const int type, con
         mn[k + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 8 * k + 4), m4),
                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[2], 8 * k + 6), m2), 4));
     }
+    for (int q = 0; q < 4; q++) mp[q] = _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16));
     const size_t qo = type == EL_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs);
     const __m512i n4 = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 8; c++) {  /* qs bytes 16c..16c+15: dwords d = 4c + k of quarter d / 8 */
@@ -1340,11 +1343,10 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
     span_pf pf = span_pf_start(w, (size_t)R * ldw, nb);
     for (int i = 0; i < nb; i++) {
         span_pf_step(&pf);
-        __m512i v[64], sc[16], mn[8];
+        __m512i v[64], sc[16], mp[8];  /* mp: int16 pairs of the mins (Q2_K: of its 16 groups) */
         __m512 dw, dmw;
         if (type == EL_Q2_K) {
-            __m512i mq[8];  /* int16 pairs of the group mins */
-            krw_unpack_q2(w + (size_t)i * wbs, ldw, R, v, sc, mq, &dw, &dmw);
+            krw_unpack_q2(w + (size_t)i * wbs, ldw, R, v, sc, mp, &dw, &dmw);
             for (int c = 0; c < C; c++) {
                 const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + i;
                 const uint8_t *aq = (const uint8_t *)y->qs;
@@ -1357,16 +1359,14 @@ static inline __attribute__((always_inline)) void krw_tile(const int type, const
                     }
                     I = _mm512_add_epi32(I, _mm512_mullo_epi32(t0, sc[2 * j]));
                     I = _mm512_add_epi32(I, _mm512_mullo_epi32(t1, sc[2 * j + 1]));
-                    M = dpwssd_bcast(M, mq[j], (const uint32_t *)(y->bsums + 2 * j));
+                    M = dpwssd_bcast(M, mp[j], (const uint32_t *)(y->bsums + 2 * j));
                 }
                 acc[c] = _mm512_fmadd_ps(_mm512_fnmadd_ps(dmw, _mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_cvtepi32_ps(I), dw)),
                                          _mm512_set1_ps(y->d), acc[c]);
             }
             continue;
         }
-        krw_unpack(type, w + (size_t)i * wbs, ldw, R, v, sc, mn, &dw, &dmw);
-        __m512i mp[4];  /* int16 pairs (mn[2q], mn[2q + 1]) */
-        for (int q = 0; q < 4; q++) mp[q] = _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16));
+        krw_unpack(type, w + (size_t)i * wbs, ldw, R, v, sc, mp, &dw, &dmw);
         for (int c = 0; c < C; c++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)c * lda) + i;
             const uint8_t *aq = (const uint8_t *)y->qs;
@@ -1412,9 +1412,9 @@ static inline __attribute__((always_inline)) void krw_q5_K_small_one(int n, cons
     span_pf pf = span_pf_start(w, (size_t)R * ldw, nb);
     for (int i = 0; i < nb; i++) {
         span_pf_step(&pf);
-        __m512i v[64], sc[16], mn[8];
+        __m512i v[64], sc[8], mp[4];
         __m512 dw, dmw;
-        krw_unpack(EL_Q5_K, w + (size_t)i * sizeof(block_q5_K), ldw, R, v, sc, mn, &dw, &dmw);
+        krw_unpack(EL_Q5_K, w + (size_t)i * sizeof(block_q5_K), ldw, R, v, sc, mp, &dw, &dmw);
         const block_q8_K *y = (const block_q8_K *)a + i;
         const uint8_t *aq = (const uint8_t *)y->qs;
         __m512i L[8];
@@ -1427,8 +1427,7 @@ static inline __attribute__((always_inline)) void krw_q5_K_small_one(int n, cons
         __m512i M = _mm512_setzero_si512();  /* sum of min_j * (the column's sum over sub-block j) */
         uint32_t bp[4];
         bsum32_pairs(y, bp);
-        for (int q = 0; q < 4; q++)
-            M = dpwssd_bcast(M, _mm512_or_si512(mn[2 * q], _mm512_slli_epi32(mn[2 * q + 1], 16)), &bp[q]);
+        for (int q = 0; q < 4; q++) M = dpwssd_bcast(M, mp[q], &bp[q]);
         const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), dw);
         for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(L[k]), acc[k]);
         summs = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-y->d), dmw), _mm512_cvtepi32_ps(M), summs);

@@ -5,13 +5,7 @@
  * (what every activation quantizer writes).
  *
  * A zmm holds 64 table values (two 32-value groups in value order), looked up by one vpshufb on
- * el_iq4nl_values per 128-bit lane. */
-
-/* the table values of the packed groups at q0 (values 0..31) and q1 (32..63) */
-static inline __m512i iq4_pair(const uint8_t *q0, const uint8_t *q1) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)el_iq4nl_values));
-    return _mm512_shuffle_epi8(table, pair_nibbles(q0, q1));
-}
+ * el_iq4nl_values per 128-bit lane (iq4_pair, x86_avx512.c). */
 
 /* ------------------------------------------------------------------------------------------
  * IQ4_NL against Q8_0 in llama.cpp's repacked order (acc = fma(exact block sum, dw * da, acc) per
@@ -108,9 +102,9 @@ static inline __attribute__((always_inline)) void iq4_xs_kernel(const int small,
         __m512i isum[XS_RMAX][XS_CMAX];
         for (int r = 0; r < R; r++) {
             xb[r] = w + (size_t)r * ldw + (size_t)i * wbs;
-            const uint16_t sh = load_u16(xb[r] + offsetof(block_iq4_xs, scales_h));
-            const uint32_t sl = load_u32(xb[r] + offsetof(block_iq4_xs, scales_l));
-            for (int g = 0; g < 8; g++) ls[r][g] = (short)((((sl >> (4 * g)) & 0xF) | (((sh >> (2 * g)) & 3) << 4)) - 32);
+            int s[8];
+            iq4_xs_scales(xb[r], s);
+            for (int g = 0; g < 8; g++) ls[r][g] = (short)s[g];
             for (int c = 0; c < C; c++) isum[r][c] = _mm512_setzero_si512();
         }
         for (int c = 0; c < C; c++) yb[c] = (const block_q8_K *)(a + (size_t)c * lda) + i;

@@ -21,6 +21,16 @@ static inline void k4_scales_mins(const uint8_t *q, uint32_t sc[2], uint32_t m[2
     m[1] = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
 }
 
+/* the 8 group scales of an IQ4_XS super-block at blk, minus 32 (iquants_generic.c iq4_xs_scale): low
+ * 4 bits in scales_l (two per byte, even groups low), top 2 at bit 2g of scales_h */
+static inline void iq4_xs_scales(const uint8_t *blk, int sc[8]) {
+    uint16_t sh;
+    uint32_t sl;
+    memcpy(&sh, blk + offsetof(block_iq4_xs, scales_h), 2);
+    memcpy(&sl, blk + offsetof(block_iq4_xs, scales_l), 4);
+    for (int g = 0; g < 8; g++) sc[g] = (int)(((sl >> (4 * g)) & 0xF) | (((unsigned)sh >> (2 * g)) & 3) << 4) - 32;
+}
+
 /* 16 scales of a Q3_K super-block, still +32 (kquants_generic.c q3_K_scale): low nibbles in
  * bytes 0..7 (scales 0..7 low halves, 8..15 high halves), top two bits of scale j at bit
  * 2*(j/4) of byte 8 + j%4. Four little-endian words of four scales. */
