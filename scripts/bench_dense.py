@@ -44,7 +44,7 @@ def build(n_layer: int, mix: str, seed: int) -> Path:
     out = home() / "bench" / f"llama-1b-shape-{n_layer}L-{mix}-seed{seed}.gguf"
     if out.exists():
         return out
-    default, by_name = MIXES.get(mix.lower()) or (QType[mix.upper()], {})
+    default, by_name = MIXES.get(mix) or (QType[mix], {})  # (mix: a MIXES key or a QType name, as main spells it)
     return bench_moe.write_random_model(out, tiny_archs.Spec("llama", "llama-bpe", seed, output=False),
                                         replace(LLAMA_1B, n_layer=n_layer),
                                         f"llama (Llama-3.2-1B's shape, {n_layer} layers, random {mix})", default,
