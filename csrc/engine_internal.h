@@ -172,12 +172,10 @@ void el_matmul_acts(const el_engine *c, const el_tensor *w, int64_t row0, int64_
                     size_t lda, int m, float *y, size_t ldy, int cols, int ith, int nth);
 /* float_llama.c: float weights in llama.cpp's orders, for llama_order steps. The type is one it
  * covers (F32, F16); tinyblas: whether llama.cpp takes tinyBLAS for a weight of `rows` rows of n
- * values times `cols` activation rows (0: ggml_mul_mat_id, which never does); the gemm has el_gemm_fn's
- * contract, in tinyBLAS's order or ggml_vec_dot_f32 / _f16's. */
+ * values times `cols` activation rows (0: ggml_mul_mat_id, which never does); the gemm
+ * (el_float_llama_gemm, api/engine.h) has el_gemm_fn's contract. */
 int el_float_llama_type(int type);
 int el_float_llama_tinyblas(int64_t rows, int n, int cols);
-void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
-                         size_t lda, int nc, float *out, size_t ldo);
 /* moe.c: the routed-expert FFN. init checks the expert tensors and allocates the scratch (0, or
  * -1 with a message in err); el_moe_ffn replaces c->tmp's n rows (the normed FFN input) by the
  * FFN's output, as the dense FFN does. */

@@ -233,12 +233,59 @@ static inline __attribute__((always_inline)) void gemm_types(int type, int tinyb
     }
 GEMM_COPY(gemm_avx512, "avx512f", 4)
 GEMM_COPY(gemm_avx2, "avx2", 1)
+
+#include <immintrin.h>
+
+/* ggml_vec_dot_f16's order (dot_vec_f16) for F16 rows against one activation row y (as floats),
+ * without copying the rows: each 16 halves converted in a register (vcvtph2ps, exact) and taken
+ * by an FMA (its product is exact: the twin's add). A row's (a0 + a2) + (a1 + a3) goes to a buffer
+ * of 16-lane rows, which el_vops.sum16_rows reduces in el_sum16's order; out[r]. n: a multiple of
+ * 64. The rows stream from DRAM: the row VEC_PF_ROWS ahead is prefetched into L2 as each is read
+ * (without it a SmolLM2 F16 step took ~1.4x as long; 4 rows side by side sharing the activation
+ * loads measured no faster than one) */
+#define VEC_ROWS 16   /* rows whose lane sums are reduced together */
+#define VEC_PF_ROWS 8
+__attribute__((target("avx512f"))) static void vec_f16_avx512(int n, const uint8_t *w, size_t ldw, int nr, const float *y,
+                                                              float *out) {
+    float lanes[VEC_ROWS * 16];
+    for (int r0 = 0; r0 < nr; r0 += VEC_ROWS) {
+        const int nb = EL_MIN(VEC_ROWS, nr - r0);
+        for (int r = 0; r < nb; r++) {
+            const el_half *x = (const el_half *)(w + (size_t)(r0 + r) * ldw);
+            const char *pf = r0 + r + VEC_PF_ROWS < nr ? (const char *)x + VEC_PF_ROWS * ldw : NULL;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < n; i += 64) {
+                if (pf) {  /* the two lines of these 64 values in the row ahead */
+                    __builtin_prefetch(pf + 2 * (size_t)i, 0, 2);
+                    __builtin_prefetch(pf + 2 * (size_t)i + 64, 0, 2);
+                }
+#define VEC_FMA(acc, j) acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16 * j))), \
+                                              _mm512_loadu_ps(y + i + 16 * j), acc)
+                VEC_FMA(a0, 0);
+                VEC_FMA(a1, 1);
+                VEC_FMA(a2, 2);
+                VEC_FMA(a3, 3);
+#undef VEC_FMA
+            }
+            _mm512_storeu_ps(lanes + 16 * r, _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+        }
+        el_vops.sum16_rows(nb, lanes, out + r0);
+    }
+}
 #endif
 
 void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
                          size_t lda, int nc, float *out, size_t ldo) {
 #ifdef EL_FLOAT_ISA_COPIES
     if (__builtin_cpu_supports("avx512f")) {
+        /* (the selected ISA's own kernel: the portable loops stay the twin el_set_isa can pick) */
+        float *ys = type == EL_F16 && !tinyblas && nc == 1 && n % 64 == 0 && el_get_isa() == EL_ISA_AVX512
+                        ? row_buffer((size_t)n) : NULL;
+        if (ys) {  /* a decode step's F16 matmul: the rows converted in registers, not copied */
+            el_vops.f16_to_f32(n, (const el_half *)a, ys);
+            vec_f16_avx512(n, w, ldw, nr, ys, out);
+            return;
+        }
         gemm_avx512(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
         return;
     }

@@ -460,6 +460,38 @@ def test_float_gemm_is_the_avx2_tile(kern, t, n):
                                           err_msg=f"{cols} columns, rows {r0}..{r0 + nr}")
 
 
+@pytest.mark.parametrize("n", [64, 576, 1536, 96, 200])
+def test_float_llama_order_matches_portable(kern, n):
+    """F16 weights in llama.cpp's orders (float_llama.c: llama_order steps): one activation row in
+    ggml_vec_dot_f16's order (on AVX-512 its own kernel, the rows converted in registers, for rows of
+    a multiple of 64 values), several in tinyBLAS's: every variant gives the portable loops' bits,
+    over row counts around the kernel's 16-row reductions and its prefetch distance, and row lengths
+    with a tail past the last 64 (added in double) or, for tinyBLAS, none."""
+    ffi, lib = _mod
+    rng = np.random.default_rng(9400 + n)
+    rows = 37
+
+    def wide(shape):  # as in test_float_gemm_is_the_avx2_tile: the lanes' grouping shows in the bits
+        return (rng.standard_normal(shape) * np.where(rng.random(shape) < 0.05, 2.0 ** 13, 2.0 ** -11)).astype(np.float32)
+
+    w = kern.quantize_act(QType.F16, wide((rows, n)))
+    a = kern.quantize_act(QType.F16, wide((5, n)))
+
+    def run(tinyblas, nr, nc):
+        out = np.full((nc, nr), np.nan, dtype=np.float32)
+        lib.el_float_llama_gemm(int(QType.F16), tinyblas, n, ffi.from_buffer(w), w.strides[0], nr, ffi.from_buffer(a),
+                                a.strides[0], nc, ffi.cast("float *", out.ctypes.data), nr)
+        return out
+
+    cases = [(0, nr, 1) for nr in (1, 3, 9, 16, 17, rows)] + ([(1, 36, 5), (1, 8, 2)] if n % 16 == 0 else [])
+    kern.select("generic")
+    want = [run(*c) for c in cases]
+    kern.select(kern.variant)
+    for c, ref in zip(cases, want):
+        assert np.all(np.isfinite(ref))
+        np.testing.assert_array_equal(_bits(run(*c)), _bits(ref), err_msg=f"tinyblas, rows, columns {c}")
+
+
 # ---------------------------------------------------------------- the legacy types' batch order
 
 LEGACY = [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0]

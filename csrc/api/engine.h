@@ -222,6 +222,11 @@ int el_isa_features(void);
 int el_matmul(const el_tensor *w, const float *x, int m, float *y, int n_threads);
 /* the same in the batch-invariant steps' order (llama_order 0) or in llama_order steps' (1, as el_matmul) */
 int el_matmul_order(const el_tensor *w, const float *x, int m, float *y, int n_threads, int llama_order);
+/* Float weights (F32, F16) in llama.cpp's orders (float_llama.c), as llama_order steps take them:
+ * out[c * ldo + r] = row r of w (nr rows, ldw bytes apart, n values) . activation row c of a (nc rows
+ * of the weight's type, lda bytes apart), in tinyBLAS's order (tinyblas) or ggml_vec_dot_f32 / _f16's */
+void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                         size_t lda, int nc, float *out, size_t ldo);
 
 /* Best GB/s of a plain multi-threaded read loop over nbytes at data, over reps runs. */
 double el_read_bandwidth(const void *data, size_t nbytes, int n_threads, int reps);
