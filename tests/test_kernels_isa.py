@@ -465,8 +465,9 @@ def test_float_llama_order_matches_portable(kern, n):
     """F16 weights in llama.cpp's orders (float_llama.c: llama_order steps): one activation row in
     ggml_vec_dot_f16's order (on AVX-512 its own kernel, the rows converted in registers, for rows of
     a multiple of 64 values), several in tinyBLAS's: every variant gives the portable loops' bits,
-    over row counts around the kernel's 16-row reductions and its prefetch distance, and row lengths
-    with a tail past the last 64 (added in double) or, for tinyBLAS, none."""
+    over row counts around the kernel's 16-row reductions and its prefetch distance, tinyBLAS's tiles
+    whole and cut, and row lengths with a tail past the last 64 (added in double) or, for
+    tinyBLAS, none."""
     ffi, lib = _mod
     rng = np.random.default_rng(9400 + n)
     rows = 37
@@ -475,7 +476,7 @@ def test_float_llama_order_matches_portable(kern, n):
         return (rng.standard_normal(shape) * np.where(rng.random(shape) < 0.05, 2.0 ** 13, 2.0 ** -11)).astype(np.float32)
 
     w = kern.quantize_act(QType.F16, wide((rows, n)))
-    a = kern.quantize_act(QType.F16, wide((5, n)))
+    a = kern.quantize_act(QType.F16, wide((70, n)))
 
     def run(tinyblas, nr, nc):
         out = np.full((nc, nr), np.nan, dtype=np.float32)
@@ -483,7 +484,9 @@ def test_float_llama_order_matches_portable(kern, n):
                                 a.strides[0], nc, ffi.cast("float *", out.ctypes.data), nr)
         return out
 
-    cases = [(0, nr, 1) for nr in (1, 3, 9, 16, 17, rows)] + ([(1, 36, 5), (1, 8, 2)] if n % 16 == 0 else [])
+    cases = [(0, nr, 1) for nr in (1, 3, 9, 16, 17, rows)]
+    if n % 16 == 0:  # (tiles of 4 rows x 6 columns on AVX-512, 64 columns converted at a time)
+        cases += [(1, 36, 13), (1, rows, 5), (1, 8, 2), (1, 4, 70)]
     kern.select("generic")
     want = [run(*c) for c in cases]
     kern.select(kern.variant)
