@@ -237,37 +237,64 @@ GEMM_COPY(gemm_avx2, "avx2", 1)
 #include <immintrin.h>
 
 /* ggml_vec_dot_f16's order (dot_vec_f16) for F16 rows against one activation row y (as floats),
- * without copying the rows: each 16 halves converted in a register (vcvtph2ps, exact) and taken
- * by an FMA (its product is exact: the twin's add). A row's (a0 + a2) + (a1 + a3) goes to a buffer
- * of 16-lane rows, which el_vops.sum16_rows reduces in el_sum16's order; out[r]. n: a multiple of
+ * without copying the rows: each row's halves converted in registers (vcvtph2ps, exact) and taken
+ * by FMAs (a product of halves is exact: the twin's add). A row's (a0 + a2) + (a1 + a3) goes to a
+ * buffer of 16-lane rows, which el_vops.sum16_rows reduces in el_sum16's order. n: a multiple of
  * 64. The rows stream from DRAM: the row VEC_PF_ROWS ahead is prefetched into L2 as each is read
  * (without it a SmolLM2 F16 step took ~1.4x as long; 4 rows side by side sharing the activation
- * loads measured no faster than one) */
+ * loads measured no faster than one). row_dot: one row's lanes, per ISA */
 #define VEC_ROWS 16   /* rows whose lane sums are reduced together */
 #define VEC_PF_ROWS 8
-__attribute__((target("avx512f"))) static void vec_f16_avx512(int n, const uint8_t *w, size_t ldw, int nr, const float *y,
-                                                              float *out) {
+typedef void (*vec_row_fn)(int n, const el_half *x, const float *y, const char *pf, float *lanes);
+
+/* the two lines of values i .. i + 63 of the row ahead */
+#define VEC_PREFETCH(pf, i)                                         \
+    do {                                                            \
+        if (pf) {                                                   \
+            __builtin_prefetch((pf) + 2 * (size_t)(i), 0, 2);       \
+            __builtin_prefetch((pf) + 2 * (size_t)(i) + 64, 0, 2);  \
+        }                                                           \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void vec_row_avx512(int n, const el_half *x, const float *y, const char *pf,
+                                                              float *lanes) {
+    __m512 a[4];
+    for (int j = 0; j < 4; j++) a[j] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 64) {
+        VEC_PREFETCH(pf, i);
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16 * j))),
+                                   _mm512_loadu_ps(y + i + 16 * j), a[j]);
+    }
+    _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+}
+
+/* the same 16-lane accumulators as two 8-lane halves each */
+__attribute__((target("avx2,fma,f16c"))) static void vec_row_avx2(int n, const el_half *x, const float *y, const char *pf,
+                                                                  float *lanes) {
+    __m256 a[4][2];
+    for (int j = 0; j < 4; j++) a[j][0] = a[j][1] = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 64) {
+        VEC_PREFETCH(pf, i);
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++) {
+                const int o = i + 16 * j + 8 * h;
+                a[j][h] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + o))), _mm256_loadu_ps(y + o),
+                                          a[j][h]);
+            }
+    }
+    for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(lanes + 8 * h, _mm256_add_ps(_mm256_add_ps(a[0][h], a[2][h]), _mm256_add_ps(a[1][h], a[3][h])));
+}
+
+/* nr F16 rows against one activation row as floats: out[r] */
+static void vec_f16(vec_row_fn row_dot, int n, const uint8_t *w, size_t ldw, int nr, const float *y, float *out) {
     float lanes[VEC_ROWS * 16];
     for (int r0 = 0; r0 < nr; r0 += VEC_ROWS) {
         const int nb = EL_MIN(VEC_ROWS, nr - r0);
         for (int r = 0; r < nb; r++) {
             const el_half *x = (const el_half *)(w + (size_t)(r0 + r) * ldw);
-            const char *pf = r0 + r + VEC_PF_ROWS < nr ? (const char *)x + VEC_PF_ROWS * ldw : NULL;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < n; i += 64) {
-                if (pf) {  /* the two lines of these 64 values in the row ahead */
-                    __builtin_prefetch(pf + 2 * (size_t)i, 0, 2);
-                    __builtin_prefetch(pf + 2 * (size_t)i + 64, 0, 2);
-                }
-#define VEC_FMA(acc, j) acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16 * j))), \
-                                              _mm512_loadu_ps(y + i + 16 * j), acc)
-                VEC_FMA(a0, 0);
-                VEC_FMA(a1, 1);
-                VEC_FMA(a2, 2);
-                VEC_FMA(a3, 3);
-#undef VEC_FMA
-            }
-            _mm512_storeu_ps(lanes + 16 * r, _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+            row_dot(n, x, y, r0 + r + VEC_PF_ROWS < nr ? (const char *)x + VEC_PF_ROWS * ldw : NULL, lanes + 16 * r);
         }
         el_vops.sum16_rows(nb, lanes, out + r0);
     }
@@ -339,20 +366,23 @@ __attribute__((target("avx512f"))) static void tb_f16_avx512(int n, const uint8_
 void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
                          size_t lda, int nc, float *out, size_t ldo) {
 #ifdef EL_FLOAT_ISA_COPIES
-    if (__builtin_cpu_supports("avx512f")) {
-        /* (the selected ISA's own kernel: the portable loops stay the twin el_set_isa can pick) */
-        float *ys = type == EL_F16 && !tinyblas && nc == 1 && n % 64 == 0 && el_get_isa() == EL_ISA_AVX512
-                        ? row_buffer((size_t)n) : NULL;
-        if (ys) {  /* a decode step's F16 matmul: the rows converted in registers, not copied */
+    /* F16 through the selected ISA's own kernels (the rows converted in registers), which
+     * el_set_isa can turn off: the portable loops below are their twin */
+    const int isa = type == EL_F16 ? el_get_isa() : EL_ISA_GENERIC;
+    if (isa == EL_ISA_AVX512 || isa == EL_ISA_AVX2) {
+        float *ys = !tinyblas && nc == 1 && n % 64 == 0 ? row_buffer((size_t)n) : NULL;
+        if (ys) {  /* a decode step's matmul */
             el_vops.f16_to_f32(n, (const el_half *)a, ys);
-            vec_f16_avx512(n, w, ldw, nr, ys, out);
+            vec_f16(isa == EL_ISA_AVX512 ? vec_row_avx512 : vec_row_avx2, n, w, ldw, nr, ys, out);
             return;
         }
-        ys = type == EL_F16 && tinyblas && el_get_isa() == EL_ISA_AVX512 ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
-        if (ys) {  /* a prompt's F16 matmul: its tiles convert the rows in registers */
+        ys = tinyblas && isa == EL_ISA_AVX512 ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
+        if (ys) {  /* a prompt's matmul: tiles of 4 rows x 6 columns */
             tb_f16_avx512(n, w, ldw, nr, a, lda, nc, ys, out, ldo);
             return;
         }
+    }
+    if (__builtin_cpu_supports("avx512f")) {
         gemm_avx512(type, tinyblas, n, w, ldw, nr, a, lda, nc, out, ldo);
         return;
     }
