@@ -301,16 +301,21 @@ static void vec_f16(vec_row_fn row_dot, int n, const uint8_t *w, size_t ldw, int
 }
 
 /* tinyBLAS's order (dot_tinyblas_f16) for a tile of R F16 rows x C activation rows (as floats, ldy
- * apart): one accumulator per output, each 16 halves of a row converted in a register once for the
- * C columns (the FMA's product exact: the twin's add); the lanes to lanes[16 (c R + r)] */
-#define TB_C 6  /* columns a tile: 4 x 6 accumulators, 4 weight vectors and an activation in 32 registers */
-static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_f16_avx512(
+ * apart): one 16-lane accumulator per output, each 16 halves of a row converted in registers once
+ * for the C columns (the FMA's product exact: the twin's add); the lanes to lanes[16 (c R + r)].
+ * Per ISA: tiles of up to TB_R x TB_C (AVX-512: 4 x 6 accumulators, 4 weight vectors and an
+ * activation in 32 registers; AVX2, two halves an accumulator in 16: 1 x 6) */
+#define TB_C 6
+#define TB_R512 4
+typedef void (*tb_tile_fn)(int R, int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy, float *lanes);
+
+static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_avx512_rc(
     const int R, const int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy, float *lanes) {
-    __m512 acc[4][TB_C];
+    __m512 acc[TB_R512][TB_C];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
-        __m512 wv[4];
+        __m512 wv[TB_R512];
         for (int r = 0; r < R; r++) wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const el_half *)(w + r * ldw) + i)));
         for (int c = 0; c < C; c++) {
             const __m512 a = _mm512_loadu_ps(y + c * ldy + i);
@@ -321,38 +326,73 @@ static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_f16
         for (int c = 0; c < C; c++) _mm512_storeu_ps(lanes + 16 * (c * R + r), acc[r][c]);
 }
 
-/* the tile with its column count made a constant (1 .. TB_C) */
-static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_cols_f16_avx512(
-    const int R, int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy, float *lanes) {
-    switch (C) {
-    case 1: tb_tile_f16_avx512(R, 1, n, w, ldw, y, ldy, lanes); break;
-    case 2: tb_tile_f16_avx512(R, 2, n, w, ldw, y, ldy, lanes); break;
-    case 3: tb_tile_f16_avx512(R, 3, n, w, ldw, y, ldy, lanes); break;
-    case 4: tb_tile_f16_avx512(R, 4, n, w, ldw, y, ldy, lanes); break;
-    case 5: tb_tile_f16_avx512(R, 5, n, w, ldw, y, ldy, lanes); break;
-    default: tb_tile_f16_avx512(R, TB_C, n, w, ldw, y, ldy, lanes); break;
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void tb_tile_avx2_c(
+    const int C, int n, const uint8_t *w, const float *y, size_t ldy, float *lanes) {
+    __m256 acc[TB_C][2];
+    for (int c = 0; c < C; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const el_half *x = (const el_half *)w + i;
+        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x));
+        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 8)));
+        for (int c = 0; c < C; c++) {
+            acc[c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + c * ldy + i), acc[c][0]);
+            acc[c][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + c * ldy + i + 8), acc[c][1]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(lanes + 16 * c, acc[c][0]);
+        _mm256_storeu_ps(lanes + 16 * c + 8, acc[c][1]);
     }
 }
 
+/* the tiles with their shapes made constants: R TB_R512 or 1, C 1 .. TB_C */
+#define TB_COLS(CALL)        \
+    switch (C) {             \
+    case 1: CALL(1); break;  \
+    case 2: CALL(2); break;  \
+    case 3: CALL(3); break;  \
+    case 4: CALL(4); break;  \
+    case 5: CALL(5); break;  \
+    default: CALL(TB_C);     \
+    }
+__attribute__((target("avx512f"))) static void tb_tile_avx512(int R, int C, int n, const uint8_t *w, size_t ldw,
+                                                              const float *y, size_t ldy, float *lanes) {
+#define TB4(CC) tb_tile_avx512_rc(TB_R512, CC, n, w, ldw, y, ldy, lanes)
+#define TB1(CC) tb_tile_avx512_rc(1, CC, n, w, ldw, y, ldy, lanes)
+    if (R == TB_R512) {
+        TB_COLS(TB4)
+    } else {
+        TB_COLS(TB1)
+    }
+#undef TB4
+#undef TB1
+}
+__attribute__((target("avx2,fma,f16c"))) static void tb_tile_avx2(int R, int C, int n, const uint8_t *w, size_t ldw,
+                                                                  const float *y, size_t ldy, float *lanes) {
+    (void)R, (void)ldw;  /* (one row a tile) */
+#define TBA(CC) tb_tile_avx2_c(CC, n, w, y, ldy, lanes)
+    TB_COLS(TBA)
+#undef TBA
+}
+#undef TB_COLS
+
 /* nr F16 rows against nc activation rows (F16, lda bytes apart) in tinyBLAS's order (n a multiple
- * of 16): COLS columns converted to floats at a time, then tiles of 4 rows (the rest one by one)
+ * of 16): COLS columns converted to floats at a time, then tiles of RT rows (the rest one by one)
  * against groups of TB_C columns; each tile's lanes reduced by el_vops.sum16_rows. ys: a buffer of
  * EL_MIN(nc, COLS) * n floats */
-__attribute__((target("avx512f"))) static void tb_f16_avx512(int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
-                                                             size_t lda, int nc, float *ys, float *out, size_t ldo) {
-    float lanes[4 * TB_C * 16], sums[4 * TB_C];
+static void tb_f16(tb_tile_fn tile, const int RT, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
+                   size_t lda, int nc, float *ys, float *out, size_t ldo) {
+    float lanes[TB_R512 * TB_C * 16], sums[TB_R512 * TB_C];
     for (int c0 = 0; c0 < nc; c0 += COLS) {
         const int c1 = EL_MIN(nc, c0 + COLS);
         for (int c = c0; c < c1; c++) el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
         for (int r = 0; r < nr;) {
-            const int R = nr - r >= 4 ? 4 : 1;
+            const int R = nr - r >= RT ? RT : 1;
             const uint8_t *x = w + (size_t)r * ldw;
             if (r + PF_ROWS < nr) el_prefetch_l2(x + PF_ROWS * ldw, (size_t)EL_MIN(R, nr - r - PF_ROWS) * ldw);
             for (int c = c0; c < c1; c += TB_C) {
                 const int C = EL_MIN(TB_C, c1 - c);
-                const float *y = ys + (size_t)(c - c0) * n;
-                if (R == 4) tb_tile_cols_f16_avx512(4, C, n, x, ldw, y, (size_t)n, lanes);
-                else tb_tile_cols_f16_avx512(1, C, n, x, ldw, y, (size_t)n, lanes);
+                tile(R, C, n, x, ldw, ys + (size_t)(c - c0) * n, (size_t)n, lanes);
                 el_vops.sum16_rows(R * C, lanes, sums);
                 for (int j = 0; j < C; j++)
                     for (int k = 0; k < R; k++) out[(size_t)(c + j) * ldo + r + k] = sums[j * R + k];
@@ -376,9 +416,10 @@ void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t
             vec_f16(isa == EL_ISA_AVX512 ? vec_row_avx512 : vec_row_avx2, n, w, ldw, nr, ys, out);
             return;
         }
-        ys = tinyblas && isa == EL_ISA_AVX512 ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
-        if (ys) {  /* a prompt's matmul: tiles of 4 rows x 6 columns */
-            tb_f16_avx512(n, w, ldw, nr, a, lda, nc, ys, out, ldo);
+        ys = tinyblas ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
+        if (ys) {  /* a prompt's matmul */
+            if (isa == EL_ISA_AVX512) tb_f16(tb_tile_avx512, TB_R512, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
+            else tb_f16(tb_tile_avx2, 1, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
             return;
         }
     }
