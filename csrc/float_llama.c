@@ -300,23 +300,28 @@ static void vec_f16(vec_row_fn row_dot, int n, const uint8_t *w, size_t ldw, int
     }
 }
 
-/* tinyBLAS's order (dot_tinyblas_f16) for a tile of R F16 rows x C activation rows (as floats, ldy
- * apart): one 16-lane accumulator per output, each 16 halves of a row converted in registers once
- * for the C columns (the FMA's product exact: the twin's add); the lanes to lanes[16 (c R + r)].
- * Per ISA: tiles of up to TB_R x TB_C (AVX-512: 4 x 6 accumulators, 4 weight vectors and an
- * activation in 32 registers; AVX2, two halves an accumulator in 16: 1 x 6) */
+/* tinyBLAS's order (dot_tinyblas_f16 / dot_tinyblas) for a tile of R rows x C activation rows (as
+ * floats, ldy apart): one 16-lane accumulator per output; each 16 values of a row loaded once for
+ * the C columns (F16: converted in registers, the FMA's product exact: the twin's add; F32: the
+ * twin's fmaf); the lanes to lanes[16 (c R + r)]. Per ISA: tiles of up to TB_R x TB_C (AVX-512:
+ * 4 x 6 accumulators, 4 weight vectors and an activation in 32 registers; AVX2, two halves an
+ * accumulator in 16: 1 x 6) */
 #define TB_C 6
 #define TB_R512 4
-typedef void (*tb_tile_fn)(int R, int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy, float *lanes);
+typedef void (*tb_tile_fn)(int type, int R, int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy,
+                           float *lanes);
 
 static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_avx512_rc(
-    const int R, const int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy, float *lanes) {
+    const int type, const int R, const int C, int n, const uint8_t *w, size_t ldw, const float *y, size_t ldy,
+    float *lanes) {
     __m512 acc[TB_R512][TB_C];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
         __m512 wv[TB_R512];
-        for (int r = 0; r < R; r++) wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const el_half *)(w + r * ldw) + i)));
+        for (int r = 0; r < R; r++)
+            wv[r] = type == EL_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const el_half *)(w + r * ldw) + i)))
+                                   : _mm512_loadu_ps((const float *)(w + r * ldw) + i);
         for (int c = 0; c < C; c++) {
             const __m512 a = _mm512_loadu_ps(y + c * ldy + i);
             for (int r = 0; r < R; r++) acc[r][c] = _mm512_fmadd_ps(wv[r], a, acc[r][c]);
@@ -327,13 +332,19 @@ static inline __attribute__((always_inline, target("avx512f"))) void tb_tile_avx
 }
 
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void tb_tile_avx2_c(
-    const int C, int n, const uint8_t *w, const float *y, size_t ldy, float *lanes) {
+    const int type, const int C, int n, const uint8_t *w, const float *y, size_t ldy, float *lanes) {
     __m256 acc[TB_C][2];
     for (int c = 0; c < C; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 16) {
-        const el_half *x = (const el_half *)w + i;
-        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x));
-        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 8)));
+        __m256 w0, w1;
+        if (type == EL_F16) {
+            const el_half *x = (const el_half *)w + i;
+            w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x));
+            w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 8)));
+        } else {
+            w0 = _mm256_loadu_ps((const float *)w + i);
+            w1 = _mm256_loadu_ps((const float *)w + i + 8);
+        }
         for (int c = 0; c < C; c++) {
             acc[c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + c * ldy + i), acc[c][0]);
             acc[c][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + c * ldy + i + 8), acc[c][1]);
@@ -345,54 +356,65 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void tb_ti
     }
 }
 
-/* the tiles with their shapes made constants: R TB_R512 or 1, C 1 .. TB_C */
-#define TB_COLS(CALL)        \
-    switch (C) {             \
-    case 1: CALL(1); break;  \
-    case 2: CALL(2); break;  \
-    case 3: CALL(3); break;  \
-    case 4: CALL(4); break;  \
-    case 5: CALL(5); break;  \
-    default: CALL(TB_C);     \
+/* the tiles with their type and shape made constants: R TB_R512 or 1, C 1 .. TB_C */
+#define TB_COLS(CALL, T)        \
+    switch (C) {                \
+    case 1: CALL(T, 1); break;  \
+    case 2: CALL(T, 2); break;  \
+    case 3: CALL(T, 3); break;  \
+    case 4: CALL(T, 4); break;  \
+    case 5: CALL(T, 5); break;  \
+    default: CALL(T, TB_C);     \
     }
-__attribute__((target("avx512f"))) static void tb_tile_avx512(int R, int C, int n, const uint8_t *w, size_t ldw,
+__attribute__((target("avx512f"))) static void tb_tile_avx512(int type, int R, int C, int n, const uint8_t *w, size_t ldw,
                                                               const float *y, size_t ldy, float *lanes) {
-#define TB4(CC) tb_tile_avx512_rc(TB_R512, CC, n, w, ldw, y, ldy, lanes)
-#define TB1(CC) tb_tile_avx512_rc(1, CC, n, w, ldw, y, ldy, lanes)
-    if (R == TB_R512) {
-        TB_COLS(TB4)
+#define TB4(T, CC) tb_tile_avx512_rc(T, TB_R512, CC, n, w, ldw, y, ldy, lanes)
+#define TB1(T, CC) tb_tile_avx512_rc(T, 1, CC, n, w, ldw, y, ldy, lanes)
+    if (type == EL_F16 && R == TB_R512) {
+        TB_COLS(TB4, EL_F16)
+    } else if (type == EL_F16) {
+        TB_COLS(TB1, EL_F16)
+    } else if (R == TB_R512) {
+        TB_COLS(TB4, EL_F32)
     } else {
-        TB_COLS(TB1)
+        TB_COLS(TB1, EL_F32)
     }
 #undef TB4
 #undef TB1
 }
-__attribute__((target("avx2,fma,f16c"))) static void tb_tile_avx2(int R, int C, int n, const uint8_t *w, size_t ldw,
-                                                                  const float *y, size_t ldy, float *lanes) {
+__attribute__((target("avx2,fma,f16c"))) static void tb_tile_avx2(int type, int R, int C, int n, const uint8_t *w,
+                                                                  size_t ldw, const float *y, size_t ldy, float *lanes) {
     (void)R, (void)ldw;  /* (one row a tile) */
-#define TBA(CC) tb_tile_avx2_c(CC, n, w, y, ldy, lanes)
-    TB_COLS(TBA)
+#define TBA(T, CC) tb_tile_avx2_c(T, CC, n, w, y, ldy, lanes)
+    if (type == EL_F16) {
+        TB_COLS(TBA, EL_F16)
+    } else {
+        TB_COLS(TBA, EL_F32)
+    }
 #undef TBA
 }
 #undef TB_COLS
 
-/* nr F16 rows against nc activation rows (F16, lda bytes apart) in tinyBLAS's order (n a multiple
- * of 16): COLS columns converted to floats at a time, then tiles of RT rows (the rest one by one)
- * against groups of TB_C columns; each tile's lanes reduced by el_vops.sum16_rows. ys: a buffer of
- * EL_MIN(nc, COLS) * n floats */
-static void tb_f16(tb_tile_fn tile, const int RT, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
-                   size_t lda, int nc, float *ys, float *out, size_t ldo) {
+/* nr rows against nc activation rows of the weight's type (lda bytes apart) in tinyBLAS's order
+ * (n a multiple of 16): F16 columns converted to floats COLS at a time (into ys, EL_MIN(nc, COLS) * n
+ * floats), F32 ones read as stored; tiles of RT rows (the rest one by one) against groups of TB_C
+ * columns, each tile's lanes reduced by el_vops.sum16_rows */
+static void tb_float(tb_tile_fn tile, int type, const int RT, int n, const uint8_t *w, size_t ldw, int nr,
+                     const uint8_t *a, size_t lda, int nc, float *ys, float *out, size_t ldo) {
     float lanes[TB_R512 * TB_C * 16], sums[TB_R512 * TB_C];
     for (int c0 = 0; c0 < nc; c0 += COLS) {
         const int c1 = EL_MIN(nc, c0 + COLS);
-        for (int c = c0; c < c1; c++) el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
+        const float *yc = type == EL_F16 ? ys : (const float *)(a + (size_t)c0 * lda);
+        const size_t ldy = type == EL_F16 ? (size_t)n : lda / sizeof(float);
+        for (int c = c0; type == EL_F16 && c < c1; c++)
+            el_vops.f16_to_f32(n, (const el_half *)(a + (size_t)c * lda), ys + (size_t)(c - c0) * n);
         for (int r = 0; r < nr;) {
             const int R = nr - r >= RT ? RT : 1;
             const uint8_t *x = w + (size_t)r * ldw;
             if (r + PF_ROWS < nr) el_prefetch_l2(x + PF_ROWS * ldw, (size_t)EL_MIN(R, nr - r - PF_ROWS) * ldw);
             for (int c = c0; c < c1; c += TB_C) {
                 const int C = EL_MIN(TB_C, c1 - c);
-                tile(R, C, n, x, ldw, ys + (size_t)(c - c0) * n, (size_t)n, lanes);
+                tile(type, R, C, n, x, ldw, yc + (size_t)(c - c0) * ldy, ldy, lanes);
                 el_vops.sum16_rows(R * C, lanes, sums);
                 for (int j = 0; j < C; j++)
                     for (int k = 0; k < R; k++) out[(size_t)(c + j) * ldo + r + k] = sums[j * R + k];
@@ -406,20 +428,20 @@ static void tb_f16(tb_tile_fn tile, const int RT, int n, const uint8_t *w, size_
 void el_float_llama_gemm(int type, int tinyblas, int n, const uint8_t *w, size_t ldw, int nr, const uint8_t *a,
                          size_t lda, int nc, float *out, size_t ldo) {
 #ifdef EL_FLOAT_ISA_COPIES
-    /* F16 through the selected ISA's own kernels (the rows converted in registers), which
+    /* F16 and F32 through the selected ISA's own kernels (F16 rows converted in registers), which
      * el_set_isa can turn off: the portable loops below are their twin */
-    const int isa = type == EL_F16 ? el_get_isa() : EL_ISA_GENERIC;
+    const int isa = el_float_llama_type(type) ? el_get_isa() : EL_ISA_GENERIC;
     if (isa == EL_ISA_AVX512 || isa == EL_ISA_AVX2) {
-        float *ys = !tinyblas && nc == 1 && n % 64 == 0 ? row_buffer((size_t)n) : NULL;
-        if (ys) {  /* a decode step's matmul */
+        float *ys = type == EL_F16 && !tinyblas && nc == 1 && n % 64 == 0 ? row_buffer((size_t)n) : NULL;
+        if (ys) {  /* a decode step's F16 matmul (F32 rows need no conversion: the loops below) */
             el_vops.f16_to_f32(n, (const el_half *)a, ys);
             vec_f16(isa == EL_ISA_AVX512 ? vec_row_avx512 : vec_row_avx2, n, w, ldw, nr, ys, out);
             return;
         }
-        ys = tinyblas ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
-        if (ys) {  /* a prompt's matmul */
-            if (isa == EL_ISA_AVX512) tb_f16(tb_tile_avx512, TB_R512, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
-            else tb_f16(tb_tile_avx2, 1, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
+        ys = tinyblas && type == EL_F16 ? row_buffer((size_t)n * EL_MIN(nc, COLS)) : NULL;
+        if (tinyblas && (ys || type == EL_F32)) {  /* a prompt's matmul */
+            if (isa == EL_ISA_AVX512) tb_float(tb_tile_avx512, type, TB_R512, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
+            else tb_float(tb_tile_avx2, type, 1, n, w, ldw, nr, a, lda, nc, ys, out, ldo);
             return;
         }
     }

@@ -461,26 +461,28 @@ def test_float_gemm_is_the_avx2_tile(kern, t, n):
 
 
 @pytest.mark.parametrize("n", [64, 576, 1536, 96, 200])
-def test_float_llama_order_matches_portable(kern, n):
-    """F16 weights in llama.cpp's orders (float_llama.c: llama_order steps): one activation row in
-    ggml_vec_dot_f16's order (on AVX-512 its own kernel, the rows converted in registers, for rows of
-    a multiple of 64 values), several in tinyBLAS's: every variant gives the portable loops' bits,
+@pytest.mark.parametrize("t", [QType.F16, QType.F32], ids=lambda t: t.name)
+def test_float_llama_order_matches_portable(kern, t, n):
+    """F16 and F32 weights in llama.cpp's orders (float_llama.c: llama_order steps): one activation
+    row in ggml_vec_dot_f16's order (on AVX2 and AVX-512 an F16 kernel of their own, the rows
+    converted in registers, for rows of a multiple of 64 values; F32 the portable loops), several in
+    tinyBLAS's (the ISA's tiles for both types): every variant gives the portable loops' bits,
     over row counts around the kernel's 16-row reductions and its prefetch distance, tinyBLAS's tiles
     whole and cut, and row lengths with a tail past the last 64 (added in double) or, for
     tinyBLAS, none."""
     ffi, lib = _mod
-    rng = np.random.default_rng(9400 + n)
+    rng = np.random.default_rng(9400 + n + int(t))
     rows = 37
 
     def wide(shape):  # as in test_float_gemm_is_the_avx2_tile: the lanes' grouping shows in the bits
         return (rng.standard_normal(shape) * np.where(rng.random(shape) < 0.05, 2.0 ** 13, 2.0 ** -11)).astype(np.float32)
 
-    w = kern.quantize_act(QType.F16, wide((rows, n)))
-    a = kern.quantize_act(QType.F16, wide((70, n)))
+    w = kern.quantize_act(t, wide((rows, n)))
+    a = kern.quantize_act(t, wide((70, n)))
 
     def run(tinyblas, nr, nc):
         out = np.full((nc, nr), np.nan, dtype=np.float32)
-        lib.el_float_llama_gemm(int(QType.F16), tinyblas, n, ffi.from_buffer(w), w.strides[0], nr, ffi.from_buffer(a),
+        lib.el_float_llama_gemm(int(t), tinyblas, n, ffi.from_buffer(w), w.strides[0], nr, ffi.from_buffer(a),
                                 a.strides[0], nc, ffi.cast("float *", out.ctypes.data), nr)
         return out
 
