@@ -247,21 +247,12 @@ GEMM_COPY(gemm_avx2, "avx2", 1)
 #define VEC_PF_ROWS 8
 typedef void (*vec_row_fn)(int n, const el_half *x, const float *y, const char *pf, float *lanes);
 
-/* the two lines of values i .. i + 63 of the row ahead */
-#define VEC_PREFETCH(pf, i)                                         \
-    do {                                                            \
-        if (pf) {                                                   \
-            __builtin_prefetch((pf) + 2 * (size_t)(i), 0, 2);       \
-            __builtin_prefetch((pf) + 2 * (size_t)(i) + 64, 0, 2);  \
-        }                                                           \
-    } while (0)
-
 __attribute__((target("avx512f"))) static void vec_row_avx512(int n, const el_half *x, const float *y, const char *pf,
                                                               float *lanes) {
     __m512 a[4];
     for (int j = 0; j < 4; j++) a[j] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 64) {
-        VEC_PREFETCH(pf, i);
+        if (pf) el_prefetch_l2(pf + 2 * (size_t)i, 128);  /* values i .. i + 63 of the row ahead */
         for (int j = 0; j < 4; j++)
             a[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16 * j))),
                                    _mm512_loadu_ps(y + i + 16 * j), a[j]);
@@ -275,7 +266,7 @@ __attribute__((target("avx2,fma,f16c"))) static void vec_row_avx2(int n, const e
     __m256 a[4][2];
     for (int j = 0; j < 4; j++) a[j][0] = a[j][1] = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 64) {
-        VEC_PREFETCH(pf, i);
+        if (pf) el_prefetch_l2(pf + 2 * (size_t)i, 128);  /* values i .. i + 63 of the row ahead */
         for (int j = 0; j < 4; j++)
             for (int h = 0; h < 2; h++) {
                 const int o = i + 16 * j + 8 * h;
