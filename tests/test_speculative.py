@@ -559,6 +559,88 @@ def test_draft_model_drafts_only_while_its_steps_pay(model_dir):
     fixed.close()
 
 
+def test_probes_wait_in_proportion_to_what_they_cost(model_dir):
+    """A switched-off draft model's probe is timed: what it took beyond the plain steps its
+    tokens replace is its loss, and the next probe waits until that loss is PROBE_BUDGET of the
+    plain steps' time in between (and at least the doubling schedule's steps)."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
+    st = sp.SpecState(llm, Speculative(draft, with_lookup=False), GREEDY)
+    st.costs = sp.StepCosts.known([0.010 + 0.008 * (rows - 1) for rows in range(1, 10)])  # costly rows
+    sp.costs_for(draft).observe_drafts(0.008, 1)  # and costly drafts: the step costs say no
+    h = [1, 7, 9, 11, 13]
+    plan = lambda: st._plan(h, len(h), 8, 1, 0)  # noqa: E731
+
+    def until_probe():
+        n = 0
+        while True:
+            n += 1
+            k = plan()
+            if k:
+                assert st._probing
+                return n
+            assert not st._probing
+            st.observe_step(0.010, 0, 1)
+
+    assert until_probe() == sp.Controller.PROBE_FIRST  # no probe measured yet: the schedule
+    st._by_lookup = False
+    st.observe_step(0.040, 2, 1)  # 30 ms beyond the 10 ms plain step its token replaces
+    gap = int(0.030 / (sp.SpecState.PROBE_BUDGET * 0.010)) + 1
+    assert gap > 2 * sp.Controller.PROBE_FIRST
+    assert until_probe() == gap
+    st.observe_step(0.012, 2, 2)  # a probe that paid: no loss; the median of the last losses
+    assert until_probe() == max(2 * 2 * sp.Controller.PROBE_FIRST, int(0.015 / (sp.SpecState.PROBE_BUDGET * 0.010)) + 1)
+    st.close()
+
+
+def test_draft_model_catches_up_on_a_window(model_dir, monkeypatch):
+    """A draft model that fell more than CATCH_UP_WINDOW tokens behind evaluates only the last
+    CATCH_UP_WINDOW: its sequence then holds the context with a gap, which later catch-ups,
+    rejected drafts and context shifts map through; drafts made so are verified as any, so the
+    text is greedy decoding's."""
+    llm = edgellm.LLM(model_path(model_dir, "llama"), n_ctx=128, n_batch=32, n_threads=2)
+    draft = edgellm.LLM(model_path(model_dir, "llama", QType.Q4_0), n_ctx=128, n_batch=32, n_threads=2)
+    W = sp.CATCH_UP_WINDOW
+    d = sp.ModelDrafter(draft, GREEDY)
+    ctx = [1] + [3 + (7 * i) % 250 for i in range(60)]
+
+    def feed(todo):
+        from edgellm.batch import LOGITS_NONE, Step
+
+        draft._pool.reserve(d.seq, len(todo))
+        step = Step()
+        step.add(d.seq, todo, LOGITS_NONE)
+        step.run(draft._engine, draft._pool)
+
+    d.prefill(ctx[:10])
+    assert d.seq.tokens == ctx[:10]
+    with draft._engine_lock:
+        assert d._catch_up(ctx[:10 + W], window=True) == ctx[10:10 + W]  # (W tokens: no gap yet)
+        todo = d._catch_up(ctx[:40], window=True)
+        assert todo == ctx[40 - W:40] and (d.base, d.skip) == (10, 40 - W - 10)
+        feed(todo + [251, 252])  # the context's last token and two drafts
+        assert d.seq.tokens == ctx[:10] + ctx[40 - W:40] + [251, 252]
+        assert d._catch_up(ctx[:40] + [251, 5], window=True) == [5]  # one draft taken, the next not
+        assert d.seq.tokens == ctx[:10] + ctx[40 - W:40] + [251]
+        other = ctx[:38] + [253, 254, 255]  # a context that parts from it inside the window
+        assert d._catch_up(other, window=True) == [253, 254, 255]
+        assert d.seq.tokens == ctx[:10] + ctx[40 - W:38]
+        assert d._catch_up(other) == [253, 254, 255]  # (no window: the same, a short catch-up)
+    d.shift(1, 4)  # the target dropped tokens: the gapped sequence starts over
+    assert d.seq.n == 0 and (d.base, d.skip) == (0, 0)
+    with draft._engine_lock:
+        assert d._catch_up(ctx[:5]) == ctx[:5]
+    d.close()
+
+    monkeypatch.setattr(sp, "CATCH_UP_WINDOW", 1)  # every catch-up of 2 tokens (all drafts taken) gapped
+    for ids in tiny_prompts(1)[2:]:
+        ref = llm.generate(ids, max_tokens=32, temperature=0)
+        for spec in (Speculative(draft, **EVERY_STEP), Speculative(draft)):
+            assert llm.generate(ids, max_tokens=32, temperature=0, speculative=spec) == ref
+            if not spec.adaptive:
+                check_drafts_were_tested(llm.last_stats.draft_tokens, llm.last_stats.accepted_tokens)
+
+
 def test_batch_engine_times_speculating_steps(model_dir, monkeypatch):
     """The batched engine gives each speculating request's whole steps (drafting to sampling)
     and the tokens they gave it to its SpecState.observe_step, as generate() does: what

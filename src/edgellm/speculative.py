@@ -32,7 +32,10 @@ this engine's step costs by row count (`StepCosts`: measured at first use, then 
 k = 0 — no drafting — when nothing beats a plain step. A draft model's draft costs what its
 drafting phases took per draft (its catch-up on the tokens taken, its steps, sampling: timed as
 they run). Prompt lookup keeps checking its unused proposals against the tokens that come, so it
-turns back on for free; a switched-off draft model is probed now and then. A draft model drafts
+turns back on for free; a switched-off draft model is probed now and then, each probe waiting
+until what the last ones cost beyond plain steps (mostly the draft model's catch-up on the tokens
+it sat out, of which it evaluates only the last CATCH_UP_WINDOW) is a small share of the time
+(SpecState.PROBE_BUDGET). A draft model drafts
 one token at a time while its confidence in them says drafting on pays, and a step takes prompt
 lookup's drafts instead when they promise more (Speculative.with_lookup): each draft is verified
 by the rule of the drafter that made it. And a draft model drafts only while its drafting steps,
@@ -65,6 +68,7 @@ DEFAULT_MAX_DRAFT_LOOKUP = 16
 DEFAULT_MAX_DRAFT_MODEL = 8
 NGRAM_MAX = 4                 # prompt lookup matches n-grams of 1..NGRAM_MAX tokens, longest first
 CATCH_UP_CHARGED = 8          # a draft model's catch-up tokens a drafting phase's cost includes (the last)
+CATCH_UP_WINDOW = 8           # ...and the most it evaluates (the last; ModelDrafter._catch_up)
 
 
 @dataclass(frozen=True)
@@ -443,12 +447,13 @@ class Controller:
         as it learns only by trying."""
         return self.probe(self.best(rates, limit, cost, others)[0], limit)
 
-    def probe(self, best_k: int, limit: int) -> int:
+    def probe(self, best_k: int, limit: int, min_gap: int = 0) -> int:
         """best_k, but 2 now and then where it is 0 (with probes): a switched-off draft model
-        learns only by trying (after PROBE_FIRST steps, then twice as many each time)."""
+        learns only by trying (after PROBE_FIRST steps, then twice as many each time, and at
+        least min_gap)."""
         if best_k == 0 and self.probes and min(limit, self.k_max) > 0:
             self.off += 1
-            if self.off >= self.probe_every:
+            if self.off >= max(self.probe_every, min_gap):
                 self.off = 0
                 self.probe_every = min(self.probe_every * 2, self.PROBE_MAX)
                 return min(2, limit)
@@ -578,6 +583,9 @@ class ModelDrafter:
         self.sampler = Sampler(replace(params, seed=seed), llm.n_vocab)
         self.greedy = params.greedy
         self.seq = None
+        # the sequence holds context[:base] and then, from its slot base on, context[base + skip:]:
+        # a catch-up longer than CATCH_UP_WINDOW evaluates only its last CATCH_UP_WINDOW tokens
+        self.base = self.skip = 0
         self.drafts: list[int] = []
         self.q: list[tuple[np.ndarray, np.ndarray] | None] = []
         self.keys: list[int] = []  # each draft's confidence in tenths
@@ -594,28 +602,35 @@ class ModelDrafter:
         if s is None:
             return
         with self.llm._engine_lock:
-            if s.n >= n_keep + n_discard + 1:
+            if self.skip:  # (its slots are not the target's: evaluated again when it next drafts)
+                self.llm._pool.clear(s)
+                self.base = self.skip = 0
+            elif s.n >= n_keep + n_discard + 1:
                 self.llm._pool.shift(s, n_keep, n_discard)
             elif not self.llm._pool.truncate(s, min(s.n, n_keep)):
                 self.llm._pool.clear(s)
 
-    def _catch_up(self, context: list[int]) -> list[int]:
+    def _catch_up(self, context: list[int], window: bool = False) -> list[int]:
         """Keep the longest prefix of context (at most all but its last token) the sequence
-        holds; the tokens still to evaluate. Called with the draft engine's lock held."""
+        holds; the tokens still to evaluate. window: of more than CATCH_UP_WINDOW tokens to
+        evaluate, only the last CATCH_UP_WINDOW (the drafts then follow a context with a gap:
+        they are verified all the same, and a probe after hundreds of plain steps costs a
+        short step, not a prompt's). Called with the draft engine's lock held."""
         pool = self.llm._pool
         if self.seq is None:
             self.seq = pool.new_sequence()
         s = self.seq
-        held = s.tokens
-        n = min(len(held), len(context) - 1)
-        if held[:n] != context[:n]:
-            lo = 0
-            while lo < n and held[lo] == context[lo]:
-                lo += 1
-            n = lo
-        if n < s.n and not pool.truncate(s, n):
+        held, base, skip = s.tokens, self.base, self.skip
+        n = base + max(0, min(len(held) - base, len(context) - 1 - base - skip))
+        i = base
+        while i < n and held[i] == context[i + skip]:
+            i += 1
+        if i < s.n and not pool.truncate(s, i):
             pool.clear(s)
-        return context[s.n:]
+            i = self.base = self.skip = 0
+        if window and len(context) - (i + self.skip) > CATCH_UP_WINDOW:
+            self.base, self.skip = i, len(context) - CATCH_UP_WINDOW - i
+        return context[s.n + self.skip:]
 
     def prefill(self, ids: list[int]) -> None:
         """Evaluate a prompt ahead of the first drafts (so it is timed with the prompt). A KV
@@ -685,7 +700,7 @@ def _run_model_drafts(dllm, jobs: list) -> None:
         for st, ctx, k, tail in jobs:
             d = st.model
             d.drafts, d.q, d.keys = [], [], []
-            todo = d._catch_up(ctx)
+            todo = d._catch_up(ctx, window=True)
             try:
                 # a long catch-up (the prompt; the tokens of the steps it was off or prompt lookup
                 # drafted) alone, in chunks, and not charged to the drafts: a probe after 256
@@ -753,6 +768,7 @@ class SpecState:
     MIN_RUNS = 4       # ...at least
     PLAIN_WINDOW = 5   # plain steps it compares them with
     REFRESH = 16       # drafting steps after which a plain one is timed again (the load changes)
+    PROBE_BUDGET = 0.02  # a switched-off draft model's probes cost at most this share of the time
 
     def __init__(self, target, spec: Speculative, params: SamplingParams):
         self.spec = spec
@@ -780,6 +796,8 @@ class SpecState:
         self._model_runs: deque = deque(maxlen=self.GUARD_WINDOW)  # drafting steps: (seconds, tokens)
         self._plain_runs: deque = deque(maxlen=self.PLAIN_WINDOW)  # plain steps: seconds
         self._since_plain = 0  # the draft model's drafting steps since the last plain step
+        self._probing = False  # this step's drafts are a switched-off draft model's probe
+        self._probe_loss: deque = deque(maxlen=3)  # what its last probes cost beyond plain steps (s)
 
     def close(self) -> None:
         if self.model is not None:
@@ -849,7 +867,20 @@ class SpecState:
             self._shadow = (self.lookup.draft(self._e, kl), self._m, len(history))
         if ctl.adaptive and self._since_plain >= self.REFRESH:  # time a plain step again
             return 0
-        return limit if ctl.probe(km, limit) else 0
+        k = ctl.probe(km, limit, self._probe_gap(base_rows))
+        self._probing = bool(k) and not km
+        return limit if k else 0
+
+    def _plain_seconds(self, base_rows: int) -> float:
+        return _median(self._plain_runs) if self._plain_runs else self.costs.predict(base_rows)
+
+    def _probe_gap(self, base_rows: int) -> int:
+        """Plain steps a probe waits for at least: its cost beyond the plain steps it replaces
+        (the median of the last probes': the draft model's catch-up, its step, a wider
+        verification) within PROBE_BUDGET of theirs. 0 before a probe is measured."""
+        if not self._probe_loss:
+            return 0
+        return int(_median(self._probe_loss) / (self.PROBE_BUDGET * self._plain_seconds(base_rows))) + 1
 
     def observe_step(self, seconds: float, drafted: int, tokens: int) -> None:
         """A whole generation step (drafting, the engine step, verification) took seconds and
@@ -861,6 +892,8 @@ class SpecState:
         elif not self._by_lookup:
             self._model_runs.append((seconds, tokens))
             self._since_plain += 1
+            if self._probing:
+                self._probe_loss.append(max(0.0, seconds - tokens * self._plain_seconds(1)))
 
     def model_pays(self, base_rows: int = 1) -> bool:
         """Whether the draft model's last GUARD_WINDOW drafting steps gave at least as many
@@ -871,8 +904,7 @@ class SpecState:
         runs = self._model_runs
         if len(runs) < self.MIN_RUNS:
             return True
-        plain = _median(self._plain_runs) if self._plain_runs else self.costs.predict(base_rows)
-        return sum(n for _, n in runs) * plain >= sum(t for t, _ in runs)
+        return sum(n for _, n in runs) * self._plain_seconds(base_rows) >= sum(t for t, _ in runs)
 
     def draft_lookup(self, k: int) -> list[int]:
         return self.lookup.draft(self._e, k)
