@@ -67,8 +67,7 @@ MAX_DRAFT_LIMIT = 64          # KVPool's sliding-window margin (64) bounds a rol
 DEFAULT_MAX_DRAFT_LOOKUP = 16
 DEFAULT_MAX_DRAFT_MODEL = 8
 NGRAM_MAX = 4                 # prompt lookup matches n-grams of 1..NGRAM_MAX tokens, longest first
-CATCH_UP_CHARGED = 8          # a draft model's catch-up tokens a drafting phase's cost includes (the last)
-CATCH_UP_WINDOW = 8           # ...and the most it evaluates (the last; ModelDrafter._catch_up)
+CATCH_UP_WINDOW = 8           # a draft model evaluates at most the last 8 tokens it missed (ModelDrafter._catch_up)
 
 
 @dataclass(frozen=True)
@@ -694,7 +693,6 @@ def _run_model_drafts(dllm, jobs: list) -> None:
     pool, eng, nb = dllm._pool, dllm._engine, dllm.n_batch
     costs = costs_for(dllm)
     t0 = time.perf_counter()
-    uncharged = 0.0
     with dllm._engine_lock:
         rows = []
         for st, ctx, k, tail in jobs:
@@ -702,19 +700,13 @@ def _run_model_drafts(dllm, jobs: list) -> None:
             d.drafts, d.q, d.keys = [], [], []
             todo = d._catch_up(ctx, window=True)
             try:
-                # a long catch-up (the prompt; the tokens of the steps it was off or prompt lookup
-                # drafted) alone, in chunks, and not charged to the drafts: a probe after 256
-                # plain steps made a draft look 8x its cost, which kept the draft model off
-                keep = min(CATCH_UP_CHARGED, nb)
-                while len(todo) > keep:
-                    ts = time.perf_counter()
-                    n = min(nb, len(todo) - keep)
+                while len(todo) > nb:  # (an n_batch under CATCH_UP_WINDOW: the rest first, in chunks)
+                    n = min(nb, len(todo) - nb)
                     step = Step()
                     pool.reserve(d.seq, n)
                     step.add(d.seq, todo[:n], LOGITS_NONE)
                     step.run(eng, pool)
                     todo = todo[n:]
-                    uncharged += time.perf_counter() - ts
                 pool.reserve(d.seq, len(todo))
             except KVCacheFullError:
                 continue
@@ -740,7 +732,7 @@ def _run_model_drafts(dllm, jobs: list) -> None:
                             continue
                         nxt.append((st, [tok], k, tail))
             rows = nxt
-    costs.observe_drafts(time.perf_counter() - t0 - uncharged, sum(len(st.model.drafts) for st, _, _, _ in jobs))
+    costs.observe_drafts(time.perf_counter() - t0, sum(len(st.model.drafts) for st, _, _, _ in jobs))
 
 
 def _packed(rows: list, n_batch: int):
