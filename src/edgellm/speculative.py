@@ -601,7 +601,7 @@ class ModelDrafter:
         if s is None:
             return
         with self.llm._engine_lock:
-            if self.skip:  # (its slots are not the target's: evaluated again when it next drafts)
+            if self.skip:  # (its slots are not the target's: it starts over, from the window)
                 self.llm._pool.clear(s)
                 self.base = self.skip = 0
             elif s.n >= n_keep + n_discard + 1:
