@@ -415,9 +415,9 @@ static inline __m512i bcast32(const uint8_t *p) {
  * - one column (lrt_tile): four rows per register (a 128-bit lane each); each row's 4 vpdpbusd
  *   lanes reduced to one integer by a shuffle tree shared by the 16 rows (lrt_reduce), then one cvt
  *   and one fma for 16 rows.
- * - 2-8 columns (lrw_tile, prepared by lrt_prepare): the 16 rows' block transposed once, so the
+ * - 2-16 columns (lrw_tile, prepared by lrt_prepare): the 16 rows' block transposed once, so the
  *   rows sit in the int32 lanes and each column's quants, broadcast, meet all 16 in one vpdpbusd.
- * More columns are taken 8 at a time. (A tile with one column per int32 lane, for 17 columns or
+ * More columns are taken in groups of at most 16, of sizes as even as can be (17 = 9 + 8). (A tile with one column per int32 lane, for 17 columns or
  * more, was removed: since lrw_tile it was slower at every count measured, 17 to 512, on Zen 4.)
  * ------------------------------------------------------------------------------------------ */
 
@@ -472,11 +472,18 @@ static inline __attribute__((always_inline)) void lrt_unpack(const int type, con
 /* R <= 16 weight rows x C <= LRT_C columns (a: lda bytes apart): per block, rows 4g..4g+3 in the
  * four 128-bit lanes of two registers (values 0..15, 16..31), each column's 16 bytes broadcast to
  * the lanes; vpdpbusd lanes then hold 4 partial sums per row, reduced by lrt_reduce for the 16
- * rows at once, then one cvt and one fma per column for the 16 rows. Up to 8 columns per pass (the
- * unpacked blocks serve them all): a verification step of prompt lookup has 2-9 rows, and with 4
- * columns a pass, 5-8 took a second unpacking of every block (bench_kernels --types Q4_1 --k 576
- * --rows 1536 --threads 1 --order batch: 5 columns 113 -> 145 GFLOP/s, 8: 133 -> 163; 1-4 the same) */
-#define LRT_C 8
+ * rows at once, then one cvt and one fma per column for the 16 rows. Up to LRT_C columns a pass
+ * (the unpacked blocks serve them all): verification steps have 2-17 rows, a server's steps as many
+ * as it has streams, and each group of columns past the first unpacks every block again. With 4
+ * columns a pass, 5-8 took a second unpacking (bench_kernels --types Q4_1 --k 576 --rows 1536
+ * --threads 1 --order batch: 5 columns 113 -> 145 GFLOP/s, 8: 133 -> 163); with 8, 9-16 did (the
+ * same, 16 in place of 8, GFLOP/s: Q8_0 9 columns 182 -> 227, 12: 205 -> 260, 16: 228 -> 277;
+ * Q4_1 9: 192 -> 216, 12: 219 -> 224, 16: 239 -> 236, its min terms' pass costing what the shared
+ * unpacking saves at 16) */
+#define LRT_C 16
+/* lrw_tile keeps the min terms of more columns than this (types with a min) out of its main loop:
+ * 16 sums and 16 min sums would not fit in the 32 registers beside a block's 8 unpacked vectors */
+#define LRT_CM 8
 /* Prefetch: the 16 rows of a tile are one contiguous span read 16 streams at a time; x86_common.h's
  * per-row cursor (16 lines 680 bytes apart per step) left this tile at 0.72x of the llama-order
  * legacy_tile over Gemma's 262144 x 640 Q8_0 logits at one column (bench_kernels --k 640 --rows
@@ -655,7 +662,9 @@ static inline __attribute__((always_inline)) void lrw_unpack(const int type, con
  * rows' values transposed once (lrw_unpack), so that each column's 4 quants, broadcast, meet every
  * row in one vpdpbusd and the lanes end with the rows' whole sums: no per-column reduction
  * (lrt_reduce). Single thread, K 576, 1536 rows, us a call against lrt_tile: Q4_1 2 columns 34 ->
- * 31, 4: 50 -> 43, 8: 79 -> 65; Q8_0 2: 34 -> 33, 4: 46 -> 44, 8: 72 -> 64 */
+ * 31, 4: 50 -> 43, 8: 79 -> 65; Q8_0 2: 34 -> 33, 4: 46 -> 44, 8: 72 -> 64. Past LRT_CM columns
+ * the min terms (their own sums, added at the end either way) take a pass over the blocks' headers
+ * first, so that 16 columns share one unpacking of each block instead of two of 8 */
 static inline __attribute__((always_inline)) void lrw_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                            const int R, const lrtprep *pp, const uint8_t *a,
                                                            size_t lda, const int C, float *out, size_t ldo) {
@@ -665,8 +674,10 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
     const size_t aq = has_m ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
     int ix[16];
     lrt_row_offsets(R, ldw, ix);
+    const int sep = has_m && C > LRT_CM;  /* the min terms in a pass of their own */
     __m512 acc[LRT_C], accm[LRT_C];
     for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    float mws[sep ? nb : 1][16];  /* sep: the blocks' mins of the 16 rows, for the pass after the main one */
     const size_t span = (size_t)R * ldw;  /* prefetched as in lrt_tile */
     const uint8_t *ahead = w + 2 * span;
     const size_t pf_bytes = lrt_pf_bytes(span, nb);
@@ -679,6 +690,7 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
         const __m512i hdr = lrt_headers(wb, ix);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
         const __m512 mw = has_m ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16))) : dw;
+        if (sep) _mm512_storeu_ps(mws[b], mw);
         for (int c = 0; c < C; c++) {
             const uint8_t *q = a + (size_t)c * lda + (size_t)b * abs_ + aq;
             const size_t i = (size_t)b * LRT_C + c;
@@ -689,8 +701,12 @@ static inline __attribute__((always_inline)) void lrw_tile(const int type, int n
             }
             const __m512i isum = _mm512_add_epi32(s0, s1);  /* (exact integers: any order) */
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(pp->d[i])), acc[c]);
-            if (has_m) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(pp->s[i]), accm[c]);
+            if (has_m && !sep) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(pp->s[i]), accm[c]);
         }
+    }
+    for (int b = 0; sep && b < nb; b++) {
+        const __m512 mw = _mm512_loadu_ps(mws[b]);
+        for (int c = 0; c < C; c++) accm[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(pp->s[(size_t)b * LRT_C + c]), accm[c]);
     }
     lrt_store(acc, accm, has_m, C, R, out, ldo);
 }
@@ -702,8 +718,9 @@ typedef void (*lrtprep_fn)(const uint8_t *a, size_t lda, int C, int nb, uint32_t
  * are taken a chunk at a time */
 #define LRT_PREP_BYTES 131072
 
-/* batch-order gemm: 16 rows x up to LRT_C columns at a time, the column groups of a row tile after
- * one another (its weights stay in L1) */
+/* batch-order gemm: 16 rows x up to LRT_C columns at a time (groups of sizes as even as can be:
+ * a lone column would take the one-column tile, a second pass over the weights), the column
+ * groups of a row tile after one another (its weights stay in L1) */
 static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lrt_fn rt, lrtprep_fn rp, int n,
                                                               const void *w, size_t ldw, int nr, const void *a,
                                                               size_t lda, int nc, float *out, size_t ldo) {
@@ -716,22 +733,31 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lr
     uint32_t buf[(size_t)EL_MIN(groups, chunk) * words];
     lrtprep pp[EL_MIN(groups, chunk)];
     for (int g0 = 0; g0 < groups; g0 += chunk) {
-        const int gn = EL_MIN(chunk, groups - g0), k0 = g0 * LRT_C;
-        for (int g = 0; g < gn && !one; g++) {
-            const int k = k0 + g * LRT_C;
-            rp(A + k * lda, lda, EL_MIN(LRT_C, nc - k), nb, buf + (size_t)g * words, &pp[g]);
+        const int gn = EL_MIN(chunk, groups - g0);
+        int ks[gn + 1];  /* group g0 + g: columns [ks[g], ks[g + 1]), the larger groups first */
+        for (int g = 0; g <= gn; g++) {
+            const int G = g0 + g;
+            ks[g] = G * (nc / groups) + EL_MIN(G, nc % groups);
         }
+        for (int g = 0; g < gn && !one; g++)
+            rp(A + ks[g] * lda, lda, ks[g + 1] - ks[g], nb, buf + (size_t)g * words, &pp[g]);
         for (int r = 0; r < nr; r += 16)
-            for (int g = 0; g < gn; g++) {
-                const int k = k0 + g * LRT_C;
-                rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), one ? NULL : &pp[g], A + k * lda, lda,
-                   EL_MIN(LRT_C, nc - k), out + k * ldo + r, ldo);
-            }
+            for (int g = 0; g < gn; g++)
+                rt(n, W + r * ldw, ldw, EL_MIN(16, nr - r), one ? NULL : &pp[g], A + ks[g] * lda, lda,
+                   ks[g + 1] - ks[g], out + ks[g] * ldo + r, ldo);
     }
 }
 
 #define LRT_SHAPE(TYPE, RR)                                                     \
     switch (C) {                                                                \
+    case 16: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 16, out, ldo); break;         \
+    case 15: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 15, out, ldo); break;         \
+    case 14: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 14, out, ldo); break;         \
+    case 13: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 13, out, ldo); break;         \
+    case 12: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 12, out, ldo); break;         \
+    case 11: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 11, out, ldo); break;         \
+    case 10: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 10, out, ldo); break;         \
+    case 9: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 9, out, ldo); break;           \
     case 8: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 8, out, ldo); break;           \
     case 7: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 7, out, ldo); break;           \
     case 6: lrw_tile(TYPE, n, w, ldw, RR, pp, a, lda, 6, out, ldo); break;           \

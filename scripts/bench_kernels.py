@@ -1,5 +1,6 @@
 """Micro-benchmark of the matmul kernels per weight type and ISA, through el_matmul (activation
-quantization + the engine's 16-row x 8-token gemm tiles), single thread by default.
+quantization + the engine's gemm tiles, e.g. AVX-512's 16 rows x up to 16 tokens in the batch
+order), single thread by default.
 
   matvec: one activation row against a matrix of about --mb MB (bigger than L2, like real
           layers); reported as GB/s of weights streamed.

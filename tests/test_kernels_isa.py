@@ -543,11 +543,12 @@ def test_batch_vec_dot_bit_identical_to_generic(kern, t):
 @pytest.mark.parametrize("t", LEGACY, ids=lambda t: t.name)
 def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
     """gemm_batch gives the generic twin's bits for every (row, column) whatever the tile: one call
-    over 35 columns (AVX-512: row tiles of 8 columns, four groups and 3), the engine's shapes, a
-    16-row tile and its remainder at each column count 1..9, 12 and 16 (a verification step's),
+    over 35 columns (AVX-512: 16-row tiles of at most 16 columns, in groups as even as can be,
+    12 + 12 + 11), the engine's shapes, a 16-row tile and its remainder at each column count 1..17
+    (a verification step's; AVX-512 keeps the min terms of more than 8 in a pass of their own),
     odd offsets; raw blocks. At rows of 380 blocks the 28 columns are more than one chunk of
-    prepared groups on the stack (AVX-512's LRT_PREP_BYTES: 3 groups of 8) and than AVX2's seeds of
-    one chunk (LB_SEEDS: 16 columns)."""
+    prepared groups on the stack (AVX-512's LRT_PREP_BYTES: one group, 14 + 14) and than AVX2's
+    seeds of one chunk (LB_SEEDS: 16 columns)."""
     rng = np.random.default_rng(9300 + int(t) + blocks)
     n = blocks * 32
     rows, cols = (21, 35) if blocks < 100 else (5, 28)
@@ -561,7 +562,7 @@ def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
               [(r, min(16, rows - r), c, min(8, cols - c)) for r in range(0, rows, 16) for c in range(0, cols, 8)],
               [(r, min(5, rows - r), c, min(3, cols - c)) for r in range(0, rows, 5) for c in range(0, cols, 3)],
               [(1, rows - 1, 0, 1), (0, 1, 0, cols), (1, rows - 1, 1, cols - 1)]]
-    shapes += [[(0, rows, 0, k)] for k in [*range(1, 10), 12, 16] if k <= cols]
+    shapes += [[(0, rows, 0, k)] for k in range(1, 18) if k <= cols]
     for tiles in shapes:
         out = np.full((cols, rows), np.nan, dtype=np.float32)
         for r0, nr, c0, nc in tiles:

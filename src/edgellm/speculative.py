@@ -209,8 +209,8 @@ class StepCosts:
     WINDOW = 9
     MAX_ROWS = 96  # steps with more rows (prefill chunks) are not decode-like: not observed
     MAX_GAP = 4    # a multi-row step is timed against one-row steps at most this many steps away
-    # calibration: the row counts measured, in this order (the ends of the 4-column tiles of
-    # the x86 kernels and the rows just past them first) while time remains
+    # calibration: the row counts measured, in this order (the ends of the kernels' column
+    # tiles, 4, 8 and 16 on x86, and the rows just past them first) while time remains
     CALIBRATION_ROWS = (2, 4, 5, 3, 8, 9, 16, 17, 12, 13, 6, 7, 10, 11, 14, 15, 24, 25, 32, 33)
     CALIBRATION_PAIRS = 3
     CALIBRATION_SECONDS = 0.5
