@@ -322,6 +322,7 @@ int el_set_isa(int isa) {
     el_vops.scale_max = scale_max_generic;
     el_vops.exp_sums = exp_sums_generic;
     el_vops.f16_scale = f16_scale_generic;
+    el_vops.rope = el_rope;
     int features = 0;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);

@@ -131,6 +131,9 @@ typedef struct {
     double (*exp_sums)(int n, float *x, float max, float *sums);
     /* softmax weights: x[i] = x[i] * s rounded to f16 (round to nearest even), as a float, i < n */
     void (*f16_scale)(int n, float *x, float s);
+    /* RoPE, el_rope's contract (ops.c): pair i of every head rotated by cache[2i], cache[2i + 1] (c,
+     * s) as x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c) */
+    void (*rope)(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 

@@ -403,7 +403,7 @@ static void key_heads(el_engine *c, const el_layer *L, int l, int m, int h0, int
     if (L->attn_k_norm.data)
         for (int i = i0; i < i1; i += kn) el_rmsnorm(k + i, k + i, L->attn_k_norm.data, kn, d->norm_eps);
     if (L->n_rot && L->use_rope)
-        el_rope(k + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)m * L->n_rot);
+        c->vops.rope(k + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)m * L->n_rot);
     if (d->rot_k) el_fwht(k + i0, i1 - i0, d->rot_k);
     const step_plan *pl = &c->plan;
     const int slot = pl->row_slot[m];
@@ -438,7 +438,7 @@ static void query_heads(el_engine *c, const el_layer *L, int m, int h0, int h1) 
     if (L->attn_q_norm.data)
         for (int i = i0; i < i1; i += qn) el_rmsnorm(q + i, q + i, L->attn_q_norm.data, qn, d->norm_eps);
     if (L->n_rot && L->use_rope)
-        el_rope(q + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)L->n_rot * m);
+        c->vops.rope(q + i0, h1 - h0, hk, L->n_rot, d->rope_type, c->rope + (size_t)L->n_rot * m);
     if (d->q_scale != 1.0f) for (int i = i0; i < i1; i++) q[i] *= d->q_scale;
     if (d->attn_temp_scale != 0.0f) {
         /* in double, as llama.cpp's input */

@@ -336,7 +336,7 @@ static void rerope(el_engine *e, int l, int blk, int lane, const float *rc, floa
     for (int h = 0; h < e->layers[l].n_head_kv; h++) {
         slot_get(e, 0, l, blk, h, lane, buf, h16);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);  /* stored rotated: back, RoPE, and rotated again */
-        el_rope(buf, 1, hk, e->layers[l].n_rot, d->rope_type, rc);
+        e->vops.rope(buf, 1, hk, e->layers[l].n_rot, d->rope_type, rc);
         if (d->rot_k) el_fwht(buf, hk, d->rot_k);
         slot_put(e, 0, l, blk, h, lane, buf, h16);
     }

@@ -886,6 +886,42 @@ static void f16_scale_avx2(int n, float *x, float s) {
     for (; i < n; i++) x[i] = el_half_to_float(el_float_to_half(x[i] * s));
 }
 
+/* el_rope: NORM pairs (2i, 2i + 1) lie next to their (c, s) in the cache, so 4 pairs a vector:
+ * fmaddsub(x0 x0, c s, x1 x1 * s c) gives x0 c - x1 s in the even lanes, x0 s + x1 c in the odd (each
+ * product of the third operand rounded first, as the twin's); NEOX pairs (i, i + n_rot / 2): 8 of
+ * each half a vector, the cache's c and s split apart */
+static void rope_avx2(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache) {
+    const int half = n_rot / 2, neox = rope_type == EL_ROPE_NEOX;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        int i = 0;
+        if (neox) {
+            for (; i + 8 <= half; i += 8) {
+                const __m256 a = _mm256_loadu_ps(cache + 2 * i), b = _mm256_loadu_ps(cache + 2 * i + 8);
+                const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+                const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+                const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + half);
+                _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+                _mm256_storeu_ps(v + i + half, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+            }
+        } else {
+            for (; i + 4 <= half; i += 4) {
+                const __m256 cs = _mm256_loadu_ps(cache + 2 * i), xv = _mm256_loadu_ps(v + 2 * i);
+                const __m256 sc = _mm256_permute_ps(cs, 0xB1);  /* (s, c) */
+                _mm256_storeu_ps(v + 2 * i, _mm256_fmaddsub_ps(_mm256_moveldup_ps(xv), cs,
+                                                               _mm256_mul_ps(_mm256_movehdup_ps(xv), sc)));
+            }
+        }
+        for (; i < half; i++) {
+            const float c = cache[2 * i], s = cache[2 * i + 1];
+            const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = fmaf(x0, c, -(x1 * s));
+            v[b] = fmaf(x0, s, x1 * c);
+        }
+    }
+}
+
 static void silu_mul_avx2(int64_t n, float *g, const float *u) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
@@ -963,5 +999,6 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.scale_max = scale_max_avx2;
     el_vops.exp_sums = exp_sums_avx2;
     el_vops.f16_scale = f16_scale_avx2;
+    el_vops.rope = rope_avx2;
 }
 #endif

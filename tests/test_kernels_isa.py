@@ -76,6 +76,7 @@ typedef struct {
     void (*scale_max)(int nh, const float *src, float scale, float *dst, size_t ldd, float *lmax);
     double (*exp_sums)(int n, float *x, float max, float *sums);
     void (*f16_scale)(int n, float *x, float s);
+    void (*rope)(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
@@ -84,7 +85,7 @@ void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row);
 void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row);
 """)
 VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "silu_mul",
-        "scale_max", "exp_sums", "f16_scale"]
+        "scale_max", "exp_sums", "f16_scale", "rope"]
 
 
 def _variants() -> list[str]:
@@ -1008,6 +1009,17 @@ def _run_vops(vops, rng_seed: int) -> dict:
     u = rng.standard_normal(len(g)).astype(np.float32)
     vops.silu_mul(len(g), _ptr("float *", g), _ptr("float *", u))
     out["silu_mul"] = g
+    # RoPE: both pair layouts, whole and partial rotations, rotations whose pairs do not fill the
+    # vectors (n_rot 20: 10 pairs), values of many magnitudes with zeros of both signs
+    for rope_type in (0, 2):  # EL_ROPE_NORM, EL_ROPE_NEOX
+        for heads, head_dim, n_rot in ((3, 64, 64), (2, 80, 32), (4, 64, 20), (1, 128, 128)):
+            xr = (rng.standard_normal(heads * head_dim) * 10.0 ** rng.integers(-4, 4, heads * head_dim)).astype(np.float32)
+            xr[::11], xr[5::13] = 0.0, -0.0
+            t = rng.uniform(-3000.0, 3000.0, n_rot // 2)
+            cache = np.empty(n_rot, dtype=np.float32)
+            cache[0::2], cache[1::2] = np.cos(t) * 1.1, np.sin(t) * 1.1
+            vops.rope(_ptr("float *", xr), heads, head_dim, n_rot, rope_type, _ptr("float *", cache))
+            out[f"rope type={rope_type} heads={heads} head_dim={head_dim} n_rot={n_rot}"] = xr
     return out
 
 
