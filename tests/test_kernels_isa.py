@@ -702,10 +702,11 @@ def _act_data(n: int, rng: np.random.Generator) -> np.ndarray:
     return np.array(rows, dtype=np.float32)
 
 
+@pytest.mark.parametrize("n", [1024, 1280])  # (AVX-512 takes Q8_0 / Q8_1 16 blocks at a time: 40 = 16 + 16 + 8)
 @pytest.mark.parametrize("act", [QType.Q8_0, QType.Q8_1, QType.Q8_K], ids=lambda t: t.name)
-def test_activation_quantizer_bytes(kern, act):
-    rng = np.random.default_rng(int(act))
-    x = _act_data(1024, rng)
+def test_activation_quantizer_bytes(kern, act, n):
+    rng = np.random.default_rng(int(act) + n)
+    x = _act_data(n, rng)
     weight = {QType.Q8_0: QType.Q8_0, QType.Q8_1: QType.Q4_1, QType.Q8_K: QType.Q4_K}[act]
     got = kern.quantize_act(weight, x)
     want = np.stack([quant_ops.quantize_activation(weight, row) for row in x])
