@@ -323,6 +323,7 @@ int el_set_isa(int isa) {
     el_vops.exp_sums = exp_sums_generic;
     el_vops.f16_scale = f16_scale_generic;
     el_vops.rope = el_rope;
+    el_vops.rmsnorm_rows = el_rmsnorm_rows;
     int features = 0;
 #if defined(__x86_64__)
     if (isa >= EL_ISA_AVX2) el_register_avx2(t);

@@ -134,6 +134,8 @@ typedef struct {
     /* RoPE, el_rope's contract (ops.c): pair i of every head rotated by cache[2i], cache[2i + 1] (c,
      * s) as x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c) */
     void (*rope)(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache);
+    /* el_rmsnorm of rows rows of n values: row r from x + r * ldx to y + r * ldy (y == x: in place) */
+    void (*rmsnorm_rows)(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 
@@ -232,6 +234,7 @@ void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long 
 
 /* ---- float ops (ops.c) ---- */
 void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps);  /* w may be NULL */
+void el_rmsnorm_rows(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps);
 void el_fwht(float *x, int n, int chunk);  /* Walsh-Hadamard rotation, chunk by chunk (self-inverse) */
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
              const float *cache);  /* cache: cos,sin pairs for n_rot/2 dims at this pos */

@@ -480,6 +480,15 @@ static void pre_norm(float *y, const float *x, const float *w, int n, float eps)
     else memcpy(y, x, sizeof(float) * (size_t)n);
 }
 
+/* this thread's rows of the step (m = ith, ith + nth, ...) of c->x, pre_norm'ed into y (rows of n_embd) */
+static void norm_rows(el_engine *c, float *y, const float *w, int n, int ith, int nth) {
+    const int E = c->d.n_embd, rows = ith < n ? (n - ith + nth - 1) / nth : 0;
+    const size_t ld = (size_t)nth * E;
+    if (w) c->vops.rmsnorm_rows(rows, y + (size_t)ith * E, ld, c->x + (size_t)ith * E, ld, w, E, c->d.norm_eps);
+    else
+        for (int m = ith; m < n; m += nth) pre_norm(y + (size_t)m * E, c->x + (size_t)m * E, w, E, c->d.norm_eps);
+}
+
 static void residual_add(float *x, const float *t, int n, float scale) {
     if (scale == 1.0f) for (int i = 0; i < n; i++) x[i] += t[i];
     else for (int i = 0; i < n; i++) x[i] += t[i] * scale;
@@ -642,8 +651,7 @@ static void forward_task(void *arg, int ith, int nth) {
         float *in = few ? c->xn : c->tmp;
         if (few) few_norm_quant(c, &st, &L->wq, L->attn_norm.data, 0, NULL, n, in, ith, nth);
         else
-            for (int m = ith; m < n; m += nth)
-                pre_norm(in + (size_t)m * E, c->x + (size_t)m * E, L->attn_norm.data, E, d->norm_eps);
+            norm_rows(c, in, L->attn_norm.data, n, ith, nth);
         if (n_rot && (L->rope_base != rope_base || L->rope_scale != rope_scale || n_rot != rope_n || ff != rope_ff)) {
             rope_base = L->rope_base; rope_scale = L->rope_scale; rope_n = n_rot; rope_ff = ff;
             /* rows dealt from the last thread, so a one-row step's pre-norm and cos/sin go to two */
@@ -706,12 +714,11 @@ static void forward_task(void *arg, int ith, int nth) {
         if (few) {  /* the FFN's input into c->xn, quantized for w_gate */
             few_residual(c, &L->bo, &L->attn_post_norm, n, ith, nth);
             few_norm_quant(c, &st, &L->w_gate, L->ffn_norm.data, 0, NULL, n, c->xn, ith, nth);
-        } else
-            for (int m = ith; m < n; m += nth) {
-                float *t = c->tmp + (size_t)m * E, *xr = c->x + (size_t)m * E;
-                block_residual(c, t, xr, &L->bo, &L->attn_post_norm);
-                pre_norm(t, xr, L->ffn_norm.data, E, d->norm_eps);
-            }
+        } else {
+            for (int m = ith; m < n; m += nth)
+                block_residual(c, c->tmp + (size_t)m * E, c->x + (size_t)m * E, &L->bo, &L->attn_post_norm);
+            norm_rows(c, c->tmp, L->ffn_norm.data, n, ith, nth);
+        }
         sync(c, &st);
         TRACE("ffn_inp", l, c->x, n, E, E);
         TRACE("ffn_norm", l, c->tmp, n, E, E);

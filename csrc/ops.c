@@ -9,6 +9,10 @@ void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     else for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
+void el_rmsnorm_rows(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps) {
+    for (int r = 0; r < rows; r++) el_rmsnorm(y + (size_t)r * ldy, x + (size_t)r * ldx, w, n, eps);
+}
+
 /* YaRN correction range (dims whose wavelength crosses the original context), as
  * ggml_rope_yarn_corr_dims computes it. */
 static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {

@@ -922,6 +922,45 @@ static void rope_avx2(float *x, int n_heads, int head_dim, int n_rot, int rope_t
     }
 }
 
+/* el_rmsnorm_rows, 4 rows at once (rmsnorm_rows_avx512's scheme with 4 double lanes): the rows'
+ * values taken 4 at a time and transposed, one vector of (double)(x * x) added per position */
+static void rmsnorm_rows_avx2(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n,
+                              float eps) {
+    int r0 = 0;
+    for (; rows - r0 >= 2; r0 += 4) {
+        const int nr = EL_MIN(4, rows - r0);
+        const float *xr[4];
+        for (int j = 0; j < 4; j++) xr[j] = x + (size_t)(r0 + EL_MIN(j, nr - 1)) * ldx;  /* (a repeated last row) */
+        __m256d acc = _mm256_setzero_pd();
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            __m128 t0 = _mm_loadu_ps(xr[0] + i), t1 = _mm_loadu_ps(xr[1] + i), t2 = _mm_loadu_ps(xr[2] + i),
+                   t3 = _mm_loadu_ps(xr[3] + i);
+            _MM_TRANSPOSE4_PS(t0, t1, t2, t3);  /* t_k lane j: value i + k of row j */
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(t0, t0)));
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(t1, t1)));
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(t2, t2)));
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(t3, t3)));
+        }
+        double ss[4];
+        _mm256_storeu_pd(ss, acc);
+        for (int j = 0; j < nr; j++) {
+            const float *xj = xr[j];
+            float *yj = y + (size_t)(r0 + j) * ldy;
+            for (int k = i; k < n; k++) ss[j] += (double)(xj[k] * xj[k]);
+            const float scale = 1.0f / sqrtf((float)(ss[j] / n) + eps);
+            const __m256 sv = _mm256_set1_ps(scale);
+            int k = 0;
+            for (; k + 8 <= n; k += 8) {
+                const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xj + k), sv);
+                _mm256_storeu_ps(yj + k, w ? _mm256_mul_ps(s, _mm256_loadu_ps(w + k)) : s);
+            }
+            for (; k < n; k++) yj[k] = w ? xj[k] * scale * w[k] : xj[k] * scale;
+        }
+    }
+    for (; r0 < rows; r0++) el_rmsnorm(y + (size_t)r0 * ldy, x + (size_t)r0 * ldx, w, n, eps);
+}
+
 static void silu_mul_avx2(int64_t n, float *g, const float *u) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
@@ -1000,5 +1039,6 @@ void el_register_avx2(el_type_traits *t) {
     el_vops.exp_sums = exp_sums_avx2;
     el_vops.f16_scale = f16_scale_avx2;
     el_vops.rope = rope_avx2;
+    el_vops.rmsnorm_rows = rmsnorm_rows_avx2;
 }
 #endif

@@ -2285,6 +2285,48 @@ static inline __attribute__((always_inline)) void quantize_q8_avx512(const int s
 static void quantize_row_q8_0_avx512(const float *x, void *vy, int64_t k) { quantize_q8_avx512(0, x, vy, k); }
 static void quantize_row_q8_1_avx512(const float *x, void *vy, int64_t k) { quantize_q8_avx512(1, x, vy, k); }
 
+/* el_rmsnorm_rows: the sums of squares of 8 rows at once, row j in double lane j, each the twin's
+ * sequence of additions of (double)(x * x) (the float product): the rows' values taken 8 at a
+ * time and transposed, so one vector of products is added per value position (a single row's sum
+ * is a chain of dependent additions, one value each). Then per row the twin's scale and products.
+ * A lone row left over takes the twin */
+static void rmsnorm_rows_avx512(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n,
+                                float eps) {
+    int r0 = 0;
+    for (; rows - r0 >= 2; r0 += 8) {
+        const int nr = EL_MIN(8, rows - r0);
+        const float *xr[8];
+        for (int j = 0; j < 8; j++) xr[j] = x + (size_t)(r0 + EL_MIN(j, nr - 1)) * ldx;  /* (a repeated last row) */
+        __m512d acc = _mm512_setzero_pd();
+        int i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256i v[8], t[8];
+            for (int j = 0; j < 8; j++) v[j] = _mm256_castps_si256(_mm256_loadu_ps(xr[j] + i));
+            transpose8x8(v, t);  /* t[k] lane j: value i + k of row j */
+            for (int k = 0; k < 8; k++) {
+                const __m256 p = _mm256_castsi256_ps(t[k]);
+                acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(p, p)));
+            }
+        }
+        double ss[8];
+        _mm512_storeu_pd(ss, acc);
+        for (int j = 0; j < nr; j++) {
+            const float *xj = xr[j];
+            float *yj = y + (size_t)(r0 + j) * ldy;
+            for (int k = i; k < n; k++) ss[j] += (double)(xj[k] * xj[k]);
+            const float scale = 1.0f / sqrtf((float)(ss[j] / n) + eps);
+            const __m512 sv = _mm512_set1_ps(scale);
+            int k = 0;
+            for (; k + 16 <= n; k += 16) {
+                const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(xj + k), sv);
+                _mm512_storeu_ps(yj + k, w ? _mm512_mul_ps(s, _mm512_loadu_ps(w + k)) : s);
+            }
+            for (; k < n; k++) yj[k] = w ? xj[k] * scale * w[k] : xj[k] * scale;
+        }
+    }
+    for (; r0 < rows; r0++) el_rmsnorm(y + (size_t)r0 * ldy, x + (size_t)r0 * ldx, w, n, eps);
+}
+
 static void silu_mul_avx512(int64_t n, float *g, const float *u) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -2327,6 +2369,7 @@ void el_register_avx512(el_type_traits *t) {
     el_vops.silu_mul = silu_mul_avx512;
     el_vops.scale_max = scale_max_avx512;
     el_vops.exp_sums = exp_sums_avx512;
+    el_vops.rmsnorm_rows = rmsnorm_rows_avx512;
     t[EL_Q8_0].from_float = quantize_row_q8_0_avx512;
     t[EL_Q8_1].from_float = quantize_row_q8_1_avx512;
 #define SET(id, name) t[id].vec_dot = name##_vec_dot_avx512, t[id].gemm = name##_gemm_avx512

@@ -77,6 +77,7 @@ typedef struct {
     double (*exp_sums)(int n, float *x, float max, float *sums);
     void (*f16_scale)(int n, float *x, float s);
     void (*rope)(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache);
+    void (*rmsnorm_rows)(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps);
 } el_vec_ops;
 extern el_vec_ops el_vops;
 void el_kq_put(int type, uint8_t *kt, int hk, int slot, const uint8_t *row);
@@ -85,7 +86,7 @@ void el_vq_put(int type, uint8_t *vt, int slot, const uint8_t *row);
 void el_vq_get(int type, const uint8_t *vt, int slot, uint8_t *row);
 """)
 VOPS = ["f32_to_f16", "f16_to_f32", "qk_tile", "qk_tile_one", "qk_q8_0", "qk_q4_0", "pv_tiles", "pv_q8_0", "pv_q4_0", "sum16_rows", "silu_mul",
-        "scale_max", "exp_sums", "f16_scale", "rope"]
+        "scale_max", "exp_sums", "f16_scale", "rope", "rmsnorm_rows"]
 
 
 def _variants() -> list[str]:
@@ -1021,6 +1022,23 @@ def _run_vops(vops, rng_seed: int) -> dict:
             cache[0::2], cache[1::2] = np.cos(t) * 1.1, np.sin(t) * 1.1
             vops.rope(_ptr("float *", xr), heads, head_dim, n_rot, rope_type, _ptr("float *", cache))
             out[f"rope type={rope_type} heads={heads} head_dim={head_dim} n_rot={n_rot}"] = xr
+    # RMS norm of row sets: 1 row, 2 (a group of 8 taken short), 8, 11 (8 + 3), 17 (8 + 8 + a lone
+    # row); rows of 576 and of 37 values (a tail past the 8-value steps and the 16-value vectors);
+    # magnitudes 1e-20 to 1e6 within a row (the double sums round), a row of zeros; with a weight,
+    # without, and in place
+    for rows, n in ((1, 576), (2, 37), (8, 576), (11, 37), (17, 640)):
+        ld = n + 5
+        xs = (rng.standard_normal((rows, ld)) * 10.0 ** rng.integers(-20, 7, (rows, ld))).astype(np.float32)
+        xs[rows // 2] = 0.0
+        wn = rng.standard_normal(n).astype(np.float32)
+        for weighted in (True, False):
+            ys = np.full((rows, ld + 3), np.nan, dtype=np.float32)
+            vops.rmsnorm_rows(rows, _ptr("float *", ys), ld + 3, _ptr("float *", xs), ld,
+                              _ptr("float *", wn) if weighted else _ABI.NULL, n, np.float32(1e-5))
+            out[f"rmsnorm_rows rows={rows} n={n} w={weighted}"] = ys
+        xi = xs.copy()
+        vops.rmsnorm_rows(rows, _ptr("float *", xi), ld, _ptr("float *", xi), ld, _ptr("float *", wn), n, np.float32(1e-6))
+        out[f"rmsnorm_rows rows={rows} n={n} in place"] = xi
     return out
 
 
