@@ -234,6 +234,8 @@ void el_pool_stats(const el_pool *pool, int *active, long long *runs, long long 
 
 /* ---- float ops (ops.c) ---- */
 void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps);  /* w may be NULL */
+/* el_rmsnorm with the squares of x[0, i) already summed in order (from 0.0) into ss */
+void el_rmsnorm_from(float *y, const float *x, const float *w, int n, float eps, int i, double ss);
 void el_rmsnorm_rows(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps);
 void el_fwht(float *x, int n, int chunk);  /* Walsh-Hadamard rotation, chunk by chunk (self-inverse) */
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,

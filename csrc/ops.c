@@ -2,11 +2,14 @@
 #include "el_internal.h"
 
 void el_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
-    double ss = 0.0;  /* double accumulation, as ggml's rms_norm */
-    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    el_rmsnorm_from(y, x, w, n, eps, 0, 0.0);
+}
+
+void el_rmsnorm_from(float *y, const float *x, const float *w, int n, float eps, int i, double ss) {
+    for (; i < n; i++) ss += (double)(x[i] * x[i]);  /* double accumulation, as ggml's rms_norm */
     const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    if (w) for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
-    else for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+    if (w) for (int k = 0; k < n; k++) y[k] = x[k] * scale * w[k];
+    else for (int k = 0; k < n; k++) y[k] = x[k] * scale;
 }
 
 void el_rmsnorm_rows(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n, float eps) {

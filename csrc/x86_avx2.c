@@ -944,19 +944,7 @@ static void rmsnorm_rows_avx2(int rows, float *y, size_t ldy, const float *x, si
         }
         double ss[4];
         _mm256_storeu_pd(ss, acc);
-        for (int j = 0; j < nr; j++) {
-            const float *xj = xr[j];
-            float *yj = y + (size_t)(r0 + j) * ldy;
-            for (int k = i; k < n; k++) ss[j] += (double)(xj[k] * xj[k]);
-            const float scale = 1.0f / sqrtf((float)(ss[j] / n) + eps);
-            const __m256 sv = _mm256_set1_ps(scale);
-            int k = 0;
-            for (; k + 8 <= n; k += 8) {
-                const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xj + k), sv);
-                _mm256_storeu_ps(yj + k, w ? _mm256_mul_ps(s, _mm256_loadu_ps(w + k)) : s);
-            }
-            for (; k < n; k++) yj[k] = w ? xj[k] * scale * w[k] : xj[k] * scale;
-        }
+        for (int j = 0; j < nr; j++) el_rmsnorm_from(y + (size_t)(r0 + j) * ldy, xr[j], w, n, eps, i, ss[j]);
     }
     for (; r0 < rows; r0++) el_rmsnorm(y + (size_t)r0 * ldy, x + (size_t)r0 * ldx, w, n, eps);
 }

@@ -2288,8 +2288,9 @@ static void quantize_row_q8_1_avx512(const float *x, void *vy, int64_t k) { quan
 /* el_rmsnorm_rows: the sums of squares of 8 rows at once, row j in double lane j, each the twin's
  * sequence of additions of (double)(x * x) (the float product): the rows' values taken 8 at a
  * time and transposed, so one vector of products is added per value position (a single row's sum
- * is a chain of dependent additions, one value each). Then per row the twin's scale and products.
- * A lone row left over takes the twin */
+ * is a chain of dependent additions, one value each); the rest of each row (its last n % 8
+ * values' squares, the scale, the products) by the twin's el_rmsnorm_from. A lone row left over
+ * takes the twin */
 static void rmsnorm_rows_avx512(int rows, float *y, size_t ldy, const float *x, size_t ldx, const float *w, int n,
                                 float eps) {
     int r0 = 0;
@@ -2310,19 +2311,7 @@ static void rmsnorm_rows_avx512(int rows, float *y, size_t ldy, const float *x, 
         }
         double ss[8];
         _mm512_storeu_pd(ss, acc);
-        for (int j = 0; j < nr; j++) {
-            const float *xj = xr[j];
-            float *yj = y + (size_t)(r0 + j) * ldy;
-            for (int k = i; k < n; k++) ss[j] += (double)(xj[k] * xj[k]);
-            const float scale = 1.0f / sqrtf((float)(ss[j] / n) + eps);
-            const __m512 sv = _mm512_set1_ps(scale);
-            int k = 0;
-            for (; k + 16 <= n; k += 16) {
-                const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(xj + k), sv);
-                _mm512_storeu_ps(yj + k, w ? _mm512_mul_ps(s, _mm512_loadu_ps(w + k)) : s);
-            }
-            for (; k < n; k++) yj[k] = w ? xj[k] * scale * w[k] : xj[k] * scale;
-        }
+        for (int j = 0; j < nr; j++) el_rmsnorm_from(y + (size_t)(r0 + j) * ldy, xr[j], w, n, eps, i, ss[j]);
     }
     for (; r0 < rows; r0++) el_rmsnorm(y + (size_t)r0 * ldy, x + (size_t)r0 * ldx, w, n, eps);
 }
