@@ -115,6 +115,37 @@ EMU_FMA(_mm_fnmadd_ps, __m128, 4, _mm_loadu_ps, _mm_storeu_ps, -)
 EMU_FMA(_mm256_fnmadd_ps, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, -)
 EMU_FMA(_mm512_fnmadd_ps, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, -)
 #undef EMU_FMA
+/* a * b - c rounded once; a * b - c in the even lanes and a * b + c in the odd ones (rope_avx2) */
+#undef _mm256_fmsub_ps
+#undef _mm256_fmaddsub_ps
+static inline __m256 _mm256_fmsub_ps(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, _mm256_xor_ps(c, _mm256_set1_ps(-0.0f))); }
+static inline __m256 _mm256_fmaddsub_ps(__m256 a, __m256 b, __m256 c) {
+    float x[8], y[8], z[8];
+    _mm256_storeu_ps(x, a);
+    _mm256_storeu_ps(y, b);
+    _mm256_storeu_ps(z, c);
+    for (int i = 0; i < 8; i++) z[i] = fmaf(x[i], y[i], i % 2 ? z[i] : -z[i]);
+    return _mm256_loadu_ps(z);
+}
+/* vcvtps2ph of 16 lanes (the 8-lane F16C form twice) and the horizontal sum and maximum (no NaN
+ * lanes: any order): SIMDe 0.7.4 lacks these 512-bit forms */
+#define _mm512_cvtps_ph(v, rounding)                                                                   \
+    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(_mm512_castps512_ps256(v), rounding)), \
+                            _mm256_cvtps_ph(_mm512_extractf32x8_ps(v, 1), rounding), 1)
+static inline int _mm512_reduce_add_epi32(__m512i x) {
+    int32_t a[16];
+    _mm512_storeu_si512(a, x);
+    int s = 0;
+    for (int i = 0; i < 16; i++) s += a[i];
+    return s;
+}
+static inline float _mm512_reduce_max_ps(__m512 x) {
+    float a[16];
+    _mm512_storeu_ps(a, x);
+    float m = a[0];
+    for (int i = 1; i < 16; i++) m = a[i] > m ? a[i] : m;
+    return m;
+}
 /* lanes of k: a * b + c rounded once; the others keep c (SIMDe 0.7.4 lacks it) */
 static inline __m512 _mm512_mask3_fmadd_ps(__m512 a, __m512 b, __m512 c, __mmask16 k) {
     return _mm512_mask_mov_ps(c, k, _mm512_fmadd_ps(a, b, c));
