@@ -267,42 +267,55 @@ static inline float hmax256(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* one 32-value block: d = max|x| / 127 (returned; y->d gets its half),
- * qs = round-half-even(x * (127 / max|x|)); *sum = sum(qs) */
-static inline float q8_block(const float *x, el_half *yd, int8_t *qs, int *sum) {
+/* 8 blocks at a time: each block's max into lane j of one vector (a blend), so that d = max / 127,
+ * 127 / max (0 where max is 0) and the halves of d (vcvtps2ph, nearest even: el_float_to_half's
+ * rounding) take one vector operation for the 8 in place of two scalar divisions and a software
+ * conversion each, which a block's quants waited for (perf, 16-row steps on this path: 5.4% of
+ * the step in the one-block-at-a-time quantizer); q = nearest-even(x * 127 / max) (cvtps2dq,
+ * the default MXCSR); Q8_1 (s): s = half(sum(q) * d) */
+static inline __attribute__((always_inline)) void quantize_q8_avx2(const int s, const float *x, void *vy, int64_t k) {
+    const size_t bs = s ? sizeof(block_q8_1) : sizeof(block_q8_0), qo = s ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    uint8_t *y = vy;
+    const int64_t nb = k / 32;
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int j = 0; j < 4; j++) {
-        v[j] = _mm256_loadu_ps(x + 8 * j);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int n = (int)EL_MIN(8, nb - b0);
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            __m256 m = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * i)));
+            m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+            m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
+            m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));  /* the block's max in every lane */
+            a = _mm256_blendv_ps(a, m, _mm256_castsi256_ps(_mm256_cmpeq_epi32(lanes, _mm256_set1_epi32(j))));
+        }
+        const __m256 d = _mm256_div_ps(a, _mm256_set1_ps(127.0f));
+        const __m256 nz = _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        float id[8], df[8];
+        uint16_t dh[8];
+        _mm256_storeu_ps(id, _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), a), nz));
+        _mm256_storeu_ps(df, d);
+        _mm_storeu_si128((__m128i *)dh, _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+        for (int j = 0; j < n; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            uint8_t *yb = y + (size_t)(b0 + j) * bs;
+            const __m256 v = _mm256_set1_ps(id[j]);
+            __m256i q[4];
+            for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * i), v));
+            _mm256_storeu_si256((__m256i *)(yb + qo), pack_i8(q[0], q[1], q[2], q[3]));
+            memcpy(yb, &dh[j], 2);
+            if (s) {
+                const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+                const el_half h = el_float_to_half((float)sum * df[j]);
+                memcpy(yb + offsetof(block_q8_1, s), &h, 2);
+            }
+        }
     }
-    const float am = hmax256(amax);
-    const float d = am / 127;
-    const float id = am != 0.0f ? 127.0f / am : 0.0f;
-    *yd = el_float_to_half(d);
-    const __m256 idv = _mm256_set1_ps(id);
-    __m256i q[4];
-    for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv));
-    _mm256_storeu_si256((__m256i *)qs, pack_i8(q[0], q[1], q[2], q[3]));
-    if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-    return d;
 }
-
-static void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
-    block_q8_0 *y = vy;
-    for (int64_t i = 0; i < k / QK8_0; i++) q8_block(x + i * QK8_0, &y[i].d, y[i].qs, NULL);
-}
-
-/* Q8_1: also s = half(sum(qs) * d), d before its rounding to half */
-static void quantize_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
-    block_q8_1 *y = vy;
-    for (int64_t i = 0; i < k / QK8_1; i++) {
-        int sum;
-        const float d = q8_block(x + i * QK8_1, &y[i].d, y[i].qs, &sum);
-        y[i].s = el_float_to_half((float)sum * d);
-    }
-}
+static void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t k) { quantize_q8_avx2(0, x, vy, k); }
+static void quantize_row_q8_1_avx2(const float *x, void *vy, int64_t k) { quantize_q8_avx2(1, x, vy, k); }
 
 /* Q8_K: iscale = -127 / (value of largest magnitude, first one on ties), q = min(127,
  * nearest-even(iscale * x)), bsums = sums of 16, d = 1 / iscale */
