@@ -240,6 +240,7 @@ void el_rmsnorm_rows(int rows, float *y, size_t ldy, const float *x, size_t ldx,
 void el_fwht(float *x, int n, int chunk);  /* Walsh-Hadamard rotation, chunk by chunk (self-inverse) */
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type,
              const float *cache);  /* cache: cos,sin pairs for n_rot/2 dims at this pos */
+void el_rope_pairs(float *v, int n_rot, int rope_type, const float *cache, int i);  /* one head's pairs i.. */
 void el_rope_cache(float *cache, int n_rot, float pos, float base, float scale,
                    const float *freq_factors, const el_model_desc *d);
 void el_gelu_init(void);  /* builds the f16 GELU table; dispatch calls it */

@@ -77,18 +77,19 @@ void el_fwht(float *x, int n, int chunk) {
 }
 
 void el_rope(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache) {
+    for (int h = 0; h < n_heads; h++) el_rope_pairs(x + (size_t)h * head_dim, n_rot, rope_type, cache, 0);
+}
+
+void el_rope_pairs(float *v, int n_rot, int rope_type, const float *cache, int i) {
     const int half = n_rot / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float *v = x + (size_t)h * head_dim;
-        for (int i = 0; i < half; i++) {
-            const float c = cache[2 * i], s = cache[2 * i + 1];
-            const int a = rope_type == EL_ROPE_NEOX ? i : 2 * i;
-            const int b = rope_type == EL_ROPE_NEOX ? i + half : 2 * i + 1;
-            const float x0 = v[a], x1 = v[b];
-            /* the first product fused, as GCC contracts ggml's rotate_pairs */
-            v[a] = fmaf(x0, c, -(x1 * s));
-            v[b] = fmaf(x0, s, x1 * c);
-        }
+    for (; i < half; i++) {
+        const float c = cache[2 * i], s = cache[2 * i + 1];
+        const int a = rope_type == EL_ROPE_NEOX ? i : 2 * i;
+        const int b = rope_type == EL_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        /* the first product fused, as GCC contracts ggml's rotate_pairs */
+        v[a] = fmaf(x0, c, -(x1 * s));
+        v[b] = fmaf(x0, s, x1 * c);
     }
 }
 

@@ -902,7 +902,7 @@ static void f16_scale_avx2(int n, float *x, float s) {
 /* el_rope: NORM pairs (2i, 2i + 1) lie next to their (c, s) in the cache, so 4 pairs a vector:
  * fmaddsub(x0 x0, c s, x1 x1 * s c) gives x0 c - x1 s in the even lanes, x0 s + x1 c in the odd (each
  * product of the third operand rounded first, as the twin's); NEOX pairs (i, i + n_rot / 2): 8 of
- * each half a vector, the cache's c and s split apart */
+ * each half a vector, the cache's c and s split apart; the pairs left the twin's el_rope_pairs */
 static void rope_avx2(float *x, int n_heads, int head_dim, int n_rot, int rope_type, const float *cache) {
     const int half = n_rot / 2, neox = rope_type == EL_ROPE_NEOX;
     for (int h = 0; h < n_heads; h++) {
@@ -925,13 +925,7 @@ static void rope_avx2(float *x, int n_heads, int head_dim, int n_rot, int rope_t
                                                                _mm256_mul_ps(_mm256_movehdup_ps(xv), sc)));
             }
         }
-        for (; i < half; i++) {
-            const float c = cache[2 * i], s = cache[2 * i + 1];
-            const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-            const float x0 = v[a], x1 = v[b];
-            v[a] = fmaf(x0, c, -(x1 * s));
-            v[b] = fmaf(x0, s, x1 * c);
-        }
+        el_rope_pairs(v, n_rot, rope_type, cache, i);  /* (pairs that do not fill a vector: the twin) */
     }
 }
 

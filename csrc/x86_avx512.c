@@ -417,8 +417,9 @@ static inline __m512i bcast32(const uint8_t *p) {
  *   and one fma for 16 rows.
  * - 2-16 columns (lrw_tile, prepared by lrt_prepare): the 16 rows' block transposed once, so the
  *   rows sit in the int32 lanes and each column's quants, broadcast, meet all 16 in one vpdpbusd.
- * More columns are taken in groups of at most 16, of sizes as even as can be (17 = 9 + 8). (A tile with one column per int32 lane, for 17 columns or
- * more, was removed: since lrw_tile it was slower at every count measured, 17 to 512, on Zen 4.)
+ * More columns are taken in groups of at most 16, of sizes as even as can be (17 = 8 + 9). (A tile
+ * with one column per int32 lane, for 17 columns or more, was removed: since lrw_tile it was slower
+ * at every count measured, 17 to 512, on Zen 4.)
  * ------------------------------------------------------------------------------------------ */
 
 /* t[i] 128-bit lane L: the 4 partial sums of row 4i + L -> lane j: the whole sum of row
@@ -663,8 +664,9 @@ static inline __attribute__((always_inline)) void lrw_unpack(const int type, con
  * row in one vpdpbusd and the lanes end with the rows' whole sums: no per-column reduction
  * (lrt_reduce). Single thread, K 576, 1536 rows, us a call against lrt_tile: Q4_1 2 columns 34 ->
  * 31, 4: 50 -> 43, 8: 79 -> 65; Q8_0 2: 34 -> 33, 4: 46 -> 44, 8: 72 -> 64. Past LRT_CM columns
- * the min terms (their own sums, added at the end either way) take a pass over the blocks' headers
- * first, so that 16 columns share one unpacking of each block instead of two of 8 */
+ * the min terms (their own sums, added at the end either way) take a pass of their own after the
+ * main one, over the blocks' mins it kept, so that 16 columns share one unpacking of each block
+ * instead of two of 8 */
 static inline __attribute__((always_inline)) void lrw_tile(const int type, int n, const uint8_t *w, size_t ldw,
                                                            const int R, const lrtprep *pp, const uint8_t *a,
                                                            size_t lda, const int C, float *out, size_t ldo) {
@@ -734,11 +736,8 @@ static inline __attribute__((always_inline)) void lbatch_gemm(const int type, lr
     lrtprep pp[EL_MIN(groups, chunk)];
     for (int g0 = 0; g0 < groups; g0 += chunk) {
         const int gn = EL_MIN(chunk, groups - g0);
-        int ks[gn + 1];  /* group g0 + g: columns [ks[g], ks[g + 1]), the larger groups first */
-        for (int g = 0; g <= gn; g++) {
-            const int G = g0 + g;
-            ks[g] = G * (nc / groups) + EL_MIN(G, nc % groups);
-        }
+        int ks[gn + 1];  /* group g0 + g: columns [ks[g], ks[g + 1]) */
+        for (int g = 0; g <= gn; g++) ks[g] = nc * (g0 + g) / groups;
         for (int g = 0; g < gn && !one; g++)
             rp(A + ks[g] * lda, lda, ks[g + 1] - ks[g], nb, buf + (size_t)g * words, &pp[g]);
         for (int r = 0; r < nr; r += 16)

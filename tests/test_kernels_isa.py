@@ -546,7 +546,7 @@ def test_batch_vec_dot_bit_identical_to_generic(kern, t):
 def test_batch_gemm_bit_identical_to_generic(kern, t, blocks):
     """gemm_batch gives the generic twin's bits for every (row, column) whatever the tile: one call
     over 35 columns (AVX-512: 16-row tiles of at most 16 columns, in groups as even as can be,
-    12 + 12 + 11), the engine's shapes, a 16-row tile and its remainder at each column count 1..17
+    11 + 12 + 12), the engine's shapes, a 16-row tile and its remainder at each column count 1..17
     (a verification step's; AVX-512 keeps the min terms of more than 8 in a pass of their own),
     odd offsets; raw blocks. At rows of 380 blocks the 28 columns are more than one chunk of
     prepared groups on the stack (AVX-512's LRT_PREP_BYTES: one group, 14 + 14) and than AVX2's
