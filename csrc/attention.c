@@ -26,11 +26,7 @@
  * the keys of each job in tile ranges for the scores, their exponentials and the softmax weights
  * (phases 1, 2 and 3, each followed by a barrier), then for p.v (phase 4) the value dimensions,
  * or with quantized values the keys again, cut at chunk ends (and the chunks' sums added in
- * phase 5). When every job's values go by keys (pv_all), phases 1 - 3 take the same cut, so a
- * thread's p.v reads only weights it made and phase 3 needs no barrier; and with values stored
- * rotated (d.rot_v) the thread that writes a whole head's output rotates it back, where the engine
- * would otherwise take a pass and a barrier of its own (el_attention_unrotates; whole jobs do the
- * same). The split changes no bit: every score, maximum, exponential and weight is computed
+ * phase 5). The split changes no bit: every score, maximum, exponential and weight is computed
  * alone; the softmax sum is the same sequence of double additions of the same 16-value partial
  * sums, in slot order; each output dimension sums its p.v products in the same order (the same
  * chunks, added in the same order). The weights are made once, in place of the exponentials,
@@ -75,8 +71,6 @@ struct att_state {
     int32_t *tlo, *thi;  /* [2][n_batch] tiles seen by each run of rows, per group */
     int split[2];        /* this step's jobs of group g are split across threads */
     int pv_tiles[2];     /* and p.v over quantized values of some of them by tiles (chunk_share) */
-    int pv_all[2];       /* of all of them: phases 1 - 3 then take the same shares, and phase 4 follows
-                            phase 3 without a barrier (each thread reads only the weights it made) */
     float *part;         /* split, quantized values: p.v's chunk sums, [score row][part_k chunks][hv] */
     size_t part_cap;
     int part_k;
@@ -256,12 +250,9 @@ int el_attention_plan(el_engine *e) {
         a->split[g] = has[g] && a->nth > 1 && pl->n * n_kv[g] <= a->nth * QB && pl->n_qb * n_kv[g] < 2 * a->nth &&
                       max_seen[g] >= SPLIT_MIN;
         a->pv_tiles[g] = 0;
-        a->pv_all[g] = a->split[g] && qv[g];
         for (int qb = 0; qb < pl->n_qb && a->split[g] && qv[g]; qb++) {
             int ta, tb;
-            const int by_tiles = chunk_share(a->tlo[g * e->n_batch + qb], a->thi[g * e->n_batch + qb], 0, a->nth, &ta, &tb);
-            a->pv_tiles[g] |= by_tiles;
-            a->pv_all[g] &= by_tiles;
+            a->pv_tiles[g] |= chunk_share(a->tlo[g * e->n_batch + qb], a->thi[g * e->n_batch + qb], 0, a->nth, &ta, &tb);
         }
     }
     if (a->pv_tiles[0] || a->pv_tiles[1]) {  /* the chunks a run of rows' seen tiles touch, for every score row of the step */
@@ -537,24 +528,6 @@ static void share(int lo, int hi, int ith, int nth, int align, int *a, int *b) {
     *b = lo + (int)r1;
 }
 
-/* thread ith's share [*ta, *tb) of a split job's tiles in phases 1 - 3: phase 4's when it takes them
- * all by tiles (pv_all), else an even one */
-static void phase_share(const struct att_state *a, int g, int qv, const job_t *J, int ith, int nth, int *ta, int *tb) {
-    if (qv && a->pv_all[g]) chunk_share(J->tlo, J->thi, ith, nth, ta, tb);
-    else share(J->tlo, J->thi, ith, nth, 1, ta, tb);
-}
-
-int el_attention_unrotates(const el_engine *e, int l) {
-    const int g = layer_group(e, l);
-    return e->d.rot_v && e->vl[kv_owner(e, l)].type != EL_F16 && (!e->att->split[g] || e->att->pv_all[g]);
-}
-
-/* score row r's output head rotated back (values stored rotated, d.rot_v; el_attention_unrotates) */
-static void unrotate(el_engine *e, int l, const job_t *J, int r) {
-    const int hv = e->layers[l].head_dim_v;
-    el_fwht(e->xn + (size_t)(J->m0 + r / J->G) * e->d.n_head * hv + (size_t)job_head(J, r) * hv, hv, e->d.rot_v);
-}
-
 /* o[i] += x[i], i < n */
 static void add_to(int n, float *restrict o, const float *restrict x) {
     for (int i = 0; i < n; i++) o[i] += x[i];
@@ -568,7 +541,6 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     const int n_jobs = pl->n_qb * e->layers[l].n_head_kv;
     float *scr = a->scratch + (size_t)ith * a->per_thread;
     float *mx = scr + (a->per_thread - (size_t)QB * G);
-    const int unrot = el_attention_unrotates(e, l);
     if (!a->split[g]) {  /* whole jobs, one thread each */
         float *sc = a->sc + (size_t)ith * QB * G * a->cap;
         for (;;) {
@@ -583,7 +555,6 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             }
             if (qv) job_pv_q(e, l, &J, 0, hv / gd, scr);
             else job_pv(e, l, &J, 0, hv, scr);
-            for (int r = 0; r < J.nh && unrot; r++) unrotate(e, l, &J, r);
         }
         return;
     }
@@ -595,7 +566,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
-        phase_share(a, g, qv, &J, ith, nth, &ta, &tb);
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         job_scores(e, l, &J, ta, tb, a->pmax + (size_t)ith * n_rows + row0, scr);
         row0 += (size_t)J.nh;
     }
@@ -605,7 +576,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
-        phase_share(a, g, qv, &J, ith, nth, &ta, &tb);
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         for (int r = 0; r < J.nh && ta < tb; r++) {
             float m = -INFINITY;
             for (int t = 0; t < nth; t++) {
@@ -623,7 +594,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
-        phase_share(a, g, qv, &J, ith, nth, &ta, &tb);
+        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         for (int r = 0; r < J.nh && ta < tb; r++) {
             const float *ps = a->psum + (row0 + r) * (a->cap / KT);
             double sum = 0.0;
@@ -632,7 +603,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         }
         row0 += (size_t)J.nh;
     }
-    if (!(qv && a->pv_all[g])) el_pool_barrier(e->pool);
+    el_pool_barrier(e->pool);
     row0 = 0;
     if (!qv) {
         for (int j = 0; j < n_jobs; j++) {  /* phase 4: p.v over a share of the value dimensions */
@@ -702,7 +673,6 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
                 const float *p = a->part + (row0 + r) * ldp;
                 memcpy(out, p, sizeof(float) * hv);
                 for (int k = kl; k < k1; k++) add_to(hv, out, p + (size_t)(k - k0) * a->hv);
-                if (unrot) unrotate(e, l, &J, r);
             }
         }
         row0 += (size_t)J.nh;

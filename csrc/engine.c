@@ -690,9 +690,8 @@ static void forward_task(void *arg, int ith, int nth) {
         TRACE("Kcur", l, c->kc, n, kd, kd);
         el_attention(c, l, ith, nth);
         sync(c, &st);
-        if (d->rot_v && !el_attention_unrotates(c, l)) {  /* the values were stored rotated: rotate their mix
-                            back (by chunks where the rows are fewer than the threads: each chunk is its own),
-                            where attention did not as it wrote whole heads */
+        if (d->rot_v) {  /* the values were stored rotated: rotate their mix back (by chunks where
+                            the rows are fewer than the threads: each chunk is its own) */
             if (n >= nth)
                 for (int m = ith; m < n; m += nth) el_fwht(c->xn + (size_t)m * od, od, d->rot_v);
             else

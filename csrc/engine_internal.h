@@ -142,7 +142,6 @@ int el_attention_init(el_engine *e);
 void el_attention_free(el_engine *e);
 int el_attention_plan(el_engine *e);
 void el_attention(el_engine *e, int l, int ith, int nth);
-int el_attention_unrotates(const el_engine *e, int l);  /* layer l's attention rotates its quantized values' mix back itself (d.rot_v) */
 /* What actq (the quantized activations of the last matmul input) holds, per thread: a matmul
  * whose input is the same buffer, type and shape reuses it. */
 typedef struct {
