@@ -21,8 +21,9 @@
  *
  * Work: a job is (a run of <= QB rows of one sequence, a kv head) with the rows' queries of every
  * head sharing that kv head, so each key and value tile is read once for all of them. With
- * enough jobs, each thread takes whole jobs (an atomic counter hands them out). A step with few
- * jobs over many keys (decode of one or two long sequences) is split across the threads instead:
+ * enough jobs, each thread takes whole jobs (an atomic counter hands them out; fewer jobs than
+ * threads are cut into runs of their heads, job_parts). A step with few jobs over many keys
+ * (decode of one or two long sequences) is split across the threads instead:
  * the keys of each job in tile ranges for the scores, their exponentials and the softmax weights
  * (phases 1, 2 and 3, each followed by a barrier), then for p.v (phase 4) the value dimensions,
  * or with quantized values the keys again, cut at chunk ends (and the chunks' sums added in
@@ -271,7 +272,8 @@ int el_attention_plan(el_engine *e) {
 
 typedef struct {
     int s, m0, mq, kvh, nh;  /* sequence, first row, rows, kv head, score rows (mq x G) */
-    int G;                   /* query heads per kv head in this layer */
+    int G, hb;               /* query heads the job takes per row (all those of kv head kvh, or a part:
+                                job_part) and the first of them */
     int n_slots, tlo, thi;   /* slots held; tiles seen [tlo, thi) */
     const int32_t *table;
     const tile_sum *ts;
@@ -288,6 +290,7 @@ static void job_get(const el_engine *e, int l, int j, float *sc, job_t *J) {
     J->mq = pl->qb_rows[qb];
     J->kvh = j % n_kv;
     J->G = e->d.n_head / n_kv;
+    J->hb = J->kvh * J->G;
     J->nh = J->mq * J->G;
     J->n_slots = seq_slots(pl, J->s);
     J->tlo = a->tlo[g * e->n_batch + qb];
@@ -297,8 +300,27 @@ static void job_get(const el_engine *e, int l, int j, float *sc, job_t *J) {
     J->sc = sc;
 }
 
-/* score row r of a job: query row r / G, head kvh * G + r % G */
-static int job_head(const job_t *J, int r) { return J->kvh * J->G + r % J->G; }
+/* Whole-job mode with fewer jobs than threads (a one-row step of Gemma-3, whose one kv head
+ * leaves the other thread idle): each job's query heads cut into as many runs as give every
+ * thread one, each run a job of its own that reads the same tiles. (More jobs than threads but not
+ * a multiple - SmolLM2's 3 kv heads on 2 threads - are left whole: with single heads for jobs, a
+ * part's fixed costs, its own read of the tiles and its lanes, outweighed the better balance, in 7
+ * alternating rounds at d = 200.) A head's numbers are its own whichever heads share its job. */
+static int job_parts(int n_jobs, int G, int nth) {
+    return n_jobs >= nth ? 1 : EL_MIN(G, (nth + n_jobs - 1) / n_jobs);
+}
+
+/* unit u of a layer's jobs cut into parts: job u / parts, its heads' part u % parts */
+static void job_part(const el_engine *e, int l, int u, int parts, float *sc, job_t *J) {
+    job_get(e, l, u / parts, sc, J);
+    const int Gk = J->G, p = u % parts, h0 = Gk * p / parts, h1 = Gk * (p + 1) / parts;
+    J->G = h1 - h0;
+    J->hb = J->kvh * Gk + h0;
+    J->nh = J->mq * J->G;
+}
+
+/* score row r of a job: query row r / G, head hb + r % G */
+static int job_head(const job_t *J, int r) { return J->hb + r % J->G; }
 
 /* Phase 1: scores of the job's rows against tiles [ta, tb), masked; mx[r] = their maximum. */
 static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, float *mx, float *scr) {
@@ -541,13 +563,14 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     const int n_jobs = pl->n_qb * e->layers[l].n_head_kv;
     float *scr = a->scratch + (size_t)ith * a->per_thread;
     float *mx = scr + (a->per_thread - (size_t)QB * G);
-    if (!a->split[g]) {  /* whole jobs, one thread each */
+    if (!a->split[g]) {  /* whole jobs (or their parts), one thread each */
         float *sc = a->sc + (size_t)ith * QB * G * a->cap;
+        const int parts = job_parts(n_jobs, e->d.n_head / e->layers[l].n_head_kv, nth);
         for (;;) {
             const int j = atomic_fetch_add(&a->next[l], 1);
-            if (j >= n_jobs) break;
+            if (j >= n_jobs * parts) break;
             job_t J;
-            job_get(e, l, j, sc, &J);
+            job_part(e, l, j, parts, sc, &J);
             job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
             for (int r = 0; r < J.nh && J.thi > J.tlo; r++) {
                 float *x = J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT;
