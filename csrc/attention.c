@@ -75,6 +75,7 @@ struct att_state {
     float *part;         /* split, quantized values: p.v's chunk sums, [score row][part_k chunks][hv] */
     size_t part_cap;
     int part_k;
+    int parts;           /* the most runs a layer's jobs were cut into this step (job_parts; tests) */
     atomic_int *next;    /* [n_layer] the next whole job of layer l */
 };
 
@@ -131,6 +132,8 @@ int el_attention_init(el_engine *e) {
     }
     return 0;
 }
+
+int el_engine_attention_parts(const el_engine *e) { return e->att ? e->att->parts : 0; }
 
 int el_engine_attention_split(const el_engine *e) {
     const struct att_state *a = e->att;
@@ -267,6 +270,7 @@ int el_attention_plan(el_engine *e) {
         }
     }
     for (int l = 0; l < e->d.n_layer; l++) atomic_store(&a->next[l], 0);
+    a->parts = 1;
     return 0;
 }
 
@@ -566,6 +570,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     if (!a->split[g]) {  /* whole jobs (or their parts), one thread each */
         float *sc = a->sc + (size_t)ith * QB * G * a->cap;
         const int parts = job_parts(n_jobs, e->d.n_head / e->layers[l].n_head_kv, nth);
+        if (ith == 0 && parts > a->parts) a->parts = parts;
         for (;;) {
             const int j = atomic_fetch_add(&a->next[l], 1);
             if (j >= n_jobs * parts) break;

@@ -214,3 +214,36 @@ def test_runs_cut_for_the_threads_change_no_bit(models, three_kv, monkeypatch, p
     together, counts = run(threads, rows)
     assert runs1 == {1} and counts == {runs}
     np.testing.assert_array_equal(together, alone)
+
+
+@pytest.fixture(scope="module")
+def one_kv(tmp_path_factory):
+    """llama with Gemma-3-270M's one kv head for 4 query heads"""
+    return tiny_model(tmp_path_factory.mktemp("kv1") / "l1.gguf", "llama", QType.F32, n_head=4, n_head_kv=1)
+
+
+@pytest.mark.parametrize("cache", CACHES, ids="/".join)
+@pytest.mark.parametrize("path", C_PATHS)
+def test_jobs_cut_into_heads_change_no_bit(one_kv, monkeypatch, path, cache):
+    """Below the split's depth a step's jobs are whole, one per run of rows and kv head; with fewer
+    jobs than threads (one kv head, one token) each job's query heads are cut into runs, one for
+    each thread (2 + 2 on 2 threads, 1 + 1 + 2 on 3). Each row's logits are the bits of one thread."""
+    use_engine_path(monkeypatch, path)
+    rng = np.random.default_rng(12)
+    hist, tail = _history(rng, 150), rng.integers(3, 300, 4).tolist()
+    llm = edgellm.LLM(one_kv, n_ctx=1024, n_batch=256, n_threads=1, cache_type_k=cache[0], cache_type_v=cache[1])
+    pool, eng = llm._pool, llm._engine
+    base = pool.new_sequence()
+    _feed(llm, base, hist)
+    res = {}
+    for n in (1, 2, 3):
+        eng.set_threads(n, adaptive=False)
+        seq, rows, parts = pool.fork(base), [], set()
+        for t in tail:
+            rows.append(_feed(llm, seq, [t]))
+            parts.add((eng.attention_parts, eng.attention_split))
+        pool.release(seq)
+        res[n] = np.concatenate(rows)
+        assert parts == {(min(n, 4), 0)}, f"{n} threads: (parts, split) {parts}"
+    for n in (2, 3):
+        np.testing.assert_array_equal(res[n], res[1], err_msg=f"{n} threads")

@@ -195,6 +195,9 @@ int el_engine_attention_split(const el_engine *e);
 /* Runs of rows the last step's attention took: its jobs are runs x kv heads (engine.c's plan_runs),
  * for tests. The grouping changes no result. */
 int el_engine_attention_runs(const el_engine *e);
+/* The most runs of their query heads the last step's whole attention jobs were cut into (1: none
+ * cut; attention.c's job_parts: fewer jobs than threads), for tests. Changes no result. */
+int el_engine_attention_parts(const el_engine *e);
 /* Rows of a batch-order step's FFN evaluated at a time (default 256; 0: the whole step at once),
  * which bounds its gate and up activations' memory. Changes no result (tests compare the two). */
 void el_engine_set_ffn_chunk(el_engine *e, int rows);

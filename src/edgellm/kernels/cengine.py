@@ -259,6 +259,12 @@ class CEngine:
         return int(self.lib.el_engine_attention_runs(self._eng))
 
     @property
+    def attention_parts(self) -> int:
+        """The most runs of their query heads the last step's whole attention jobs were cut
+        into (1: none; fewer jobs than threads; tests)."""
+        return int(self.lib.el_engine_attention_parts(self._eng))
+
+    @property
     def isa(self) -> str:
         """The kernel path this engine runs (fixed when it was made)."""
         return ISA_NAMES[self.lib.el_engine_isa(self._eng)]
