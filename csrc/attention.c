@@ -15,24 +15,29 @@
  * query is quantized to q8_0 as llama.cpp's mul_mat does, and a score is summed in our own order,
  * the one the key tiles make fast (vops.qk_q8_0 / qk_q4_0): per 32-dim block the exact integer
  * dot product of the quants, times dk * dq rounded, added with one fma to a single accumulator,
- * blocks in order. Quantized values: p.v in integers per tile and block (vops.pv_q8_0 / pv_q4_0),
- * the tiles summed in chunks of EL_PV_CHUNK (each from zero, then added in chunk order). Every C
- * path and the numba twin give these bits.
+ * blocks in order. Quantized values: p.v of the exponentials themselves (not normalized, not
+ * rounded to f16) in integers per tile and block (vops.pv_q8_0 / pv_q4_0), the tiles summed in
+ * chunks of EL_PV_CHUNK (each from zero, then added in chunk order), the sums then times 1 / S
+ * (att_inv; llama.cpp's flash attention, which its quantized V caches need, also divides at the
+ * end). Every C path gives these bits; the numba twin the same order with numpy's exp.
  *
  * Work: a job is (a run of <= QB rows of one sequence, a kv head) with the rows' queries of every
  * head sharing that kv head, so each key and value tile is read once for all of them. With
  * enough jobs, each thread takes whole jobs (an atomic counter hands them out; fewer jobs than
  * threads are cut into runs of their heads, job_parts). A step with few jobs over many keys
  * (decode of one or two long sequences) is split across the threads instead:
- * the keys of each job in tile ranges for the scores, their exponentials and the softmax weights
- * (phases 1, 2 and 3, each followed by a barrier), then for p.v (phase 4) the value dimensions,
- * or with quantized values the keys again, cut at chunk ends (and the chunks' sums added in
- * phase 5). The split changes no bit: every score, maximum, exponential and weight is computed
- * alone; the softmax sum is the same sequence of double additions of the same 16-value partial
- * sums, in slot order; each output dimension sums its p.v products in the same order (the same
- * chunks, added in the same order). The weights are made once, in place of the exponentials,
- * and p.v reads them there. So results do not depend on the number of threads nor on which mode
- * ran (tests/test_attention_split.py).
+ * the keys of each job in tile ranges for the scores, their exponentials and (f16 values) the
+ * softmax weights (phases 1, 2 and 3, each followed by a barrier), then for p.v (phase 4) the
+ * value dimensions, or with quantized values the keys again, cut at chunk ends (and the chunks'
+ * sums added in phase 5). With quantized values there is no phase 3, and when every job's p.v is
+ * cut at chunk ends each thread makes the exponentials of its own p.v share in phase 2, with no
+ * barrier before phase 4 (a SmolLM2 q8_0 step at d = 8000: two barriers of a layer's five). The
+ * split changes no bit: every score, maximum, exponential and weight is computed alone; the
+ * softmax sum is the same sequence of double additions of the same 16-value partial sums, in slot
+ * order; each output dimension sums its p.v products in the same order (the same chunks, added in
+ * the same order). The weights are made once, in place of the exponentials, and p.v reads them
+ * there. So results do not depend on the number of threads nor on which mode ran
+ * (tests/test_attention_split.py).
  */
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -429,10 +434,16 @@ static void job_scores(el_engine *e, int l, const job_t *J, int ta, int tb, floa
         for (int u = 0; u < KT; u++) mx[r] = lmax[(size_t)r * KT + u] > mx[r] ? lmax[(size_t)r * KT + u] : mx[r];
 }
 
+/* 1 / S of a row's softmax sum S (0 when nothing is seen). Quantized values take the row's
+ * exponentials as they are and their p.v sums times this at the end (as llama.cpp's flash
+ * attention, which its quantized V caches need, divides by the sum at the end): no pass of their
+ * own scales the weights, and a split step has no barrier between the exponentials and p.v */
+static float att_inv(double S) { return S > 0 ? (float)(1.0 / S) : 0.0f; }
+
 /* The softmax weights of row r of a job over tiles [ta, tb), in place: its exponentials in sc times
  * 1 / S (S: the row's softmax sum), rounded to f16 (llama.cpp's p.v takes them as f16) */
 static void job_weights(const el_engine *e, const job_t *J, int r, int ta, int tb, double S) {
-    const float inv = S > 0 ? (float)(1.0 / S) : 0.0f;
+    const float inv = att_inv(S);
     if (tb > ta) e->vops.f16_scale((tb - ta) * KT, J->sc + (size_t)r * e->att->cap + (size_t)ta * KT, inv);
 }
 
@@ -528,8 +539,9 @@ static void pv_q_tiles(el_engine *e, int l, const job_t *J, int c, int r0, int n
 
 /* Phase 4, quantized values, value groups [g0, g1) of a job over all its tiles: a group at a time
  * (each group's parts read as one stream: Gemma-3-270M, d = 30000, 1 thread: attention 6.9 -> 6.3
- * ms a step), the chunks' sums added in order. Writes the attention output. */
-static void job_pv_q(el_engine *e, int l, const job_t *J, int g0, int g1, float *scr) {
+ * ms a step), the chunks' sums added in order, times row r's inv[r] (the exponentials in sc are
+ * not normalized: att_inv). Writes the attention output. */
+static void job_pv_q(el_engine *e, int l, const job_t *J, int g0, int g1, const float *inv, float *scr) {
     const struct att_state *a = e->att;
     const int hv = e->layers[l].head_dim_v, G = J->G, gd = e->vl[kv_owner(e, l)].dims, nd = (g1 - g0) * gd;
     const int od = e->d.n_head * hv, nb = pv_pass_rows(G, 1), passes = (J->nh + nb - 1) / nb;
@@ -540,10 +552,19 @@ static void job_pv_q(el_engine *e, int l, const job_t *J, int g0, int g1, float 
         for (int c = g0; c < g1; c++) pv_q_tiles(e, l, J, c, r0, nr, J->tlo, J->thi, sum + (c - g0) * gd, nd, 0);
         for (int r = 0; r < nr; r++) {
             const int rr = r0 + r;
-            memcpy(e->xn + (size_t)(J->m0 + rr / G) * od + (size_t)job_head(J, rr) * hv + g0 * gd,
-                   sum + (size_t)r * nd, sizeof(float) * nd);
+            float *out = e->xn + (size_t)(J->m0 + rr / G) * od + (size_t)job_head(J, rr) * hv + g0 * gd;
+            for (int i = 0; i < nd; i++) out[i] = sum[(size_t)r * nd + i] * inv[rr];
         }
     }
+}
+
+/* a split step's softmax sum of score row i (job J's row i - its first): its tiles' 16-slot sums
+ * (phase 2) added in double in slot order, as exp_sums adds them for a whole job */
+static double row_sum(const struct att_state *a, const job_t *J, size_t i) {
+    const float *ps = a->psum + i * (a->cap / KT);
+    double sum = 0.0;
+    for (int t = J->tlo; t < J->thi; t++) sum += ps[t];
+    return sum;
 }
 
 /* a thread's share [*a, *b) of n items from lo, in units of `align` */
@@ -577,11 +598,14 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
             job_t J;
             job_part(e, l, j, parts, sc, &J);
             job_scores(e, l, &J, J.tlo, J.thi, mx, scr);
-            for (int r = 0; r < J.nh && J.thi > J.tlo; r++) {
+            float inv[QB * G];
+            for (int r = 0; r < J.nh; r++) {
                 float *x = J.sc + (size_t)r * a->cap + (size_t)J.tlo * KT;
-                job_weights(e, &J, r, J.tlo, J.thi, e->vops.exp_sums((J.thi - J.tlo) * KT, x, mx[r], NULL));
+                const double S = J.thi > J.tlo ? e->vops.exp_sums((J.thi - J.tlo) * KT, x, mx[r], NULL) : 0.0;
+                if (qv) inv[r] = att_inv(S);
+                else if (J.thi > J.tlo) job_weights(e, &J, r, J.tlo, J.thi, S);
             }
-            if (qv) job_pv_q(e, l, &J, 0, hv / gd, scr);
+            if (qv) job_pv_q(e, l, &J, 0, hv / gd, inv, scr);
             else job_pv(e, l, &J, 0, hv, scr);
         }
         return;
@@ -599,12 +623,22 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         row0 += (size_t)J.nh;
     }
     el_pool_barrier(e->pool);
+    /* Quantized values: whether every job's p.v is split by tiles (chunk_share), each thread then
+     * making the exponentials of its own p.v share, which needs no barrier in between */
+    int by_tiles = qv;
+    for (int j = 0; j < n_jobs && by_tiles; j++) {
+        job_t J;
+        int ta, tb;
+        job_get(e, l, j, a->sc, &J);
+        by_tiles = chunk_share(J.tlo, J.thi, ith, nth, &ta, &tb);
+    }
     row0 = 0;
     for (int j = 0; j < n_jobs; j++) {  /* phase 2: exponentials and their 16-slot sums */
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
-        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
+        if (by_tiles) chunk_share(J.tlo, J.thi, ith, nth, &ta, &tb);
+        else share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
         for (int r = 0; r < J.nh && ta < tb; r++) {
             float m = -INFINITY;
             for (int t = 0; t < nth; t++) {
@@ -616,22 +650,17 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         }
         row0 += (size_t)J.nh;
     }
-    el_pool_barrier(e->pool);
+    if (!by_tiles) el_pool_barrier(e->pool);
     row0 = 0;
-    for (int j = 0; j < n_jobs; j++) {  /* phase 3: the weights of the same share (the sums in slot order) */
+    for (int j = 0; j < n_jobs && !qv; j++) {  /* phase 3: the weights of the same share (the sums in slot order) */
         job_t J;
         job_get(e, l, j, a->sc + row0 * a->cap, &J);
         int ta, tb;
         share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
-        for (int r = 0; r < J.nh && ta < tb; r++) {
-            const float *ps = a->psum + (row0 + r) * (a->cap / KT);
-            double sum = 0.0;
-            for (int t = J.tlo; t < J.thi; t++) sum += ps[t];
-            job_weights(e, &J, r, ta, tb, sum);
-        }
+        for (int r = 0; r < J.nh && ta < tb; r++) job_weights(e, &J, r, ta, tb, row_sum(a, &J, row0 + r));
         row0 += (size_t)J.nh;
     }
-    el_pool_barrier(e->pool);
+    if (!qv) el_pool_barrier(e->pool);
     row0 = 0;
     if (!qv) {
         for (int j = 0; j < n_jobs; j++) {  /* phase 4: p.v over a share of the value dimensions */
@@ -661,7 +690,9 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         if (!chunk_share(J.tlo, J.thi, ith, nth, &ta, &tb)) {
             int g0, g1;
             share(0, hv / gd, ith, nth, 1, &g0, &g1);
-            job_pv_q(e, l, &J, g0, g1, scr);
+            float inv[QB * G];
+            for (int r = 0; r < J.nh; r++) inv[r] = att_inv(row_sum(a, &J, row0 + r));
+            job_pv_q(e, l, &J, g0, g1, inv, scr);
             row0 += (size_t)J.nh;
             continue;
         }
@@ -701,6 +732,8 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
                 const float *p = a->part + (row0 + r) * ldp;
                 memcpy(out, p, sizeof(float) * hv);
                 for (int k = kl; k < k1; k++) add_to(hv, out, p + (size_t)(k - k0) * a->hv);
+                const float inv = att_inv(row_sum(a, &J, row0 + r));
+                for (int i = 0; i < hv; i++) out[i] *= inv;
             }
         }
         row0 += (size_t)J.nh;

@@ -734,11 +734,12 @@ class NumbaEngine:
         mx = scores.max(axis=-1, keepdims=True)
         e = np.exp(scores - mx).astype(np.float32)
         inv = (1.0 / e.astype(np.float64).sum(axis=-1, keepdims=True)).astype(np.float32)
-        p = (e * inv).astype(np.float16).astype(np.float32)
         if tv == QType.F16:
+            p = (e * inv).astype(np.float16).astype(np.float32)
             Vh = np.repeat(V.astype(np.float32), group, axis=0)
             return np.einsum("nhs,hsd->nhd", p, Vh).astype(np.float32)
-        return np.stack([numba_kv.pv(tv, V[h // group], p[:, h]) for h in range(cfg.n_head)], axis=1)
+        # quantized values: p.v of the exponentials as they are, times 1 / sum at the end (attention.c)
+        return np.stack([numba_kv.pv(tv, V[h // group], e[:, h]) for h in range(cfg.n_head)], axis=1) * inv
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         h = _rmsnorm(x, self.output_norm, self.cfg.norm_eps)
