@@ -31,7 +31,7 @@
  * value dimensions, or with quantized values the keys again, cut at chunk ends (and the chunks'
  * sums added in phase 5). With quantized values there is no phase 3, and when every job's p.v is
  * cut at chunk ends each thread makes the exponentials of its own p.v share in phase 2, with no
- * barrier before phase 4 (a SmolLM2 q8_0 step at d = 8000: two barriers of a layer's five). The
+ * barrier before phase 4: two of the split step's four barriers go. The
  * split changes no bit: every score, maximum, exponential and weight is computed alone; the
  * softmax sum is the same sequence of double additions of the same 16-value partial sums, in slot
  * order; each output dimension sums its p.v products in the same order (the same chunks, added in
