@@ -35,8 +35,8 @@
  * split changes no bit: every score, maximum, exponential and weight is computed alone; the
  * softmax sum is the same sequence of double additions of the same 16-value partial sums, in slot
  * order; each output dimension sums its p.v products in the same order (the same chunks, added in
- * the same order). The weights are made once, in place of the exponentials, and p.v reads them
- * there. So results do not depend on the number of threads nor on which mode ran
+ * the same order). The weights (f16 values) are made once, in place of the exponentials, and
+ * p.v reads them there. So results do not depend on the number of threads nor on which mode ran
  * (tests/test_attention_split.py).
  */
 #include <stdlib.h>
@@ -652,17 +652,17 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
     }
     if (!by_tiles) el_pool_barrier(e->pool);
     row0 = 0;
-    for (int j = 0; j < n_jobs && !qv; j++) {  /* phase 3: the weights of the same share (the sums in slot order) */
-        job_t J;
-        job_get(e, l, j, a->sc + row0 * a->cap, &J);
-        int ta, tb;
-        share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
-        for (int r = 0; r < J.nh && ta < tb; r++) job_weights(e, &J, r, ta, tb, row_sum(a, &J, row0 + r));
-        row0 += (size_t)J.nh;
-    }
-    if (!qv) el_pool_barrier(e->pool);
-    row0 = 0;
-    if (!qv) {
+    if (!qv) {  /* (quantized values take the exponentials: no phase 3) */
+        for (int j = 0; j < n_jobs; j++) {  /* phase 3: the weights of the same share (the sums in slot order) */
+            job_t J;
+            job_get(e, l, j, a->sc + row0 * a->cap, &J);
+            int ta, tb;
+            share(J.tlo, J.thi, ith, nth, 1, &ta, &tb);
+            for (int r = 0; r < J.nh && ta < tb; r++) job_weights(e, &J, r, ta, tb, row_sum(a, &J, row0 + r));
+            row0 += (size_t)J.nh;
+        }
+        el_pool_barrier(e->pool);
+        row0 = 0;
         for (int j = 0; j < n_jobs; j++) {  /* phase 4: p.v over a share of the value dimensions */
             job_t J;
             job_get(e, l, j, a->sc + row0 * a->cap, &J);
@@ -674,7 +674,7 @@ void el_attention(el_engine *e, int l, int ith, int nth) {
         return;
     }
     /* Quantized values, phase 4: a job's value groups, or when that shares them evenly its tiles cut
-     * at chunk ends (each thread then reads the weights it made and the values of its own keys:
+     * at chunk ends (each thread then reads the exponentials it made and the values of its own keys:
      * with the two threads apart on a two-CCD VM, a SmolLM2 q8_0 step at d = 8000 spends 37% less
      * in attention). There the thread whose share begins the job's tiles sums its chunks into one
      * running sum (slot 0 of each row's), the others each chunk into its own slot; phase 5: the
