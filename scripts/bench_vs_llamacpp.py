@@ -11,7 +11,10 @@ in fresh processes: ppN = N random tokens in one batch on an empty cache (or aft
 -d tokens); tgN = N single-token decodes. For tg, edgellm's bytes read per token (weights + K/V)
 and their share of a plain read loop's GB/s are printed too. Each
 round runs llama.cpp then edgellm for every model and thread count; the table gives the median over
-rounds and the ratio edgellm / llama.cpp. --cold-start also times process start to first generated
+rounds and the ratio edgellm / llama.cpp. --baseline-python PY runs edgellm's side a third time in
+each round with another build (PY: a Python whose `import edgellm` is, say, the code before a
+change), and adds its t/s and edgellm / baseline: before and after beside llama.cpp in one run,
+every side alternating with the others. --cold-start also times process start to first generated
 token: `edgellm generate ... -n 1` against the same through llama-cpp-python, or against llama.cpp's
 own CLI binary when --llama-cli points at one (llama-completion / llama-cli built from source).
 
@@ -19,9 +22,8 @@ own CLI binary when --llama-cli points at one (llama-completion / llama-cli buil
 (built from the same llama.cpp source: cmake --build build --target llama-batched-bench) against
 `edgellm bench --batch` on the same file, threads and sizes (-p prompt tokens, -n generated tokens
 per sequence), alternately in each round; the table gives S_PP and S_TG (aggregate tokens/s) per
-sequence count, medians over rounds, and the ratios. --baseline-python PY adds another build's
-`edgellm bench --batch` (PY -m edgellm, e.g. a virtualenv holding the code before a change) to each
-round: before and after beside llama.cpp in one run.
+sequence count, medians over rounds, and the ratios. --baseline-python PY adds that build's
+`edgellm bench --batch` (PY -m edgellm) to each round, the same way.
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ def main() -> None:
                                           "for -d, -ctk, -ctv)")
     ap.add_argument("--batched", help="comma-separated sequence counts: llama-batched-bench's test instead")
     ap.add_argument("--batched-bench", help="llama.cpp's llama-batched-bench binary (with --batched)")
-    ap.add_argument("--baseline-python", help="with --batched: also run `edgellm bench --batch` with this Python "
-                                              "(another build, e.g. before a change) in each round, as 'baseline'")
+    ap.add_argument("--baseline-python", help="also run edgellm's side with this Python (another build, e.g. "
+                                              "before a change) in each round, as 'baseline'")
     args = ap.parse_args()
     if args.batched:
         return batched(args)
@@ -206,8 +208,11 @@ def main() -> None:
     for rnd in range(args.rounds):
         for m, path in paths.items():
             for t in threads:
-                for side in ("llama.cpp", "edgellm"):
-                    if side == "edgellm":
+                for side in ("llama.cpp", "edgellm") + (("baseline",) if args.baseline_python else ()):
+                    if side == "baseline":
+                        res = run_worker(args.baseline_python, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
+                                         extra=[",".join(map(str, depths)), ctk, ctv])
+                    elif side == "edgellm":
                         res = run_worker(sys.executable, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
                                          extra=[",".join(map(str, depths)), ctk, ctv])
                         info.setdefault("isa", res.get("isa"))
@@ -224,9 +229,10 @@ def main() -> None:
                           ", ".join(f"{k} {res[k]:.1f}" for k in keys if k in res), file=sys.stderr)
     print(f"\nMachine: {machine()}; edgellm ISA path: {info.get('isa')}; KV cache {ctk}/{ctv}; "
           f"median of {args.rounds} alternating rounds\n")
+    base = args.baseline_python is not None
     print("| model | threads | test | llama.cpp t/s | edgellm t/s | ratio | edgellm GB/s (bytes/token) | "
-          "of read loop |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+          "of read loop |" + (" baseline t/s | edgellm / baseline |" if base else ""))
+    print("|---|---:|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
     table = []
     for (m, t, key), sides in raw.items():
         a = statistics.median(sides["llama.cpp"])
@@ -239,7 +245,11 @@ def main() -> None:
         table.append({"model": m, "threads": t, "test": name, "llama.cpp": a, "edgellm": b, "ratio": b / a,
                       "bytes_per_token": nbytes, "read_loop_gbps": loop, "samples": sides})
         bw = f"{gbps:.1f} ({nbytes / 1e6:.0f} MB) | {gbps / loop:.0%}" if nbytes and loop else " | "
-        print(f"| {Path(paths[m]).name} | {t} | {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {bw} |")
+        bl = ""
+        if base:
+            c = table[-1]["baseline"] = statistics.median(sides["baseline"])
+            bl = f" {c:.1f} | {b / c:.2f}x |"
+        print(f"| {Path(paths[m]).name} | {t} | {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {bw} |{bl}")
     if args.cold_start:
         print("\n| model | llama.cpp cold start s | edgellm cold start s | difference s |")
         print("|---|---:|---:|---:|")
