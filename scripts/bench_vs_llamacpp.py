@@ -209,15 +209,14 @@ def main() -> None:
         for m, path in paths.items():
             for t in threads:
                 for side in ("llama.cpp", "edgellm") + (("baseline",) if args.baseline_python else ()):
-                    if side == "baseline":
-                        res = run_worker(args.baseline_python, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
+                    if side != "llama.cpp":
+                        python = sys.executable if side == "edgellm" else args.baseline_python
+                        res = run_worker(python, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
                                          extra=[",".join(map(str, depths)), ctk, ctv])
-                    elif side == "edgellm":
-                        res = run_worker(sys.executable, EDGELLM_WORKER, path, t, args.n_prompt, args.n_gen,
-                                         extra=[",".join(map(str, depths)), ctk, ctv])
-                        info.setdefault("isa", res.get("isa"))
-                        info.setdefault("bytes", {})[(m, t)] = res.get("bytes", {})
-                        info.setdefault("loop", {}).setdefault((m, t), []).append(res.get("read_loop_gbps", 0.0))
+                        if side == "edgellm":
+                            info.setdefault("isa", res.get("isa"))
+                            info.setdefault("bytes", {})[(m, t)] = res.get("bytes", {})
+                            info.setdefault("loop", {}).setdefault((m, t), []).append(res.get("read_loop_gbps", 0.0))
                     elif args.llama_bench:
                         res = run_llama_bench(args.llama_bench, path, t, args.n_prompt, args.n_gen, depths, ctk, ctv)
                     else:
