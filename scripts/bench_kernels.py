@@ -3,7 +3,7 @@ quantization + the engine's gemm tiles, e.g. AVX-512's 16 rows x up to 16 tokens
 order), single thread by default.
 
   matvec: one activation row against a matrix of about --mb MB (bigger than L2, like real
-          layers); reported as GB/s of weights streamed.
+          layers) with rows of --matvec-k values; reported as GB/s of weights streamed.
   gemm:   --tokens activation rows (a comma list: one column each) against a K x N matrix;
           reported as GFLOP/s (2*K*N*tokens). --mb 0 skips the matvec.
 
@@ -79,6 +79,9 @@ def main() -> None:
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--isas", default="")
     ap.add_argument("--mb", type=float, default=30.0, help="matvec matrix size in MB")
+    ap.add_argument("--matvec-k", type=int, default=4096,
+                    help="matvec row length (a model's own, say 576 for SmolLM2-135M: the rows a tile of the "
+                         "one-column kernels spans, and so their prefetching, depend on it)")
     ap.add_argument("--k", type=int, default=2048, help="gemm row length")
     ap.add_argument("--rows", type=int, default=2048, help="gemm weight rows")
     ap.add_argument("--tokens", default="64", help="activation rows of the gemm, e.g. 1,4,5,8,16")
@@ -94,14 +97,16 @@ def main() -> None:
     for name in names:  # bad input: one line, before any work
         if name not in QType.__members__:
             raise SystemExit(f"unknown type {name!r} (known: {', '.join(QType.__members__)})")
-        if args.k % type_info(QType[name]).block_size:
-            raise SystemExit(f"--k {args.k} is not a multiple of {name}'s block size {type_info(QType[name]).block_size}")
+        for opt, k in (("--k", args.k), ("--matvec-k", args.matvec_k)):
+            if k <= 0 or k % type_info(QType[name]).block_size:
+                raise SystemExit(f"{opt} {k} is not a positive multiple of {name}'s block size "
+                                 f"{type_info(QType[name]).block_size}")
 
     b = Bench()
     best = b.lib.el_cpu_isa_best()
     isas = args.isas.split(",") if args.isas else [ISA_NAMES[i] for i in range(best + 1) if ISA_NAMES[i] != "neon"]
     rng = np.random.default_rng(0)
-    n = 4096
+    n = args.matvec_k
     tokens = [int(v) for v in args.tokens.split(",")]
     print(f"threads={args.threads}  matvec: ~{args.mb:.0f} MB, K={n}   gemm: K={args.k} N={args.rows} (GFLOP/s per token count)")
     print(f"{'type':6} {'isa':12} {'matvec GB/s':>12} " + " ".join(f"{'m=' + str(m):>8}" for m in tokens))
